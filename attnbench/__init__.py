@@ -1,0 +1,3 @@
+"""attnbench: benchmark and profile paged and tree attention backends."""
+
+__version__ = "0.1.0"

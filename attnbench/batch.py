@@ -1,0 +1,263 @@
+"""Case -> Batch: packed queries, a paged KV cache, a block table in the asked layout.
+
+A :class:`Batch` is the one neutral input every backend reads (the role of vLLM's
+``CommonAttentionMetadata``). Everything is random (never zeros), the pages beyond each
+request's ``kv_len`` included, so a kernel that reads past the end is caught. The layout of
+pages is deterministic from the seed. See SEMANTICS.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from .trees import ancestor_mask, depths
+
+KINDS = ("prefill", "decode", "tree")
+LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a batch. ``query`` new tokens attend to ``context`` cached ones."""
+
+    kind: str
+    query: int
+    context: int
+    tree_parents: Optional[tuple[int, ...]] = None
+
+    @property
+    def kv_len(self) -> int:
+        return self.context + self.query
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Everything needed to materialize a batch: shapes, layout and the requests."""
+
+    requests: tuple[Request, ...]
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    page_size: int = 16
+    layout: str = "shuffled"
+    scale: Optional[float] = None
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.query for r in self.requests)
+
+    def pages_of(self, r: Request) -> int:
+        return math.ceil(r.kv_len / self.page_size)
+
+    @property
+    def num_pages(self) -> int:
+        """Pages in the cache: every request's pages, plus page 0 kept as the null page."""
+        return 1 + sum(self.pages_of(r) for r in self.requests)
+
+    def memory_bytes(self) -> int:
+        """Bytes the materialized batch takes on its device (q, out, caches, tables)."""
+        el = torch.empty((), dtype=self.torch_dtype).element_size()
+        kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * el
+        qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
+        return kv + qo
+
+
+@dataclass
+class Batch:
+    """The tensors and metadata of one batch, on one device.
+
+    Shapes (N = total query tokens, B = requests, P = pages):
+      q            [N, Hq, D]            dtype
+      k_cache      [P, page_size, Hkv, D] dtype (NHD)
+      v_cache      [P, page_size, Hkv, D] dtype
+      block_table  [B, max_pages]        int32; unused entries are 0 (the null page)
+      query_start_loc [B + 1]            int32
+      query_lens, context_lens, kv_lens [B] int32
+    Host copies of the lengths (``requests``) let backends plan without device syncs.
+    """
+
+    spec: BatchSpec
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_table: torch.Tensor
+    query_start_loc: torch.Tensor
+    query_lens: torch.Tensor
+    context_lens: torch.Tensor
+    kv_lens: torch.Tensor
+    scale: float
+    _masks: dict = field(default_factory=dict, repr=False)
+
+    # -- host-side views ------------------------------------------------------------------
+    @property
+    def requests(self) -> tuple[Request, ...]:
+        return self.spec.requests
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q.dtype
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.spec.requests)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def num_q_heads(self) -> int:
+        return self.spec.num_q_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.spec.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.spec.head_dim
+
+    @property
+    def page_size(self) -> int:
+        return self.spec.page_size
+
+    @property
+    def kinds(self) -> list[str]:
+        return [r.kind for r in self.spec.requests]
+
+    @property
+    def tree_parents(self) -> list[Optional[list[int]]]:
+        return [list(r.tree_parents) if r.tree_parents is not None else None for r in self.spec.requests]
+
+    @property
+    def query_start(self) -> list[int]:
+        out = [0]
+        for r in self.spec.requests:
+            out.append(out[-1] + r.query)
+        return out
+
+    @property
+    def max_query_len(self) -> int:
+        return max(r.query for r in self.spec.requests)
+
+    @property
+    def max_kv_len(self) -> int:
+        return max(r.kv_len for r in self.spec.requests)
+
+    def mask(self, i: int) -> torch.Tensor:
+        """``[Q, L]`` bool on the CPU: which keys (logical slots) each query token of request i sees."""
+        if i not in self._masks:
+            self._masks[i] = request_mask(self.spec.requests[i])
+        return self._masks[i]
+
+    def positions(self, i: int) -> list[int]:
+        """RoPE positions of request i's query tokens (slot != position inside a tree)."""
+        r = self.spec.requests[i]
+        if r.tree_parents is not None:
+            return [r.context + d for d in depths(r.tree_parents)]
+        return [r.context + j for j in range(r.query)]
+
+    def gather_kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Request i's keys and values in logical order: two ``[L, Hkv, D]`` tensors."""
+        r = self.spec.requests[i]
+        n = self.spec.pages_of(r)
+        pages = self.block_table[i, :n].long()
+        k = self.k_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
+        v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
+        return k, v
+
+
+def request_mask(r: Request) -> torch.Tensor:
+    """``[Q, L]`` bool: causal bottom-right for prefill/decode; prefix + ancestors for trees."""
+    q_idx = torch.arange(r.query).unsqueeze(1)
+    k_idx = torch.arange(r.kv_len).unsqueeze(0)
+    if r.tree_parents is None:
+        return k_idx <= r.context + q_idx
+    m = torch.zeros(r.query, r.kv_len, dtype=torch.bool)
+    m[:, : r.context] = True
+    m[:, r.context :] = ancestor_mask(r.tree_parents)
+    return m
+
+
+def page_assignment(spec: BatchSpec, generator: torch.Generator) -> list[list[int]]:
+    """Physical page ids of each request's logical pages, in the spec's layout. Page 0 stays free."""
+    counts = [spec.pages_of(r) for r in spec.requests]
+    total = sum(counts)
+    layout = spec.layout
+    if layout == "interleaved":
+        out: list[list[int]] = [[] for _ in counts]
+        nxt = 1
+        for j in range(max(counts, default=0)):
+            for r, c in enumerate(counts):
+                if j < c:
+                    out[r].append(nxt)
+                    nxt += 1
+        return out
+    ids = list(range(1, total + 1))
+    if layout == "shuffled":
+        perm = torch.randperm(total, generator=generator).tolist()
+        ids = [ids[p] for p in perm]
+    elif layout == "reversed":
+        ids = ids[::-1]
+    out, start = [], 0
+    for c in counts:
+        chunk = ids[start : start + c]
+        if layout == "shuffled-within":
+            perm = torch.randperm(c, generator=generator).tolist()
+            chunk = [chunk[p] for p in perm]
+        out.append(chunk)
+        start += c
+    return out
+
+
+def _randn(shape: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # Drawn in float32 on the target device, then cast: deterministic per device and seed.
+    return torch.randn(*shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+
+def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") -> Batch:
+    """Build the batch of ``spec`` from ``seed`` on ``device``."""
+    device = torch.device(device)
+    host_gen = torch.Generator().manual_seed(seed)
+    dev_gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = spec.torch_dtype
+    reqs = spec.requests
+    assignment = page_assignment(spec, host_gen)
+    max_pages = max((len(a) for a in assignment), default=1) or 1
+    table = torch.zeros(len(reqs), max_pages, dtype=torch.int32)
+    for i, pages in enumerate(assignment):
+        table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+    qlens = torch.tensor([r.query for r in reqs], dtype=torch.int32)
+    clens = torch.tensor([r.context for r in reqs], dtype=torch.int32)
+    qsl = torch.zeros(len(reqs) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(qlens, 0)
+    shape_kv = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
+    q = _randn((spec.num_tokens, spec.num_q_heads, spec.head_dim), dev_gen, dtype, device)
+    k_cache = _randn(shape_kv, dev_gen, dtype, device)
+    v_cache = _randn(shape_kv, dev_gen, dtype, device)
+    scale = spec.scale if spec.scale is not None else spec.head_dim ** -0.5
+    return Batch(
+        spec=spec,
+        q=q,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        block_table=table.to(device),
+        query_start_loc=qsl.to(device),
+        query_lens=qlens.to(device),
+        context_lens=clens.to(device),
+        kv_lens=(qlens + clens).to(device),
+        scale=float(scale),
+    )

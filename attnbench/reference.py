@@ -1,0 +1,87 @@
+"""The exact reference: per request, gather K/V through the block table and compute masked
+softmax attention in float64 (float32 for very large cases). The oracle for every check."""
+from __future__ import annotations
+
+import torch
+
+from .batch import Batch
+
+# Above this many score elements per chunk the reference computes in float32 (SEMANTICS.md
+# allows it on large cases); float64 stays for everything a test or a CPU run uses.
+FLOAT64_LIMIT = 1 << 26
+CHUNK_ELEMENTS = 1 << 25
+
+
+def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns ``(out [N, Hq, D] float32, lse [N, Hq] float32, natural log)``.
+
+    The output stays in float32 (not rounded to the batch's dtype), so that the error of a
+    16-bit backend is measured against the exact value."""
+    hq, hkv, d = batch.num_q_heads, batch.num_kv_heads, batch.head_dim
+    g = hq // hkv
+    out = torch.empty(batch.q.shape, dtype=torch.float32, device=batch.device)
+    lse = torch.empty(batch.num_tokens, hq, dtype=torch.float32, device=batch.device)
+    starts = batch.query_start
+    for i, r in enumerate(batch.requests):
+        cdt = compute_dtype
+        if cdt is None:
+            big = r.query * r.kv_len * hq > FLOAT64_LIMIT
+            cdt = torch.float32 if big else torch.float64
+        k, v = batch.gather_kv(i)
+        k = k.to(cdt).permute(1, 0, 2)  # [Hkv, L, D]
+        v = v.to(cdt).permute(1, 0, 2)
+        mask = batch.mask(i).to(batch.device)  # [Q, L]
+        q = batch.q[starts[i] : starts[i + 1]].to(cdt)  # [Q, Hq, D]
+        # Chunk over query rows so a long prefill never builds a huge score matrix.
+        rows = max(1, CHUNK_ELEMENTS // max(1, r.kv_len * hq))
+        for s in range(0, r.query, rows):
+            e = min(r.query, s + rows)
+            qc = q[s:e].reshape(e - s, hkv, g, d).permute(1, 2, 0, 3)  # [Hkv, G, q, D]
+            scores = torch.einsum("hgqd,hld->hgql", qc, k) * batch.scale
+            scores = scores.masked_fill(~mask[s:e], float("-inf"))
+            m = scores.amax(-1, keepdim=True)
+            p = torch.exp(scores - m)
+            denom = p.sum(-1, keepdim=True)
+            o = torch.einsum("hgql,hld->hgqd", p / denom, v)
+            out[starts[i] + s : starts[i] + e] = o.permute(2, 0, 1, 3).reshape(e - s, hq, d).to(out.dtype)
+            l = (m + torch.log(denom)).squeeze(-1)  # [Hkv, G, q]
+            lse[starts[i] + s : starts[i] + e] = l.permute(2, 0, 1).reshape(e - s, hq).float()
+    return out, lse
+
+
+def merge_attention_states(
+    o_a: torch.Tensor, s_a: torch.Tensor, o_b: torch.Tensor, s_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge two partial attentions over disjoint key sets by their natural-log LSEs.
+
+    ``o_*``: ``[N, H, D]``; ``s_*``: ``[N, H]`` float32. A side with LSE = -inf saw no keys,
+    and the other side is then the answer. Returns ``(o [N, H, D] in o_a.dtype, s [N, H])``.
+    """
+    s_a = s_a.float()
+    s_b = s_b.float()
+    m = torch.maximum(s_a, s_b)
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w_a = torch.exp(s_a - m_safe)
+    w_b = torch.exp(s_b - m_safe)
+    total = w_a + w_b
+    o = (w_a.unsqueeze(-1) * o_a.float() + w_b.unsqueeze(-1) * o_b.float()) / total.clamp_min(1e-30).unsqueeze(-1)
+    return o.to(o_a.dtype), m_safe + torch.log(total)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """``(relative error ‖out − ref‖ / ‖ref‖, max abs error)`` in float64; NaN/Inf give inf."""
+    o = out.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    if not torch.isfinite(o).all():
+        return float("inf"), float("inf")
+    diff = o - r
+    rel = (diff.norm() / r.norm().clamp_min(1e-300)).item()
+    return rel, diff.abs().max().item() if diff.numel() else 0.0
+
+
+DEFAULT_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1.5e-2}
+
+
+def default_tolerance(dtype: torch.dtype) -> float:
+    """Relative-error tolerance by dtype (SEMANTICS.md: fp32 << 1e-4, 16-bit 1e-3..1e-2)."""
+    return DEFAULT_TOLERANCE[dtype]

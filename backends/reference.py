@@ -1,0 +1,19 @@
+"""The reference as a backend: float64 torch, per request. Slow, exact; the oracle itself."""
+from __future__ import annotations
+
+import torch
+
+from attnbench.backend import Backend
+from attnbench.batch import Batch
+from attnbench.reference import reference_attention
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    capturable = False  # per-request Python loop with host-side mask building
+
+    def plan(self, batch: Batch) -> Batch:
+        return batch
+
+    def run(self, plan: Batch) -> torch.Tensor:
+        return reference_attention(plan)[0].to(plan.dtype)

@@ -1,0 +1,204 @@
+"""The ``attnbench`` command line: parse, call, render, exit code. No logic beyond that.
+
+Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regression);
+2 bad input (scenario, flags), with one message naming the file, the field and the fix.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from . import backend as registry
+from .report import print_results
+from .results import RunFolder, environment
+from .runner import RunOptions, Runner
+from .scenario import ScenarioError, json_schema, load
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Benchmark and profile paged and tree attention backends on YAML batch scenarios.",
+)
+# Logs and CI output are not terminals: give tables room rather than rich's 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one message, exit code 2."""
+
+
+def handle_errors(fn):
+    """The one place that turns user-input exceptions into messages and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ScenarioError, UsageError, registry.UnknownBackend) as e:
+            err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        except FileNotFoundError as e:
+            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def _load_backend_files(files: Optional[List[Path]]) -> None:
+    for f in files or []:
+        if not f.is_file():
+            raise UsageError(f"--backend-file {f}: no such file")
+        try:
+            registry.load_backend_file(f)
+        except registry.UnknownBackend:
+            raise
+        except Exception as e:
+            raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
+
+
+@app.command()
+@handle_errors
+def run(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backend to run (repeatable)"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
+    out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
+    results_dir: Path = typer.Option(Path("results"), help="where new run folders go"),
+    save_tensors: Optional[Path] = typer.Option(None, help="write each case's inputs and outputs here (.pt)"),
+    warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
+    no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
+    warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
+    measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    rtol: Optional[float] = typer.Option(None, help="relative-error tolerance vs the reference"),
+    profile: bool = typer.Option(False, "--profile", help="one torch.profiler pass per row (kernel table, trace)"),
+    backend_file: Optional[List[Path]] = typer.Option(
+        None, help="Python file defining Backend subclasses (RUNS that file's code)"
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+):
+    """Run a scenario through the backends; write a run folder; print the results table."""
+    _load_backend_files(backend_file)
+    sf = load(scenario, set_ or [])
+    for name, v in (("--warmup-ms", warmup_ms), ("--measure-ms", measure_ms), ("--rtol", rtol)):
+        if v is not None and v <= 0 and name != "--warmup-ms":
+            raise UsageError(f"{name} {v}: must be > 0")
+    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
+    folder_base = out
+    opts = RunOptions(
+        backends=list(backend) if backend else None,
+        device=device,
+        warm_l2=warm_l2,
+        no_graphs=no_graphs,
+        timing_overrides=overrides,
+        save_tensors=save_tensors,
+        rtol=rtol,
+    )
+    try:
+        runner = Runner(sf, opts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    folder = RunFolder.create(results_dir, sf.name, folder_base)
+    if profile:
+        opts.profile_dir = folder.path / "profiles"
+    folder.start(
+        {
+            "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
+            "attnbench": __version__,
+            "scenario": sf.name,
+            "scenario_path": str(scenario),
+            "scenario_sha256": sf.sha256,
+            "scenario_text": sf.text,
+            "overrides": list(set_ or []),
+            "seed": sf.scenario.seed,
+            "cases": len(sf.cases),
+            "backends_requested": runner.backend_names,
+            "environment": environment(runner.device_name, runner.backend_versions()),
+        }
+    )
+    complete = False
+    try:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=quiet,
+        ) as progress:
+            task = progress.add_task(f"{sf.name}", total=runner.total_rows)
+            for row in runner.rows():
+                folder.add(row)
+                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
+        complete = True
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
+    finally:
+        folder.finish(complete)
+    print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
+    console.print(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)")
+    bad = [r for r in folder.rows if r.status in ("error", "mismatch")]
+    if not complete:
+        raise typer.Exit(130)
+    if bad:
+        console.print(f"[red]{len(bad)} row(s) failed (error or mismatch)[/]")
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def validate(files: List[Path] = typer.Argument(..., help="scenario files to check")):
+    """Check scenario files without running anything."""
+    failed = 0
+    for f in files:
+        try:
+            sf = load(f)
+        except ScenarioError as e:
+            err.print(f"[red]✗[/] {e}", highlight=False, soft_wrap=True)
+            failed += 1
+            continue
+        reqs = len(sf.cases[0].scenario.batch_spec().requests)
+        console.print(f"[green]✓[/] {f}: {len(sf.cases)} case(s), {reqs} request(s) in the first")
+    if failed:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema():
+    """Print the JSON Schema of scenario files (for editor completion)."""
+    console.print_json(json.dumps(json_schema()))
+
+
+@app.command("backends")
+@handle_errors
+def list_backends(
+    backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
+):
+    """List the backends and whether each can run here."""
+    from rich.table import Table
+
+    _load_backend_files(backend_file)
+    t = Table("backend", "available", "version / reason")
+    for n in registry.all_names():
+        try:
+            cls = registry.get_backend_class(n)
+            why = cls.unavailable()
+            t.add_row(n, "yes" if why is None else "no", cls.version() if why is None else why)
+        except Exception as e:
+            t.add_row(n, "no", f"{type(e).__name__}: {e}")
+    console.print(t)
+
+
+def main() -> None:  # pragma: no cover
+    app()

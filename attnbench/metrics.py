@@ -1,0 +1,163 @@
+"""FLOPs and bytes of a batch, measured device ceilings, and the roofline of a row.
+
+FLOPs are exact from the mask: every allowed (query, key) pair costs ``4 * head_dim`` per
+query head (QK^T and PV, a multiply-add each). Bytes are the minimum any backend must move:
+each request's K and V slots (``kv_len`` of them) read once per KV head, q read and out
+written once, the block-table entries in use, the length arrays, and one int32 parent per
+tree node. Ceilings are measured on the device (device-to-device copy, counting read +
+write; a dense matmul in the batch's dtype) and cached per device name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .batch import BatchSpec
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: int
+    bytes: int
+    kv_bytes: int
+
+
+def allowed_pairs(spec: BatchSpec) -> int:
+    total = 0
+    for r in spec.requests:
+        if r.tree_parents is None:
+            # query i sees context + i + 1 keys
+            total += r.query * r.context + r.query * (r.query + 1) // 2
+        else:
+            from .trees import depths
+
+            total += r.query * r.context + sum(d + 1 for d in depths(r.tree_parents))
+    return total
+
+
+def work_of(spec: BatchSpec) -> Work:
+    el = torch.empty((), dtype=spec.torch_dtype).element_size()
+    flops = 4 * spec.head_dim * spec.num_q_heads * allowed_pairs(spec)
+    kv = sum(2 * r.kv_len * spec.num_kv_heads * spec.head_dim * el for r in spec.requests)
+    qo = 2 * spec.num_tokens * spec.num_q_heads * spec.head_dim * el
+    table = sum(4 * spec.pages_of(r) for r in spec.requests)
+    lens = 4 * 3 * len(spec.requests)
+    trees = sum(4 * r.query for r in spec.requests if r.tree_parents is not None)
+    return Work(flops=flops, bytes=kv + qo + table + lens + trees, kv_bytes=kv)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device_name: str
+    copy_tbps: float  # TB/s, bytes read + written
+    matmul_tflops: dict  # dtype name -> TFLOP/s
+
+
+def _cache_path() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
+    return Path(root) / "ceilings.json"
+
+
+def device_name(device: torch.device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} threads)"
+
+
+def _time(fn, device: torch.device, reps: int) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls after one warm-up."""
+    cuda = device.type == "cuda"
+    fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16",)) -> Ceilings:
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    nbytes = (1 << 30) if cuda else (1 << 27)
+    a = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    a.random_(0, 255)
+    b = torch.empty_like(a)
+    copy_s = _time(lambda: b.copy_(a), device, 10 if cuda else 3)
+    del a, b
+    mm = {}
+    for name in dtypes:
+        dt = getattr(torch, name)
+        n = 8192 if cuda else 1024
+        if not cuda and dt != torch.float32:
+            dt, name = torch.float32, name  # CPU 16-bit matmul rates mean little; use fp32's
+        x = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
+        y = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
+        s = _time(lambda: x @ y, device, 10 if cuda else 2)
+        mm[name] = 2 * n**3 / s / 1e12
+        del x, y
+    return Ceilings(device_name(device), 2 * nbytes / copy_s / 1e12, mm)
+
+
+def ceilings_for(device: torch.device, dtype: str, measure: bool = True) -> Optional[Ceilings]:
+    """Cached ceilings of this device (measured on first use, then read from the cache)."""
+    key = f"{device_name(device)} | torch {torch.__version__}"
+    path = _cache_path()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    entry = cache.get(key)
+    if entry and dtype in entry.get("matmul_tflops", {}):
+        return Ceilings(entry["device_name"], entry["copy_tbps"], entry["matmul_tflops"])
+    if not measure:
+        return None
+    dtypes = tuple(sorted(set((entry or {}).get("matmul_tflops", {})) | {dtype}))
+    c = measure_ceilings(device, dtypes)
+    cache[key] = {"device_name": c.device_name, "copy_tbps": c.copy_tbps, "matmul_tflops": c.matmul_tflops}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home only costs a re-measurement next time
+    return c
+
+
+@dataclass(frozen=True)
+class Roofline:
+    tflops: float
+    tbps: float
+    floor_ms: float
+    bound: str  # "memory" | "compute"
+    pct_of_ceiling: float
+
+
+def roofline(work: Work, median_ms: float, ceilings: Optional[Ceilings], dtype: str) -> Roofline:
+    sec = median_ms / 1e3
+    tflops = work.flops / sec / 1e12 if sec > 0 else float("nan")
+    tbps = work.bytes / sec / 1e12 if sec > 0 else float("nan")
+    if ceilings is None or dtype not in ceilings.matmul_tflops:
+        return Roofline(tflops, tbps, float("nan"), "", float("nan"))
+    t_mem = work.bytes / (ceilings.copy_tbps * 1e12)
+    t_cmp = work.flops / (ceilings.matmul_tflops[dtype] * 1e12)
+    floor = max(t_mem, t_cmp)
+    return Roofline(tflops, tbps, floor * 1e3, "memory" if t_mem >= t_cmp else "compute", 100 * floor / sec if sec > 0 else float("nan"))

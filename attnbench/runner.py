@@ -1,0 +1,300 @@
+"""Runs the cases of a scenario through the backends and produces result rows.
+
+Per case: build the batch from the seed, compute the reference once, then per backend:
+availability and capability reasons, plan, run, check against the reference, time plan and
+run (the timed output is checked too), roofline, optional profile. Any exception of one
+backend becomes that row's ``error``; the rows already finished are never lost.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from . import backend as registry
+from .batch import Batch, BatchSpec, materialize
+from .metrics import ceilings_for, device_name, roofline, work_of
+from .reference import compare, default_tolerance, reference_attention
+from .results import Row
+from .scenario import Case, ScenarioFile
+from .stats import Summary
+from .timing import TimingConfig, time_host, time_run
+from .units import format_int
+
+
+@dataclass
+class RunOptions:
+    backends: Optional[list[str]] = None  # None: the scenario's list, else every available one
+    device: Optional[str] = None  # overrides the scenario's device
+    warm_l2: bool = False
+    no_graphs: bool = False
+    timing_overrides: dict = field(default_factory=dict)  # warmup_ms, measure_ms, ...
+    profile_dir: Optional[Path] = None  # set: one torch.profiler pass per row, traces here
+    save_tensors: Optional[Path] = None
+    rtol: Optional[float] = None
+    measure_ceilings: bool = True
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: no CUDA device is visible here; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return dev
+
+
+def default_backends() -> list[str]:
+    """Every registered backend that is available on this machine."""
+    names = []
+    for n in registry.all_names():
+        try:
+            if registry.get_backend_class(n).unavailable() is None:
+                names.append(n)
+        except Exception:
+            continue
+    return names
+
+
+def describe_batch(spec: BatchSpec) -> str:
+    """``32 decode@4k + 2 prefill 512 + 8 tree(5)@2k``: groups of consecutive equal requests."""
+    parts: list[tuple[int, object]] = []
+    for r in spec.requests:
+        if parts and parts[-1][1] == r:
+            parts[-1] = (parts[-1][0] + 1, r)
+        else:
+            parts.append((1, r))
+    out = []
+    for count, r in parts:
+        if r.kind == "decode":
+            s = f"{count} decode@{format_int(r.context)}"
+        elif r.kind == "tree":
+            s = f"{count} tree({r.query})@{format_int(r.context)}"
+        else:
+            s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
+        out.append(s)
+    return " + ".join(out)
+
+
+def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[str, str, float, float]:
+    """-> (status, reason, rel_err, max_abs_err) of a backend output against the reference."""
+    if not isinstance(out, torch.Tensor):
+        return "mismatch", f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
+    if tuple(out.shape) != tuple(batch.q.shape):
+        return "mismatch", f"wrong shape {list(out.shape)}, expected {list(batch.q.shape)}", float("nan"), float("nan")
+    if out.dtype != batch.dtype:
+        return "mismatch", f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
+    bad = (~torch.isfinite(out)).sum().item()
+    if bad:
+        return "mismatch", f"output has {bad} NaN/Inf values of {out.numel()} (unwritten or overflowed)", float("inf"), float("inf")
+    rel, mx = compare(out, ref)
+    if not rel <= tol:
+        return "mismatch", f"relative error {rel:.3g} exceeds tolerance {tol:.3g}", rel, mx
+    return "ok", "", rel, mx
+
+
+def _memory_available(device: torch.device) -> Optional[int]:
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, RuntimeError):
+        return None
+
+
+def _error_text(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:300]
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+class Runner:
+    def __init__(self, sf: ScenarioFile, opts: RunOptions):
+        self.sf = sf
+        self.opts = opts
+        self.device = resolve_device(opts.device or sf.scenario.device)
+        self.device_name = device_name(self.device)
+        names = opts.backends or sf.scenario.backends or default_backends()
+        self.backend_names = list(dict.fromkeys(names))
+        unknown = [n for n in self.backend_names if n not in registry.all_names()]
+        if unknown:
+            raise registry.UnknownBackend(
+                f"unknown backend {unknown[0]!r}; valid names: {', '.join(registry.all_names())}"
+            )
+
+    @property
+    def total_rows(self) -> int:
+        return len(self.sf.cases) * len(self.backend_names)
+
+    def backend_versions(self) -> dict[str, str]:
+        out = {}
+        for n in self.backend_names:
+            try:
+                cls = registry.get_backend_class(n)
+                out[n] = cls.version() if cls.unavailable() is None else "unavailable"
+            except Exception as e:
+                out[n] = f"unavailable ({_error_text(e)})"
+        return out
+
+    def timing_config(self, case: Case) -> TimingConfig:
+        t = case.scenario.timing
+        cfg = TimingConfig(t.warmup_ms, t.measure_ms, t.min_runs, t.max_runs, t.cold_l2, t.cuda_graphs)
+        if self.opts.warm_l2:
+            cfg.cold_l2 = False
+        if self.opts.no_graphs:
+            cfg.cuda_graphs = False
+        return replace(cfg, **self.opts.timing_overrides)
+
+    def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:
+        """Yields each row as soon as it is finished. ``done``: (case_id, backend) to skip."""
+        for case in self.sf.cases:
+            todo = [b for b in self.backend_names if (case.case_id, b) not in done]
+            if todo:
+                yield from self.run_case(case, todo)
+
+    def _base_row(self, case: Case, spec: BatchSpec, name: str) -> Row:
+        return Row(
+            scenario=self.sf.name,
+            case_id=case.case_id,
+            backend=name,
+            device=self.device_name,
+            dtype=spec.dtype,
+            page_size=spec.page_size,
+            layout=spec.layout,
+            batch=describe_batch(spec),
+            num_requests=len(spec.requests),
+            num_tokens=spec.num_tokens,
+            params=dict(case.params),
+        )
+
+    def run_case(self, case: Case, names: list[str]) -> Iterator[Row]:
+        sc = case.scenario
+        spec = sc.batch_spec()
+        need = 3 * spec.memory_bytes()
+        avail = _memory_available(self.device)
+        if avail is not None and need > avail:
+            for n in names:
+                row = self._base_row(case, spec, n)
+                row.status = "skipped"
+                row.reason = f"case needs about {need / 2**30:.1f} GiB; {avail / 2**30:.1f} GiB free on {self.device}"
+                yield row
+            return
+        try:
+            batch = materialize(spec, sc.seed, self.device)
+            ref = self._reference(batch, sc.check.reference)
+        except Exception as e:  # the case itself cannot be built: every row says why
+            for n in names:
+                row = self._base_row(case, spec, n)
+                row.status, row.reason = "error", f"building the batch or reference failed: {_error_text(e)}"
+                yield row
+            _release(self.device)
+            return
+        tol = self.opts.rtol or sc.check.rtol or default_tolerance(batch.dtype)
+        work = work_of(spec)
+        ceil = None
+        if self.opts.measure_ceilings:
+            try:
+                ceil = ceilings_for(self.device, spec.dtype)
+            except Exception:
+                ceil = None
+        outputs: dict[str, torch.Tensor] = {}
+        for n in names:
+            row = self._base_row(case, spec, n)
+            row.tolerance = tol
+            row.flops, row.bytes = work.flops, work.bytes
+            try:
+                self._run_backend(row, n, batch, ref, tol, self.timing_config(case), ceil, outputs)
+            except torch.cuda.OutOfMemoryError as e:
+                row.status, row.reason = "error", f"out of memory: {_error_text(e)[:200]}"
+            except Exception as e:
+                row.status, row.reason = "error", _error_text(e)
+            _release(self.device)
+            yield row
+        if self.opts.save_tensors is not None:
+            self._save(case, batch, outputs)
+        del batch, ref, outputs
+        _release(self.device)
+
+    def _reference(self, batch: Batch, oracle: str) -> torch.Tensor:
+        if oracle == "reference":
+            return reference_attention(batch)[0]
+        be = registry.get_backend_class(oracle)()
+        return be.run(be.plan(batch)).float()
+
+    def _run_backend(self, row, name, batch, ref, tol, cfg, ceil, outputs) -> None:
+        cls = registry.get_backend_class(name)
+        row.backend_version = cls.version() if cls.unavailable() is None else ""
+        why = cls.unavailable()
+        if why:
+            row.status, row.reason = "skipped", why
+            return
+        be = cls()
+        reasons = be.unsupported(batch)
+        if reasons:
+            row.status, row.reason = "skipped", "; ".join(reasons)
+            return
+        plan = be.plan(batch)
+        row.mode = getattr(be, "mode", "") or ""
+        out = be.run(plan)
+        if batch.device.type == "cuda":
+            torch.cuda.synchronize(batch.device)
+        status, reason, row.rel_err, row.max_abs_err = check_output(out, ref, batch, tol)
+        if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
+            outputs[name] = out.detach().cpu()
+        if status != "ok":
+            row.status, row.reason = status, reason
+            return
+        del out
+        plan_samples = time_host(lambda: be.plan(batch), batch.device)
+        row.plan_ms = Summary.of(plan_samples).median
+        res = time_run(lambda: be.run(plan), batch.device, cfg, capturable=cls.capturable)
+        s = res.summary
+        row.samples_ms = [round(x, 6) for x in res.samples_ms]
+        row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
+        row.iqr_rel, row.n = s.iqr_rel, s.n
+        row.step_ms = row.plan_ms + s.median
+        row.timing_method, row.cold_l2, row.timing_note = res.method, res.cold_l2, res.note
+        st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
+        if st2 != "ok":
+            row.status, row.reason = "mismatch", f"output under {res.method} timing: {reason2}"
+            return
+        rf = roofline(work_of(batch.spec), s.median, ceil, batch.spec.dtype)
+        row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
+            rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
+        )
+        if self.opts.profile_dir is not None:
+            from .profiling import profile_row
+
+            prof = profile_row(lambda: be.plan(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row)
+            row.kernels_per_call, row.trace = prof.kernels_per_call, prof.trace
+
+    def _save(self, case: Case, batch: Batch, outputs: dict) -> None:
+        from .results import safe_name
+
+        d = Path(self.opts.save_tensors)
+        d.mkdir(parents=True, exist_ok=True)
+        blob = {
+            "q": batch.q.cpu(),
+            "k_cache": batch.k_cache.cpu(),
+            "v_cache": batch.v_cache.cpu(),
+            "block_table": batch.block_table.cpu(),
+            "query_lens": batch.query_lens.cpu(),
+            "context_lens": batch.context_lens.cpu(),
+            "kinds": batch.kinds,
+            "tree_parents": batch.tree_parents,
+            "scale": batch.scale,
+            "outputs": outputs,
+        }
+        torch.save(blob, d / f"{safe_name(case.case_id)}.pt")

@@ -1,0 +1,327 @@
+"""YAML scenario -> validated :class:`Scenario` -> sweep cases. Every user-input error is a
+:class:`ScenarioError` naming the file, the field path and the fix (never a traceback)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from .batch import DTYPES, KINDS, LAYOUTS, BatchSpec, Request
+from .batchstr import parse_batch_string
+from .trees import TreeError, parse_tree
+from .units import format_int, parse_int
+
+
+class ScenarioError(ValueError):
+    """A problem with user input; ``str()`` is the one-line message for the user."""
+
+
+SizeInt = Annotated[int, BeforeValidator(parse_int)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelShape(_Strict):
+    num_q_heads: SizeInt = Field(ge=1, le=1024)
+    num_kv_heads: SizeInt = Field(ge=1, le=1024)
+    head_dim: SizeInt = Field(ge=1, le=1024)
+    dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
+    scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5")
+
+    @model_validator(mode="after")
+    def _gqa(self):
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+
+class KVCache(_Strict):
+    page_size: SizeInt = Field(default=16, ge=1, le=4096)
+    layout: Literal["contiguous", "shuffled", "shuffled-within", "reversed", "interleaved"] = "shuffled"
+
+
+class Group(_Strict):
+    """A group of ``count`` identical requests."""
+
+    kind: Literal["prefill", "decode", "tree"]
+    count: SizeInt = Field(default=1, ge=1, le=65536)
+    context: SizeInt = Field(default=0, ge=0, le=1 << 24)
+    query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)
+    tree: Optional[dict[str, Any]] = Field(
+        default=None,
+        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..]",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if self.kind == "decode":
+            if self.query not in (None, 1):
+                raise ValueError(f"a decode has query 1, got {self.query}; use kind: prefill for more tokens")
+            self.query = 1
+        if self.kind == "prefill" and self.query is None:
+            raise ValueError("a prefill needs `query` (new tokens), e.g. query: 512")
+        if self.kind != "tree" and self.tree is not None:
+            raise ValueError("`tree` is only for kind: tree")
+        if self.kind == "tree":
+            if self.tree is None:
+                raise ValueError("kind: tree needs `tree`, e.g. tree: {chain: 4} or tree: {choices: [[0], [1]]}")
+            try:
+                parents = parse_tree(self.tree)
+            except TreeError as e:
+                raise ValueError(str(e)) from None
+            if self.query is not None and self.query != len(parents):
+                raise ValueError(f"query ({self.query}) must equal the tree's node count ({len(parents)}) or be left out")
+            self.query = len(parents)
+        return self
+
+    def requests(self) -> list[Request]:
+        parents = tuple(parse_tree(self.tree)) if self.kind == "tree" else None
+        return [Request(self.kind, self.query, self.context, parents) for _ in range(self.count)]
+
+
+class Timing(_Strict):
+    warmup_ms: float = Field(default=25.0, ge=0, description="warm-up budget per row, ms")
+    measure_ms: float = Field(default=100.0, gt=0, description="measurement budget per row, ms")
+    min_runs: int = Field(default=5, ge=1)
+    max_runs: int = Field(default=2000, ge=1)
+    cold_l2: bool = Field(default=True, description="flush the GPU's L2 before every timed call")
+    cuda_graphs: bool = Field(default=True, description="time CUDA-graph replays where the backend allows")
+
+
+class Check(_Strict):
+    reference: str = Field(default="reference", description="'reference' (exact float64) or a backend name")
+    rtol: Optional[float] = Field(default=None, gt=0, description="max ‖out−ref‖/‖ref‖; default by dtype")
+
+
+def _batch_groups(v: Any) -> Any:
+    if isinstance(v, str):
+        return parse_batch_string(v)
+    return v
+
+
+class Scenario(_Strict):
+    name: Optional[str] = None
+    description: str = ""
+    seed: SizeInt = Field(default=0, ge=0)
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    model: ModelShape
+    kv_cache: KVCache = KVCache()
+    batch: Annotated[list[Group], BeforeValidator(_batch_groups)] = Field(
+        min_length=1, description="request groups in batch order, or a string such as '2q1k_32q1s4k'"
+    )
+    sweep: Optional[dict[str, list[Any]]] = Field(
+        default=None, description="dotted path -> values; the cartesian product gives the cases"
+    )
+    backends: Optional[list[str]] = None
+    check: Check = Check()
+    timing: Timing = Timing()
+
+    def batch_spec(self) -> BatchSpec:
+        reqs = tuple(r for g in self.batch for r in g.requests())
+        return BatchSpec(
+            requests=reqs,
+            num_q_heads=self.model.num_q_heads,
+            num_kv_heads=self.model.num_kv_heads,
+            head_dim=self.model.head_dim,
+            dtype=self.model.dtype,
+            page_size=self.kv_cache.page_size,
+            layout=self.kv_cache.layout,
+            scale=self.model.scale,
+        )
+
+
+@dataclass
+class Case:
+    """One point of a sweep: its id, the swept values, and the validated scenario."""
+
+    case_id: str
+    params: dict[str, Any]
+    scenario: Scenario
+
+
+@dataclass
+class ScenarioFile:
+    path: str
+    text: str
+    raw: dict
+    scenario: Scenario
+    cases: list[Case]
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name or Path(self.path).stem
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+# -- dotted paths ---------------------------------------------------------------------------
+def _set_path(doc: Any, path: str, value: Any, where: str) -> None:
+    parts = path.split(".")
+    if not path or any(p == "" for p in parts):
+        raise ScenarioError(f"{where}: {path!r} is not a dotted path such as model.head_dim or batch.0.context")
+    node = doc
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        here = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError(f"{where}: {here}: no item {part!r} (the list has {len(node)} items, 0..{len(node) - 1})")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ScenarioError(f"{where}: {here}: cannot set a key inside a {type(node).__name__}")
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set model.head_dim=64")
+    key, value = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        return key.strip(), value
+
+
+def _slug(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return format_int(value)
+    text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
+
+
+def case_id_for(params: dict[str, Any]) -> str:
+    """A readable, file-name-safe id from the swept values, e.g. ``page_size=16,context=4k``.
+
+    Each key is shortened to its last part unless two swept keys share it."""
+    if not params:
+        return "default"
+    lasts = [k.split(".")[-1] for k in params]
+    names = [last if lasts.count(last) == 1 else key for key, last in zip(params, lasts)]
+    return ",".join(f"{n}={_slug(v)}" for n, v in zip(names, params.values()))
+
+
+# -- errors ---------------------------------------------------------------------------------
+def _format_validation_error(err: ValidationError, where: str, prefix: str = "") -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith("function-"))
+        loc = re.sub(r"\.?(Annotated|list)\[[^\]]*\]", "", loc)
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check the spelling (`attnbench schema` lists the keys)"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        field = f"{prefix}{loc}" if loc else (prefix.rstrip(": ") or "(top level)")
+        lines.append(f"{where}: {field}: {msg}")
+    return "\n".join(lines)
+
+
+def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: the file must hold a mapping (model:, batch:, ...), not {type(raw).__name__}")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as e:
+        raise ScenarioError(_format_validation_error(e, where, prefix)) from None
+
+
+# -- loading --------------------------------------------------------------------------------
+def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] = None) -> ScenarioFile:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ScenarioError(f"{path}: not valid YAML{at}: {problem}") from None
+    if raw is None:
+        raise ScenarioError(f"{path}: the file is empty; it needs at least model: and batch:")
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: the file must hold a mapping (model:, batch:, ...), not {type(raw).__name__}")
+    raw = copy.deepcopy(raw)
+    for text_ov in overrides or []:
+        key, value = _parse_override(text_ov)
+        _set_path(raw, key, value, f"--set {text_ov}")
+    base = _validate(raw, path)
+    cases = expand_sweep(raw, base, path)
+    return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases)
+
+
+def load(path: str | Path, overrides: Optional[list[str]] = None) -> ScenarioFile:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read: {e}") from None
+    return load_text(text, str(path), overrides)
+
+
+MAX_CASES = 10000
+
+
+def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
+    """The cartesian product of ``sweep`` values, each applied to the raw document and validated."""
+    sweep = base.sweep or {}
+    for key, values in sweep.items():
+        if not values:
+            raise ScenarioError(f"{path}: sweep.{key}: give at least one value")
+        if key.split(".")[0] in ("sweep", "name"):
+            raise ScenarioError(f"{path}: sweep.{key}: cannot sweep over {key.split('.')[0]}")
+    total = 1
+    for values in sweep.values():
+        total *= len(values)
+    if total > MAX_CASES:
+        raise ScenarioError(f"{path}: sweep: {total} cases is more than {MAX_CASES}; sweep fewer values")
+    keys = list(sweep)
+    cases = []
+    for combo in itertools.product(*(sweep[k] for k in keys)):
+        doc = copy.deepcopy(raw)
+        doc.pop("sweep", None)
+        if isinstance(doc.get("batch"), str):
+            try:
+                doc["batch"] = parse_batch_string(doc["batch"])
+            except ValueError as e:
+                raise ScenarioError(f"{path}: batch: {e}") from None
+        params = dict(zip(keys, combo))
+        for k, v in params.items():
+            _set_path(doc, k, v, f"{path}: sweep.{k}")
+        label = ", ".join(f"{k}={v}" for k, v in params.items())
+        sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")
+        cases.append(Case(case_id_for(params), params, sc))
+    ids = [c.case_id for c in cases]
+    if len(set(ids)) != len(ids):  # two values slugged alike: fall back to numbered ids
+        for i, c in enumerate(cases):
+            c.case_id = f"{i:03d}-{c.case_id}"
+    return cases
+
+
+def json_schema() -> dict:
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "attnbench scenario"
+    return schema

@@ -1,0 +1,182 @@
+"""One timer for every backend: CUDA graphs, CUDA events, or the CPU clock.
+
+Follows triton's ``do_bench``: warm-up and measurement are time budgets turned into call
+counts from a quick estimate; on a GPU, the L2 cache is flushed (a write of at least twice
+its size) before every timed call, outside the timed region; every per-call sample is kept.
+Under CUDA graphs, the backend's ``run`` is captured once and each sample times one replay.
+If capture fails the timer falls back to events and says so in ``note``.
+
+The output of the timed path is returned too, computed after poisoning the previous
+output with NaN, so that a graph replay (or a kernel) that leaves its output unwritten
+cannot pass the reference check.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from .stats import Summary
+
+
+@dataclass
+class TimingConfig:
+    warmup_ms: float = 25.0
+    measure_ms: float = 100.0
+    min_runs: int = 5
+    max_runs: int = 2000
+    cold_l2: bool = True
+    cuda_graphs: bool = True
+
+
+@dataclass
+class TimingResult:
+    samples_ms: list[float]
+    method: str  # "cuda-graph" | "cuda-events" | "cpu"
+    cold_l2: bool
+    output: Optional[torch.Tensor] = None
+    note: str = ""
+    summary: Summary = field(init=False)
+
+    def __post_init__(self):
+        self.summary = Summary.of(self.samples_ms)
+
+
+def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
+    est = max(estimate_ms, 1e-4)
+    warm = max(1, int(math.ceil(cfg.warmup_ms / est))) if cfg.warmup_ms > 0 else 0
+    n = int(min(cfg.max_runs, max(cfg.min_runs, math.ceil(cfg.measure_ms / est))))
+    return min(warm, cfg.max_runs), n
+
+
+def _poison(t: Optional[torch.Tensor]) -> None:
+    if isinstance(t, torch.Tensor) and t.is_floating_point():
+        t.fill_(float("nan"))
+
+
+def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult:
+    """Host wall clock around each call (the CPU has no L2 to flush the way a GPU does)."""
+    out = run()
+    t0 = time.perf_counter()
+    out = run()
+    est = (time.perf_counter() - t0) * 1e3
+    warm, n = _counts(est, cfg)
+    for _ in range(warm):
+        out = run()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        out = run()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    _poison(out)
+    final = run()
+    return TimingResult(samples, "cpu", cold_l2=False, output=final)
+
+
+class L2Flusher:
+    """Writes a buffer of twice the device's L2 size: afterwards nothing useful is cached."""
+
+    def __init__(self, device: torch.device):
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+        self.buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
+def _capture(run: Callable[[], torch.Tensor], device: torch.device):
+    """Capture ``run`` in a CUDA graph; returns (graph, static output)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up on a side stream, as torch.cuda.graphs asks
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = run()
+    torch.cuda.synchronize(device)
+    return graph, static_out
+
+
+def time_cuda(
+    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True
+) -> TimingResult:
+    device = torch.device(device)
+    note = ""
+    method = "cuda-events"
+    static_out = None
+    step: Callable[[], object] = run
+    if cfg.cuda_graphs and capturable:
+        try:
+            graph, static_out = _capture(run, device)
+            step = graph.replay
+            method = "cuda-graph"
+        except Exception as e:  # capture is not possible for this backend: say so, use events
+            torch.cuda.synchronize(device)
+            note = f"graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); timed with events"
+    elif cfg.cuda_graphs:
+        note = "backend is not graph-capturable; timed with events"
+    flush = L2Flusher(device) if cfg.cold_l2 else (lambda: None)
+    stream = torch.cuda.current_stream(device)
+
+    def timed(n: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            flush()
+            starts[i].record(stream)
+            step()
+            ends[i].record(stream)
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    est = sorted(timed(5))[2]
+    warm, n = _counts(est, cfg)
+    for _ in range(warm):
+        step()
+    samples = timed(n)
+    # The output of the timed path, after poisoning what the last call wrote.
+    if static_out is not None:
+        _poison(static_out)
+        step()
+        torch.cuda.synchronize(device)
+        final = static_out.clone()
+    else:
+        last = run()
+        _poison(last)
+        final = run()
+        torch.cuda.synchronize(device)
+    del flush
+    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note)
+
+
+def time_run(
+    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True
+) -> TimingResult:
+    """Time ``run`` on ``device``: the GPU path when it is a CUDA device, the CPU clock otherwise."""
+    if torch.device(device).type == "cuda":
+        return time_cuda(run, device, cfg, capturable)
+    return time_cpu(run, cfg)
+
+
+def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float = 50.0, max_runs: int = 20) -> list[float]:
+    """Synchronized host wall time of ``fn`` (a backend's plan), in ms; a few samples."""
+    cuda = torch.device(device).type == "cuda"
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < max_runs and (len(samples) < 3 or spent < budget_ms):
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        dt = (time.perf_counter() - t0) * 1e3
+        samples.append(dt)
+        spent += dt
+    return samples

@@ -1,0 +1,212 @@
+"""flash-attn 2 on the paged cache, through the entry points vLLM's FlashAttentionBackend uses.
+
+Routes (the one that ran is ``self.mode``, copied into each result row):
+- ``paged-kvcache``: decode-only batches (every request has one query token) through
+  ``flash_attn_with_kvcache(q [B,1,H,D], k_cache, v_cache, cache_seqlens, block_table, causal)``.
+- ``paged-varlen``: prefill / chunked prefill / mixed batches through
+  ``flash_attn_varlen_func(..., causal=True, block_table=...)`` (causal is bottom-right aligned).
+- ``chain-as-causal``: trees that are all chains are exactly a causal prefill: same call.
+- ``prefix+dense-tree+merge``: other trees. flash-attn has no arbitrary masks, so a tree
+  request is split (SEMANTICS.md): its nodes attend to the prefix (slots ``0..C-1``) through
+  ``flash_attn_varlen_func`` (paged, non-causal, with its natural-log LSE), to the tree's own
+  K/V (slots ``C..L-1``, gathered) by a small dense masked attention in torch, and the two are
+  merged by LSE. Non-tree requests of the same batch take the paged-varlen route.
+
+Plan builds every index, length and mask tensor; run only launches kernels (the tree route's
+K/V gather of ``T`` rows per tree request is part of run, as it reads the cache).
+
+Constraints: CUDA, float16/bfloat16, ``page_size % 256 == 0`` (flash-attn 2's paged kernels:
+"Paged KV cache block size must be divisible by 256"), ``num_q_heads % num_kv_heads == 0``,
+head_dim a multiple of 8 up to 256. ``ATTNBENCH_FA2_HDIM128_ONLY=1`` declares a minimal build
+with head dim 128 only (the GPU machine's, ``shared/device/build_flash_attn.sh``): other head
+dims are then skipped with that reason instead of computing garbage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from attnbench.backend import Backend
+from attnbench.batch import Batch
+from attnbench.trees import is_chain
+
+from ._common_libs import (
+    TreeSplit,
+    build_tree_split,
+    cu_seqlens,
+    dense_tree_part,
+    env_flag,
+    merge_tree_split,
+    token_ids,
+    tree_requests,
+)
+
+HDIM128_ENV = "ATTNBENCH_FA2_HDIM128_ONLY"
+
+
+@dataclass
+class _Varlen:
+    """One ``flash_attn_varlen_func`` call over a subset of requests."""
+
+    tok: Optional[torch.Tensor]  # packed token ids of these requests (None: the whole batch)
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+    block_table: torch.Tensor
+    causal: bool
+
+
+@dataclass
+class FlashAttnPlan:
+    route: str
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    scale: float
+    fns: Any
+    # paged-kvcache
+    cache_seqlens: Optional[torch.Tensor] = None
+    block_table: Optional[torch.Tensor] = None
+    # paged-varlen / chain-as-causal / the non-tree part of a tree batch
+    varlen: Optional[_Varlen] = None
+    # tree split
+    tree: Optional[TreeSplit] = None
+
+
+def _fns():
+    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+    return flash_attn_varlen_func, flash_attn_with_kvcache
+
+
+class FlashAttnBackend(Backend):
+    name = "flash-attn"
+    library = "flash_attn"
+    distribution = "flash-attn"
+    install_hint = "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)"
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        why = super().unavailable()
+        if why:
+            return why
+        try:
+            _fns()
+        except Exception as e:  # a wheel built for another torch fails here
+            return f"flash_attn does not import: {type(e).__name__}: {e}"
+        return None
+
+    def unsupported(self, batch: Batch) -> list[str]:
+        reasons = []
+        if batch.device.type != "cuda":
+            reasons.append("flash-attn runs on CUDA devices only")
+        if batch.dtype not in (torch.float16, torch.bfloat16):
+            reasons.append(f"flash-attn 2 takes float16/bfloat16, not {str(batch.dtype).replace('torch.', '')}")
+        if batch.page_size % 256:
+            reasons.append(f"flash-attn 2 needs page_size divisible by 256 (got {batch.page_size})")
+        if batch.num_q_heads % batch.num_kv_heads:
+            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
+        d = batch.head_dim
+        if env_flag(HDIM128_ENV):
+            if d != 128:
+                reasons.append(f"this flash-attn build has head_dim 128 only ({HDIM128_ENV}=1), got {d}")
+        elif d % 8 or d > 256:
+            reasons.append(f"flash-attn 2 needs head_dim a multiple of 8 and at most 256, got {d}")
+        return reasons
+
+    # -- plan -----------------------------------------------------------------------------
+    def _varlen(self, batch: Batch, reqs: list[int], whole: bool) -> _Varlen:
+        dev = batch.device
+        rs = [batch.requests[i] for i in reqs]
+        table = batch.block_table if whole else batch.block_table[torch.tensor(reqs, device=dev)].contiguous()
+        tok = None if whole else torch.tensor(token_ids(batch, reqs), dtype=torch.long, device=dev)
+        return _Varlen(
+            tok=tok,
+            cu_q=cu_seqlens([r.query for r in rs], dev),
+            cu_k=cu_seqlens([r.kv_len for r in rs], dev),
+            max_q=max(r.query for r in rs),
+            max_k=max(r.kv_len for r in rs),
+            block_table=table,
+            causal=True,
+        )
+
+    def plan(self, batch: Batch) -> FlashAttnPlan:
+        reqs = batch.requests
+        common = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, scale=batch.scale, fns=_fns())
+        trees = tree_requests(batch)
+        all_chains = all(is_chain(reqs[i].tree_parents) for i in trees)
+        if not trees and all(r.query == 1 for r in reqs):
+            self.mode = "paged-kvcache"
+            return FlashAttnPlan(
+                route=self.mode,
+                cache_seqlens=batch.kv_lens.to(torch.int32),
+                block_table=batch.block_table,
+                **common,
+            )
+        if not trees or all_chains:
+            self.mode = "chain-as-causal" if trees else "paged-varlen"
+            return FlashAttnPlan(route=self.mode, varlen=self._varlen(batch, list(range(len(reqs))), True), **common)
+        self.mode = "prefix+dense-tree+merge"
+        ts = build_tree_split(batch, trees)
+        others = [i for i in range(len(reqs)) if i not in set(trees)]
+        rest = self._varlen(batch, others, False) if others else None
+        return FlashAttnPlan(route=self.mode, tree=ts, varlen=rest, **common)
+
+    # -- run ------------------------------------------------------------------------------
+    def _run_varlen(self, p: FlashAttnPlan, v: _Varlen, q: torch.Tensor, return_lse: bool = False):
+        varlen_fn = p.fns[0]
+        res = varlen_fn(
+            q,
+            p.k_cache,
+            p.v_cache,
+            v.cu_q,
+            v.cu_k,
+            v.max_q,
+            v.max_k,
+            softmax_scale=p.scale,
+            causal=v.causal,
+            return_attn_probs=return_lse,
+            block_table=v.block_table,
+        )
+        return res
+
+    def run(self, p: FlashAttnPlan) -> torch.Tensor:
+        if p.route == "paged-kvcache":
+            kvcache_fn = p.fns[1]
+            b, hq, d = p.q.shape
+            o = kvcache_fn(
+                p.q.view(b, 1, hq, d),
+                p.k_cache,
+                p.v_cache,
+                cache_seqlens=p.cache_seqlens,
+                block_table=p.block_table,
+                softmax_scale=p.scale,
+                causal=True,
+            )
+            return o.view(b, hq, d)
+        if p.route in ("paged-varlen", "chain-as-causal"):
+            return self._run_varlen(p, p.varlen, p.q)
+        ts = p.tree
+        q_tree = p.q if ts.all_tokens else p.q[ts.tok]
+        prefix = _Varlen(None, ts.cu_q, ts.cu_k_prefix, ts.max_q, max(1, ts.max_k_prefix), ts.block_table, False)
+        o_pre, lse_pre, _ = self._run_varlen(p, prefix, q_tree, return_lse=True)
+        lse_pre = _lse_tokens_first(lse_pre, q_tree.shape[0])
+        o_t, lse_t = dense_tree_part(ts, p.q, p.k_cache, p.v_cache, p.scale)
+        o_tree = merge_tree_split(ts, o_pre, lse_pre, o_t, lse_t)
+        if ts.all_tokens:
+            return o_tree
+        out = torch.empty_like(p.q)
+        out[ts.tok] = o_tree
+        rest = p.varlen
+        out[rest.tok] = self._run_varlen(p, rest, p.q[rest.tok])
+        return out
+
+
+def _lse_tokens_first(lse: torch.Tensor, n: int) -> torch.Tensor:
+    """flash-attn's varlen LSE is ``[H, total_q]``; return ``[total_q, H]``."""
+    if lse.dim() == 2 and lse.shape[1] == n:
+        return lse.transpose(0, 1)
+    raise RuntimeError(f"unexpected flash-attn LSE shape {tuple(lse.shape)} for {n} query tokens")

@@ -1,0 +1,146 @@
+"""FlashInfer on the paged cache: the decode wrapper for decode-only batches, the prefill
+wrapper (causal, or with a custom mask) for everything else.
+
+Routes (``self.mode``, copied into each result row):
+- ``decode``: every request has one query token and no tree:
+  ``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when the GQA group is > 4, as vLLM does).
+- ``prefill-causal``: prefill / chunked prefill / mixed batches without trees:
+  ``BatchPrefillWithPagedKVCacheWrapper.plan(..., causal=True)`` (FlashInfer's causal mask is
+  bottom-right aligned, as SEMANTICS.md asks).
+- ``prefill-custom-mask``: batches with trees: the same wrapper with ``custom_mask``, every
+  request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
+  requests of the batch).
+
+``plan`` derives FlashInfer's layout from ours: ``indptr`` / ``indices`` / ``last_page_len``
+from the block table, the cache passed as the ``(k_cache, v_cache)`` tuple with
+``kv_layout="NHD"`` (ours is ``[P, page, Hkv, D]``), and calls the wrapper's ``plan()``, so
+the plan time includes FlashInfer's own scheduling. FlashInfer's LSE is base 2; this backend
+does not use it.
+
+The prefill wrapper's kernel is pinned to FlashInfer's ``fa2`` backend (its ``fa3`` one has
+no custom masks and takes far longer to JIT-compile); ``ATTNBENCH_FLASHINFER_BACKEND=auto``
+(or ``fa3``) overrides that for mask-free batches.
+
+Kernels are JIT-compiled by FlashInfer on first use (needs nvcc), unless a matching
+``flashinfer-jit-cache`` / ``flashinfer-cubin`` is installed. Validation: see the module's
+entry in the README / the closing note of issue 4.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from attnbench.backend import Backend
+from attnbench.batch import Batch
+
+from ._common_libs import custom_mask_flat, flashinfer_page_layout, tree_requests
+
+WORKSPACE_BYTES = 128 * 1024 * 1024
+HEAD_DIMS = (64, 128, 256)
+BACKEND_ENV = "ATTNBENCH_FLASHINFER_BACKEND"
+
+_workspaces: dict = {}
+
+
+def _workspace(device: torch.device) -> torch.Tensor:
+    key = str(device)
+    if key not in _workspaces:
+        _workspaces[key] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    return _workspaces[key]
+
+
+@dataclass
+class FlashInferPlan:
+    mode: str
+    wrapper: Any
+    q: torch.Tensor
+    kv: tuple
+
+
+class FlashInferBackend(Backend):
+    name = "flashinfer"
+    library = "flashinfer"
+    distribution = "flashinfer-python"
+    install_hint = "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)"
+    capturable = False  # wrappers built without use_cuda_graph=True
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        why = super().unavailable()
+        if why:
+            return why
+        try:
+            import flashinfer  # noqa: F401
+        except Exception as e:
+            return f"flashinfer does not import: {type(e).__name__}: {e}"
+        return None
+
+    def unsupported(self, batch: Batch) -> list[str]:
+        reasons = []
+        if batch.device.type != "cuda":
+            reasons.append("FlashInfer runs on CUDA devices only")
+        if batch.dtype not in (torch.float16, torch.bfloat16):
+            reasons.append(f"FlashInfer attention takes float16/bfloat16, not {str(batch.dtype).replace('torch.', '')}")
+        if batch.head_dim not in HEAD_DIMS:
+            reasons.append(f"FlashInfer attention supports head_dim {HEAD_DIMS}, got {batch.head_dim}")
+        if batch.num_q_heads % batch.num_kv_heads:
+            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
+        return reasons
+
+    def plan(self, batch: Batch) -> FlashInferPlan:
+        import flashinfer
+
+        dev = batch.device
+        hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
+        indptr, indices, last = flashinfer_page_layout(batch)
+        ws = _workspace(dev)
+        kv = (batch.k_cache, batch.v_cache)
+        trees = tree_requests(batch)
+        if not trees and all(r.query == 1 for r in batch.requests):
+            self.mode = "decode"
+            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_tensor_cores=hq // hkv > 4)
+            w.plan(
+                indptr.to(dev),
+                indices.to(dev),
+                last.to(dev),
+                hq,
+                hkv,
+                d,
+                ps,
+                q_data_type=batch.dtype,
+                kv_data_type=batch.dtype,
+                sm_scale=batch.scale,
+            )
+            return FlashInferPlan(self.mode, w, batch.q, kv)
+        qo_indptr = torch.zeros(batch.num_requests + 1, dtype=torch.int32)
+        qo_indptr[1:] = torch.cumsum(torch.tensor([r.query for r in batch.requests], dtype=torch.int32), 0)
+        kind = os.environ.get(BACKEND_ENV, "fa2") if not trees else "fa2"
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=kind)
+        extra: dict = {}
+        if trees:
+            self.mode = "prefill-custom-mask"
+            extra["custom_mask"] = custom_mask_flat(batch).to(dev)
+        else:
+            self.mode = "prefill-causal"
+            extra["causal"] = True
+        w.plan(
+            qo_indptr.to(dev),
+            indptr.to(dev),
+            indices.to(dev),
+            last.to(dev),
+            hq,
+            hkv,
+            d,
+            ps,
+            sm_scale=batch.scale,
+            q_data_type=batch.dtype,
+            kv_data_type=batch.dtype,
+            **extra,
+        )
+        return FlashInferPlan(self.mode, w, batch.q, kv)
+
+    def run(self, p: FlashInferPlan) -> torch.Tensor:
+        return p.wrapper.run(p.q, p.kv)

@@ -1,0 +1,249 @@
+"""xformers: paged attention through ``memory_efficient_attention`` with its paged
+block-diagonal biases, and trees through ``xformers.ops.tree_attention``.
+
+Routes (``self.mode``, copied into each result row):
+- ``paged``: non-tree requests. One ``memory_efficient_attention_forward`` call over the whole
+  cache viewed as one long sequence ``[1, P*page, Hkv, G, D]`` (BMGHK; GQA by a stride-0
+  expand), with ``BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(...).make_paged(
+  block_table, page_size, PagedBlockDiagonalCausalWithOffsetPaddedKeysMask)`` (causal,
+  bottom-right aligned per request).
+- ``tree_attention``: tree requests. ``tree_attention`` takes ONE tree for the whole batch
+  (its spec bias is one ``[T, T]`` tensor): every tree request of a batch must have the same
+  parent array, or the batch is skipped with that reason. The prefix is paged
+  (``PagedBlockDiagonalPaddedKeysMask``, kv length = context), the tree's own K/V (slots
+  ``C..L-1``) is passed dense: gathered by an index built in plan.
+- ``paged+tree_attention``: both in one batch (two calls, outputs scattered back).
+
+Constraints: CUDA, ``page_size % 64 == 0`` (the split-K kernel's key block, required by the
+paged biases), ``num_q_heads % num_kv_heads == 0``.
+
+Triton-only mode (opt-in): ``ATTNBENCH_XFORMERS_TRITON_ONLY=1``.
+xformers' C++/CUDA extension is built for one torch version. When it does not load (e.g. the
+0.0.35 wheel, built for torch 2.10, under torch 2.11), xformers refuses even its Triton
+kernels, and this backend is unavailable with that reason. With
+``ATTNBENCH_XFORMERS_TRITON_ONLY=1`` the backend sets
+``xformers.ops.fmha.common._built_with_cuda = True`` before its first call, which lets the
+Triton split-K kernel (``triton_splitk.FwOp``) run, and uses that kernel explicitly for every
+call. Every row then says ``triton-only`` in its mode. That kernel takes causal query blocks
+of at most 16 tokens, all of equal length: longer or uneven prefill batches are skipped in
+that mode with the reason (they need the CUDA extension's flash kernels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from attnbench.backend import Backend
+from attnbench.batch import Batch
+
+from ._common_libs import env_flag, token_ids, tree_requests
+
+TRITON_ONLY_ENV = "ATTNBENCH_XFORMERS_TRITON_ONLY"
+PAGE_MULTIPLE = 64
+TRITON_MAX_CAUSAL_Q = 16
+
+
+def _extension_error() -> Optional[str]:
+    """Why xformers' C++/CUDA extension did not load, or None (imports xformers)."""
+    from xformers import _cpp_lib
+
+    exc = getattr(_cpp_lib, "_cpp_library_load_exception", None)
+    if exc is None:
+        return None
+    first = str(exc).strip().splitlines()
+    return " ".join(line.strip() for line in first[:3])
+
+
+def triton_only() -> bool:
+    """True when xformers runs in Triton-only mode: its extension failed and the user opted in."""
+    return env_flag(TRITON_ONLY_ENV) and _extension_error() is not None
+
+
+def _enable_triton_only() -> None:
+    import xformers.ops.fmha.common as common
+
+    common._built_with_cuda = True
+
+
+@dataclass
+class XformersPlan:
+    mode: str
+    q: torch.Tensor  # [N, Hq, D]
+    k: torch.Tensor  # [1, P*page, Hkv, G, D]  (stride-0 expand over G)
+    v: torch.Tensor
+    scale: float
+    op: Any  # explicit forward op (triton split-K) or None (xformers' dispatch)
+    xops: Any
+    # non-tree part
+    paged_tok: Optional[torch.Tensor] = None  # None: all tokens
+    paged_bias: Any = None
+    # tree part
+    tree_tok: Optional[torch.Tensor] = None
+    tree_b: int = 0
+    tree_t: int = 0
+    tree_slot: Optional[torch.Tensor] = None  # [Bt*T] long rows of the flattened cache
+    spec_bias: Optional[torch.Tensor] = None  # [T, T] 0 / -inf, q dtype
+    prefix_bias: Any = None
+
+
+class XformersBackend(Backend):
+    name = "xformers"
+    library = "xformers"
+    distribution = "xformers"
+    install_hint = "pip install 'attnbench[xformers]' (the wheel must match your torch version)"
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        why = super().unavailable()
+        if why:
+            return why
+        try:
+            err = _extension_error()
+            import xformers.ops  # noqa: F401
+        except Exception as e:
+            return f"xformers does not import: {type(e).__name__}: {e}"
+        if err is not None and not env_flag(TRITON_ONLY_ENV):
+            return (
+                f"xformers' C++/CUDA extension does not load with torch {torch.__version__} ({err}); "
+                f"set {TRITON_ONLY_ENV}=1 to run its Triton split-K kernels only"
+            )
+        return None
+
+    def unsupported(self, batch: Batch) -> list[str]:
+        reasons = []
+        if batch.device.type != "cuda":
+            reasons.append("xformers' paged kernels run on CUDA devices only")
+        if batch.page_size % PAGE_MULTIPLE:
+            reasons.append(
+                f"xformers paged attention needs page_size divisible by {PAGE_MULTIPLE} "
+                f"(the split-K kernel's key block), got {batch.page_size}"
+            )
+        if batch.num_q_heads % batch.num_kv_heads:
+            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
+        trees = tree_requests(batch)
+        shapes = {batch.requests[i].tree_parents for i in trees}
+        if len(shapes) > 1:
+            reasons.append(
+                f"xformers tree_attention takes one tree for the whole batch; this batch has {len(shapes)} tree shapes"
+            )
+        if trees and abs(batch.scale - batch.head_dim ** -0.5) > 1e-12 * batch.scale:
+            reasons.append("xformers tree_attention has no scale argument (it uses head_dim ** -0.5)")
+        if any(batch.requests[i].context == 0 for i in trees):
+            reasons.append("xformers tree_attention needs a prefix (context >= 1) for every tree request")
+        others = [r for r in batch.requests if r.tree_parents is None]
+        if others and self._triton_only_reason_check():
+            qs = {r.query for r in others}
+            if max(qs) > TRITON_MAX_CAUSAL_Q or len(qs) > 1:
+                reasons.append(
+                    f"xformers triton-only mode: the split-K kernel takes causal query blocks of at most "
+                    f"{TRITON_MAX_CAUSAL_Q} tokens, all of equal length (got {sorted(qs)[:4]}); "
+                    "longer prefill needs xformers' CUDA extension"
+                )
+        return reasons
+
+    @staticmethod
+    def _triton_only_reason_check() -> bool:
+        try:
+            return triton_only()
+        except Exception:
+            return False
+
+    def plan(self, batch: Batch) -> XformersPlan:
+        import xformers.ops as xops
+        from xformers.ops.fmha import attn_bias as ab
+
+        tonly = triton_only()
+        op = None
+        if tonly:
+            _enable_triton_only()
+            from xformers.ops.fmha import triton_splitk
+
+            op = triton_splitk.FwOp
+        dev = batch.device
+        hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
+        g = hq // hkv
+        npages = batch.k_cache.shape[0]
+        k = batch.k_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
+        v = batch.v_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
+        p = XformersPlan(mode="", q=batch.q, k=k, v=v, scale=batch.scale, op=op, xops=xops)
+
+        trees = tree_requests(batch)
+        others = [i for i in range(batch.num_requests) if i not in set(trees)]
+        table = batch.block_table
+        if others:
+            rs = [batch.requests[i] for i in others]
+            rows = table if not trees else table[torch.tensor(others, device=dev)].contiguous()
+            bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
+                q_seqlen=[r.query for r in rs],
+                kv_padding=rows.shape[1] * ps,
+                kv_seqlen=[r.kv_len for r in rs],
+                device=dev,
+            )
+            p.paged_bias = bias.make_paged(
+                block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
+            )
+            if trees:
+                p.paged_tok = torch.tensor(token_ids(batch, others), dtype=torch.long, device=dev)
+        if trees:
+            rs = [batch.requests[i] for i in trees]
+            parents = rs[0].tree_parents
+            t = len(parents)
+            from attnbench.trees import ancestor_mask
+
+            spec = torch.full((t, t), float("-inf"), dtype=batch.dtype)
+            spec.masked_fill_(ancestor_mask(parents), 0.0)
+            p.spec_bias = spec.to(dev)
+            rows = table if not others else table[torch.tensor(trees, device=dev)].contiguous()
+            p.prefix_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
+                q_seqlen=[t] * len(trees), kv_seqlen=[r.context for r in rs], block_tables=rows, page_size=ps, device=dev
+            )
+            tcpu = table.cpu().long()
+            slots = []
+            for i, r in zip(trees, rs):
+                j = torch.arange(r.context, r.kv_len)
+                slots.append(tcpu[i, j // ps] * ps + j % ps)
+            p.tree_slot = torch.cat(slots).to(dev)
+            p.tree_b, p.tree_t = len(trees), t
+            if others:
+                p.tree_tok = torch.tensor(token_ids(batch, trees), dtype=torch.long, device=dev)
+        route = "paged+tree_attention" if (trees and others) else ("tree_attention" if trees else "paged")
+        self.mode = f"triton-only {route}" if tonly else route
+        p.mode = self.mode
+        return p
+
+    def run(self, p: XformersPlan) -> torch.Tensor:
+        n, hq, d = p.q.shape
+        hkv, g = p.k.shape[2], p.k.shape[3]
+        out = None
+        if p.paged_bias is not None:
+            q = p.q if p.paged_tok is None else p.q[p.paged_tok]
+            o = p.xops.memory_efficient_attention_forward(
+                q.view(1, q.shape[0], hkv, g, d), p.k, p.v, attn_bias=p.paged_bias, scale=p.scale, op=p.op
+            ).view(q.shape[0], hq, d)
+            if p.paged_tok is None:
+                return o
+            out = torch.empty_like(p.q)
+            out[p.paged_tok] = o
+        b, t = p.tree_b, p.tree_t
+        q = p.q if p.tree_tok is None else p.q[p.tree_tok]
+        kf = p.k[0, :, :, 0]  # [P*page, Hkv, D], a view of the cache
+        vf = p.v[0, :, :, 0]
+        sk = kf[p.tree_slot].view(b, t, hkv, 1, d).expand(b, t, hkv, g, d)
+        sv = vf[p.tree_slot].view(b, t, hkv, 1, d).expand(b, t, hkv, g, d)
+        o = p.xops.tree_attention(
+            q.view(b, t, hkv, g, d),
+            sk,
+            sv,
+            p.k,
+            p.v,
+            p.spec_bias,
+            p.prefix_bias,
+            prefix_op=p.op,
+            suffix_op=p.op,
+        ).reshape(b * t, hq, d)
+        if out is None:
+            return o
+        out[p.tree_tok] = o
+        return out

@@ -1,0 +1,181 @@
+"""Triton kernels of the ``triton`` backend: paged + tree attention with split-KV, and the merge.
+
+``paged_attention_kernel``: one program per (unit, KV head); a unit is a block of query
+tokens of one request and a range of key tiles (see triton_plan.py). The M side of every
+``tl.dot`` is ``G`` query heads x ``BLOCK_Q`` tokens (row m = token m // G, head m % G), so
+K/V are read from the paged cache once per KV head, straight through the block table:
+slot j lives at ``page = block_table[req, j // PAGE]``, offset ``j % PAGE``. This works for
+any page size (1 to 256); a tile may span pages.
+
+Key tiles below ``full_end`` are visible to every row of the unit and run without a mask;
+the remaining tiles (the causal diagonal, or a tree's own nodes) apply the mask:
+prefill/decode ``j <= ctx + i``; tree ``j < ctx`` or bit ``j - ctx`` of the row's ancestor
+bitmask (int64 words, ``ANC[token, w]``).
+
+Softmax runs in base 2 (scores scaled by ``scale * log2(e)``). A unit whose row block is
+not split writes the output directly; a split one writes a float32 partial output and its
+natural-log LSE (``-inf`` when the row saw no key in that split), merged by
+``merge_kernel``.
+
+The CPU interpreter (TRITON_INTERPRET=1) is read by ``triton.jit`` when this module is
+imported: ``INTERPRETED`` records which mode the kernels were built for.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+try:  # triton >= 3.2 has knobs; fall back to the environment for older versions
+    INTERPRETED = bool(triton.knobs.runtime.interpret)
+except AttributeError:  # pragma: no cover
+    import os
+
+    INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = s * qk_scale
+    if MASKED:
+        s = tl.where(allowed, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASKED:
+        # a row that has seen no key yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0)
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_sub = m_new
+    p = tl.math.exp2(s - m_sub[:, None])
+    alpha = tl.math.exp2(m_i - m_sub)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if IEEE:
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + pv
+    return m_new, l_i, acc
+
+
+@triton.jit
+def paged_attention_kernel(
+    Q, K, V, Out, PO, PL, BT, UNITS, ANC,
+    stride_qt, stride_qh,
+    stride_kp, stride_ks, stride_kh,
+    stride_vp, stride_vs, stride_vh,
+    stride_ot, stride_oh,
+    stride_pos, stride_por, stride_poh,
+    stride_pls, stride_plr,
+    stride_bt, stride_anc,
+    qk_scale,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
+):
+    unit = tl.program_id(0)
+    kvh = tl.program_id(1)
+    meta = UNITS + unit * UNIT_COLS
+    req = tl.load(meta + 0)
+    q_start = tl.load(meta + 1)
+    q_count = tl.load(meta + 2)
+    ctx = tl.load(meta + 3)
+    kv_lo = tl.load(meta + 4)
+    kv_hi = tl.load(meta + 5)
+    full_end = tl.load(meta + 6)
+    split = tl.load(meta + 7)
+    prow = tl.load(meta + 8)
+    is_tree = tl.load(meta + 9)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    qi = offs_m // G
+    head = kvh * G + offs_m % G
+    row_ok = (qi < q_count) & (offs_m < BLOCK_Q * G)
+    tok = (q_start + qi).to(tl.int64)
+    q = tl.load(Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    bt_row = BT + req.to(tl.int64) * stride_bt
+    k_base = K + kvh * stride_kh
+    v_base = V + kvh * stride_vh
+
+    # 1) tiles every row sees in full: no mask, no bounds checks
+    mid = tl.maximum(tl.minimum(kv_hi, (full_end // BLOCK_N) * BLOCK_N), kv_lo)
+    for start in range(kv_lo, mid, BLOCK_N):
+        slots = start + offs_n
+        page = tl.load(bt_row + slots // PAGE).to(tl.int64)
+        within = slots % PAGE
+        k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
+        v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
+
+    # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
+    for start in range(mid, kv_hi, BLOCK_N):
+        slots = start + offs_n
+        in_range = slots < kv_hi
+        page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
+        within = slots % PAGE
+        k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :],
+                    mask=in_range[:, None], other=0.0)
+        v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :],
+                    mask=in_range[:, None], other=0.0)
+        allowed = slots[None, :] <= (ctx + qi)[:, None]
+        if HAS_TREE:
+            rel = slots - ctx
+            need = row_ok[:, None] & ((rel >= 0) & (rel < 64 * stride_anc) & in_range)[None, :]
+            word = tl.load(ANC + tok[:, None] * stride_anc + (rel // 64)[None, :], mask=need, other=0)
+            bit = ((word >> (rel % 64).to(tl.int64)[None, :]) & 1) != 0
+            tree_ok = (slots < ctx)[None, :] | bit
+            allowed = tl.where(is_tree != 0, tree_ok, allowed)
+        # padding rows see every key in range (finite, never stored)
+        allowed = (allowed | (~row_ok)[:, None]) & in_range[None, :]
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, IEEE)
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if prow < 0:
+        tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                 o.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        prow_m = (prow + qi).to(tl.int64)
+        tl.store(PO + split * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
+                 + offs_d[None, :], o, mask=row_ok[:, None])
+        lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
+
+
+@triton.jit
+def merge_kernel(
+    Out, PO, PL, MERGE,
+    stride_ot, stride_oh,
+    stride_pos, stride_por, stride_poh,
+    stride_pls, stride_plr,
+    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
+):
+    """One program per (split row, query head): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max)."""
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    tok = tl.load(MERGE + 2 * r).to(tl.int64)
+    ns = tl.load(MERGE + 2 * r + 1)
+    offs_s = tl.arange(0, SPLITS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    sm = offs_s < ns
+    lse = tl.load(PL + offs_s * stride_pls + r * stride_plr + h, mask=sm, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - m)
+    o = tl.load(PO + offs_s[:, None] * stride_pos + r * stride_por + h * stride_poh + offs_d[None, :],
+                mask=sm[:, None], other=0.0)
+    num = tl.sum(w[:, None] * o, 0)
+    den = tl.sum(w, 0)
+    den = tl.where(den > 0.0, den, 1.0)
+    tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty))

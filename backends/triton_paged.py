@@ -1,0 +1,157 @@
+"""attnbench's own Triton backend: paged + tree attention read straight from the paged cache.
+
+One launch computes every request kind of SEMANTICS.md (prefill, chunked prefill, decode,
+tree) for the whole batch, reading K/V through the block table (no gather), any page size
+from 1 to 256. GQA: the G query heads of a KV head share one program, so K/V are read once
+per KV head. Trees use per-token ancestor bitmasks (64 nodes per int64 word). Long contexts
+with few queries are split across programs (split-KV) and merged by LSE in a second small
+kernel. ``plan`` does all host-side work (triton_plan.py); ``run`` only launches kernels
+(triton_kernels.py) into preallocated buffers, so it can be captured in a CUDA graph.
+
+On CPU tensors the kernels run under Triton's interpreter, which must be switched on with
+``TRITON_INTERPRET=1`` before the kernels are imported (float32/float16 only there).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from attnbench.backend import Backend
+from attnbench.batch import Batch
+
+from . import triton_plan as tp
+
+HEAD_DIMS = (32, 64, 128, 256)
+MAX_PAGE_SIZE = 256
+MAX_GROUP = 128
+_KERNELS = "attnbench.backends.triton_kernels"
+
+
+@dataclass
+class TritonPlan:
+    batch: Batch
+    cfg: tp.Config
+    units: torch.Tensor  # [U, UNIT_COLS] int32
+    merge: torch.Tensor  # [R, 2] int32: (token, splits)
+    num_merge: int  # R: query tokens whose row block was split
+    anc: torch.Tensor  # [N, W] int64 ancestor bitmasks
+    has_tree: bool
+    out: torch.Tensor  # [N, Hq, D] batch dtype
+    po: torch.Tensor  # [S, R, Hq, D] float32 partial outputs
+    pl: torch.Tensor  # [S, R, Hq] float32 partial LSEs (natural log)
+    splits_p2: int
+    qk_scale: float
+
+
+def _interpret_wanted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_mode() -> Optional[str]:
+    """How this process imported triton: "interpreted", "compiled", or None (not yet).
+
+    ``triton.jit`` reads TRITON_INTERPRET at import time (triton.language's own helpers
+    such as ``tl.zeros`` included), so the mode cannot change afterwards."""
+    tl = sys.modules.get("triton.language")
+    if tl is None:
+        return None
+    return "interpreted" if type(tl.standard.zeros).__name__ == "InterpretedFunction" else "compiled"
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    library = "triton"
+    distribution = "triton"
+    install_hint = "pip install attnbench[triton]"
+
+    def __init__(self, splits: Optional[int] = None, **config: Any) -> None:
+        """``splits``: force this many KV splits per row block (None: the plan's heuristic).
+        ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
+        self.splits = splits
+        self.config = config
+
+    def unsupported(self, batch: Batch) -> list[str]:
+        reasons = []
+        if batch.head_dim not in HEAD_DIMS:
+            reasons.append(f"head_dim {batch.head_dim} not supported (supported: {', '.join(map(str, HEAD_DIMS))})")
+        if batch.num_q_heads % batch.num_kv_heads:
+            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
+        elif batch.num_q_heads // batch.num_kv_heads > MAX_GROUP:
+            reasons.append(f"GQA group {batch.num_q_heads // batch.num_kv_heads} > {MAX_GROUP}")
+        if batch.page_size > MAX_PAGE_SIZE:
+            reasons.append(f"page_size {batch.page_size} > {MAX_PAGE_SIZE}")
+        if batch.device.type == "cpu":
+            if not _interpret_wanted():
+                reasons.append("triton runs on CPU tensors only in its interpreter: set TRITON_INTERPRET=1")
+            if batch.dtype == torch.bfloat16:
+                reasons.append("bfloat16 under the Triton interpreter gives wrong tl.dot results; use float32/float16")
+        elif batch.device.type != "cuda":
+            reasons.append(f"device {batch.device.type} not supported (cuda, or cpu under TRITON_INTERPRET=1)")
+        mode = triton_mode()
+        want = "interpreted" if batch.device.type == "cpu" else "compiled"
+        if mode is not None and mode != want and (want == "compiled" or _interpret_wanted()):
+            reasons.append(f"triton was already imported {mode} in this process (it reads "
+                           f"TRITON_INTERPRET at import); run {want} in a new process")
+        for name, t in (("q", batch.q), ("k_cache", batch.k_cache), ("v_cache", batch.v_cache)):
+            if t.stride(-1) != 1:
+                reasons.append(f"{name} must have a contiguous last dimension")
+        return reasons
+
+    def plan(self, batch: Batch) -> TritonPlan:
+        dev = batch.device
+        cfg = tp.choose_config(batch, **self.config)
+        units, merge, max_splits = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits)
+        anc, has_tree = tp.tree_words(batch)
+        n, hq, d = batch.q.shape
+        r = merge.shape[0]
+        s = max_splits if r else 1
+        return TritonPlan(
+            batch=batch,
+            cfg=cfg,
+            units=units.to(dev),
+            merge=merge.to(dev) if r else torch.zeros(1, 2, dtype=torch.int32, device=dev),
+            num_merge=r,
+            anc=anc.to(dev),
+            has_tree=has_tree,
+            out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
+            po=torch.empty(s, max(r, 1), hq, d, dtype=torch.float32, device=dev),
+            pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
+            splits_p2=tp.next_pow2(max(2, s)),
+            qk_scale=batch.scale * math.log2(math.e),
+        )
+
+    def run(self, p: TritonPlan) -> torch.Tensor:
+        from . import triton_kernels as tk
+
+        b, cfg = p.batch, p.cfg
+        q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+        g = b.num_q_heads // b.num_kv_heads
+        tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
+            q, k, v, out, po, pl, b.block_table, p.units, p.anc,
+            q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1),
+            po.stride(0), po.stride(1), po.stride(2),
+            pl.stride(0), pl.stride(1),
+            b.block_table.stride(0), p.anc.stride(0),
+            p.qk_scale,
+            G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
+            BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
+            UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if p.num_merge:
+            tk.merge_kernel[(p.num_merge, b.num_q_heads)](
+                out, po, pl, p.merge,
+                out.stride(0), out.stride(1),
+                po.stride(0), po.stride(1), po.stride(2),
+                pl.stride(0), pl.stride(1),
+                HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, num_warps=4,
+            )
+        return out

@@ -1,0 +1,28 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("ATTNBENCH_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "attnbench"))
+
+from attnbench.batch import BatchSpec, Request, materialize  # noqa: E402
+
+
+def make_batch(requests, *, hq=4, hkv=2, d=32, dtype="float32", page_size=4, layout="shuffled", seed=0, device="cpu"):
+    spec = BatchSpec(tuple(requests), hq, hkv, d, dtype, page_size, layout)
+    return materialize(spec, seed, device)
+
+
+@pytest.fixture
+def mixed_requests():
+    return [
+        Request("decode", 1, 37),
+        Request("prefill", 13, 20),
+        Request("tree", 6, 11, (-1, 0, 0, 1, 1, 2)),
+        Request("prefill", 5, 0),
+        Request("decode", 1, 0),
+    ]
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()

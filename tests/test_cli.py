@@ -1,0 +1,178 @@
+"""`attnbench run/validate/schema/backends` through the real command line (CliRunner)."""
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+
+runner = CliRunner()
+
+TINY = textwrap.dedent(
+    """
+    name: tiny
+    seed: 3
+    device: cpu
+    model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+    kv_cache: {page_size: 4, layout: shuffled}
+    batch:
+      - {kind: decode, count: 2, context: 19}
+      - {kind: prefill, count: 1, query: 5, context: 3}
+      - {kind: tree, count: 1, context: 7, tree: {choices: [[0], [1], [0, 0]]}}
+    sweep:
+      kv_cache.page_size: [4, 8]
+    backends: [reference, sdpa]
+    timing: {warmup_ms: 1, measure_ms: 5, min_runs: 3}
+    """
+)
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+def test_run_writes_a_run_folder(tiny, tmp_path):
+    out = tmp_path / "run"
+    tensors = tmp_path / "tensors"
+    r = runner.invoke(app, ["run", str(tiny), "--out", str(out), "--save-tensors", str(tensors), "-q"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out / "results.csv")
+    assert len(df) == 4
+    for col in ["case_id", "backend", "status", "reason", "plan_ms", "median_ms", "rel_err", "max_abs_err", "kv_cache.page_size"]:
+        assert col in df.columns
+    assert set(df.status) == {"ok"}
+    assert (df.median_ms > 0).all() and (df.n >= 3).all()
+    assert sorted(df["kv_cache.page_size"].unique()) == [4, 8]
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "complete" and man["seed"] == 3
+    for k in ("command", "scenario_text", "scenario_sha256", "start_time", "end_time", "environment"):
+        assert k in man
+    assert man["environment"]["torch"] == torch.__version__
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert all(len(r["samples_ms"]) == r["n"] for r in rows)
+    # saved tensors load with weights_only and reproduce the case
+    blob = torch.load(tensors / "page_size=4.pt", weights_only=True)
+    assert blob["q"].shape == (2 + 5 + 4, 4, 16)
+    assert blob["k_cache"].shape[1:] == (4, 2, 16)
+    assert blob["block_table"].dtype == torch.int32
+    assert blob["kinds"] == ["decode", "decode", "prefill", "tree"]
+    assert blob["tree_parents"][3] == [-1, 0, 0, 1]
+    assert set(blob["outputs"]) == {"reference", "sdpa"}
+    assert "page_size=4" in r.output and "sdpa" in r.output
+
+
+def test_set_override_and_backend_flag(tiny, tmp_path):
+    r = runner.invoke(
+        app, ["run", str(tiny), "--out", str(tmp_path / "o"), "--set", "model.head_dim=8", "--set", "sweep={}", "-b", "sdpa", "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert list(df.backend) == ["sdpa"] and list(df.case_id) == ["default"]
+
+
+BAD = [
+    ("model: {num_q_heads: 4, num_kv_heads: 3, head_dim: 16}\nbatch: '1q1s4'", "model", "multiple of num_kv_heads"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16}\nbatch: [{kind: tree, context: 3, tree: {choices: [[1, 0]]}}]", "batch.0", "add [1]"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16}\nbatch: 'garbage'", "batch", "<count>q<query>"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16}\nbatch: '1q4'\nkv_cache: {page_size: 0}", "kv_cache.page_size", "greater than or equal to 1"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16}\nbatch: '1q4'\nsweep: {batch.3.context: [1]}", "sweep.batch.3.context", "no item"),
+    ("batch: '1q4'", "model", "required"),
+    ("{{{", "", "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize("text, field, needle", BAD)
+def test_bad_scenarios_are_one_message_exit_2(tmp_path, text, field, needle):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    for cmd in (["run", str(p), "-q"], ["validate", str(p)]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 2, r.output
+        assert "Traceback" not in r.output
+        assert str(p) in r.output and field in r.output and needle in r.output
+
+
+def test_bad_flags(tiny, tmp_path):
+    r = runner.invoke(app, ["run", str(tiny), "-b", "nope", "-q"])
+    assert r.exit_code == 2 and "unknown backend 'nope'" in r.output and "sdpa" in r.output
+    r = runner.invoke(app, ["run", str(tiny), "--set", "model.head_dim", "-q"])
+    assert r.exit_code == 2 and "KEY=VALUE" in r.output
+    r = runner.invoke(app, ["run", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and "no such scenario file" in r.output
+
+
+def test_validate_and_schema(tiny):
+    r = runner.invoke(app, ["validate", str(tiny), "scenarios/quickstart.yaml"])
+    assert r.exit_code == 0 and "2 case(s)" in r.output
+    r = runner.invoke(app, ["schema"])
+    schema = json.loads(r.output)
+    assert "model" in schema["properties"] and "batch" in schema["properties"]
+
+
+BROKEN_BACKENDS = '''
+import torch
+from attnbench.backend import Backend
+
+class Wrong(Backend):
+    name = "wrong"
+    def plan(self, batch):
+        return batch
+    def run(self, batch):
+        return torch.ones_like(batch.q)
+
+class Raises(Backend):
+    name = "raises"
+    def plan(self, batch):
+        raise RuntimeError("kernel exploded")
+    def run(self, plan):
+        pass
+
+class Stale(Backend):
+    """Computes once in plan and returns that buffer forever: the poisoned re-check catches it."""
+    name = "stale"
+    def plan(self, batch):
+        from attnbench.reference import reference_attention
+        return reference_attention(batch)[0].to(batch.dtype)
+    def run(self, out):
+        return out
+
+class Picky(Backend):
+    name = "picky"
+    def unsupported(self, batch):
+        return [f"page_size {batch.page_size} not supported; use 256"]
+    def plan(self, batch):
+        return None
+    def run(self, plan):
+        return None
+'''
+
+
+def test_failing_backends_are_rows_and_good_rows_survive(tiny, tmp_path):
+    f = tmp_path / "broken.py"
+    f.write_text(BROKEN_BACKENDS)
+    out = tmp_path / "run"
+    args = ["run", str(tiny), "--out", str(out), "--backend-file", str(f), "-q"]
+    for b in ("sdpa", "wrong", "raises", "stale", "picky"):
+        args += ["-b", b]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    df = pd.read_csv(out / "results.csv", keep_default_na=False)
+    by = {b: df[df.backend == b] for b in df.backend.unique()}
+    assert set(by["sdpa"].status) == {"ok"}
+    assert set(by["wrong"].status) == {"mismatch"} and "exceeds tolerance" in by["wrong"].reason.iloc[0]
+    assert set(by["raises"].status) == {"error"} and "kernel exploded" in by["raises"].reason.iloc[0]
+    assert set(by["stale"].status) == {"mismatch"} and "NaN" in by["stale"].reason.iloc[0]
+    assert set(by["picky"].status) == {"skipped"} and "use 256" in by["picky"].reason.iloc[0]
+    assert len(df) == 10
+
+
+def test_backends_command():
+    r = runner.invoke(app, ["backends"])
+    assert r.exit_code == 0
+    assert "sdpa" in r.output and "flash-attn" in r.output

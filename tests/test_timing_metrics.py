@@ -1,0 +1,99 @@
+"""Statistics, the CPU timer and its fallbacks, and FLOP/byte counts against hand-computed batches."""
+import math
+
+import pytest
+import torch
+
+from attnbench.batch import BatchSpec, Request
+from attnbench.metrics import Ceilings, allowed_pairs, roofline, work_of
+from attnbench.stats import Summary, quantile
+from attnbench.timing import TimingConfig, _counts, time_host, time_run
+
+
+def test_summary():
+    s = Summary.of([5.0, 1.0, 2.0, 4.0, 3.0])
+    assert s.n == 5 and s.median == 3.0 and s.min == 1.0 and s.mean == 3.0
+    assert s.p20 == pytest.approx(1.8) and s.p80 == pytest.approx(4.2)
+    assert s.iqr_rel == pytest.approx((4.0 - 2.0) / 3.0)
+    assert quantile([1.0, 2.0], 0.5) == 1.5
+    assert math.isnan(Summary.of([]).median)
+
+
+def test_budgets_become_counts():
+    cfg = TimingConfig(warmup_ms=10, measure_ms=100, min_runs=5, max_runs=1000)
+    assert _counts(1.0, cfg) == (10, 100)
+    assert _counts(50.0, cfg) == (1, 5)  # min_runs wins
+    assert _counts(1e-6, cfg)[1] == 1000  # max_runs wins
+
+
+def test_cpu_timer_keeps_raw_samples_and_poisons_before_the_final_call():
+    calls = []
+    buf = torch.ones(4)
+
+    def run():
+        calls.append(1)
+        return buf  # never rewritten: the poisoned final output shows it
+
+    res = time_run(run, torch.device("cpu"), TimingConfig(warmup_ms=0, measure_ms=1, min_runs=7, max_runs=7))
+    assert res.method == "cpu" and res.cold_l2 is False
+    assert len(res.samples_ms) == 7 and all(x >= 0 for x in res.samples_ms)
+    assert torch.isnan(res.output).all()
+    assert len(calls) == 2 + 7 + 1  # estimate x2, samples, final (no warm-up budget)
+
+
+def test_cpu_timer_output_of_an_honest_run():
+    x = torch.randn(8)
+    res = time_run(lambda: x * 2, torch.device("cpu"), TimingConfig(warmup_ms=1, measure_ms=2))
+    assert torch.equal(res.output, x * 2)
+
+
+def test_time_host_samples():
+    s = time_host(lambda: sum(range(1000)), torch.device("cpu"), budget_ms=1, max_runs=5)
+    assert 3 <= len(s) <= 5
+
+
+def test_gpu_timing_falls_back_to_cpu_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    res = time_run(lambda: torch.ones(2), torch.device("cpu"), TimingConfig(measure_ms=1))
+    assert res.method == "cpu"
+
+
+def spec(reqs, hq=4, hkv=2, d=8, dtype="bfloat16", ps=4):
+    return BatchSpec(tuple(reqs), hq, hkv, d, dtype, ps, "contiguous")
+
+
+def test_flops_by_hand():
+    # decode over 10 cached tokens: 1 query sees 11 keys
+    assert allowed_pairs(spec([Request("decode", 1, 10)])) == 11
+    # prefill of 3 with context 2: 3 + 4 + 5 keys
+    assert allowed_pairs(spec([Request("prefill", 3, 2)])) == 12
+    # tree [-1, 0, 0, 1] with context 5: every node sees 5 + its depth + 1
+    assert allowed_pairs(spec([Request("tree", 4, 5, (-1, 0, 0, 1))])) == 4 * 5 + (1 + 2 + 2 + 3)
+    w = work_of(spec([Request("prefill", 3, 2)], hq=4, d=8))
+    assert w.flops == 12 * 4 * 4 * 8
+
+
+def test_bytes_by_hand():
+    s = spec([Request("decode", 1, 10), Request("tree", 4, 5, (-1, 0, 0, 1))], hq=4, hkv=2, d=8, dtype="bfloat16", ps=4)
+    kv = 2 * (11 + 9) * 2 * 8 * 2  # K and V, kv_len slots, Hkv, D, 2 bytes
+    qo = 2 * 5 * 4 * 8 * 2
+    table = 4 * (3 + 3)  # ceil(11/4) + ceil(9/4) int32 entries
+    lens = 4 * 3 * 2
+    tree = 4 * 4
+    w = work_of(s)
+    assert w.kv_bytes == kv
+    assert w.bytes == kv + qo + table + lens + tree
+
+
+def test_roofline():
+    from attnbench.metrics import Work
+
+    w = Work(flops=int(1e12), bytes=int(1e9), kv_bytes=int(1e9))
+    c = Ceilings("x", copy_tbps=2.0, matmul_tflops={"bfloat16": 500.0})
+    r = roofline(w, 4.0, c, "bfloat16")  # mem floor 0.5 ms, compute floor 2 ms
+    assert r.bound == "compute" and r.floor_ms == pytest.approx(2.0)
+    assert r.pct_of_ceiling == pytest.approx(50.0)
+    assert r.tflops == pytest.approx(250.0) and r.tbps == pytest.approx(0.25)
+    r2 = roofline(w, 4.0, None, "bfloat16")
+    assert math.isnan(r2.pct_of_ceiling) and r2.tbps == pytest.approx(0.25)

@@ -131,7 +131,8 @@ class TritonBackend(Backend):
         b, cfg = p.batch, p.cfg
         q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
         g = b.num_q_heads // b.num_kv_heads
-        tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
+        # the compiled kernel (registers, spills, shared memory) is kept for reports
+        self.last_kernel = tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),

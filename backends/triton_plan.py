@@ -22,7 +22,9 @@ CPU interpreter ``SMs = 4``). If ``base >= target`` nothing is split. Otherwise 
 number of key tiles over all row blocks is cut into chunks of
 ``chunk = max(MIN_CHUNK_TILES, ceil(total_tiles * Hkv / target))`` tiles, so programs get
 about equal work whatever the lengths (a 16k request gets 4x the splits of a 4k one); a row
-block with more than one chunk is split, at most ``MAX_SPLITS`` ways. Split rows write
+block with more than one chunk is split, at most ``MAX_SPLITS`` ways. A split of a row block
+of ``G * q`` rows covers at least ``PARTIAL_KEYS_PER_ROW * G * q`` keys, so its float32
+partial rows cost at most ~1/8 of the K/V bytes it reads (16-bit caches). Split rows write
 float32 partial outputs and natural-log LSEs; a second kernel merges them.
 
 Tree masks
@@ -46,6 +48,7 @@ from attnbench.trees import ancestor_mask
 WAVES = 2
 MIN_CHUNK_TILES = 4
 MAX_SPLITS = 64
+PARTIAL_KEYS_PER_ROW = 8
 CPU_SMS = 4
 # columns of the int32 unit table (the kernel reads them by these offsets)
 UNIT_COLS = 12
@@ -119,12 +122,17 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     if splits is not None:
         nsplit = [max(1, min(splits, t)) for t in tiles]
     else:
+        g = batch.num_q_heads // hkv
         target = WAVES * sms
         if len(blocks) * hkv >= target:
             nsplit = [1] * len(blocks)
         else:
             chunk = max(MIN_CHUNK_TILES, math.ceil(sum(tiles) * hkv / target))
-            nsplit = [max(1, min(MAX_SPLITS, math.ceil(t / chunk))) for t in tiles]
+            nsplit = []
+            for b, t in zip(blocks, tiles):
+                # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
+                floor_tiles = math.ceil(PARTIAL_KEYS_PER_ROW * g * b[2] / bn)
+                nsplit.append(max(1, min(MAX_SPLITS, math.ceil(t / max(chunk, floor_tiles)))))
     # no empty splits: n splits of ceil(tiles / n) tiles each may need fewer than n
     nsplit = [math.ceil(t / math.ceil(t / n)) if t else 1 for t, n in zip(tiles, nsplit)]
     units, merge = [], []

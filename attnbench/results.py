@@ -65,7 +65,8 @@ class Row:
     floor_ms: float = math.nan
     bound: str = ""
     pct_of_ceiling: float = math.nan
-    kernels_per_call: Optional[int] = None
+    kernels_per_call: Optional[int] = None  # from the --profile pass
+    kernel_sum_ms: float = math.nan  # summed device time of the run's kernels, per call (--profile)
     trace: str = ""
     params: dict = field(default_factory=dict)
     samples_ms: list = field(default_factory=list)

@@ -278,7 +278,9 @@ class Runner:
             from .profiling import profile_row
 
             prof = profile_row(lambda: be.plan(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row)
-            row.kernels_per_call, row.trace = prof.kernels_per_call, prof.trace
+            row.kernels_per_call, row.kernel_sum_ms, row.trace = (
+                prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace,
+            )
 
     def _save(self, case: Case, batch: Batch, outputs: dict) -> None:
         from .results import safe_name

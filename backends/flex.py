@@ -39,8 +39,15 @@ warnings.filterwarnings("ignore", message="flex_attention called without torch.c
 
 @functools.lru_cache(maxsize=None)
 def _compiled_flex():
+    import torch._dynamo
+
     from torch.nn.attention.flex_attention import flex_attention
 
+    # Every case of a sweep is a new static shape: allow more recompiles than the default 8,
+    # or torch.compile would silently fall back to the unfused path after the eighth.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
     return torch.compile(flex_attention, dynamic=False)
 
 

@@ -108,3 +108,23 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "") -> Non
     )
     for i, n in enumerate(notes, 1):
         console.print(f"[{i}] {n}", highlight=False, markup=False)
+
+
+def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
+    """Kernel tables of the --profile pass: kernels per call, their summed time, the top kernels."""
+    import json
+    from pathlib import Path
+
+    t = Table(title="profile (one torch.profiler pass per row, after timing)", header_style="bold")
+    for col in ("case", "backend", "kernels/call", "kernel sum", "timed median", "top kernels (share)", "trace"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        if not r.trace:
+            continue
+        tops = ""
+        kfile = Path(r.trace.replace(".trace.json", ".kernels.json"))
+        if kfile.is_file():
+            ks = json.loads(kfile.read_text())["run_kernels"][:top]
+            tops = "; ".join(f"{k['name'][:48]} ({k['share']:.0%})" for k in ks)
+        t.add_row(r.case_id, r.backend, str(r.kernels_per_call), fmt_time(r.kernel_sum_ms), fmt_time(r.median_ms), tops, Path(r.trace).name)
+    console.print(t)

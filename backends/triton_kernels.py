@@ -75,7 +75,7 @@ def paged_attention_kernel(
     qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
+    UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
 ):
     unit = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -111,11 +111,17 @@ def paged_attention_kernel(
     # 1) tiles every row sees in full: no mask, no bounds checks
     mid = tl.maximum(tl.minimum(kv_hi, (full_end // BLOCK_N) * BLOCK_N), kv_lo)
     for start in range(kv_lo, mid, BLOCK_N):
-        slots = start + offs_n
-        page = tl.load(bt_row + slots // PAGE).to(tl.int64)
-        within = slots % PAGE
-        k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
-        v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
+        if TILE_IN_PAGE:  # the tile lies inside one page: one block-table read, contiguous rows
+            page1 = tl.load(bt_row + start // PAGE).to(tl.int64)
+            within = (start % PAGE) + offs_n
+            k = tl.load(k_base + page1 * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
+            v = tl.load(v_base + page1 * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
+        else:  # one page id per key slot: any page size, a tile may span pages
+            slots = start + offs_n
+            page = tl.load(bt_row + slots // PAGE).to(tl.int64)
+            within = slots % PAGE
+            k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
+            v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
         m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked

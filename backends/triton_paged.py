@@ -145,6 +145,7 @@ class TritonBackend(Backend):
             G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
             BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
             UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
+            TILE_IN_PAGE=b.page_size % cfg.block_n == 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if p.num_merge:

@@ -98,6 +98,13 @@ def test_split_kv(name, reqs, page, layout):
         assert plan.num_merge > 0
 
 
+@pytest.mark.parametrize("page,block_n", [(16, 16), (32, 16), (256, 64), (24, 16)])
+def test_tile_in_page(page, block_n):
+    """Pages holding whole key tiles (one block-table read per tile) and pages that do not."""
+    reqs = [Request("decode", 1, 300), tree(from_choices(CHOICES), 40), Request("prefill", 20, 50)]
+    check(reqs, page=page, block_n=block_n, dtype="float16", splits=2)
+
+
 @pytest.mark.parametrize("hq,hkv", [(2, 2), (8, 2), (6, 2)])
 def test_gqa_groups(hq, hkv):
     reqs = [Request("decode", 1, 29), tree(from_choices(CHOICES), 7), Request("prefill", 6, 3)]

@@ -200,5 +200,8 @@ def list_backends(
     console.print(t)
 
 
+from . import cli_compare  # noqa: E402,F401  (registers compare/check/baseline/plot)
+
+
 def main() -> None:  # pragma: no cover
     app()

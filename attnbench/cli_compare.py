@@ -1,0 +1,284 @@
+"""Sub-commands ``compare backends``, ``compare runs``, ``check``, ``baseline`` and ``plot``.
+
+Registered onto the main typer app when ``attnbench.cli`` imports this module. Like cli.py:
+parse, call, render, exit code (0 fine, 1 failed rows or regressions, 2 bad input).
+"""
+from __future__ import annotations
+
+import functools
+import shlex
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from .baseline import load_rows, write_baseline
+from .cli import UsageError, _load_backend_files, app, console, err, handle_errors
+from .compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device, parse_fraction
+from .compare_report import (
+    BACKEND_COLUMNS, FORMATS, backend_records, check_columns, check_records, check_summary, render, run_pair_columns,
+)
+from .plots import PlotError, default_plot_dir, plot_run
+from .results import RunFolder, environment
+from .runner import RunOptions, Runner
+from .scenario import load
+
+compare_app = typer.Typer(
+    no_args_is_help=True,
+    help="Compare backends on a scenario, or two runs, with ratios and uncertainty intervals.",
+)
+app.add_typer(compare_app, name="compare")
+
+FORMAT_HELP = "table | markdown (for a pull request) | csv | json"
+
+
+def user_errors(fn):
+    """CompareError / PlotError / bad flag values -> UsageError (exit 2, via handle_errors)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (CompareError, PlotError) as e:
+            # handle_errors prints with rich markup on: keep "attnbench[plot]" literal
+            raise UsageError(escape(str(e))) from None
+
+    return wrapper
+
+
+def _check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _info(fmt: str):
+    """Where notes go: the terminal for tables/markdown, stderr when stdout is CSV/JSON."""
+    return console if fmt in ("table", "markdown") else err
+
+
+def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet) -> RunFolder:
+    """Run a scenario into a run folder, the way ``attnbench run`` does (without its table)."""
+    sf = load(scenario, set_ or [])
+    if measure_ms is not None and measure_ms <= 0:
+        raise UsageError(f"--measure-ms {measure_ms}: must be > 0")
+    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
+    opts = RunOptions(backends=list(backends), device=device, timing_overrides=overrides)
+    try:
+        runner = Runner(sf, opts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    folder = RunFolder.create(results_dir, sf.name, out)
+    folder.start({
+        "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
+        "attnbench": __version__,
+        "scenario": sf.name,
+        "scenario_path": str(scenario),
+        "scenario_sha256": sf.sha256,
+        "scenario_text": sf.text,
+        "overrides": list(set_ or []),
+        "seed": sf.scenario.seed,
+        "cases": len(sf.cases),
+        "backends_requested": runner.backend_names,
+        "environment": environment(runner.device_name, runner.backend_versions()),
+    })
+    complete = False
+    try:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=err, transient=True, disable=quiet,
+        ) as progress:
+            task = progress.add_task(sf.name, total=runner.total_rows)
+            for row in runner.rows():
+                folder.add(row)
+                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
+        complete = True
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
+    finally:
+        folder.finish(complete)
+    if not complete:
+        raise typer.Exit(130)
+    return folder
+
+
+@compare_app.command("backends")
+@handle_errors
+@user_errors
+def compare_backends_cmd(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    backend: List[str] = typer.Option(..., "--backend", "-b", help="backend to compare (repeat: -b a -b b)"),
+    baseline: Optional[str] = typer.Option(None, help="compare against this backend (default: each case's fastest)"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
+    warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
+    measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    results_dir: Path = typer.Option(Path("results"), help="where the run folder goes"),
+    out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+):
+    """Run a scenario for some backends and compare them, case by case.
+
+    Per case: each backend's time relative to the baseline backend (or the fastest), with a
+    95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
+    fmt = _check_format(format)
+    _load_backend_files(backend_file)
+    names = list(dict.fromkeys(backend))
+    if len(names) < 2:
+        raise UsageError("compare backends needs at least two backends: -b a -b b")
+    if baseline is not None and baseline not in names:
+        raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
+    folder = _run_scenario(scenario, set_, names, device, warmup_ms, measure_ms, results_dir, out, quiet)
+    comps = compare_backends(folder.rows, baseline)
+    dev = (folder.manifest.get("environment") or {}).get("device", "")
+    title = f"{folder.manifest.get('scenario', '')} on {dev}: vs {baseline or 'the fastest'}"
+    render(backend_records(comps), BACKEND_COLUMNS, fmt, console, title)
+    info = _info(fmt)
+    info.print(
+        "time = median per call; ratio = median over the compared backend's median (> 1: slower), "
+        "95% bootstrap interval; p = Mann-Whitney U; ≈ same: the interval contains 1",
+        style="dim", highlight=False,
+    )
+    for r in folder.rows:
+        if r.status != "ok":
+            info.print(f"{r.case_id} · {r.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
+    info.print(f"run folder: {folder.path}", highlight=False)
+    if any(r.status in ("error", "mismatch") for r in folder.rows):
+        raise typer.Exit(1)
+
+
+def _load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str):
+    cur, ref = load_rows(run), load_rows(base)
+    diffs = ensure_same_device(cur.fingerprint, ref.fingerprint, allow_cross_device)
+    info = _info(fmt)
+    for d in diffs:
+        info.print(f"[yellow]note:[/] fingerprints differ: {d}", highlight=False)
+    return cur, ref
+
+
+@compare_app.command("runs")
+@handle_errors
+@user_errors
+def compare_runs_cmd(
+    run_a: Path = typer.Argument(..., help="the 'before' run folder or baseline file"),
+    run_b: Path = typer.Argument(..., help="the 'after' run folder or baseline file"),
+    normalize_by: Optional[str] = typer.Option(None, help="divide each time by this backend's, same case, same run"),
+    allow_cross_device: bool = typer.Option(False, "--allow-cross-device", help="compare runs from different devices"),
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+):
+    """The same rows of two runs side by side, with ratios and intervals.
+
+    Rows are matched by scenario, case and backend, never by order; ratio = after/before with
+    a 95% bootstrap interval; rows on one side only are listed."""
+    fmt = _check_format(format)
+    b, a = _load_pair(run_b, run_a, allow_cross_device, fmt)
+    # no thresholds: this is a report, not a gate
+    res = run_check(b.rows, a.rows, Thresholds(max_slowdown=0.0, min_delta_ms=0.0), normalize_by)
+    for c in res.cases:
+        c.failed = False
+        if c.verdict == "regressed":
+            c.verdict = "slower"
+    render(check_records(res.cases), run_pair_columns(bool(normalize_by)), fmt, console,
+           f"{a.label} (baseline) → {b.label}")
+    info = _info(fmt)
+    info.print(
+        "ratio = median after / median before (> 1: slower), 95% bootstrap interval; p = Mann-Whitney U; "
+        "same = the interval contains 1" + (f"; times divided by {normalize_by}'s in the same case and run" if normalize_by else ""),
+        style="dim", highlight=False,
+    )
+    info.print(check_summary(res), highlight=False)
+
+
+@app.command("check")
+@handle_errors
+@user_errors
+def check_cmd(
+    run: Path = typer.Argument(..., help="run folder (or baseline file) to check"),
+    baseline: Path = typer.Option(..., help="baseline file or run folder to check against"),
+    max_slowdown: str = typer.Option("10%", help="relative slowdown allowed: 10% or 0.1"),
+    min_delta_us: float = typer.Option(2.0, help="absolute slowdown allowed, µs"),
+    normalize_by: Optional[str] = typer.Option(
+        None, help="compare times divided by this backend's time in the same case and run (noisy machines)"
+    ),
+    allow_cross_device: bool = typer.Option(False, "--allow-cross-device", help="check against a baseline from another device"),
+    strict: bool = typer.Option(False, "--strict", help="vanished cases and ok→skipped fail too"),
+    all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+):
+    """The regression gate: exit 1 on a real slowdown or a newly broken case.
+
+    A case fails when it is slower than the baseline beyond both --max-slowdown and
+    --min-delta-us and the samples say so (95% interval above 1 and Mann-Whitney p < 0.01),
+    or when it was ok and is now mismatch/error."""
+    fmt = _check_format(format)
+    try:
+        slowdown = parse_fraction(max_slowdown)
+    except ValueError as e:
+        raise UsageError(f"--max-slowdown {e}") from None
+    if min_delta_us < 0:
+        raise UsageError(f"--min-delta-us {min_delta_us}: must be >= 0")
+    cur, ref = _load_pair(run, baseline, allow_cross_device, fmt)
+    th = Thresholds(max_slowdown=slowdown, min_delta_ms=min_delta_us / 1e3, strict=strict)
+    res = run_check(cur.rows, ref.rows, th, normalize_by)
+    fails = res.failures
+    info = _info(fmt)
+    shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
+    if shown:
+        title = f"{len(fails)} regressed case(s)" if shown is fails else f"{cur.label} vs {ref.label}"
+        render(check_records(shown), check_columns(bool(normalize_by)), fmt, console, title)
+    gate = f"slower by > {slowdown:.0%} and > {min_delta_us:g} µs, 95% interval > 1, p < 0.01"
+    if normalize_by:
+        gate += f"; times relative to {normalize_by} in the same case and run"
+    info.print(f"gate: {gate}", style="dim", highlight=False)
+    for verdict in ("new", "vanished"):
+        keys = [f"{c.case_id} · {c.backend}" for c in res.cases if c.verdict == verdict]
+        if keys:
+            info.print(f"{verdict} ({'only in ' + ('this run' if verdict == 'new' else 'the baseline')}): "
+                       + ", ".join(keys), highlight=False, markup=False)
+    info.print(check_summary(res), highlight=False)
+    if fails:
+        info.print(f"[bold red]FAIL[/]: {len(fails)} case(s) regressed or broke against {ref.label}", highlight=False)
+        raise typer.Exit(1)
+    info.print(f"[green]PASS[/]: no regression against {ref.label}", highlight=False)
+
+
+@app.command("baseline")
+@handle_errors
+@user_errors
+def baseline_cmd(
+    run: Path = typer.Argument(..., help="run folder to make the baseline from"),
+    to: Path = typer.Option(..., help="baseline file to write, e.g. results/baselines/NAME.json"),
+):
+    """Write a baseline file (rows with raw samples, device fingerprint, manifest) from a run."""
+    if not run.is_dir():
+        raise UsageError(f"{run}: not a run folder")
+    doc = write_baseline(run, to)
+    fp = doc["fingerprint"]
+    ok = sum(r["status"] == "ok" for r in doc["rows"])
+    console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})",
+                  highlight=False)
+    bad = [r for r in doc["rows"] if r["status"] in ("error", "mismatch")]
+    if bad:
+        err.print(f"[yellow]note:[/] {len(bad)} row(s) of the baseline are error/mismatch; they cannot regress further")
+
+
+@app.command("plot")
+@handle_errors
+@user_errors
+def plot_cmd(
+    run: Path = typer.Argument(..., help="run folder"),
+    x: str = typer.Option(..., "--x", help="sweep column for the x axis, e.g. batch.0.context"),
+    by: str = typer.Option("backend", "--by", help="one line per value of this column"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder for the PNGs (default: RUN/plots)"),
+):
+    """PNGs of median kernel time and % of the roofline ceiling vs a swept parameter."""
+    rf = RunFolder.load(run)
+    paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
+    for p in paths:
+        console.print(f"wrote {p}", highlight=False)

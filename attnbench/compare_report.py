@@ -1,0 +1,202 @@
+"""Presentation of comparisons and checks: rich table, Markdown, CSV or JSON.
+
+Each report is a list of records (raw numbers, for CSV/JSON) and a list of columns that say
+how to show each field in a table or Markdown (formatted text). One ``render`` serves all
+four formats, the way hyperfine's exporters share one interface.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .compare import BackendComparison, CaseResult, CheckResult, Ratio
+from .report import fmt_time
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+VERDICT_STYLE = {
+    "regressed": "bold red", "broken": "bold red", "slower": "yellow", "same": "dim",
+    "faster": "green", "fixed": "green", "still failing": "red", "skipped": "yellow",
+    "new": "cyan", "vanished": "magenta", "unnormalized": "yellow", "normalizer": "dim",
+}
+
+
+@dataclass
+class Column:
+    key: str
+    header: str
+    show: Callable[[Any], str] = str
+    justify: str = "left"
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.3f}×" if _finite(x) else "-"
+
+
+def fmt_interval(rec: dict) -> str:
+    lo, hi = rec.get("lo"), rec.get("hi")
+    return f"[{lo:.3f}, {hi:.3f}]" if _finite(lo) and _finite(hi) else "-"
+
+
+def fmt_p(p: float) -> str:
+    if not _finite(p):
+        return "-"
+    return "<1e-4" if p < 1e-4 else f"{p:.2g}"
+
+
+def fmt_delta(ms: float) -> str:
+    if not _finite(ms):
+        return "-"
+    return ("+" if ms >= 0 else "-") + fmt_time(abs(ms))
+
+
+def _ratio_fields(r: Optional[Ratio]) -> dict:
+    if r is None:
+        return {"ratio": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan}
+    return {"ratio": r.ratio, "lo": r.lo, "hi": r.hi, "p": r.p}
+
+
+# ---------------------------------------------------------------------------- records
+def check_records(cases: Sequence[CaseResult]) -> list[dict]:
+    out = []
+    for c in cases:
+        out.append({
+            "scenario": c.scenario, "case": c.case_id, "backend": c.backend, "verdict": c.verdict,
+            "failed": c.failed, "baseline_status": c.baseline_status, "current_status": c.current_status,
+            "baseline_ms": c.baseline_ms, "current_ms": c.current_ms, **_ratio_fields(c.ratio),
+            "delta_ms": c.delta_ms, "note": c.note,
+        })
+    return out
+
+
+def check_columns(normalized: bool) -> list[Column]:
+    rel = " (normalized)" if normalized else ""
+    return [
+        Column("case", "case"),
+        Column("backend", "backend"),
+        Column("verdict", "verdict"),
+        Column("baseline_ms", "baseline", fmt_time, "right"),
+        Column("current_ms", "current", fmt_time, "right"),
+        Column("ratio", "ratio" + rel, fmt_ratio, "right"),
+        Column("_interval", "95% interval", justify="right"),
+        Column("p", "p", fmt_p, "right"),
+        Column("delta_ms", "Δ", fmt_delta, "right"),
+        Column("note", "note"),
+    ]
+
+
+def backend_records(comps: Sequence[BackendComparison]) -> list[dict]:
+    out = []
+    for c in comps:
+        r = c.ratio
+        if c.status != "ok":
+            verdict = c.status
+        elif r is None:
+            verdict = "baseline"  # the backend the others are compared with
+        elif r.indistinguishable:
+            verdict = "≈ same (indistinguishable)"
+        else:
+            verdict = f"{r.ratio:.2f}× slower" if r.ratio >= 1 else f"{1 / r.ratio:.2f}× faster"
+        out.append({
+            "case": c.case_id, "backend": c.backend, "status": c.status, "median_ms": c.median_ms,
+            "vs": c.reference, **_ratio_fields(r), "indistinguishable": bool(r and r.indistinguishable),
+            "verdict": verdict,
+        })
+    return out
+
+
+BACKEND_COLUMNS = [
+    Column("case", "case"),
+    Column("backend", "backend"),
+    Column("median_ms", "time", fmt_time, "right"),
+    Column("vs", "vs"),
+    Column("ratio", "ratio", fmt_ratio, "right"),
+    Column("_interval", "95% interval", justify="right"),
+    Column("p", "p", fmt_p, "right"),
+    Column("verdict", "verdict"),
+]
+
+
+def run_pair_columns(normalized: bool) -> list[Column]:
+    cols = check_columns(normalized)
+    return [c if c.key != "verdict" else Column("verdict", "verdict") for c in cols]
+
+
+# ---------------------------------------------------------------------------- render
+def _cell(rec: dict, col: Column) -> str:
+    if col.key == "_interval":
+        return fmt_interval(rec)
+    v = rec.get(col.key)
+    return col.show(v) if v is not None else "-"
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def render(records: list[dict], columns: list[Column], fmt: str, console: Console, title: str = "") -> None:
+    """Print ``records`` as a rich table, Markdown, CSV or JSON (raw numbers for the last two)."""
+    if fmt == "json":
+        console.print_json(json.dumps([{k: _jsonable(v) for k, v in r.items()} for r in records]))
+        return
+    if fmt == "csv":
+        import csv
+
+        keys = list(records[0]) if records else [c.key for c in columns if not c.key.startswith("_")]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        for r in records:
+            w.writerow({k: ("" if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()})
+        console.out(buf.getvalue(), end="", highlight=False)
+        return
+    if fmt == "markdown":
+        lines = []
+        if title:
+            lines += [f"**{title}**", ""]
+        lines.append("| " + " | ".join(c.header for c in columns) + " |")
+        lines.append("|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|")
+        for r in records:
+            lines.append("| " + " | ".join(_cell(r, c).replace("|", "\\|") for c in columns) + " |")
+        console.out("\n".join(lines), highlight=False)
+        return
+    t = Table(title=title or None, header_style="bold", pad_edge=False)
+    for c in columns:
+        t.add_column(c.header, justify=c.justify, overflow="fold")
+    last_case = None
+    for r in records:
+        if last_case is not None and r.get("case") != last_case:
+            t.add_section()
+        cells = []
+        for c in columns:
+            text = _cell(r, c)
+            if c.key == "case" and r.get("case") == last_case:
+                text = ""
+            style = VERDICT_STYLE.get(r.get("verdict", ""), "") if c.key == "verdict" else ""
+            if c.key == "verdict" and "indistinguishable" in text:
+                style = "dim"
+            cells.append(Text(text, style=style))
+        t.add_row(*cells)
+        last_case = r.get("case")
+    console.print(t)
+
+
+def check_summary(res: CheckResult) -> str:
+    counts = {}
+    for c in res.cases:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    parts = [f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return f"{len(res.cases)} case(s): " + ", ".join(parts)

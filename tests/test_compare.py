@@ -1,0 +1,326 @@
+"""compare / check / baseline / plot: matching, statistics, thresholds, exit codes, and the
+CPU gate catching an injected 2x slowdown (real runs of scenarios/ci-gate.yaml)."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench import backend as registry
+from attnbench import compare as cmp
+from attnbench.backend import Backend
+from attnbench.backends.sdpa import SdpaBackend
+from attnbench.baseline import load_rows
+from attnbench.cli import app
+from attnbench.results import Row, RunFolder
+
+ROOT = Path(__file__).resolve().parents[1]
+GATE = ROOT / "scenarios" / "ci-gate.yaml"
+cli = CliRunner()
+
+
+def _samples(median_ms: float, n: int = 200, spread: float = 0.03, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(median_ms * np.exp(rng.normal(0.0, spread, n)))
+
+
+def _row(case: str, backend: str, median_ms: float = 1.0, status: str = "ok", seed: int = 0, **kw) -> Row:
+    s = _samples(median_ms, seed=seed) if status == "ok" else []
+    return Row(
+        scenario="s", case_id=case, backend=backend, status=status, samples_ms=s,
+        median_ms=float(np.median(s)) if s else math.nan, device=kw.pop("device", "cpu test"),
+        params={"ctx": int(case.split("=")[1])} if "=" in case else {}, **kw,
+    )
+
+
+def _folder(path: Path, rows: list[Row], device: str = "cpu test") -> Path:
+    rf = RunFolder.create(path.parent, "s", path)
+    rf.start({"scenario": "s", "environment": {"device": device, "torch": torch.__version__, "backends": {}}})
+    for r in rows:
+        rf.add(r)
+    rf.finish(True)
+    return path
+
+
+# ---------------------------------------------------------------------------- matching
+def test_matching_is_by_key_not_order():
+    base = [_row(f"ctx={c}", b, m, seed=i) for i, (c, b, m) in enumerate(
+        [(1, "a", 1.0), (1, "b", 2.0), (2, "a", 3.0), (2, "b", 4.0), (3, "a", 5.0)])]
+    cur = [_row(r.case_id, r.backend, r.median_ms, seed=100 + i) for i, r in enumerate(base[:4])]
+    cur.append(_row("ctx=9", "a", 1.0))
+    random.Random(1).shuffle(cur)
+    m = cmp.match_rows(cur, base)
+    assert len(m.pairs) == 4 and all(c.key == b.key for c, b in m.pairs)
+    assert [r.key for r in m.new] == [("s", "ctx=9", "a")]
+    assert [r.key for r in m.vanished] == [("s", "ctx=3", "a")]
+    res = cmp.check(cur, base)
+    assert not res.failures
+    assert {c.verdict for c in res.cases if c.case_id in ("ctx=9", "ctx=3")} == {"new", "vanished"}
+    # matched rows have ratios near 1 (same medians), whatever the order was
+    assert all(abs(c.ratio.ratio - 1) < 0.02 for c in res.cases if c.ratio)
+
+
+# ---------------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("true_ratio", [1.0, 1.3, 0.7])
+def test_bootstrap_interval_covers_true_ratio(true_ratio):
+    base = _samples(0.1, n=300, seed=1)
+    cur = _samples(0.1 * true_ratio, n=300, seed=2)
+    r = cmp.compare_samples(cur, base)
+    assert r.lo <= true_ratio <= r.hi
+    assert r.hi - r.lo < 0.05 * true_ratio  # 300 samples of 3% noise: a tight interval
+    assert r.indistinguishable == (true_ratio == 1.0)
+    assert (r.p < 0.01) == (true_ratio != 1.0)
+
+
+def test_same_distribution_is_indistinguishable_and_seeded():
+    a = _samples(2.0, n=50, spread=0.2, seed=3)
+    b = _samples(2.0, n=50, spread=0.2, seed=4)
+    r1, r2 = cmp.compare_samples(a, b), cmp.compare_samples(a, b)
+    assert r1 == r2  # fixed seed: the same samples give the same interval
+    assert r1.indistinguishable and not r1.slower_for_sure
+
+
+def test_own_mann_whitney_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    a = _samples(1.0, n=40, seed=5) + [1.0] * 5  # ties too
+    b = _samples(1.05, n=60, seed=6) + [1.0] * 3
+    ours = cmp._mwu_normal(a, b)
+    theirs = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic").pvalue
+    assert ours == pytest.approx(theirs, rel=1e-6)
+
+
+def test_normalized_ratio_cancels_machine_speed():
+    # the whole current machine is 2x slower: normalized, nothing changed
+    cur = _samples(2.0, seed=7)
+    cur_norm = _samples(4.0, seed=8)
+    base, base_norm = _samples(1.0, seed=9), _samples(2.0, seed=10)
+    r = cmp.compare_samples(cur, base, cur_norm, base_norm)
+    assert r.ratio == pytest.approx(1.0, abs=0.03) and r.hi - r.lo < 0.05
+    assert cmp.compare_samples(cur, base).ratio == pytest.approx(2.0, rel=0.02)
+
+
+@pytest.mark.parametrize("text,value", [("10%", 0.1), ("0.1", 0.1), ("25 %", 0.25), ("0", 0.0)])
+def test_parse_fraction(text, value):
+    assert cmp.parse_fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["ten", "-5%", "nan"])
+def test_parse_fraction_rejects(text):
+    with pytest.raises(ValueError):
+        cmp.parse_fraction(text)
+
+
+# ---------------------------------------------------------------------------- thresholds
+def _verdict(base_ms, cur_ms, **th):
+    res = cmp.check([_row("ctx=1", "a", cur_ms, seed=1)], [_row("ctx=1", "a", base_ms, seed=2)], cmp.Thresholds(**th))
+    return res.cases[0]
+
+
+def test_slow_but_under_min_delta_passes():
+    c = _verdict(0.004, 0.0055, max_slowdown=0.1, min_delta_ms=0.002)  # +37%, but only +1.5 µs
+    assert c.verdict == "slower" and not c.failed and "min-delta" in c.note
+
+
+def test_slow_but_under_max_slowdown_passes():
+    c = _verdict(1.0, 1.05, max_slowdown=0.1, min_delta_ms=0.002)
+    assert c.verdict == "slower" and not c.failed and "max-slowdown" in c.note
+
+
+def test_over_both_thresholds_and_significant_fails():
+    c = _verdict(1.0, 1.3, max_slowdown=0.1, min_delta_ms=0.002)
+    assert c.verdict == "regressed" and c.failed
+    assert c.ratio.lo > 1 and c.ratio.p < 0.01 and c.delta_ms == pytest.approx(0.3, rel=0.05)
+
+
+def test_over_thresholds_but_not_significant_passes():
+    base = [_row("ctx=1", "a", 1.0)]
+    base[0].samples_ms = [1.0, 0.5, 2.0]  # 3 wild samples: nothing can be concluded
+    cur = [_row("ctx=1", "a", 1.0)]
+    cur[0].samples_ms = [1.3, 0.6, 2.4]
+    c = cmp.check(cur, base).cases[0]
+    assert c.ratio.ratio > 1.1 and not c.failed
+
+
+def test_ok_to_mismatch_or_error_always_fails_and_faster_passes():
+    base = [_row("ctx=1", "a"), _row("ctx=1", "b"), _row("ctx=1", "c", 1.0), _row("ctx=1", "d", status="error")]
+    cur = [_row("ctx=1", "a", status="mismatch"), _row("ctx=1", "b", status="error"),
+           _row("ctx=1", "c", 0.5, seed=3), _row("ctx=1", "d", status="error")]
+    res = cmp.check(cur, base, cmp.Thresholds(max_slowdown=10.0, min_delta_ms=1e9))
+    v = {c.backend: (c.verdict, c.failed) for c in res.cases}
+    assert v == {"a": ("broken", True), "b": ("broken", True), "c": ("faster", False), "d": ("still failing", False)}
+
+
+def test_normalizer_unknown_is_a_compare_error():
+    with pytest.raises(cmp.CompareError, match="--normalize-by zzz"):
+        cmp.check([_row("ctx=1", "a")], [_row("ctx=1", "a")], normalize_by="zzz")
+
+
+# ---------------------------------------------------------------------------- CLI on synthetic runs
+@pytest.fixture
+def runs(tmp_path):
+    base = _folder(tmp_path / "base", [_row("ctx=1", "a", 1.0, seed=1), _row("ctx=1", "b", 2.0, seed=2),
+                                       _row("ctx=2", "a", 1.0, seed=3), _row("ctx=2", "b", 2.0, seed=4)])
+    same = _folder(tmp_path / "same", [_row("ctx=2", "b", 2.0, seed=14), _row("ctx=1", "a", 1.0, seed=11),
+                                       _row("ctx=2", "a", 1.0, seed=13), _row("ctx=1", "b", 2.0, seed=12)])
+    slow = _folder(tmp_path / "slow", [_row("ctx=1", "a", 1.0, seed=21), _row("ctx=1", "b", 3.0, seed=22),
+                                       _row("ctx=2", "a", 1.0, seed=23), _row("ctx=2", "b", 2.0, status="mismatch"),
+                                       _row("ctx=3", "a", 1.0, seed=25)])
+    # a machine twice as slow overall, nothing regressed
+    busy = _folder(tmp_path / "busy", [_row("ctx=1", "a", 2.0, seed=31), _row("ctx=1", "b", 4.0, seed=32),
+                                       _row("ctx=2", "a", 2.0, seed=33), _row("ctx=2", "b", 4.0, seed=34)])
+    other = _folder(tmp_path / "other", [_row("ctx=1", "a", 1.0, seed=41)], device="cpu another model")
+    return {k: str(v) for k, v in dict(base=base, same=same, slow=slow, busy=busy, other=other).items()}
+
+
+def test_check_exit_codes(runs, tmp_path):
+    r = cli.invoke(app, ["check", runs["same"], "--baseline", runs["base"]])
+    assert r.exit_code == 0, r.output
+    assert "PASS" in r.output
+
+    r = cli.invoke(app, ["check", runs["slow"], "--baseline", runs["base"], "--max-slowdown", "10%"])
+    assert r.exit_code == 1, r.output
+    assert "2 regressed case(s)" in r.output  # one table lists every failing case
+    assert "regressed" in r.output and "broken" in r.output
+    assert "ctx=3 · a" in r.output  # new case reported, not failing
+
+    r = cli.invoke(app, ["check", runs["busy"], "--baseline", runs["base"]])
+    assert r.exit_code == 1  # raw times: 2x slower everywhere
+    r = cli.invoke(app, ["check", runs["busy"], "--baseline", runs["base"], "--normalize-by", "a", "--max-slowdown", "0.1"])
+    assert r.exit_code == 0, r.output
+
+    for bad in (["--max-slowdown", "lots"], ["--normalize-by", "nope"], ["--format", "xml"]):
+        r = cli.invoke(app, ["check", runs["same"], "--baseline", runs["base"], *bad])
+        assert r.exit_code == 2, (bad, r.output)
+    r = cli.invoke(app, ["check", runs["same"], "--baseline", str(tmp_path / "missing.json")])
+    assert r.exit_code == 2
+
+
+def test_cross_device_refused_unless_allowed(runs):
+    r = cli.invoke(app, ["check", runs["other"], "--baseline", runs["base"]])
+    assert r.exit_code == 2 and "different devices" in r.output and "--allow-cross-device" in r.output
+    r = cli.invoke(app, ["check", runs["other"], "--baseline", runs["base"], "--allow-cross-device"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["compare", "runs", runs["base"], runs["other"]])
+    assert r.exit_code == 2
+
+
+def test_baseline_file_roundtrip_and_formats(runs, tmp_path):
+    bl = tmp_path / "baselines" / "b.json"
+    r = cli.invoke(app, ["baseline", runs["base"], "--to", str(bl)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(bl.read_text())
+    assert doc["fingerprint"]["device"] == "cpu test" and len(doc["rows"]) == 4
+    assert len(doc["rows"][0]["samples_ms"]) == 200
+    loaded = load_rows(bl)
+    assert [x.key for x in loaded.rows] == [x.key for x in load_rows(Path(runs["base"])).rows]
+    r = cli.invoke(app, ["check", runs["slow"], "--baseline", str(bl), "--format", "json"])
+    assert r.exit_code == 1
+    recs = json.loads(r.stdout)
+    assert {(x["case"], x["backend"]) for x in recs if x["failed"]} == {("ctx=1", "b"), ("ctx=2", "b")}
+    r = cli.invoke(app, ["compare", "runs", runs["base"], runs["slow"], "--format", "csv"])
+    assert r.exit_code == 0 and r.stdout.splitlines()[0].startswith("scenario,case,backend,verdict")
+    r = cli.invoke(app, ["compare", "runs", runs["base"], runs["slow"], "--format", "markdown"])
+    assert r.exit_code == 0 and "| case | backend |" in r.stdout and "vanished" not in r.stdout
+    assert "new" in r.stdout
+    r = cli.invoke(app, ["baseline", str(tmp_path / "nothing"), "--to", str(bl)])
+    assert r.exit_code == 2
+
+
+def test_plot_writes_pngs(runs, tmp_path):
+    pytest.importorskip("matplotlib")
+    r = cli.invoke(app, ["plot", runs["base"], "--x", "ctx", "--out", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["roofline-vs-ctx.png", "time-vs-ctx.png"]
+    r = cli.invoke(app, ["plot", runs["base"], "--x", "nope"])
+    assert r.exit_code == 2 and "ctx" in r.output
+
+
+def test_plot_without_matplotlib_says_how_to_install(runs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    r = cli.invoke(app, ["plot", runs["base"], "--x", "ctx"])
+    assert r.exit_code == 2 and "pip install 'attnbench[plot]'" in r.output
+
+
+# ---------------------------------------------------------------------------- the real gate
+class Victim(Backend):
+    """sdpa, optionally repeating its work: the injected regression."""
+
+    name = "victim"
+    repeats = 1
+
+    def __init__(self):
+        self.inner = SdpaBackend()
+
+    def unsupported(self, batch):
+        return self.inner.unsupported(batch)
+
+    def plan(self, batch):
+        return self.inner.plan(batch)
+
+    def run(self, plan):
+        out = self.inner.run(plan)
+        for _ in range(self.repeats - 1):
+            out = self.inner.run(plan)
+        return out
+
+
+@pytest.fixture
+def gate(tmp_path, monkeypatch):
+    """Runs of scenarios/ci-gate.yaml with sdpa and the victim (one intra-op thread, as
+    scripts/ci_gate.sh), checked with the script's thresholds, normalized by sdpa: the same
+    work in calls of the same length, so load from other processes cancels out."""
+    registry.register(Victim)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.chdir(tmp_path)
+
+    def run(name: str, repeats: int) -> str:
+        monkeypatch.setattr(Victim, "repeats", repeats)
+        r = cli.invoke(app, ["run", str(GATE), "-b", "sdpa", "-b", "victim",
+                             "--out", str(tmp_path / name), "-q", "--measure-ms", "40"])
+        assert r.exit_code == 0, r.output
+        return str(tmp_path / name)
+
+    def check(run_dir: str, baseline: str):
+        return cli.invoke(app, ["check", run_dir, "--baseline", baseline, "--normalize-by", "sdpa",
+                                "--max-slowdown", "50%", "--min-delta-us", "5", "--allow-cross-device"])
+
+    yield run, check
+    torch.set_num_threads(threads)
+    registry._EXTRA.pop("victim", None)
+
+
+def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
+    run, check = gate
+    base_run = run("base", 1)
+    r = cli.invoke(app, ["baseline", base_run, "--to", str(tmp_path / "baseline.json")])
+    assert r.exit_code == 0, r.output
+    bl = str(tmp_path / "baseline.json")
+
+    r = check(run("again", 1), bl)
+    assert r.exit_code == 0, r.output
+
+    r = check(run("slow", 2), bl)
+    assert r.exit_code == 1, r.output
+    res = cmp.check(load_rows(Path(tmp_path / "slow")).rows, load_rows(Path(bl)).rows,
+                    cmp.Thresholds(0.5, 0.005), normalize_by="sdpa")
+    assert {c.backend for c in res.failures} == {"victim"}
+    assert all(1.6 < c.ratio.ratio < 2.6 for c in res.failures)
+
+
+def test_compare_backends_real_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "sdpa", "-b", "reference",
+                         "--baseline", "sdpa", "--measure-ms", "20", "-q", "--results-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "slower" in r.output and "reference" in r.output and "run folder:" in r.output
+    r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "sdpa", "--baseline", "x"])
+    assert r.exit_code == 2

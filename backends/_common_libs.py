@@ -93,6 +93,7 @@ class TreeSplit:
     q_index: torch.Tensor  # [Bt*Tmax] long into q
     kv_slot: torch.Tensor  # [Bt*Tmax] long into k_cache.view(-1, Hkv, D)
     mask: torch.Tensor  # [Bt, Tmax, Tmax] bool: tree part of the mask
+    bias: torch.Tensor  # [Bt*Hkv, G*Tmax, Tmax] float32: 0 / -inf from ``mask``, per (request, kv head)
     real: torch.Tensor  # [Nt] long into the padded [Bt*Tmax]
     tmax: int
 
@@ -121,6 +122,9 @@ def build_tree_split(batch: Batch, reqs: Optional[Sequence[int]] = None) -> Tree
         real.extend(range(b * tmax, b * tmax + t))
     tok = token_ids(batch, reqs)
     contexts = [batch.requests[i].context for i in reqs]
+    g = batch.num_q_heads // batch.num_kv_heads
+    bias = torch.zeros(bt, tmax, tmax).masked_fill(~mask, float("-inf"))
+    bias = bias[:, None, None].expand(bt, batch.num_kv_heads, g, tmax, tmax).reshape(-1, g * tmax, tmax)
     no_prefix = None
     if any(c == 0 for c in contexts):
         no_prefix = torch.cat([torch.full((s,), c == 0) for s, c in zip(sizes, contexts)]).to(dev)
@@ -138,6 +142,7 @@ def build_tree_split(batch: Batch, reqs: Optional[Sequence[int]] = None) -> Tree
         q_index=q_index.reshape(-1).to(dev),
         kv_slot=kv_slot.reshape(-1).to(dev),
         mask=mask.to(dev),
+        bias=bias.contiguous().to(dev),
         real=torch.tensor(real, dtype=torch.long, device=dev),
         tmax=tmax,
     )
@@ -149,20 +154,21 @@ def dense_tree_part(
     """Tree nodes attending to the tree's own K/V (slots C..L-1) under the ancestor mask.
 
     Returns ``(o [Nt, Hq, D] float32, lse [Nt, Hq] float32, natural log)`` in the order of
-    ``ts.tok``. Computed in float32 with einsum: trees are small (tens of nodes)."""
+    ``ts.tok``. Float32 batched matmuls over ``Bt * Hkv`` groups of ``G * Tmax`` query rows,
+    the mask added as the precomputed ``ts.bias``: trees are small (tens of nodes), so this is
+    a handful of kernels."""
     hq, d = q.shape[1], q.shape[2]
     hkv = k_cache.shape[2]
     g = hq // hkv
     bt, t = len(ts.reqs), ts.tmax
-    qd = q[ts.q_index].float().view(bt, t, hkv, g, d)
-    kd = k_cache.reshape(-1, hkv, d)[ts.kv_slot].float().view(bt, t, hkv, d)
-    vd = v_cache.reshape(-1, hkv, d)[ts.kv_slot].float().view(bt, t, hkv, d)
-    s = torch.einsum("bqhgd,bkhd->bhgqk", qd, kd) * scale
-    s = s.masked_fill(~ts.mask[:, None, None], float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # [bt, hkv, g, t]
-    p = torch.exp(s - lse.unsqueeze(-1))
-    o = torch.einsum("bhgqk,bkhd->bqhgd", p, vd).reshape(bt * t, hq, d)
-    lse = lse.permute(0, 3, 1, 2).reshape(bt * t, hq)
+    qh = q[ts.q_index].view(bt, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(bt * hkv, g * t, d).float()
+    kh = k_cache.reshape(-1, hkv, d)[ts.kv_slot].view(bt, t, hkv, d).permute(0, 2, 3, 1).reshape(bt * hkv, d, t).float()
+    vh = v_cache.reshape(-1, hkv, d)[ts.kv_slot].view(bt, t, hkv, d).permute(0, 2, 1, 3).reshape(bt * hkv, t, d).float()
+    s = torch.baddbmm(ts.bias, qh, kh, alpha=scale)  # [bt*hkv, g*t, t]
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    o = torch.bmm(torch.exp(s - lse), vh)  # [bt*hkv, g*t, d]
+    o = o.view(bt, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(bt * t, hq, d)
+    lse = lse.view(bt, hkv, g, t).permute(0, 3, 1, 2).reshape(bt * t, hq)
     return o[ts.real], lse[ts.real]
 
 

@@ -76,6 +76,7 @@ class XformersPlan:
     scale: float
     op: Any  # explicit forward op (triton split-K) or None (xformers' dispatch)
     xops: Any
+    tree_fn: Any = None
     # non-tree part
     paged_tok: Optional[torch.Tensor] = None  # None: all tokens
     paged_bias: Any = None
@@ -168,6 +169,10 @@ class XformersBackend(Backend):
         k = batch.k_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         v = batch.v_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         p = XformersPlan(mode="", q=batch.q, k=k, v=v, scale=batch.scale, op=op, xops=xops)
+        if tree_requests(batch):
+            from xformers.ops.tree_attention import tree_attention
+
+            p.tree_fn = tree_attention
 
         trees = tree_requests(batch)
         others = [i for i in range(batch.num_requests) if i not in set(trees)]
@@ -232,7 +237,7 @@ class XformersBackend(Backend):
         vf = p.v[0, :, :, 0]
         sk = kf[p.tree_slot].view(b, t, hkv, 1, d).expand(b, t, hkv, g, d)
         sv = vf[p.tree_slot].view(b, t, hkv, 1, d).expand(b, t, hkv, g, d)
-        o = p.xops.tree_attention(
+        o = p.tree_fn(
             q.view(b, t, hkv, g, d),
             sk,
             sv,

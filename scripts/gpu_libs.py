@@ -77,6 +77,24 @@ def time_ms(fn, iters=20, warmup=3):
     return statistics.median(ts)
 
 
+def graph_us(fn, iters=20):
+    """Median time of one replay of ``fn`` captured in a CUDA graph (None if capture fails)."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return time_ms(g.replay, iters=iters) * 1e3
+    except Exception as e:  # noqa: BLE001
+        print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:200]})")
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backends", nargs="+", default=list(PAGE))
@@ -118,12 +136,13 @@ def main() -> int:
                 rel, mx = compare(out, ref)
                 run_ms = time_ms(lambda: be.run(p))
                 plan_ms2 = time_ms(lambda: be.plan(b), iters=5, warmup=1)
+                gus = graph_us(lambda: be.run(p)) if cls.capturable else None
                 ok = rel < TOL
                 bad += not ok
                 row.update(status="ok" if ok else "mismatch", mode=be.mode, rel=rel, max_abs=mx,
-                           run_us=run_ms * 1e3, plan_ms=plan_ms2, first_call_ms=first_ms, first_plan_ms=plan_ms)
+                           run_us=run_ms * 1e3, graph_us=gus, plan_ms=plan_ms2, first_call_ms=first_ms, first_plan_ms=plan_ms)
                 print(f"  {case:32s} {row['status']:8s} mode={be.mode:26s} rel={rel:.2e} max={mx:.2e} "
-                      f"run={run_ms * 1e3:8.1f}us plan={plan_ms2:6.2f}ms first={first_ms:.0f}ms", flush=True)
+                      f"run={run_ms * 1e3:8.1f}us graph={'%.1fus' % gus if gus else 'n/a':>9s} plan={plan_ms2:6.2f}ms first={first_ms:.0f}ms", flush=True)
             except Exception as e:
                 bad += 1
                 row.update(status="error", error=f"{type(e).__name__}: {e}")

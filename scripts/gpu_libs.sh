@@ -7,7 +7,8 @@
 # 2. installs the wheels, runs the CPU+GPU pytest of tests/test_lib_backends.py for what is
 #    there, validates xformers (Triton-only opt-in) and FlashInfer (JIT) meanwhile;
 # 3. waits for /tmp/fa2.done and validates flash-attn (head dim 128 only build);
-# 4. if the attnbench CLI and scenarios exist, runs them through these backends.
+# 4. if the attnbench CLI exists, runs the shipped scenarios and three bf16/d128 ones through
+#    these backends (while the build runs for xformers/FlashInfer/SDPA, after it for flash-attn).
 # Logs and JSON go to $OUT (or /tmp/gpu_libs_out).
 set -u
 cd "$(dirname "$0")/.."
@@ -28,10 +29,41 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$OUTDIR/pip_e.log" 2>&1 || el "pip -e failed (scripts map attnbench.backends themselves)"
 
+# attnbench run (the harness) over the shipped scenarios and three on NOTES.md's shape.
+AB="import sys; from attnbench.cli import app; sys.argv[0] = 'attnbench'; app()"
+write_scenarios() {
+  cat > /tmp/libs.yaml <<'YAML'
+name: libs-h100
+description: the library backends on NOTES.md's shape (bf16, 32/8 heads, d=128), three page sizes
+seed: 0
+device: cuda
+model: {num_q_heads: 32, num_kv_heads: 8, head_dim: 128, dtype: bfloat16}
+kv_cache: {page_size: 256, layout: shuffled}
+batch:
+  - {kind: decode, count: 8, context: 4096}
+sweep:
+  kv_cache.page_size: [16, 64, 256]
+timing: {warmup_ms: 20, measure_ms: 100}
+YAML
+  sed -e 's/name: libs-h100/name: libs-h100-tree/' -e 's/{kind: decode, count: 8, context: 4096}/{kind: tree, count: 8, context: 4096, tree: {full: {depth: 3, branching: 3}}}/' /tmp/libs.yaml > /tmp/libs_tree.yaml
+  sed -e 's/name: libs-h100/name: libs-h100-mixed/' -e 's/{kind: decode, count: 8, context: 4096}/{kind: decode, count: 6, context: 3000}\n  - {kind: prefill, count: 1, query: 512, context: 1024}/' /tmp/libs.yaml > /tmp/libs_mixed.yaml
+}
+run_scenarios() {  # args: -b NAME ...
+  python3 -c "import attnbench.cli" 2>&1 | tail -3
+  python3 -c "import attnbench.cli" 2>/dev/null || return 0
+  write_scenarios
+  for s in ${SCENARIOS:-scenarios/*.yaml} /tmp/libs.yaml /tmp/libs_tree.yaml /tmp/libs_mixed.yaml; do
+    el "attnbench run $s $*"
+    timeout 80 python3 -c "$AB" run "$s" --device cuda "$@" -q 2>&1 | grep -v -i "xformers\|reinstall\|won't be available\|^\s*$" | tail -22
+  done
+}
+
 export ATTNBENCH_XFORMERS_TRITON_ONLY=1 ATTNBENCH_FA2_HDIM128_ONLY=1
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
 el "xformers + flashinfer"
 nice -n 5 python3 scripts/gpu_libs.py --backends xformers flashinfer --out "$OUTDIR" 2>&1 | tee "$OUTDIR/xf_fi.log"
+
+[ -z "${NO_SCENARIOS:-}" ] && run_scenarios -b xformers -b flashinfer -b sdpa
 
 if [ -e /tmp/fa2build.log ] || [ -e /tmp/fa2.done ]; then
   el "waiting for the flash-attn build"
@@ -45,10 +77,5 @@ python3 scripts/gpu_libs.py --backends flash-attn --out "$OUTDIR" 2>&1 | tee "$O
 el "pytest -m gpu tests/test_lib_backends.py"
 timeout 240 python3 -m pytest -q -m gpu tests/test_lib_backends.py -p no:cacheprovider 2>&1 | tail -15
 
-if python3 -c "import attnbench.cli" 2>/dev/null && ls scenarios/*.yaml >/dev/null 2>&1; then
-  for s in ${SCENARIOS:-scenarios/*.yaml}; do
-    el "attnbench run $s"
-    timeout 200 python3 -m attnbench.cli run "$s" --device cuda -b flash-attn -b xformers -b flashinfer 2>&1 | tail -40
-  done
-fi
+[ -z "${NO_SCENARIOS:-}" ] && run_scenarios -b flash-attn
 el done

@@ -16,7 +16,9 @@ OUTDIR=${OUT:-/tmp/gpu_libs_out}; mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 
-if ! python3 -c "import flash_attn" 2>/dev/null && ls .fa2/flash_attn-*.tar.gz >/dev/null 2>&1; then
+if [ -e /tmp/fa2.done ] && [ -d /tmp/fa2site/flash_attn ]; then
+  el "flash-attn already built in /tmp/fa2site"
+elif ! python3 -c "import flash_attn" 2>/dev/null && ls .fa2/flash_attn-*.tar.gz >/dev/null 2>&1; then
   rm -f /tmp/fa2.done
   setsid bash .fa2/build_flash_attn.sh .fa2/flash_attn-*.tar.gz < /dev/null > /dev/null 2>&1 &
   el "flash-attn build started"

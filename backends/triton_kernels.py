@@ -90,6 +90,7 @@ def paged_attention_kernel(
     split = tl.load(meta + 7)
     prow = tl.load(meta + 8)
     is_tree = tl.load(meta + 9)
+    q0 = tl.load(meta + 10)  # index of the block's first token within its request
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -134,7 +135,7 @@ def paged_attention_kernel(
                     mask=in_range[:, None], other=0.0)
         v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :],
                     mask=in_range[:, None], other=0.0)
-        allowed = slots[None, :] <= (ctx + qi)[:, None]
+        allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
         if HAS_TREE:
             rel = slots - ctx
             need = row_ok[:, None] & ((rel >= 0) & (rel < 64 * stride_anc) & in_range)[None, :]

@@ -52,7 +52,7 @@ PARTIAL_KEYS_PER_ROW = 8
 CPU_SMS = 4
 # columns of the int32 unit table (the kernel reads them by these offsets)
 UNIT_COLS = 12
-(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE) = range(10)
+(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0) = range(11)
 
 
 def next_pow2(x: int) -> int:
@@ -110,14 +110,14 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     (tests use it to force both paths)."""
     bn, bq = cfg.block_n, cfg.block_q
     hkv = batch.num_kv_heads
-    blocks = []  # (req, q_start_global, q_count, ctx, kv_end, full_end, is_tree)
+    blocks = []  # (req, q_start_global, q_count, ctx, kv_end, full_end, is_tree, q0)
     for i, (s, r) in enumerate(zip(batch.query_start, batch.requests)):
         tree = r.tree_parents is not None
         for q0 in range(0, r.query, bq):
             qc = min(bq, r.query - q0)
             kv_end = r.context + q0 + qc
             full_end = r.context if tree else r.context + q0 + 1
-            blocks.append((i, s + q0, qc, r.context, kv_end, full_end, int(tree)))
+            blocks.append((i, s + q0, qc, r.context, kv_end, full_end, int(tree), q0))
     tiles = [math.ceil(b[4] / bn) for b in blocks]
     if splits is not None:
         nsplit = [max(1, min(splits, t)) for t in tiles]
@@ -153,12 +153,12 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
             for k in ks:
                 if sp >= nsplit[k]:
                     continue
-                i, qs, qc, ctx, kv_end, full_end, tree = blocks[k]
+                i, qs, qc, ctx, kv_end, full_end, tree, q0 = blocks[k]
                 per = math.ceil(tiles[k] / nsplit[k])
                 lo = sp * per * bn
                 hi = min(kv_end, (sp + 1) * per * bn)
                 row = rows_of.get(k, -1)
-                units.append((i, qs, qc, ctx, lo, hi, full_end, sp, row, tree, 0, 0))
+                units.append((i, qs, qc, ctx, lo, hi, full_end, sp, row, tree, q0, 0))
     u = torch.tensor(units, dtype=torch.int32).reshape(-1, UNIT_COLS)
     m = torch.tensor(merge, dtype=torch.int32).reshape(-1, 2)
     return u, m, max(nsplit)

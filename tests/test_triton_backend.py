@@ -105,6 +105,14 @@ def test_tile_in_page(page, block_n):
     check(reqs, page=page, block_n=block_n, dtype="float16", splits=2)
 
 
+@pytest.mark.parametrize("name,reqs,page,layout", CASES, ids=[c[0] for c in CASES])
+def test_small_row_blocks(name, reqs, page, layout):
+    """Several row blocks per request (BLOCK_Q = 16 // G = 8 tokens): the causal bound must
+    use each token's index within its request, not within its block."""
+    _, plan = check(reqs, page=page, layout=layout, block_m=16, block_n=16, dtype="float16")
+    assert plan.cfg.block_q == 8
+
+
 @pytest.mark.parametrize("hq,hkv", [(2, 2), (8, 2), (6, 2)])
 def test_gqa_groups(hq, hkv):
     reqs = [Request("decode", 1, 29), tree(from_choices(CHOICES), 7), Request("prefill", 6, 3)]

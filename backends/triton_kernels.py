@@ -63,6 +63,20 @@ def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexp
 
 
 @triton.jit
+def _tile_offsets(bt_row, start, offs_n, limit, stride_kp, stride_ks, stride_vp, stride_vs,
+                  PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
+    """Element offsets of the K and V rows of key slots start .. start + BLOCK_N - 1 (slots at
+    or past ``limit`` read page 0: their block-table entries may not exist)."""
+    slots = start + offs_n
+    if TILE_IN_PAGE:  # the tile lies inside one page: one block-table read
+        page = tl.load(bt_row + start // PAGE, mask=start < limit, other=0).to(tl.int64)
+    else:  # one page id per key slot: any page size, a tile may span pages
+        page = tl.load(bt_row + slots // PAGE, mask=slots < limit, other=0).to(tl.int64)
+    within = (slots % PAGE).to(tl.int64)
+    return page * stride_kp + within * stride_ks, page * stride_vp + within * stride_vs
+
+
+@triton.jit
 def paged_attention_kernel(
     Q, K, V, Out, PO, PL, BT, UNITS, ANC,
     stride_qt, stride_qh,
@@ -109,20 +123,19 @@ def paged_attention_kernel(
     k_base = K + kvh * stride_kh
     v_base = V + kvh * stride_vh
 
-    # 1) tiles every row sees in full: no mask, no bounds checks
+    # 1) tiles every row sees in full: no mask. The block-table read for tile i+1 is issued
+    # in iteration i (loop-carried offsets), so the K/V loads of a tile depend on no load of
+    # the same iteration and Triton's pipeliner can prefetch them stages ahead.
     mid = tl.maximum(tl.minimum(kv_hi, (full_end // BLOCK_N) * BLOCK_N), kv_lo)
+    koff_n, voff_n = _tile_offsets(bt_row, kv_lo, offs_n, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
+                                   PAGE, TILE_IN_PAGE)
     for start in range(kv_lo, mid, BLOCK_N):
-        if TILE_IN_PAGE:  # the tile lies inside one page: one block-table read, contiguous rows
-            page1 = tl.load(bt_row + start // PAGE).to(tl.int64)
-            within = (start % PAGE) + offs_n
-            k = tl.load(k_base + page1 * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
-            v = tl.load(v_base + page1 * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
-        else:  # one page id per key slot: any page size, a tile may span pages
-            slots = start + offs_n
-            page = tl.load(bt_row + slots // PAGE).to(tl.int64)
-            within = slots % PAGE
-            k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :])
-            v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :])
+        koff = koff_n
+        voff = voff_n
+        koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_N, offs_n, kv_hi, stride_kp, stride_ks, stride_vp,
+                                       stride_vs, PAGE, TILE_IN_PAGE)
+        k = tl.load(k_base + koff[:, None] + offs_d[None, :])
+        v = tl.load(v_base + voff[:, None] + offs_d[None, :])
         m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
@@ -137,11 +150,19 @@ def paged_attention_kernel(
                     mask=in_range[:, None], other=0.0)
         allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
         if HAS_TREE:
+            # tree keys of this tile: rel = slot - ctx; a BLOCK_N <= 64 tile spans at most two
+            # 64-node words of a row's ancestor mask: read those two words per row, not one per key
             rel = slots - ctx
-            need = row_ok[:, None] & ((rel >= 0) & (rel < 64 * stride_anc) & in_range)[None, :]
-            word = tl.load(ANC + tok[:, None] * stride_anc + (rel // 64)[None, :], mask=need, other=0)
-            bit = ((word >> (rel % 64).to(tl.int64)[None, :]) & 1) != 0
-            tree_ok = (slots < ctx)[None, :] | bit
+            w0 = tl.maximum(start - ctx, 0) // 64
+            # (scalar conditions broadcast by hand: the interpreter rejects tensor & scalar-bool masks)
+            w0v = qi * 0 + w0
+            rows_t = row_ok & ((qi * 0 + is_tree) != 0)
+            wa = tl.load(ANC + tok * stride_anc + w0v, mask=rows_t & (w0v < stride_anc), other=0)
+            wb = tl.load(ANC + tok * stride_anc + w0v + 1, mask=rows_t & (w0v + 1 < stride_anc), other=0)
+            relc = tl.maximum(rel, 0)
+            word = tl.where((relc // 64 == w0)[None, :], wa[:, None], wb[:, None])
+            bit = ((word >> (relc % 64).to(tl.int64)[None, :]) & 1) != 0
+            tree_ok = (rel < 0)[None, :] | bit
             allowed = tl.where(is_tree != 0, tree_ok, allowed)
         # padding rows see every key in range (finite, never stored)
         allowed = (allowed | (~row_ok)[:, None]) & in_range[None, :]

@@ -77,6 +77,8 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     bq = max(1, bm // g)
     if block_n is None:
         block_n = 32 if d >= 256 else 64
+    if block_n > 64:
+        raise ValueError("block_n must be <= 64: a key tile reads at most two 64-node tree-mask words")
     if num_warps is None:
         num_warps = 8 if bm * d >= 128 * 128 else 4
     if num_stages is None:

@@ -59,25 +59,27 @@ CHECK_ONLY = {
 # name -> list of (label, backend kwargs, plan module overrides)
 SWEEPS = {
     "decode": [
-        ("bn128", {"block_n": 128}, {}),
-        ("bn32", {"block_n": 32}, {}),
         ("st2", {"num_stages": 2}, {}),
         ("st4", {"num_stages": 4}, {}),
+        ("bn32", {"block_n": 32}, {}),
+        ("bn32st4", {"block_n": 32, "num_stages": 4}, {}),
+        ("w1wave", {}, {"WAVES": 1}),
         ("w4waves", {}, {"WAVES": 4}),
-        ("w8waves", {}, {"WAVES": 8}),
-        ("bn128w4", {"block_n": 128}, {"WAVES": 4}),
     ],
     "tree": [
-        ("bm64", {"block_m": 64}, {}),
-        ("bm64w4", {"block_m": 64, "num_warps": 4}, {}),
-        ("bn32", {"block_n": 32}, {}),
-        ("w4", {"num_warps": 4}, {}),
         ("st2", {"num_stages": 2}, {}),
+        ("st4", {"num_stages": 4}, {}),
+        ("bm64", {"block_m": 64}, {}),
+        ("bm64st4", {"block_m": 64, "num_stages": 4}, {}),
+        ("bm64w8", {"block_m": 64, "num_warps": 8}, {}),
+        ("bm32", {"block_m": 32}, {}),
+        ("bn32", {"block_n": 32}, {}),
+        ("waves1", {}, {"WAVES": 1}),
         ("waves4", {}, {"WAVES": 4}),
-        ("pk4", {}, {"PARTIAL_KEYS_PER_ROW": 4}),
     ],
 }
-SWEEP_CASES = {"decode": ["decode-4k-p16", "decode-4k-p256"], "tree": ["tree40-4k-p16", "tree64-16k-p16"]}
+SWEEP_CASES = {"decode": ["decode-4k-p16", "decode-4k-p256"],
+               "tree": ["tree40-4k-p16", "tree8-1k-p16", "tree64-16k-p16"]}
 
 
 def copy_bandwidth() -> float:

@@ -79,7 +79,8 @@ def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Pa
     plan_k, run_k = [], []
     if cuda:
         for e in events:
-            if e.device_type != torch.autograd.DeviceType.CUDA:
+            # Our own ranges also show up on the GPU timeline (as user annotations): not kernels.
+            if e.device_type != torch.autograd.DeviceType.CUDA or e.name.startswith("attnbench."):
                 continue
             start = e.time_range.start
             for name, s, t in ranges:

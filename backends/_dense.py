@@ -22,21 +22,6 @@ def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
 
 
-def gather_packed_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns ``k, v [sum(L), Hkv, D]`` packed request after request, and the int64 slot ids used."""
-    ps = batch.page_size
-    idx = []
-    for i, r in enumerate(batch.requests):
-        j = torch.arange(r.kv_len, device=batch.device)
-        pages = batch.block_table[i].long()[j // ps]
-        idx.append(pages * ps + j % ps)
-    flat = torch.cat(idx)
-    hkv, d = batch.num_kv_heads, batch.head_dim
-    k = batch.k_cache.reshape(-1, hkv, d)[flat]
-    v = batch.v_cache.reshape(-1, hkv, d)[flat]
-    return k, v, flat
-
-
 def padded_mask(batch: Batch) -> torch.Tensor:
     """``[B, 1, Qmax, Lmax]`` bool on the batch's device. Padding rows see key 0 (never all-False)."""
     b, qmax, lmax = batch.num_requests, batch.max_query_len, batch.max_kv_len

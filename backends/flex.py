@@ -1,10 +1,13 @@
-"""FlexAttention on K/V packed request after request (gathered out of the pages in ``plan``).
+"""FlexAttention on K/V gathered out of the pages in ``plan``, padded per request.
 
-The mask is a ``mask_mod`` over the packed sequence: a query token sees keys of its own
-request only, causally (bottom-right) for prefill/decode, and prefix + ancestors for tree
-nodes, read from a per-token ancestor table built in ``plan``. ``plan`` also builds the
-block mask. On the GPU, ``flex_attention`` is compiled (forcing the flex kernel: the decoding
-kernel failed for GQA tree masks on an H100, NOTES.md); on the CPU it runs unfused.
+Layout: queries ``[B, Hq, Qmax, D]`` and keys/values ``[B, Hkv, Lmax, D]`` (one batch row per
+request, so the kernel's grid has B x heads x query blocks programs). The mask is a
+``mask_mod``: keys past the request's ``kv_len`` are hidden; a query token sees keys causally
+(bottom-right) for prefill/decode, and prefix + ancestors for tree nodes, read from a
+per-token ancestor table built in ``plan``; padding rows see key 0 only and are dropped.
+``plan`` builds the block mask. On the GPU, ``flex_attention`` is compiled; batches with more
+than one query per request force the flex (not the decoding) kernel, because the decoding
+kernel failed for GQA tree masks on an H100 (NOTES.md). On the CPU it runs unfused.
 """
 from __future__ import annotations
 
@@ -19,18 +22,19 @@ from attnbench.backend import Backend
 from attnbench.batch import Batch
 from attnbench.trees import ancestor_mask
 
-from ._dense import gather_packed_kv
+from ._dense import gather_padded_kv, token_index
 
 
 @dataclass
 class FlexPlan:
-    q: torch.Tensor  # [1, Hq, N, D]
-    k: torch.Tensor  # [1, Hkv, sum(L), D]
+    q: torch.Tensor  # [B, Hq, Qmax, D]
+    k: torch.Tensor  # [B, Hkv, Lmax, D]
     v: torch.Tensor
     block_mask: Any
     scale: float
     fn: Any
     kernel_options: dict
+    index: torch.Tensor  # real tokens in [B * Qmax], packed order
 
 
 # On the CPU the unfused path is what runs (and is fine); its warning only adds noise.
@@ -74,52 +78,48 @@ class FlexBackend(Backend):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         dev = batch.device
-        k, v, _ = gather_packed_kv(batch)
-        n = batch.num_tokens
+        k, v = gather_padded_kv(batch)
+        b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim
+        lmax = batch.max_kv_len
         tmax = max((r.query for r in batch.requests if r.tree_parents is not None), default=1)
-        q_doc = torch.empty(n, dtype=torch.int32)
-        q_causal = torch.empty(n, dtype=torch.int32)  # last key slot visible causally
-        q_tree_base = torch.empty(n, dtype=torch.int32)  # first tree slot (a large value if none)
-        tree_anc = torch.zeros(n, tmax, dtype=torch.bool)
-        kv_doc, kv_local = [], []
         big = 1 << 30
-        for i, (r, s) in enumerate(zip(batch.requests, batch.query_start)):
-            q_doc[s : s + r.query] = i
-            kv_doc.append(torch.full((r.kv_len,), i, dtype=torch.int32))
-            kv_local.append(torch.arange(r.kv_len, dtype=torch.int32))
+        q_causal = torch.zeros(b, qmax, dtype=torch.int32)  # last slot visible causally
+        q_tree_base = torch.full((b, qmax), big, dtype=torch.int32)  # first tree slot
+        tree_anc = torch.zeros(b, qmax, tmax, dtype=torch.bool)
+        kv_len = torch.tensor([r.kv_len for r in batch.requests], dtype=torch.int32)
+        for i, r in enumerate(batch.requests):
             if r.tree_parents is None:
-                q_causal[s : s + r.query] = r.context + torch.arange(r.query, dtype=torch.int32)
-                q_tree_base[s : s + r.query] = big
+                q_causal[i, : r.query] = r.context + torch.arange(r.query, dtype=torch.int32)
             else:
-                q_causal[s : s + r.query] = r.context - 1
-                q_tree_base[s : s + r.query] = r.context
-                tree_anc[s : s + r.query, : r.query] = ancestor_mask(r.tree_parents)
-        q_doc, q_causal, q_tree_base, tree_anc = (t.to(dev) for t in (q_doc, q_causal, q_tree_base, tree_anc))
-        kv_doc = torch.cat(kv_doc).to(dev)
-        kv_local = torch.cat(kv_local).to(dev)
+                q_causal[i, : r.query] = r.context - 1
+                q_tree_base[i, : r.query] = r.context
+                tree_anc[i, : r.query, : r.query] = ancestor_mask(r.tree_parents)
+        q_causal, q_tree_base, tree_anc, kv_len = (t.to(dev) for t in (q_causal, q_tree_base, tree_anc, kv_len))
 
-        def mask_mod(b, h, q_idx, kv_idx):
-            local = kv_local[kv_idx]
-            rel = local - q_tree_base[q_idx]
-            in_tree = (rel >= 0) & tree_anc[q_idx, rel.clamp(0, tmax - 1)]
-            return (q_doc[q_idx] == kv_doc[kv_idx]) & ((local <= q_causal[q_idx]) | in_tree)
+        def mask_mod(bi, h, q_idx, kv_idx):
+            rel = kv_idx - q_tree_base[bi, q_idx]
+            in_tree = (rel >= 0) & tree_anc[bi, q_idx, rel.clamp(0, tmax - 1)]
+            return (kv_idx < kv_len[bi]) & ((kv_idx <= q_causal[bi, q_idx]) | in_tree)
 
-        total_kv = k.shape[0]
-        block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=total_kv, device=dev)
+        block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
+        index = token_index(batch)
+        q = batch.q.new_zeros(b * qmax, hq, d)
+        q[index] = batch.q
         on_gpu = dev.type == "cuda"
-        fn = _compiled_flex() if on_gpu else flex_attention
-        kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu else {}
+        kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         return FlexPlan(
-            q=batch.q.transpose(0, 1).unsqueeze(0),
-            k=k.transpose(0, 1).unsqueeze(0),
-            v=v.transpose(0, 1).unsqueeze(0),
+            q=q.reshape(b, qmax, hq, d).transpose(1, 2),
+            k=k,
+            v=v,
             block_mask=block_mask,
             scale=batch.scale,
-            fn=fn,
+            fn=_compiled_flex() if on_gpu else flex_attention,
             kernel_options=kernel_options,
+            index=index,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
         kw = {"kernel_options": p.kernel_options} if p.kernel_options else {}
         o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
-        return o.squeeze(0).transpose(0, 1)
+        b, hq, qmax, d = o.shape
+        return o.transpose(1, 2).reshape(b * qmax, hq, d)[p.index]

@@ -1,0 +1,90 @@
+"""Write docs/benchmarks.md (and its plots) from attnbench run folders.
+
+    python3 scripts/make_benchmarks_doc.py RUN_DIR [RUN_DIR ...] --command "what produced them" \
+        [--out docs/benchmarks.md] [--plots docs/img]
+
+Runs of the same scenario (e.g. the library backends and flash-attn measured in two passes)
+are merged into one table per scenario; "vs best" is recomputed over the merged rows.
+Decode and tree-verification scenarios get a plot of kernel time vs context per backend.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from attnbench.plots import plot_run
+from attnbench.report import fmt_time
+from attnbench.results import RunFolder, rows_frame
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--command", required=True, help="the command line that produced the runs")
+    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    ap.add_argument("--plots", type=Path, default=Path("docs/img"))
+    args = ap.parse_args()
+
+    by_scenario: dict[str, list] = {}
+    manifests = []
+    for run in args.runs:
+        rf = RunFolder.load(run)
+        manifests.append(rf.manifest)
+        for r in rf.rows:
+            by_scenario.setdefault(r.scenario, []).append(r)
+    env = manifests[0].get("environment", {})
+    versions: dict[str, str] = {}
+    for m in manifests:
+        for k, v in m.get("environment", {}).get("backends", {}).items():
+            if v and v != "unavailable":
+                versions[k] = v
+    lines = [
+        "# Benchmarks",
+        "",
+        "Made by attnbench from one GPU session with:",
+        "",
+        "```bash",
+        args.command,
+        "```",
+        "",
+        f"- device: **{env.get('device')}**; torch {env.get('torch')}, CUDA {env.get('cuda')}, triton {env.get('triton')}, python {env.get('python')}",
+        "- backends: " + ", ".join(f"{k} ({v})" for k, v in sorted(versions.items())),
+        f"- attnbench commit: {env.get('git_commit') or 'n/a'}",
+        "- kernel = median of CUDA-graph replays (events where a backend cannot be captured: the row says),"
+        " cold L2 (flushed before every call); plan = host time of the backend's metadata step;"
+        " every output checked against the float64 reference (rel err).",
+        "- roofline = time at the binding measured ceiling (memory: the faster of copy and read-only"
+        " bandwidth; compute: dense bf16 matmul) over the kernel time.",
+        "",
+    ]
+    args.plots.mkdir(parents=True, exist_ok=True)
+    for scen, rows in by_scenario.items():
+        df = rows_frame(rows)
+        lines += [f"## {scen}", "", f"Batch: {rows[0].batch}", ""]
+        lines += [
+            "| case | backend | status | plan | kernel | TB/s | roofline | vs best | rel err | notes |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r, xf in zip(rows, df["x_fastest"]):
+            notes = "; ".join(x for x in (r.reason, r.mode, r.timing_method if r.timing_method != "cuda-graph" else "") if x)
+            roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
+            vs = "best" if xf == 1.0 else (f"{xf:.2f}x" if math.isfinite(xf) else "-")
+            tbps = f"{r.tbps:.2f}" if math.isfinite(r.tbps) else "-"
+            err = f"{r.rel_err:.1e}" if math.isfinite(r.rel_err) else "-"
+            lines.append(
+                f"| {r.case_id} | {r.backend} | {r.status} | {fmt_time(r.plan_ms)} | {fmt_time(r.median_ms)} | {tbps} | {roof} | {vs} | {err} | {notes.replace('|', '/')} |"
+            )
+        lines.append("")
+        ctx_cols = [c for c in df.columns if c.endswith(".context") and df[c].nunique() > 1]
+        if ctx_cols and any(k in scen for k in ("decode", "tree")):
+            for path in plot_run(rows, ctx_cols[0], args.plots / scen, title=scen):
+                rel = path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path
+                lines += [f"![{path.stem}]({rel})", ""]
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

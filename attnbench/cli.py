@@ -20,6 +20,7 @@ from . import __version__
 from . import backend as registry
 from .report import print_results
 from .results import RunFolder, environment
+from .isolate import isolated_rows, options_to_json
 from .runner import RunOptions, Runner
 from .scenario import ScenarioError, json_schema, load
 
@@ -69,7 +70,7 @@ def _load_backend_files(files: Optional[List[Path]]) -> None:
 @app.command()
 @handle_errors
 def run(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backend to run (repeatable)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
@@ -86,10 +87,31 @@ def run(
         None, help="Python file defining Backend subclasses (RUNS that file's code)"
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="finish an incomplete run folder: its scenario and options, skipping rows done"
+    ),
+    isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
+    timeout: float = typer.Option(300.0, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
 ):
     """Run a scenario through the backends; write a run folder; print the results table."""
     _load_backend_files(backend_file)
-    sf = load(scenario, set_ or [])
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout}: must be > 0")
+    prior = None
+    if resume is not None:
+        from .resume import ResumeError, open_run
+
+        if scenario is not None or set_:
+            raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
+        try:
+            prior = open_run(resume)
+        except ResumeError as e:
+            raise UsageError(str(e)) from None
+        sf = prior.sf
+    elif scenario is None:
+        raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
+    else:
+        sf = load(scenario, set_ or [])
     for name, v in (("--warmup-ms", warmup_ms), ("--measure-ms", measure_ms), ("--rtol", rtol)):
         if v is not None and v <= 0 and name != "--warmup-ms":
             raise UsageError(f"{name} {v}: must be > 0")
@@ -104,28 +126,42 @@ def run(
         save_tensors=save_tensors,
         rtol=rtol,
     )
+    if prior is not None:  # the original run's options (the flags above apply to new runs)
+        opts = prior.options
     try:
         runner = Runner(sf, opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    folder = RunFolder.create(results_dir, sf.name, folder_base)
-    if profile:
+    done: frozenset = frozenset()
+    if prior is not None:
+        from .resume import mark_resumed
+
+        folder, done = prior.folder, prior.done
+        profile = opts.profile_dir is not None
+        mark_resumed(folder, isolate)
+    else:
+        folder = RunFolder.create(results_dir, sf.name, folder_base)
+    if profile and prior is None:
         opts.profile_dir = folder.path / "profiles"
-    folder.start(
-        {
-            "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
-            "attnbench": __version__,
-            "scenario": sf.name,
-            "scenario_path": str(scenario),
-            "scenario_sha256": sf.sha256,
-            "scenario_text": sf.text,
-            "overrides": list(set_ or []),
-            "seed": sf.scenario.seed,
-            "cases": len(sf.cases),
-            "backends_requested": runner.backend_names,
-            "environment": environment(runner.device_name, runner.backend_versions()),
-        }
-    )
+    if prior is None:
+        folder.start(
+            {
+                "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
+                "attnbench": __version__,
+                "scenario": sf.name,
+                "scenario_path": str(scenario),
+                "scenario_sha256": sf.sha256,
+                "scenario_text": sf.text,
+                "overrides": list(set_ or []),
+                "seed": sf.scenario.seed,
+                "cases": len(sf.cases),
+                "backends_requested": runner.backend_names,
+                "environment": environment(runner.device_name, runner.backend_versions()),
+                "options": options_to_json(opts),
+                "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
+                "isolate": isolate,
+            }
+        )
     complete = False
     try:
         with Progress(
@@ -137,8 +173,21 @@ def run(
             transient=True,
             disable=quiet,
         ) as progress:
-            task = progress.add_task(f"{sf.name}", total=runner.total_rows)
-            for row in runner.rows():
+            todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
+            task = progress.add_task(f"{sf.name}", total=todo)
+            if isolate:
+                rows = isolated_rows(
+                    runner,
+                    scenario_text=sf.text,
+                    scenario_path=prior.scenario_path if prior else str(scenario),
+                    overrides=prior.overrides if prior else list(set_ or []),
+                    backend_files=[str(f) for f in backend_file or []],
+                    timeout=timeout,
+                    done=done,
+                )
+            else:
+                rows = runner.rows(done=done)
+            for row in rows:
                 folder.add(row)
                 progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
         complete = True

@@ -23,7 +23,8 @@ from .results import Row
 from .scenario import Case, ScenarioFile
 from .stats import Summary
 from .timing import TimingConfig, time_host, time_run
-from .units import format_int
+from .poison import count_poison, poison_allocator
+from .units import format_bytes, format_int
 
 
 @dataclass
@@ -90,9 +91,18 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[str,
         return "mismatch", f"wrong shape {list(out.shape)}, expected {list(batch.q.shape)}", float("nan"), float("nan")
     if out.dtype != batch.dtype:
         return "mismatch", f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
+    unwritten = count_poison(out)
+    if unwritten:
+        return (
+            "mismatch",
+            f"output never written: {unwritten} of {out.numel()} values still hold the NaN poison put there before the call",
+            float("inf"), float("inf"),
+        )
     bad = (~torch.isfinite(out)).sum().item()
     if bad:
-        return "mismatch", f"output has {bad} NaN/Inf values of {out.numel()} (unwritten or overflowed)", float("inf"), float("inf")
+        return "mismatch", f"output has {bad} NaN/Inf values of {out.numel()}", float("inf"), float("inf")
+    if out.numel() and not out.any() and ref.any():
+        return "mismatch", "output never written: every value is 0 (fresh memory?)", float("inf"), float("inf")
     rel, mx = compare(out, ref)
     if not rel <= tol:
         return "mismatch", f"relative error {rel:.3g} exceeds tolerance {tol:.3g}", rel, mx
@@ -188,7 +198,10 @@ class Runner:
             for n in names:
                 row = self._base_row(case, spec, n)
                 row.status = "skipped"
-                row.reason = f"case needs about {need / 2**30:.1f} GiB; {avail / 2**30:.1f} GiB free on {self.device}"
+                row.reason = (
+                    f"case needs about {format_bytes(need)} (3x the batch's {format_bytes(spec.memory_bytes())}); "
+                    f"{format_bytes(avail)} available on {self.device}"
+                )
                 yield row
             return
         try:
@@ -247,6 +260,7 @@ class Runner:
             return
         plan = be.plan(batch)
         row.mode = getattr(be, "mode", "") or ""
+        poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)

@@ -53,8 +53,9 @@ def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
 
 
 def _poison(t: Optional[torch.Tensor]) -> None:
-    if isinstance(t, torch.Tensor) and t.is_floating_point():
-        t.fill_(float("nan"))
+    from .poison import poison_fill  # NaN with a payload: "never written" is told from computed NaN
+
+    poison_fill(t)
 
 
 def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult:

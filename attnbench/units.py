@@ -30,3 +30,11 @@ def format_int(n: int) -> str:
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}k"
     return str(n)
+
+
+def format_bytes(n: float) -> str:
+    """Bytes for messages: ``512 B``, ``3.2 KiB``, ``1.5 GiB``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"

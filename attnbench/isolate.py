@@ -1,0 +1,293 @@
+"""``attnbench run --isolate``: each case's backends run in a child process.
+
+The parent starts ``python -m attnbench.isolate --fd N`` per case, sends it a job on stdin
+(the scenario text and overrides, the case id, the backends still to run, the run options
+and the ``--backend-file`` files to load) and reads JSON lines back on pipe ``N``:
+``ready`` once the child has loaded everything, ``start`` before each backend, ``row`` with
+each finished row. The child rebuilds the batch from the scenario and its seed, so its
+inputs are the ones an in-process run would use. Rows are written by the parent's run folder.
+
+When the child dies (segfault, abort, ``os._exit``) or sends nothing for ``--timeout``
+seconds while a backend runs, the parent kills it (its whole process group), records an
+``error`` row for the backend that was running (the signal or exit code, and the last lines
+of the child's stderr: with faulthandler on, the Python frame that crashed) and starts a
+fresh child for the case's remaining backends. On a CUDA device the child also exits after
+any ``error`` row, since an illegal memory access leaves the CUDA context unusable.
+The child's stdout and stderr go to a temporary file, not to the terminal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+from .results import Row
+
+SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
+
+
+# -- run options <-> JSON (also used by the manifest, for --resume) -------------------------
+def options_to_json(opts) -> dict:
+    d = dataclasses.asdict(opts)
+    for k in ("profile_dir", "save_tensors"):
+        if d.get(k) is not None:
+            d[k] = str(d[k])
+    return d
+
+
+def options_from_json(d: dict):
+    from .runner import RunOptions
+
+    names = {f.name for f in dataclasses.fields(RunOptions)}
+    kw = {k: v for k, v in (d or {}).items() if k in names}
+    for k in ("profile_dir", "save_tensors"):
+        if kw.get(k) is not None:
+            kw[k] = Path(kw[k])
+    return RunOptions(**kw)
+
+
+# -- parent side ------------------------------------------------------------------------------
+_TIMEOUT = object()
+
+
+class _Child:
+    def __init__(self, job: dict):
+        r, w = os.pipe()
+        self.log = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        pkg_parent = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONFAULTHANDLER"] = "1"
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "attnbench.isolate", "--fd", str(w)],
+                stdin=subprocess.PIPE,
+                stdout=self.log,
+                stderr=self.log,
+                pass_fds=(w,),
+                start_new_session=True,  # Ctrl-C reaches the parent only; kill takes the group
+                env=env,
+            )
+        finally:
+            os.close(w)
+        self.fd = r
+        self.buf = b""
+        try:
+            self.proc.stdin.write(json.dumps(job, default=str).encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the child died at once: its exit status says why
+
+    def next_event(self, deadline: float):
+        """The next message, None at end of stream (the child exited), or _TIMEOUT."""
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _TIMEOUT
+            ready, _, _ = select.select([self.fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"event": "junk", "text": line[:200].decode(errors="replace")}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+
+    def exit_text(self) -> str:
+        rc = self.proc.wait()
+        if rc < 0:
+            try:
+                sig = signal.Signals(-rc)
+                desc = signal.strsignal(sig) or ""
+                return f"killed by {sig.name}" + (f" ({desc.lower()})" if desc else "")
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exited with code {rc}"
+
+    def stderr_tail(self, max_chars: int = 400) -> str:
+        """The child's last words: the crashing frame (faulthandler), else the last lines."""
+        try:
+            self.log.flush()
+            self.log.seek(0)
+            text = self.log.read()[-(1 << 16):].decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            return ""
+        for i, ln in enumerate(lines):
+            if ln.startswith("Fatal Python error"):
+                frames = [x for x in lines[i + 1:] if x.startswith("File ")]
+                picked = [ln] + frames[:1]
+                break
+        else:
+            picked = lines[-3:]
+        return " | ".join(picked)[-max_chars:]
+
+    def close(self) -> None:
+        self.kill()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        self.log.close()
+
+
+def _describe(child: _Child, how: str) -> str:
+    tail = child.stderr_tail()
+    return f"{how}; last stderr: {tail}" if tail else how
+
+
+def isolated_rows(
+    runner,
+    *,
+    scenario_text: str,
+    scenario_path: str,
+    overrides: list[str],
+    backend_files: list[str],
+    timeout: float,
+    done: frozenset = frozenset(),
+) -> Iterator[Row]:
+    """Like ``Runner.rows`` with each case's backends in child processes."""
+    base_job = {
+        "scenario_text": scenario_text,
+        "scenario_path": scenario_path,
+        "overrides": list(overrides),
+        "backend_files": [str(Path(f).resolve()) for f in backend_files],
+        "options": options_to_json(runner.opts),
+    }
+    for case in runner.sf.cases:
+        remaining = [b for b in runner.backend_names if (case.case_id, b) not in done]
+        while remaining:
+            yield from _run_child(runner, case, remaining, dict(base_job, case_id=case.case_id, backends=list(remaining)), timeout)
+
+
+def _failed_row(runner, case, name: str, reason: str) -> Row:
+    row = runner._base_row(case, case.scenario.batch_spec(), name)
+    row.status, row.reason = "error", reason[:600]
+    return row
+
+
+def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) -> Iterator[Row]:
+    """One child for the case's ``remaining`` backends; removes each finished one from the list."""
+    child = _Child(job)
+    current: Optional[str] = None
+    ready = False
+    failure: Optional[str] = None
+    try:
+        deadline = time.monotonic() + timeout + SETUP_GRACE_S
+        while True:
+            ev = child.next_event(deadline)
+            if ev is _TIMEOUT:
+                child.kill()
+                what = f"while running {current}" if current else "while loading (before any backend ran)"
+                failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
+                break
+            if ev is None:
+                if remaining:
+                    failure = _describe(child, f"child process {child.exit_text()}")
+                break
+            kind = ev.get("event")
+            if kind == "ready":
+                ready = True
+            elif kind == "start":
+                current = ev["backend"]
+                deadline = time.monotonic() + timeout
+            elif kind == "row":
+                row = Row.from_json(ev["row"])
+                if row.backend in remaining:
+                    remaining.remove(row.backend)
+                current = None
+                yield row
+            elif kind == "fatal":
+                failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
+                current = None
+                ready = False
+            elif kind in ("done", "restart"):
+                pass  # the end of stream follows
+    finally:
+        child.close()
+    if failure is None and not remaining:
+        return
+    if failure is None:  # the child ended cleanly with backends left: only after "restart"
+        return
+    if current is not None and ready:
+        remaining.remove(current)
+        yield _failed_row(runner, case, current, failure)
+    else:  # nothing attributable to one backend: every remaining one gets the reason
+        for n in list(remaining):
+            remaining.remove(n)
+            yield _failed_row(runner, case, n, failure)
+
+
+# -- child side -------------------------------------------------------------------------------
+def _child_main(argv: list[str]) -> int:
+    import faulthandler
+
+    faulthandler.enable()
+    fd = int(argv[argv.index("--fd") + 1])
+    out = os.fdopen(fd, "w", buffering=1)
+
+    def send(obj: dict) -> None:
+        out.write(json.dumps(obj, default=str) + "\n")
+        out.flush()
+
+    try:
+        job = json.loads(sys.stdin.read())
+        from . import backend as registry
+        from .runner import Runner
+        from .scenario import load_text
+
+        for f in job["backend_files"]:
+            registry.load_backend_file(f)
+        sf = load_text(job["scenario_text"], job["scenario_path"], job["overrides"])
+        case = next(c for c in sf.cases if c.case_id == job["case_id"])
+        opts = options_from_json(job["options"])
+        opts.backends = list(job["backends"])
+        runner = Runner(sf, opts)
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which records rows
+        send({"event": "fatal", "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"})
+        return 1
+    send({"event": "ready"})
+    names = list(job["backends"])
+    gen = runner.run_case(case, names)
+    for n in names:
+        send({"event": "start", "backend": n})
+        try:
+            row = next(gen)
+        except StopIteration:
+            break
+        send({"event": "row", "row": row.to_json()})
+        if row.status == "error" and runner.device.type == "cuda" and n != names[-1]:
+            send({"event": "restart"})  # the CUDA context may be poisoned: a fresh process goes on
+            out.close()
+            os._exit(0)
+    for _ in gen:  # the case's epilogue: --save-tensors, memory release
+        pass
+    send({"event": "done"})
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv))

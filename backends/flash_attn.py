@@ -20,6 +20,10 @@ Constraints: CUDA, float16/bfloat16, ``page_size % 256 == 0`` (flash-attn 2's pa
 head_dim a multiple of 8 up to 256. ``ATTNBENCH_FA2_HDIM128_ONLY=1`` declares a minimal build
 with head dim 128 only (the GPU machine's, ``shared/device/build_flash_attn.sh``): other head
 dims are then skipped with that reason instead of computing garbage.
+
+Validated on an H100 with that build (flash-attn 2.8.3.post2, torch 2.11+cu130), bf16, 32/8
+heads, d=128, page 256: every route, relative errors 1.6e-3 to 2.8e-3 vs the float64
+reference (``scripts/gpu_libs.sh``).
 """
 from __future__ import annotations
 

@@ -27,6 +27,12 @@ Triton split-K kernel (``triton_splitk.FwOp``) run, and uses that kernel explici
 call. Every row then says ``triton-only`` in its mode. That kernel takes causal query blocks
 of at most 16 tokens, all of equal length: longer or uneven prefill batches are skipped in
 that mode with the reason (they need the CUDA extension's flash kernels).
+
+Validated on an H100 in Triton-only mode only (xformers 0.0.35 under torch 2.11+cu130), bf16,
+32/8 heads, d=128, page 64: decode, decode + 1-token prefill, trees (full, random, chain) and
+tree + decode batches, relative errors 1.8e-3 to 2.3e-3 vs the float64 reference
+(``scripts/gpu_libs.sh``). The full-extension path (prefill through xformers' flash kernels)
+has not run anywhere yet. Tree requests with context 0 are refused without having been tried.
 """
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 # One-command GPU validation of the library backends (flash-attn, xformers, FlashInfer).
 #   bash scripts/gpu_libs.sh            (from the repo root, on the GPU machine)
 # Needs, carried with the checkout: .fa2/ (build_flash_attn.sh + the flash-attn sdist, see
-# shared/device/build_flash_attn.sh) and .whl/ (xformers, flashinfer-python and its deps).
+# shared/device/build_flash_attn.sh) and .whl/ (xformers 0.0.35, flashinfer-python 0.5.3 and
+# its deps: apache-tvm-ffi, einops, tabulate, nvidia-ml-py, requests (+urllib3, idna,
+# charset-normalizer, certifi), tqdm, click, packaging, ninja; and for `attnbench run`,
+# which the GPU image lacks: pydantic, pydantic-core, annotated-types, typing-inspection,
+# typing-extensions). One version of each.
 # 1. starts the minimal flash-attn build in the background (about 6 minutes);
 # 2. installs the wheels, runs the CPU+GPU pytest of tests/test_lib_backends.py for what is
 #    there, validates xformers (Triton-only opt-in) and FlashInfer (JIT) meanwhile;

@@ -101,9 +101,11 @@ def main() -> int:
     # 2. five repeated runs of the same case
     for backend in ("sdpa", "flex"):
         meds = []
-        for _ in range(5):
+        for i in range(5):
             (r,) = run(cases["decode B8 ctx4k p16"], [backend])
             meds.append(r.median_ms)
+            r.case_id = f"decode B8 ctx4k p16 repeat {i + 1}"
+            all_rows.append(r)
         spread = (max(meds) - min(meds)) / sorted(meds)[2]
         summary.append(
             (
@@ -122,6 +124,7 @@ def main() -> int:
     ]:
         (cold,) = run(text, ["sdpa"])
         (warm,) = run(text, ["sdpa"], warm_l2=True)
+        cold.case_id, warm.case_id = f"{label} cold L2", f"{label} warm L2"
         kv = cold.bytes
         ratio = cold.median_ms / warm.median_ms
         differs = ratio > 1.05
@@ -138,6 +141,7 @@ def main() -> int:
 
     # 4. SDPA bandwidth on a plain large decode (contiguous pages; the gather is in plan)
     (bw,) = run(scenario("bw", "- {kind: decode, count: 32, context: 16k}", page=256, layout="contiguous"), ["sdpa"])
+    bw.case_id = "decode B32 ctx16k contiguous"
     frac = bw.tbps / ceil.copy_tbps
     frac_mem = bw.tbps / ceil.memory_tbps
     summary.append(

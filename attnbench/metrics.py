@@ -129,9 +129,13 @@ def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16"
     return Ceilings(device_name(device), 2 * nbytes / copy_s / 1e12, mm, nbytes / read_s / 1e12)
 
 
+# Bump when the way ceilings are measured changes, so cached values measured the old way are not reused.
+CEILINGS_METHOD = 2
+
+
 def ceilings_for(device: torch.device, dtype: str, measure: bool = True) -> Optional[Ceilings]:
     """Cached ceilings of this device (measured on first use, then read from the cache)."""
-    key = f"{device_name(device)} | torch {torch.__version__}"
+    key = f"{device_name(device)} | torch {torch.__version__} | method {CEILINGS_METHOD}"
     path = _cache_path()
     try:
         cache = json.loads(path.read_text())

@@ -14,8 +14,9 @@ bitmask (int64 words, ``ANC[token, w]``).
 
 Softmax runs in base 2 (scores scaled by ``scale * log2(e)``). A unit whose row block is
 not split writes the output directly; a split one writes a float32 partial output and its
-natural-log LSE (``-inf`` when the row saw no key in that split), merged by
-``merge_kernel``.
+natural-log LSE (``-inf`` when the row saw no key in that split); the last split of a row
+block to finish (an atomic counter per row block and KV head) merges them in the same launch
+(``FUSED_MERGE``), or ``merge_kernel`` does it in a second launch.
 
 The CPU interpreter (TRITON_INTERPRET=1) is read by ``triton.jit`` when this module is
 imported: ``INTERPRETED`` records which mode the kernels were built for.
@@ -78,18 +79,19 @@ def _tile_offsets(bt_row, start, offs_n, limit, stride_kp, stride_ks, stride_vp,
 
 @triton.jit
 def paged_attention_kernel(
-    Q, K, V, Out, PO, PL, BT, UNITS, ANC,
+    Q, K, V, Out, PO, PL, BT, UNITS, ANC, SEM,
     stride_qt, stride_qh,
     stride_kp, stride_ks, stride_kh,
     stride_vp, stride_vs, stride_vh,
     stride_ot, stride_oh,
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr,
-    stride_bt, stride_anc,
+    stride_bt, stride_anc, stride_sem,
     qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+    FUSED_MERGE: tl.constexpr,
 ):
     unit = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -179,6 +181,35 @@ def paged_attention_kernel(
                  + offs_d[None, :], o, mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
+        if FUSED_MERGE:
+            # The last split of this (row block, KV head) to finish merges all of them: the
+            # barrier + acq_rel atomic publish this program's partials and, in the last one,
+            # make every other split's partials visible. It resets the counter for the next run.
+            nsplit = tl.load(meta + 11)
+            sem = SEM + tl.load(meta + 12) * stride_sem + kvh
+            tl.debug_barrier()
+            arrived = tl.atomic_add(sem, 1, sem="acq_rel")
+            if arrived == nsplit - 1:
+                tl.debug_barrier()
+                m_all = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                w_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+                o_sum = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                for sp in range(0, nsplit):
+                    lse_s = tl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok,
+                                    other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(PO + sp * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
+                                  + offs_d[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+                    m_new = tl.maximum(m_all, lse_s)
+                    m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    scale_old = tl.exp(m_all - m_sub)
+                    w = tl.exp(lse_s - m_sub)
+                    w_sum = w_sum * scale_old + w
+                    o_sum = o_sum * scale_old[:, None] + w[:, None] * o_s
+                    m_all = m_new
+                w_sum = tl.where(w_sum > 0.0, w_sum, 1.0)
+                tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                         (o_sum / w_sum[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
+                tl.atomic_xchg(sem, 0)
 
 
 @triton.jit

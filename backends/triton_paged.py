@@ -45,6 +45,7 @@ class TritonPlan:
     po: torch.Tensor  # [S, R, Hq, D] float32 partial outputs
     pl: torch.Tensor  # [S, R, Hq] float32 partial LSEs (natural log)
     splits_p2: int
+    sem: torch.Tensor  # [row blocks, Hkv] int32 arrival counters of the fused merge (kept at 0)
     qk_scale: float
 
 
@@ -69,10 +70,12 @@ class TritonBackend(Backend):
     distribution = "triton"
     install_hint = "pip install attnbench[triton]"
 
-    def __init__(self, splits: Optional[int] = None, **config: Any) -> None:
+    def __init__(self, splits: Optional[int] = None, fused_merge: bool = True, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
+        ``fused_merge``: the last split merges (one launch); False: a second merge kernel.
         ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
         self.splits = splits
+        self.fused_merge = fused_merge
         self.config = config
 
     def unsupported(self, batch: Batch) -> list[str]:
@@ -105,7 +108,7 @@ class TritonBackend(Backend):
     def plan(self, batch: Batch) -> TritonPlan:
         dev = batch.device
         cfg = tp.choose_config(batch, **self.config)
-        units, merge, max_splits = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits)
+        units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits)
         anc, has_tree = tp.tree_words(batch)
         n, hq, d = batch.q.shape
         r = merge.shape[0]
@@ -122,6 +125,7 @@ class TritonBackend(Backend):
             po=torch.empty(s, max(r, 1), hq, d, dtype=torch.float32, device=dev),
             pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
             splits_p2=tp.next_pow2(max(2, s)),
+            sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
             qk_scale=batch.scale * math.log2(math.e),
         )
 
@@ -133,22 +137,22 @@ class TritonBackend(Backend):
         g = b.num_q_heads // b.num_kv_heads
         # the compiled kernel (registers, spills, shared memory) is kept for reports
         self.last_kernel = tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
-            q, k, v, out, po, pl, b.block_table, p.units, p.anc,
+            q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2),
             out.stride(0), out.stride(1),
             po.stride(0), po.stride(1), po.stride(2),
             pl.stride(0), pl.stride(1),
-            b.block_table.stride(0), p.anc.stride(0),
+            b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
             p.qk_scale,
             G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
             BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
             UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
-            TILE_IN_PAGE=b.page_size % cfg.block_n == 0,
+            TILE_IN_PAGE=b.page_size % cfg.block_n == 0, FUSED_MERGE=self.fused_merge,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        if p.num_merge:
+        if p.num_merge and not self.fused_merge:
             tk.merge_kernel[(p.num_merge, b.num_q_heads)](
                 out, po, pl, p.merge,
                 out.stride(0), out.stride(1),

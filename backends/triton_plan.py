@@ -9,7 +9,8 @@ Work decomposition
 A *row block* is up to ``BLOCK_Q`` consecutive query tokens of one request; the kernel puts
 the ``G`` query heads of one KV head times those tokens on the M side of its ``tl.dot``
 (row ``m`` = token ``m // G``, head ``m % G``), so each K/V tile is read once per KV head.
-``BLOCK_M = clamp(next_pow2(G * max query len), 16, 128)`` (64 for head_dim 256).
+``BLOCK_M = clamp(next_pow2(G * max query len), 16, 128)`` (64 for head_dim 256), or 64
+when 64-row blocks pad at least 20% fewer rows than 128-row ones (160 rows: 192 vs 256).
 
 A *unit* is one row block and one contiguous range of key tiles (a KV split); the grid is
 ``(units, num_kv_heads)``. Units are ordered request, split, row block, so the row blocks
@@ -17,8 +18,11 @@ that read the same keys run side by side and share them through L2.
 
 Split-KV heuristic (documented in docs/triton_notes.md)
 -------------------------------------------------------
-Let ``base = row_blocks * Hkv`` programs and ``target = WAVES * SMs`` (``WAVES = 2``; on the
-CPU interpreter ``SMs = 4``). If ``base >= target`` nothing is split. Otherwise the total
+Let ``base = row_blocks * Hkv`` programs and ``target = waves * SMs``, with 2 waves when
+``BLOCK_M <= 32`` (decode-like, memory-bound, several CTAs per SM) and 1 wave for larger row
+blocks (trees, prefill: compute-bound, one CTA per SM, where every extra split costs partial
+writes; measured on an H200: tree40 115 us at 1 wave vs 140 us at 2). On the CPU
+interpreter ``SMs = 4``. If ``base >= target`` nothing is split. Otherwise the total
 number of key tiles over all row blocks is cut into chunks of
 ``chunk = max(MIN_CHUNK_TILES, ceil(total_tiles * Hkv / target))`` tiles, so programs get
 about equal work whatever the lengths (a 16k request gets 4x the splits of a 4k one); a row
@@ -46,13 +50,15 @@ from attnbench.batch import Batch
 from attnbench.trees import ancestor_mask
 
 WAVES = 2
+WAVES_LARGE_M = 1
 MIN_CHUNK_TILES = 4
 MAX_SPLITS = 64
 PARTIAL_KEYS_PER_ROW = 8
 CPU_SMS = 4
 # columns of the int32 unit table (the kernel reads them by these offsets)
-UNIT_COLS = 12
-(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0) = range(11)
+UNIT_COLS = 16
+(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT,
+ C_GROUP) = range(13)
 
 
 def next_pow2(x: int) -> int:
@@ -73,7 +79,10 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     g = batch.num_q_heads // batch.num_kv_heads
     d = batch.head_dim
     cap = 64 if d >= 256 else 128
-    bm = block_m or min(max(16, next_pow2(g * batch.max_query_len)), max(cap, next_pow2(g)))
+    rows = g * batch.max_query_len
+    bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
+    if block_m is None and bm == 128 and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
+        bm = 64  # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256
     bq = max(1, bm // g)
     if block_n is None:
         block_n = 32 if d >= 256 else 64
@@ -106,7 +115,7 @@ def num_sms(device: torch.device) -> int:
 
 
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None):
-    """Returns ``(units [U, UNIT_COLS] int32, merge [R, 2] int32, max_splits)``.
+    """Returns ``(units [U, UNIT_COLS] int32, merge [R, 2] int32, max_splits, row_blocks)``.
 
     ``splits``: None for the heuristic, or a fixed number of splits for every row block
     (tests use it to force both paths)."""
@@ -125,7 +134,9 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
         nsplit = [max(1, min(splits, t)) for t in tiles]
     else:
         g = batch.num_q_heads // hkv
-        target = WAVES * sms
+        # small row blocks (decode) are memory-bound and fit several CTAs per SM: 2 waves;
+        # large ones (trees, prefill) are compute-bound, one CTA per SM: 1 wave (fewer partials)
+        target = (WAVES if cfg.block_m <= 32 else WAVES_LARGE_M) * sms
         if len(blocks) * hkv >= target:
             nsplit = [1] * len(blocks)
         else:
@@ -160,7 +171,7 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
                 lo = sp * per * bn
                 hi = min(kv_end, (sp + 1) * per * bn)
                 row = rows_of.get(k, -1)
-                units.append((i, qs, qc, ctx, lo, hi, full_end, sp, row, tree, q0, 0))
+                units.append((i, qs, qc, ctx, lo, hi, full_end, sp, row, tree, q0, nsplit[k], k, 0, 0, 0))
     u = torch.tensor(units, dtype=torch.int32).reshape(-1, UNIT_COLS)
     m = torch.tensor(merge, dtype=torch.int32).reshape(-1, 2)
-    return u, m, max(nsplit)
+    return u, m, max(nsplit), len(blocks)

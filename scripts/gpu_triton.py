@@ -59,23 +59,18 @@ CHECK_ONLY = {
 # name -> list of (label, backend kwargs, plan module overrides)
 SWEEPS = {
     "decode": [
+        ("unfused", {"fused_merge": False}, {}),
         ("st2", {"num_stages": 2}, {}),
-        ("st4", {"num_stages": 4}, {}),
         ("bn32", {"block_n": 32}, {}),
-        ("bn32st4", {"block_n": 32, "num_stages": 4}, {}),
-        ("w1wave", {}, {"WAVES": 1}),
         ("w4waves", {}, {"WAVES": 4}),
     ],
     "tree": [
-        ("st2", {"num_stages": 2}, {}),
-        ("st4", {"num_stages": 4}, {}),
+        ("unfused", {"fused_merge": False}, {}),
+        ("bm128", {"block_m": 128}, {}),
         ("bm64", {"block_m": 64}, {}),
-        ("bm64st4", {"block_m": 64, "num_stages": 4}, {}),
-        ("bm64w8", {"block_m": 64, "num_warps": 8}, {}),
-        ("bm32", {"block_m": 32}, {}),
-        ("bn32", {"block_n": 32}, {}),
-        ("waves1", {}, {"WAVES": 1}),
-        ("waves4", {}, {"WAVES": 4}),
+        ("st2", {"num_stages": 2}, {}),
+        ("waves2", {}, {"WAVES_LARGE_M": 2}),
+        ("nosplit", {"splits": 1}, {}),
     ],
 }
 SWEEP_CASES = {"decode": ["decode-4k-p16", "decode-4k-p256"],

@@ -113,6 +113,24 @@ def test_small_row_blocks(name, reqs, page, layout):
     assert plan.cfg.block_q == 8
 
 
+@pytest.mark.parametrize("name,reqs,page,layout", CASES[:5], ids=[c[0] for c in CASES[:5]])
+def test_separate_merge_kernel(name, reqs, page, layout):
+    check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=False)
+
+
+def test_fused_merge_counters_reset():
+    """The fused merge's arrival counters return to 0, so a second run (a graph replay) is right."""
+    need_interpreter()
+    reqs = (Request("decode", 1, 70), tree(from_choices(CHOICES), 30))
+    batch = materialize(BatchSpec(reqs, 4, 2, 32, dtype="float32", page_size=16), 1)
+    be = TritonBackend(splits=3, block_n=16)
+    plan = be.plan(batch)
+    first = be.run(plan).clone()
+    assert int(plan.sem.abs().sum()) == 0
+    plan.out.fill_(float("nan"))
+    assert torch.equal(be.run(plan), first)
+
+
 @pytest.mark.parametrize("hq,hkv", [(2, 2), (8, 2), (6, 2)])
 def test_gqa_groups(hq, hkv):
     reqs = [Request("decode", 1, 29), tree(from_choices(CHOICES), 7), Request("prefill", 6, 3)]

@@ -102,7 +102,7 @@ def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
         d = {k: getattr(r, k) for k in CSV_FIELDS}
         for k in param_cols:
             v = r.params.get(k)
-            d[k] = json.dumps(v) if isinstance(v, (list, dict)) else v
+            d[k] = json.dumps(v, default=str) if isinstance(v, (list, dict)) else v
         recs.append(d)
     cols = CSV_FIELDS[:2] + param_cols + CSV_FIELDS[2:]
     df = pd.DataFrame.from_records(recs, columns=cols)

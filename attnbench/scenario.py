@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from .batch import DTYPES, KINDS, LAYOUTS, BatchSpec, Request
 from .batchstr import parse_batch_string
 from .trees import TreeError, parse_tree
-from .units import format_int, parse_int
+from .units import format_int, parse_int, short_repr
 
 
 class ScenarioError(ValueError):
@@ -28,7 +28,18 @@ SizeInt = Annotated[int, BeforeValidator(parse_int)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# Limits that keep a hostile or mistyped scenario from hanging or exhausting the loader
+# (sizes the memory estimate would reject anyway are refused here, with the field named).
+MAX_TEXT_BYTES = 4 << 20  # a scenario file
+MAX_NODES = 200_000  # YAML values after alias expansion
+MAX_DEPTH = 64  # YAML nesting
+MAX_GROUPS = 4096  # request groups in one batch
+MAX_REQUESTS = 65536  # requests in one batch (all groups' counts)
+MAX_QUERY_TOKENS = 1 << 22  # new tokens in one batch
+MAX_KV_TOKENS = 1 << 31  # cached + new tokens in one batch
 
 
 class ModelShape(_Strict):
@@ -92,10 +103,10 @@ class Group(_Strict):
 
 
 class Timing(_Strict):
-    warmup_ms: float = Field(default=25.0, ge=0, description="warm-up budget per row, ms")
-    measure_ms: float = Field(default=100.0, gt=0, description="measurement budget per row, ms")
-    min_runs: int = Field(default=5, ge=1)
-    max_runs: int = Field(default=2000, ge=1)
+    warmup_ms: float = Field(default=25.0, ge=0, le=3_600_000, description="warm-up budget per row, ms")
+    measure_ms: float = Field(default=100.0, gt=0, le=3_600_000, description="measurement budget per row, ms")
+    min_runs: int = Field(default=5, ge=1, le=1_000_000)
+    max_runs: int = Field(default=2000, ge=1, le=1_000_000)
     cold_l2: bool = Field(default=True, description="flush the GPU's L2 before every timed call")
     cuda_graphs: bool = Field(default=True, description="time CUDA-graph replays where the backend allows")
 
@@ -114,12 +125,13 @@ def _batch_groups(v: Any) -> Any:
 class Scenario(_Strict):
     name: Optional[str] = None
     description: str = ""
-    seed: SizeInt = Field(default=0, ge=0)
+    seed: SizeInt = Field(default=0, ge=0, le=2**63 - 1)
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     model: ModelShape
     kv_cache: KVCache = KVCache()
     batch: Annotated[list[Group], BeforeValidator(_batch_groups)] = Field(
-        min_length=1, description="request groups in batch order, or a string such as '2q1k_32q1s4k'"
+        min_length=1, max_length=MAX_GROUPS,
+        description="request groups in batch order, or a string such as '2q1k_32q1s4k'",
     )
     sweep: Optional[dict[str, list[Any]]] = Field(
         default=None, description="dotted path -> values; the cartesian product gives the cases"
@@ -127,6 +139,19 @@ class Scenario(_Strict):
     backends: Optional[list[str]] = None
     check: Check = Check()
     timing: Timing = Timing()
+
+    @model_validator(mode="after")
+    def _size(self):
+        reqs = sum(g.count for g in self.batch)
+        if reqs > MAX_REQUESTS:
+            raise ValueError(f"the batch has {reqs} requests; at most {MAX_REQUESTS} are allowed")
+        toks = sum(g.count * g.query for g in self.batch)
+        if toks > MAX_QUERY_TOKENS:
+            raise ValueError(f"the batch has {toks} new tokens; at most {MAX_QUERY_TOKENS} are allowed")
+        kv = sum(g.count * (g.context + g.query) for g in self.batch)
+        if kv > MAX_KV_TOKENS:
+            raise ValueError(f"the batch has {kv} KV tokens; at most {MAX_KV_TOKENS} are allowed")
+        return self
 
     def batch_spec(self) -> BatchSpec:
         reqs = tuple(r for g in self.batch for r in g.requests())
@@ -172,14 +197,16 @@ class ScenarioFile:
 def _set_path(doc: Any, path: str, value: Any, where: str) -> None:
     parts = path.split(".")
     if not path or any(p == "" for p in parts):
-        raise ScenarioError(f"{where}: {path!r} is not a dotted path such as model.head_dim or batch.0.context")
+        raise ScenarioError(f"{where}: {short_repr(path)} is not a dotted path such as model.head_dim or batch.0.context")
     node = doc
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         here = ".".join(parts[: i + 1])
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ScenarioError(f"{where}: {here}: no item {part!r} (the list has {len(node)} items, 0..{len(node) - 1})")
+            if not re.fullmatch(r"[0-9]{1,9}", part) or int(part) >= len(node):
+                raise ScenarioError(
+                    f"{where}: {short_repr(here)}: no item {short_repr(part)} (the list has {len(node)} items, 0..{len(node) - 1})"
+                )
             if last:
                 node[int(part)] = value
             else:
@@ -192,23 +219,28 @@ def _set_path(doc: Any, path: str, value: Any, where: str) -> None:
                     node[part] = {}
                 node = node[part]
         else:
-            raise ScenarioError(f"{where}: {here}: cannot set a key inside a {type(node).__name__}")
+            raise ScenarioError(f"{where}: {short_repr(here)}: cannot set a key inside a {type(node).__name__}")
 
 
 def _parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
-        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set model.head_dim=64")
+        raise ScenarioError(f"--set {short_repr(text)}: expected KEY=VALUE, e.g. --set model.head_dim=64")
     key, value = text.split("=", 1)
     try:
-        return key.strip(), yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: the text as written
         return key.strip(), value
+    _check_shape(parsed, f"--set {short_repr(text)}")
+    return key.strip(), parsed
 
 
 def _slug(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return format_int(value)
-    text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+    try:
+        text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
+    except (TypeError, ValueError, RecursionError):  # e.g. a mapping with date keys
+        text = short_repr(value)
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
 
 
@@ -227,9 +259,9 @@ def case_id_for(params: dict[str, Any]) -> str:
 def _format_validation_error(err: ValidationError, where: str, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith("function-"))
+        loc = ".".join(_loc_part(x) for x in e["loc"] if not str(x).startswith("function-"))
         loc = re.sub(r"\.?(Annotated|list)\[[^\]]*\]", "", loc)
-        msg = e["msg"].removeprefix("Value error, ")
+        msg = " ".join(e["msg"].removeprefix("Value error, ").split())  # one line
         if e["type"] == "extra_forbidden":
             msg = "unknown key; remove it or check the spelling (`attnbench schema` lists the keys)"
         elif e["type"] == "missing":
@@ -237,6 +269,32 @@ def _format_validation_error(err: ValidationError, where: str, prefix: str = "")
         field = f"{prefix}{loc}" if loc else (prefix.rstrip(": ") or "(top level)")
         lines.append(f"{where}: {field}: {msg}")
     return "\n".join(lines)
+
+
+def _loc_part(x: Any) -> str:
+    """A field-path part for a message: user keys with odd characters are quoted, long ones cut."""
+    s = str(x)
+    if len(s) > 40 or not s.isprintable() or not s:
+        return short_repr(s, 40)
+    return s
+
+
+def _check_shape(doc: Any, where: str) -> None:
+    """Refuse documents too deep or too big to handle (YAML aliases can make a few lines
+    expand to billions of values): walked without recursion, stopped at the limits."""
+    stack = [(doc, 1)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise ScenarioError(f"{where}: more than {MAX_NODES} values (after YAML aliases); a scenario is far smaller")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"{where}: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, depth + 1) for v in node)
 
 
 def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
@@ -250,13 +308,20 @@ def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
 
 # -- loading --------------------------------------------------------------------------------
 def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] = None) -> ScenarioFile:
+    if len(text) > MAX_TEXT_BYTES:
+        raise ScenarioError(f"{path}: {len(text)} characters; a scenario file is at most {MAX_TEXT_BYTES}")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ScenarioError(f"{path}: not valid YAML{at}: {problem}") from None
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or [""])[0]
+        raise ScenarioError(f"{path}: not valid YAML{at}: {' '.join(str(problem).split())}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ScenarioError(f"{path}: not valid YAML: {short_repr(str(e), 120)}") from None
+    _check_shape(raw, path)
     if raw is None:
         raise ScenarioError(f"{path}: the file is empty; it needs at least model: and batch:")
     if not isinstance(raw, dict):
@@ -264,8 +329,9 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
     raw = copy.deepcopy(raw)
     for text_ov in overrides or []:
         key, value = _parse_override(text_ov)
-        _set_path(raw, key, value, f"--set {text_ov}")
+        _set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
     base = _validate(raw, path)
+    _check_shape(raw, path)
     cases = expand_sweep(raw, base, path)
     return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases)
 
@@ -310,7 +376,7 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
         params = dict(zip(keys, combo))
         for k, v in params.items():
             _set_path(doc, k, v, f"{path}: sweep.{k}")
-        label = ", ".join(f"{k}={v}" for k, v in params.items())
+        label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")
         cases.append(Case(case_id_for(params), params, sc))
     ids = [c.case_id for c in cases]

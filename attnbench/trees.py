@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .units import short_repr
+
 
 class TreeError(ValueError):
     """A tree spelling that cannot be turned into a tree. The message names the field."""
@@ -23,7 +25,7 @@ MAX_TREE_NODES = 4096
 
 def _int(value: Any, field: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TreeError(f"{field}: expected an integer >= {minimum}, got {value!r}")
+        raise TreeError(f"{field}: expected an integer >= {minimum}, got {short_repr(value)}")
     if value < minimum:
         raise TreeError(f"{field}: expected an integer >= {minimum}, got {value}")
     return value
@@ -41,12 +43,14 @@ def from_choices(choices: Any, field: str = "tree.choices") -> list[int]:
     xformers do; node 0 is the root.
     """
     if not isinstance(choices, (list, tuple)):
-        raise TreeError(f"{field}: expected a list of paths such as [[0], [1], [0, 0]], got {choices!r}")
+        raise TreeError(f"{field}: expected a list of paths such as [[0], [1], [0, 0]], got {short_repr(choices)}")
     _check_size(len(choices) + 1, field)
     paths: list[tuple[int, ...]] = []
     for i, path in enumerate(choices):
         if not isinstance(path, (list, tuple)) or len(path) == 0:
-            raise TreeError(f"{field}[{i}]: expected a non-empty list of child ranks, got {path!r}")
+            raise TreeError(f"{field}[{i}]: expected a non-empty list of child ranks, got {short_repr(path)}")
+        if len(path) >= MAX_TREE_NODES:
+            raise TreeError(f"{field}[{i}]: a path of {len(path)} ranks is deeper than {MAX_TREE_NODES} nodes allow")
         for j, rank in enumerate(path):
             _int(rank, f"{field}[{i}][{j}]", 0)
         paths.append(tuple(path))
@@ -79,7 +83,7 @@ def chain(k: Any, field: str = "tree.chain") -> list[int]:
 def from_branching(branching: Any, field: str = "tree.branching") -> list[int]:
     """Per-level fan-out: every node of level l has ``branching[l]`` children."""
     if not isinstance(branching, (list, tuple)):
-        raise TreeError(f"{field}: expected a list of fan-outs such as [3, 2, 1], got {branching!r}")
+        raise TreeError(f"{field}: expected a list of fan-outs such as [3, 2, 1], got {short_repr(branching)}")
     fan = [_int(b, f"{field}[{i}]", 1) for i, b in enumerate(branching)]
     total, width = 1, 1
     for b in fan:
@@ -104,9 +108,10 @@ def full(spec: Any, field: str = "tree.full") -> list[int]:
     ``{depth: 3, branching: 3}`` is the 40-node tree of NOTES.md (1 + 3 + 9 + 27).
     """
     if not isinstance(spec, dict) or set(spec) != {"depth", "branching"}:
-        raise TreeError(f"{field}: expected {{depth: D, branching: B}}, got {spec!r}")
+        raise TreeError(f"{field}: expected {{depth: D, branching: B}}, got {short_repr(spec)}")
     depth = _int(spec["depth"], f"{field}.depth", 0)
     b = _int(spec["branching"], f"{field}.branching", 1)
+    _check_size(depth + 1, field)  # before building a list of `depth` fan-outs
     return from_branching([b] * depth, field)
 
 
@@ -114,7 +119,7 @@ def random_tree(spec: Any, field: str = "tree.random") -> list[int]:
     """A reproducible irregular tree (EAGLE-2 style), renumbered in level order."""
     allowed = {"nodes", "max_depth", "max_children", "seed"}
     if not isinstance(spec, dict) or not set(spec) <= allowed or "nodes" not in spec:
-        raise TreeError(f"{field}: expected {{nodes, max_depth, max_children, seed}}, got {spec!r}")
+        raise TreeError(f"{field}: expected {{nodes, max_depth, max_children, seed}}, got {short_repr(spec)}")
     n = _int(spec["nodes"], f"{field}.nodes", 1)
     _check_size(n, field)
     max_depth = _int(spec.get("max_depth", n), f"{field}.max_depth", 0)
@@ -133,13 +138,19 @@ def random_tree(spec: Any, field: str = "tree.random") -> list[int]:
         raise TreeError(f"{field}: {n} nodes do not fit in max_depth={max_depth}, max_children={max_children}")
     rng = _random.Random(seed)
     par, depth, kids = [-1], [0], [0]
+    # nodes that can still take a child, in index order (kept incrementally: O(n) per step
+    # only when a node fills up, so 4096 nodes stay fast); same trees as a full rescan
+    open_nodes = [0] if max_depth > 0 else []
     while len(par) < n:
-        open_nodes = [i for i in range(len(par)) if depth[i] < max_depth and kids[i] < max_children]
         p = rng.choice(open_nodes)
         par.append(p)
         depth.append(depth[p] + 1)
         kids.append(0)
         kids[p] += 1
+        if kids[p] >= max_children:
+            open_nodes.remove(p)
+        if depth[-1] < max_depth:
+            open_nodes.append(len(par) - 1)
     return _level_order(par)
 
 
@@ -159,12 +170,12 @@ def _level_order(parents: Sequence[int]) -> list[int]:
 
 def from_parents(parents: Any, field: str = "tree.parents") -> list[int]:
     if not isinstance(parents, (list, tuple)) or len(parents) == 0:
-        raise TreeError(f"{field}: expected a list such as [-1, 0, 0, 1], got {parents!r}")
+        raise TreeError(f"{field}: expected a list such as [-1, 0, 0, 1], got {short_repr(parents)}")
     _check_size(len(parents), field)
     out = []
     for i, p in enumerate(parents):
         if isinstance(p, bool) or not isinstance(p, int):
-            raise TreeError(f"{field}[{i}]: expected an integer, got {p!r}")
+            raise TreeError(f"{field}[{i}]: expected an integer, got {short_repr(p)}")
         if i == 0 and p != -1:
             raise TreeError(f"{field}[0]: the root's parent must be -1, got {p}")
         if i > 0 and not 0 <= p < i:
@@ -178,7 +189,7 @@ def from_parents(parents: Any, field: str = "tree.parents") -> list[int]:
 def parse_tree(spec: Any, field: str = "tree") -> list[int]:
     """A scenario's ``tree:`` mapping (exactly one spelling) -> parent array."""
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SPELLINGS:
-        raise TreeError(f"{field}: expected exactly one of {', '.join(SPELLINGS)}, got {spec!r}")
+        raise TreeError(f"{field}: expected exactly one of {', '.join(SPELLINGS)}, got {short_repr(spec)}")
     (key, value), = spec.items()
     sub = f"{field}.{key}"
     return {

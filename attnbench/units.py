@@ -5,13 +5,26 @@ import re
 from typing import Any
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
-_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_RE = re.compile(r"^\s*([0-9]{1,15})\s*([kKmM]?)\s*$")  # ASCII digits; 15 is plenty
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` for messages: one line, at most ``limit`` characters, safe on deep nesting."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, limit, limit, 6, 4
+    try:
+        text = r.repr(value)
+    except Exception:  # a hostile __repr__ or a pathological object
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_int(value: Any) -> int:
     """``4096``, ``"4096"``, ``"4k"``, ``"1m"`` -> int. Raises ValueError with a hint otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"expected an integer such as 4096 or 4k, got {value!r}")
+        raise ValueError(f"expected an integer such as 4096 or 4k, got {short_repr(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -20,7 +33,7 @@ def parse_int(value: Any) -> int:
         m = _RE.match(value)
         if m:
             return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    raise ValueError(f"expected an integer such as 4096 or 4k, got {value!r}")
+    raise ValueError(f"expected an integer such as 4096 or 4k, got {short_repr(value)}")
 
 
 def format_int(n: int) -> str:

@@ -85,7 +85,8 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
         bm = 64  # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256
     bq = max(1, bm // g)
     if block_n is None:
-        block_n = 32 if d >= 256 else 64
+        # small row blocks (decode): 32-key tiles measured 5% faster on an H100 (54 vs 57 us)
+        block_n = 32 if d >= 256 or bm <= 32 else 64
     if block_n > 64:
         raise ValueError("block_n must be <= 64: a key tile reads at most two 64-node tree-mask words")
     if num_warps is None:

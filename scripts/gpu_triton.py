@@ -59,22 +59,18 @@ CHECK_ONLY = {
 # name -> list of (label, backend kwargs, plan module overrides)
 SWEEPS = {
     "decode": [
-        ("unfused", {"fused_merge": False}, {}),
-        ("st2", {"num_stages": 2}, {}),
-        ("bn32", {"block_n": 32}, {}),
-        ("w4waves", {}, {"WAVES": 4}),
+        ("bn64", {"block_n": 64}, {}),
+        ("bn32st4", {"block_n": 32, "num_stages": 4}, {}),
     ],
     "tree": [
+        ("bn32", {"block_n": 32}, {}),
+        ("bn32st4", {"block_n": 32, "num_stages": 4}, {}),
+        ("bn16", {"block_n": 16}, {}),
         ("unfused", {"fused_merge": False}, {}),
-        ("bm128", {"block_m": 128}, {}),
-        ("bm64", {"block_m": 64}, {}),
-        ("st2", {"num_stages": 2}, {}),
-        ("waves2", {}, {"WAVES_LARGE_M": 2}),
-        ("nosplit", {"splits": 1}, {}),
     ],
 }
 SWEEP_CASES = {"decode": ["decode-4k-p16", "decode-4k-p256"],
-               "tree": ["tree40-4k-p16", "tree8-1k-p16", "tree64-16k-p16"]}
+               "tree": ["tree40-4k-p16", "tree40-4k-p256", "tree64-16k-p16"]}
 
 
 def copy_bandwidth() -> float:

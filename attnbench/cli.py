@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from . import backend as registry
-from .report import print_results
+from .report import print_profiles, print_results
 from .results import RunFolder, environment
 from .isolate import isolated_rows, options_to_json
 from .runner import RunOptions, Runner
@@ -196,6 +196,8 @@ def run(
     finally:
         folder.finish(complete)
     print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
+    if profile:
+        print_profiles(folder.rows, console)
     console.print(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)")
     bad = [r for r in folder.rows if r.status in ("error", "mismatch")]
     if not complete:
@@ -235,6 +237,7 @@ def list_backends(
     backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
 ):
     """List the backends and whether each can run here."""
+    from rich.markup import escape
     from rich.table import Table
 
     _load_backend_files(backend_file)
@@ -243,7 +246,7 @@ def list_backends(
         try:
             cls = registry.get_backend_class(n)
             why = cls.unavailable()
-            t.add_row(n, "yes" if why is None else "no", cls.version() if why is None else why)
+            t.add_row(n, "yes" if why is None else "no", escape(cls.version() if why is None else why))
         except Exception as e:
             t.add_row(n, "no", f"{type(e).__name__}: {e}")
     console.print(t)

@@ -70,9 +70,11 @@ class TritonBackend(Backend):
     distribution = "triton"
     install_hint = "pip install attnbench[triton]"
 
-    def __init__(self, splits: Optional[int] = None, fused_merge: bool = True, **config: Any) -> None:
+    def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
-        ``fused_merge``: the last split merges (one launch); False: a second merge kernel.
+        ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
+        kernel; off by default: on an H100 it was no faster for decode and 7% slower for
+        a 64-node tree at 16k (428 vs 398 us, docs/triton_notes.md).
         ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
         self.splits = splits
         self.fused_merge = fused_merge

@@ -78,21 +78,25 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
                   num_stages: Optional[int] = None, block_m: Optional[int] = None) -> Config:
     g = batch.num_q_heads // batch.num_kv_heads
     d = batch.head_dim
-    cap = 64 if d >= 256 else 128
+    wide = batch.q.element_size() > 2  # float32 (interpreter, or exact runs on the GPU): smaller tiles fit smem
+    cap = (32 if d >= 256 else 64) if wide else (64 if d >= 256 else 128)
     rows = g * batch.max_query_len
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
     if block_m is None and bm == 128 and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
         bm = 64  # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256
     bq = max(1, bm // g)
     if block_n is None:
-        # small row blocks (decode): 32-key tiles measured 5% faster on an H100 (54 vs 57 us)
-        block_n = 32 if d >= 256 or bm <= 32 else 64
+        # decode-sized row blocks (<= 16 rows): 32-key tiles measured faster on an H100 (54 vs
+        # 57 us); a 32-row block (an 8-node tree, G=4) was slower with them (31 vs 21 us)
+        block_n = 32 if d >= 256 or bm <= 16 else 64
+        if wide:
+            block_n = 16 if d >= 256 else 32
     if block_n > 64:
         raise ValueError("block_n must be <= 64: a key tile reads at most two 64-node tree-mask words")
     if num_warps is None:
         num_warps = 8 if bm * d >= 128 * 128 else 4
     if num_stages is None:
-        num_stages = 2 if d >= 256 else 3
+        num_stages = 2 if d >= 256 or wide else 3
     return Config(bm, bq, block_n, num_warps, num_stages)
 
 

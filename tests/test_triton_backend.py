@@ -114,8 +114,8 @@ def test_small_row_blocks(name, reqs, page, layout):
 
 
 @pytest.mark.parametrize("name,reqs,page,layout", CASES[:5], ids=[c[0] for c in CASES[:5]])
-def test_separate_merge_kernel(name, reqs, page, layout):
-    check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=False)
+def test_fused_merge(name, reqs, page, layout):
+    check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=True)
 
 
 def test_fused_merge_counters_reset():
@@ -123,7 +123,7 @@ def test_fused_merge_counters_reset():
     need_interpreter()
     reqs = (Request("decode", 1, 70), tree(from_choices(CHOICES), 30))
     batch = materialize(BatchSpec(reqs, 4, 2, 32, dtype="float32", page_size=16), 1)
-    be = TritonBackend(splits=3, block_n=16)
+    be = TritonBackend(splits=3, block_n=16, fused_merge=True)
     plan = be.plan(batch)
     first = be.run(plan).clone()
     assert int(plan.sem.abs().sum()) == 0

@@ -24,6 +24,7 @@ def main() -> int:
     ap.add_argument("--command", required=True, help="the command line that produced the runs")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     ap.add_argument("--plots", type=Path, default=Path("docs/img"))
+    ap.add_argument("--commit", default=None, help="attnbench commit the runs came from (when the GPU copy had no .git)")
     args = ap.parse_args()
 
     by_scenario: dict[str, list] = {}
@@ -50,7 +51,10 @@ def main() -> int:
         "",
         f"- device: **{env.get('device')}**; torch {env.get('torch')}, CUDA {env.get('cuda')}, triton {env.get('triton')}, python {env.get('python')}",
         "- backends: " + ", ".join(f"{k} ({v})" for k, v in sorted(versions.items())),
-        f"- attnbench commit: {env.get('git_commit') or 'n/a'}",
+        f"- attnbench commit: {args.commit or env.get('git_commit') or 'n/a'}",
+        "- `sdpa` and `flex` cannot read a paged cache: their plan gathers K/V into a dense layout, so their"
+        " kernel time reads contiguous memory and the gather shows in their plan time; `triton`,"
+        " `flash-attn`, `xformers` and `flashinfer` read the pages in place.",
         "- kernel = median of CUDA-graph replays (events where a backend cannot be captured: the row says),"
         " cold L2 (flushed before every call); plan = host time of the backend's metadata step;"
         " every output checked against the float64 reference (rel err).",
@@ -60,8 +64,12 @@ def main() -> int:
     ]
     args.plots.mkdir(parents=True, exist_ok=True)
     for scen, rows in by_scenario.items():
+        order = {c: i for i, c in enumerate(dict.fromkeys(r.case_id for r in rows))}
+        rows = sorted(rows, key=lambda r: order[r.case_id])  # each case's rows together (stable)
         df = rows_frame(rows)
-        lines += [f"## {scen}", "", f"Batch: {rows[0].batch}", ""]
+        desc = next((m.get("scenario_text", "") for m in manifests if m.get("scenario") == scen), "")
+        about = next((ln.split(":", 1)[1].strip() for ln in desc.splitlines() if ln.startswith("description:")), "")
+        lines += [f"## {scen}", "", about, "", f"Batch of the first case: {rows[0].batch}", ""]
         lines += [
             "| case | backend | status | plan | kernel | TB/s | roofline | vs best | rel err | notes |",
             "|---|---|---|---|---|---|---|---|---|---|",

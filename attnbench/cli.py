@@ -10,7 +10,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from . import backend as registry
 from .report import print_profiles, print_results
-from .results import RunFolder, environment
+from .results import Row, RunFolder, environment
 from .isolate import isolated_rows, options_to_json
 from .runner import RunOptions, Runner
 from .scenario import ScenarioError, json_schema, load
@@ -65,6 +65,49 @@ def _load_backend_files(files: Optional[List[Path]]) -> None:
             raise
         except Exception as e:
             raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
+
+
+def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) -> dict:
+    """What every run folder's manifest records about the command, scenario and machine."""
+    return {
+        "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
+        "attnbench": __version__,
+        "scenario": sf.name,
+        "scenario_path": scenario_path,
+        "scenario_sha256": sf.sha256,
+        "scenario_text": sf.text,
+        "overrides": list(overrides),
+        "seed": sf.scenario.seed,
+        "cases": len(sf.cases),
+        "backends_requested": runner.backend_names,
+        "environment": environment(runner.device_name, runner.backend_versions()),
+    }
+
+
+def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, quiet: bool) -> bool:
+    """Write each row to the run folder as it comes, under a progress bar; mark the folder
+    complete or (on Ctrl-C) incomplete. Returns whether every row was recorded."""
+    complete = False
+    try:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=quiet,
+        ) as progress:
+            task = progress.add_task(label, total=total)
+            for row in rows:
+                folder.add(row)
+                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
+        complete = True
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
+    finally:
+        folder.finish(complete)
+    return complete
 
 
 @app.command()
@@ -146,55 +189,26 @@ def run(
     if prior is None:
         folder.start(
             {
-                "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
-                "attnbench": __version__,
-                "scenario": sf.name,
-                "scenario_path": str(scenario),
-                "scenario_sha256": sf.sha256,
-                "scenario_text": sf.text,
-                "overrides": list(set_ or []),
-                "seed": sf.scenario.seed,
-                "cases": len(sf.cases),
-                "backends_requested": runner.backend_names,
-                "environment": environment(runner.device_name, runner.backend_versions()),
+                **base_manifest(sf, runner, str(scenario), set_ or []),
                 "options": options_to_json(opts),
                 "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
                 "isolate": isolate,
             }
         )
-    complete = False
-    try:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=quiet,
-        ) as progress:
-            todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
-            task = progress.add_task(f"{sf.name}", total=todo)
-            if isolate:
-                rows = isolated_rows(
-                    runner,
-                    scenario_text=sf.text,
-                    scenario_path=prior.scenario_path if prior else str(scenario),
-                    overrides=prior.overrides if prior else list(set_ or []),
-                    backend_files=[str(f) for f in backend_file or []],
-                    timeout=timeout,
-                    done=done,
-                )
-            else:
-                rows = runner.rows(done=done)
-            for row in rows:
-                folder.add(row)
-                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
-        complete = True
-    except KeyboardInterrupt:
-        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
-    finally:
-        folder.finish(complete)
+    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
+    if isolate:
+        rows = isolated_rows(
+            runner,
+            scenario_text=sf.text,
+            scenario_path=prior.scenario_path if prior else str(scenario),
+            overrides=prior.overrides if prior else list(set_ or []),
+            backend_files=[str(f) for f in backend_file or []],
+            timeout=timeout,
+            done=done,
+        )
+    else:
+        rows = runner.rows(done=done)
+    complete = record_rows(folder, rows, todo, sf.name, quiet)
     print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
     if profile:
         print_profiles(folder.rows, console)

@@ -6,24 +6,20 @@ parse, call, render, exit code (0 fine, 1 failed rows or regressions, 2 bad inpu
 from __future__ import annotations
 
 import functools
-import shlex
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__
 from .baseline import load_rows, write_baseline
-from .cli import UsageError, _load_backend_files, app, console, err, handle_errors
+from .cli import UsageError, _load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
 from .compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device, parse_fraction
 from .compare_report import (
     BACKEND_COLUMNS, FORMATS, backend_records, check_columns, check_records, check_summary, render, run_pair_columns,
 )
 from .plots import PlotError, default_plot_dir, plot_run
-from .results import RunFolder, environment
+from .results import RunFolder
 from .runner import RunOptions, Runner
 from .scenario import load
 
@@ -73,34 +69,8 @@ def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, resul
     except ValueError as e:
         raise UsageError(str(e)) from None
     folder = RunFolder.create(results_dir, sf.name, out)
-    folder.start({
-        "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
-        "attnbench": __version__,
-        "scenario": sf.name,
-        "scenario_path": str(scenario),
-        "scenario_sha256": sf.sha256,
-        "scenario_text": sf.text,
-        "overrides": list(set_ or []),
-        "seed": sf.scenario.seed,
-        "cases": len(sf.cases),
-        "backends_requested": runner.backend_names,
-        "environment": environment(runner.device_name, runner.backend_versions()),
-    })
-    complete = False
-    try:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=err, transient=True, disable=quiet,
-        ) as progress:
-            task = progress.add_task(sf.name, total=runner.total_rows)
-            for row in runner.rows():
-                folder.add(row)
-                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
-        complete = True
-    except KeyboardInterrupt:
-        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
-    finally:
-        folder.finish(complete)
+    folder.start(base_manifest(sf, runner, str(scenario), set_ or []))
+    complete = record_rows(folder, runner.rows(), runner.total_rows, sf.name, quiet)
     if not complete:
         raise typer.Exit(130)
     return folder

@@ -9,12 +9,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from .batch import DTYPES, KINDS, LAYOUTS, BatchSpec, Request
+from .batch import BatchSpec, Request
 from .batchstr import parse_batch_string
 from .trees import TreeError, parse_tree
 from .units import format_int, parse_int, short_repr

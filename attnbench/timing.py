@@ -152,7 +152,6 @@ def time_cuda(
         _poison(last)
         final = run()
         torch.cuda.synchronize(device)
-    del flush
     return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note)
 
 

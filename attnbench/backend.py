@@ -67,6 +67,20 @@ class Backend(ABC):
         """Launch the kernels; return the output ``[N, Hq, D]`` in the batch's dtype."""
 
 
+def basic_reasons(batch: Batch, library: str, cuda_only: bool = True, dtypes: tuple = ()) -> list[str]:
+    """The reasons most library backends share: a CUDA-only kernel, 16-bit-only inputs, and
+    query heads that are not a whole number of groups per KV head."""
+    reasons = []
+    if cuda_only and batch.device.type != "cuda":
+        reasons.append(f"{library} runs on CUDA devices only")
+    if dtypes and batch.dtype not in dtypes:
+        names = "/".join(str(d).replace("torch.", "") for d in dtypes)
+        reasons.append(f"{library} takes {names}, not {str(batch.dtype).replace('torch.', '')}")
+    if batch.num_q_heads % batch.num_kv_heads:
+        reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
+    return reasons
+
+
 # name -> "module:Class", imported only when asked for.
 BUILTIN: dict[str, str] = {
     "reference": "attnbench.backends.reference:ReferenceBackend",

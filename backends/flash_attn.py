@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, basic_reasons
 from attnbench.batch import Batch
 from attnbench.trees import is_chain
 
@@ -104,15 +104,9 @@ class FlashAttnBackend(Backend):
         return None
 
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = []
-        if batch.device.type != "cuda":
-            reasons.append("flash-attn runs on CUDA devices only")
-        if batch.dtype not in (torch.float16, torch.bfloat16):
-            reasons.append(f"flash-attn 2 takes float16/bfloat16, not {str(batch.dtype).replace('torch.', '')}")
+        reasons = basic_reasons(batch, "flash-attn 2", dtypes=(torch.float16, torch.bfloat16))
         if batch.page_size % 256:
             reasons.append(f"flash-attn 2 needs page_size divisible by 256 (got {batch.page_size})")
-        if batch.num_q_heads % batch.num_kv_heads:
-            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
         d = batch.head_dim
         if env_flag(HDIM128_ENV):
             if d != 128:

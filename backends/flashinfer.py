@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, basic_reasons
 from attnbench.batch import Batch
 
 from ._common_libs import custom_mask_flat, flashinfer_page_layout, tree_requests
@@ -84,15 +84,9 @@ class FlashInferBackend(Backend):
         return None
 
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = []
-        if batch.device.type != "cuda":
-            reasons.append("FlashInfer runs on CUDA devices only")
-        if batch.dtype not in (torch.float16, torch.bfloat16):
-            reasons.append(f"FlashInfer attention takes float16/bfloat16, not {str(batch.dtype).replace('torch.', '')}")
+        reasons = basic_reasons(batch, "FlashInfer", dtypes=(torch.float16, torch.bfloat16))
         if batch.head_dim not in HEAD_DIMS:
             reasons.append(f"FlashInfer attention supports head_dim {HEAD_DIMS}, got {batch.head_dim}")
-        if batch.num_q_heads % batch.num_kv_heads:
-            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
         return reasons
 
     def plan(self, batch: Batch) -> FlashInferPlan:

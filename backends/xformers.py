@@ -41,7 +41,7 @@ from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, basic_reasons
 from attnbench.batch import Batch
 
 from ._common_libs import env_flag, token_ids, tree_requests
@@ -119,16 +119,12 @@ class XformersBackend(Backend):
         return None
 
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = []
-        if batch.device.type != "cuda":
-            reasons.append("xformers' paged kernels run on CUDA devices only")
+        reasons = basic_reasons(batch, "xformers' paged attention")
         if batch.page_size % PAGE_MULTIPLE:
             reasons.append(
                 f"xformers paged attention needs page_size divisible by {PAGE_MULTIPLE} "
                 f"(the split-K kernel's key block), got {batch.page_size}"
             )
-        if batch.num_q_heads % batch.num_kv_heads:
-            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
         trees = tree_requests(batch)
         shapes = {batch.requests[i].tree_parents for i in trees}
         if len(shapes) > 1:

@@ -25,6 +25,13 @@ def fmt_time(ms: float) -> str:
     return f"{ms:.0f} ms"
 
 
+def fmt_bandwidth(tbps: float) -> str:
+    """TB/s -> ``2.04 TB/s`` or, below 0.1 TB/s (CPUs), ``12.3 GB/s``."""
+    if tbps is None or not math.isfinite(tbps):
+        return "-"
+    return f"{tbps:.2f} TB/s" if tbps >= 0.1 else f"{tbps * 1e3:.3g} GB/s"
+
+
 def fmt_num(x: float, spec: str = ".3g") -> str:
     return "-" if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) else format(x, spec)
 
@@ -47,7 +54,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
     t.add_column("case", overflow="fold", max_width=28)
     t.add_column("backend")
     t.add_column("status")
-    for col in ("plan", "kernel", "spread", "rel err", "TB/s", "roofline", "vs best"):
+    for col in ("plan", "kernel", "spread", "rel err", "bandwidth", "roofline", "vs best"):
         t.add_column(col, justify="right")
     t.add_column("", justify="left")
     methods_by_case: dict[str, set] = {}
@@ -79,7 +86,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
             fmt_time(r.median_ms),
             spread,
             fmt_num(r.rel_err, ".0e"),
-            fmt_num(r.tbps, ".2f"),
+            fmt_bandwidth(r.tbps),
             roof,
             vs,
             ",".join(f"[{x}]" for x in refs),

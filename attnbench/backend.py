@@ -32,6 +32,9 @@ class Backend(ABC):
     install_hint: ClassVar[str] = ""
     #: False if ``run`` cannot be captured in a CUDA graph; the timer then uses events.
     capturable: ClassVar[bool] = True
+    #: modules imported to tell "installed" from "importable" (a binary built for another
+    #: torch fails only at import); empty: finding the library is enough
+    import_modules: ClassVar[tuple[str, ...]] = ()
     #: a short note each row of this backend carries (e.g. "triton-only mode")
     mode: str = ""
 
@@ -41,6 +44,11 @@ class Backend(ABC):
         if cls.library and importlib.util.find_spec(cls.library) is None:
             hint = f"; install with: {cls.install_hint}" if cls.install_hint else ""
             return f"{cls.library} not installed{hint}"
+        for module in cls.import_modules:
+            try:
+                importlib.import_module(module)
+            except Exception as e:
+                return f"{cls.library} does not import: {type(e).__name__}: {e}"
         return None
 
     @classmethod

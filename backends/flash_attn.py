@@ -91,17 +91,7 @@ class FlashAttnBackend(Backend):
     library = "flash_attn"
     distribution = "flash-attn"
     install_hint = "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)"
-
-    @classmethod
-    def unavailable(cls) -> Optional[str]:
-        why = super().unavailable()
-        if why:
-            return why
-        try:
-            _fns()
-        except Exception as e:  # a wheel built for another torch fails here
-            return f"flash_attn does not import: {type(e).__name__}: {e}"
-        return None
+    import_modules = ("flash_attn.flash_attn_interface",)  # loads the CUDA extension
 
     def unsupported(self, batch: Batch) -> list[str]:
         reasons = basic_reasons(batch, "flash-attn 2", dtypes=(torch.float16, torch.bfloat16))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -71,17 +71,7 @@ class FlashInferBackend(Backend):
     distribution = "flashinfer-python"
     install_hint = "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)"
     capturable = False  # wrappers built without use_cuda_graph=True
-
-    @classmethod
-    def unavailable(cls) -> Optional[str]:
-        why = super().unavailable()
-        if why:
-            return why
-        try:
-            import flashinfer  # noqa: F401
-        except Exception as e:
-            return f"flashinfer does not import: {type(e).__name__}: {e}"
-        return None
+    import_modules = ("flashinfer",)
 
     def unsupported(self, batch: Batch) -> list[str]:
         reasons = basic_reasons(batch, "FlashInfer", dtypes=(torch.float16, torch.bfloat16))

@@ -264,3 +264,23 @@ def test_gpu_against_reference(name):
         assert rel < 1.5e-2, (name, case, be.mode, rel, mx)
         ran += 1
     assert ran > 0
+
+
+def test_installed_but_not_importable_is_unavailable():
+    """A library that is found but fails at import (a binary built for another torch) is an
+    unavailable backend whose reason says so."""
+    from attnbench.backend import Backend
+
+    class Broken(Backend):
+        name = "broken"
+        library = "json"  # found on every machine
+        import_modules = ("json", "attnbench_no_such_module_xyz")
+
+        def plan(self, batch):
+            return batch
+
+        def run(self, plan):
+            return plan.q
+
+    why = Broken.unavailable()
+    assert why.startswith("json does not import: ModuleNotFoundError")

@@ -228,7 +228,7 @@ class Runner:
             row.tolerance = tol
             row.flops, row.bytes = work.flops, work.bytes
             try:
-                self._run_backend(row, n, batch, ref, tol, self.timing_config(case), ceil, outputs)
+                self._run_backend(row, n, batch, ref, tol, self.timing_config(case), ceil, work, outputs)
             except torch.cuda.OutOfMemoryError as e:
                 row.status, row.reason = "error", f"out of memory: {_error_text(e)[:200]}"
             except Exception as e:
@@ -246,10 +246,10 @@ class Runner:
         be = registry.get_backend_class(oracle)()
         return be.run(be.plan(batch)).float()
 
-    def _run_backend(self, row, name, batch, ref, tol, cfg, ceil, outputs) -> None:
+    def _run_backend(self, row, name, batch, ref, tol, cfg, ceil, work, outputs) -> None:
         cls = registry.get_backend_class(name)
-        row.backend_version = cls.version() if cls.unavailable() is None else ""
         why = cls.unavailable()
+        row.backend_version = "" if why else cls.version()
         if why:
             row.status, row.reason = "skipped", why
             return
@@ -284,7 +284,7 @@ class Runner:
         if st2 != "ok":
             row.status, row.reason = "mismatch", f"output under {res.method} timing: {reason2}"
             return
-        rf = roofline(work_of(batch.spec), s.median, ceil, batch.spec.dtype)
+        rf = roofline(work, s.median, ceil, batch.spec.dtype)
         row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
             rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
         )

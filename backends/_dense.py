@@ -37,3 +37,20 @@ def token_index(batch: Batch) -> torch.Tensor:
     qmax = batch.max_query_len
     idx = [i * qmax + torch.arange(r.query) for i, r in enumerate(batch.requests)]
     return torch.cat(idx).to(batch.device)
+
+
+def padded_queries(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed queries as ``[B, Hq, Qmax, D]`` (zeros in the padding) and their
+    :func:`token_index`, which :func:`unpad_output` takes back."""
+    b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim
+    index = token_index(batch)
+    q = batch.q.new_zeros(b * qmax, hq, d)
+    q[index] = batch.q
+    return q.reshape(b, qmax, hq, d).transpose(1, 2), index
+
+
+def unpad_output(o: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """``[B, Hq, Qmax, D]`` -> the packed ``[N, Hq, D]`` (``index`` None: nothing was padded)."""
+    b, hq, qmax, d = o.shape
+    o = o.transpose(1, 2).reshape(b * qmax, hq, d)
+    return o if index is None else o[index]

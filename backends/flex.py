@@ -22,7 +22,7 @@ from attnbench.backend import Backend
 from attnbench.batch import Batch
 from attnbench.trees import ancestor_mask
 
-from ._dense import gather_padded_kv, token_index
+from ._dense import gather_padded_kv, padded_queries, unpad_output
 
 
 @dataclass
@@ -79,7 +79,7 @@ class FlexBackend(Backend):
 
         dev = batch.device
         k, v = gather_padded_kv(batch)
-        b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim
+        b, qmax = batch.num_requests, batch.max_query_len
         lmax = batch.max_kv_len
         tmax = max((r.query for r in batch.requests if r.tree_parents is not None), default=1)
         big = 1 << 30
@@ -102,13 +102,11 @@ class FlexBackend(Backend):
             return (kv_idx < kv_len[bi]) & ((kv_idx <= q_causal[bi, q_idx]) | in_tree)
 
         block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
-        index = token_index(batch)
-        q = batch.q.new_zeros(b * qmax, hq, d)
-        q[index] = batch.q
+        q, index = padded_queries(batch)
         on_gpu = dev.type == "cuda"
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         return FlexPlan(
-            q=q.reshape(b, qmax, hq, d).transpose(1, 2),
+            q=q,
             k=k,
             v=v,
             block_mask=block_mask,
@@ -121,5 +119,4 @@ class FlexBackend(Backend):
     def run(self, p: FlexPlan) -> torch.Tensor:
         kw = {"kernel_options": p.kernel_options} if p.kernel_options else {}
         o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
-        b, hq, qmax, d = o.shape
-        return o.transpose(1, 2).reshape(b * qmax, hq, d)[p.index]
+        return unpad_output(o, p.index)

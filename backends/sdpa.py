@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from attnbench.backend import Backend
 from attnbench.batch import Batch
 
-from ._dense import gather_padded_kv, padded_mask, token_index
+from ._dense import gather_padded_kv, padded_mask, padded_queries, unpad_output
 
 
 @dataclass
@@ -57,17 +57,11 @@ class SdpaBackend(Backend):
         if kind is not None:
             q = batch.q.reshape(b, qmax, hq, d).transpose(1, 2)
             return SdpaPlan(q, k, v, None, kind == "causal", None, batch.scale, tuple(batch.q.shape))
-        index = token_index(batch)
-        q = batch.q.new_zeros(b * qmax, hq, d)
-        q[index] = batch.q
-        q = q.reshape(b, qmax, hq, d).transpose(1, 2)
+        q, index = padded_queries(batch)
         return SdpaPlan(q, k, v, padded_mask(batch), False, index, batch.scale, tuple(batch.q.shape))
 
     def run(self, p: SdpaPlan) -> torch.Tensor:
         o = F.scaled_dot_product_attention(
             p.q, p.k, p.v, attn_mask=p.mask, is_causal=p.is_causal, scale=p.scale, enable_gqa=True
         )  # [B, Hq, Qmax, D]
-        o = o.transpose(1, 2)
-        b, qmax, hq, d = o.shape
-        o = o.reshape(b * qmax, hq, d)
-        return o if p.index is None else o[p.index]
+        return unpad_output(o, p.index)

@@ -22,7 +22,7 @@ from .reference import compare, default_tolerance, reference_attention
 from .results import Row
 from .scenario import Case, ScenarioFile
 from .stats import Summary
-from .timing import TimingConfig, time_host, time_run
+from .timing import TimingConfig, TimingResult, time_host, time_run
 from .poison import count_poison, poison_allocator
 from .units import format_bytes, format_int
 
@@ -160,7 +160,7 @@ class Runner:
 
     def timing_config(self, case: Case) -> TimingConfig:
         t = case.scenario.timing
-        cfg = TimingConfig(t.warmup_ms, t.measure_ms, t.min_runs, t.max_runs, t.cold_l2, t.cuda_graphs)
+        cfg = TimingConfig(t.warmup_ms, t.measure_ms, t.min_runs, t.max_runs, t.cold_l2, t.cuda_graphs, t.rounds)
         if self.opts.warm_l2:
             cfg.cold_l2 = False
         if self.opts.no_graphs:
@@ -223,18 +223,24 @@ class Runner:
             except Exception:
                 ceil = None
         outputs: dict[str, torch.Tensor] = {}
+        cfg = self.timing_config(case)
+        rows = []
         for n in names:
             row = self._base_row(case, spec, n)
             row.tolerance = tol
             row.flops, row.bytes = work.flops, work.bytes
-            try:
-                self._run_backend(row, n, batch, ref, tol, self.timing_config(case), ceil, work, outputs)
-            except torch.cuda.OutOfMemoryError as e:
-                row.status, row.reason = "error", f"out of memory: {_error_text(e)[:200]}"
-            except Exception as e:
-                row.status, row.reason = "error", _error_text(e)
-            _release(self.device)
-            yield row
+            rows.append(row)
+        if cfg.rounds == 1:  # each row is finished (and yielded) before the next backend starts
+            for row in rows:
+                live = self._guard(row, lambda: self._prepare(row, batch, ref, tol, outputs))
+                if live is not None:
+                    self._guard(row, lambda: self._measure(live, cfg))
+                    self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
+                live = None  # the plan's memory goes before the next backend's
+                _release(self.device)
+                yield row
+        else:
+            yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
         if self.opts.save_tensors is not None:
             self._save(case, batch, outputs)
         del batch, ref, outputs
@@ -246,7 +252,43 @@ class Runner:
         be = registry.get_backend_class(oracle)()
         return be.run(be.plan(batch)).float()
 
-    def _run_backend(self, row, name, batch, ref, tol, cfg, ceil, work, outputs) -> None:
+    def _guard(self, row: Row, step):
+        """Run one step of a row; an exception becomes the row's ``error`` (and None)."""
+        try:
+            return step()
+        except torch.cuda.OutOfMemoryError as e:
+            row.status, row.reason = "error", f"out of memory: {_error_text(e)[:200]}"
+        except Exception as e:
+            row.status, row.reason = "error", _error_text(e)
+        return None
+
+    def _run_in_rounds(self, rows, batch, ref, tol, cfg, ceil, work, outputs) -> Iterator[Row]:
+        """Every backend is planned and checked first; then the budgets are split into
+        ``cfg.rounds`` rounds taken in turn, so that all backends of the case sample the same
+        stretches of time. The rows come out together at the end of the case."""
+        lives = [(row, self._guard(row, lambda: self._prepare(row, batch, ref, tol, outputs))) for row in rows]
+        per_round = replace(
+            cfg,
+            warmup_ms=cfg.warmup_ms / cfg.rounds,
+            measure_ms=cfg.measure_ms / cfg.rounds,
+            min_runs=-(-cfg.min_runs // cfg.rounds),
+            max_runs=-(-cfg.max_runs // cfg.rounds),
+        )
+        for _ in range(cfg.rounds):
+            for row, live in lives:
+                if live is not None and row.status == "ok":
+                    self._guard(row, lambda: self._measure(live, per_round))
+        for row, live in lives:
+            if live is not None and row.status == "ok":
+                self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
+        lives = live = None  # the plans' memory goes before the next case
+        _release(self.device)
+        yield from rows
+
+    def _prepare(self, row: Row, batch: Batch, ref, tol, outputs) -> Optional["_Live"]:
+        """Availability, capability, plan, the checked first run, plan timing. Returns what
+        timing needs, or None when the row is already finished (skipped or mismatch)."""
+        name = row.backend
         cls = registry.get_backend_class(name)
         why = cls.unavailable()
         row.backend_version = "" if why else cls.version()
@@ -273,9 +315,18 @@ class Runner:
         del out
         plan_samples = time_host(lambda: be.plan(batch), batch.device)
         row.plan_ms = Summary.of(plan_samples).median
-        res = time_run(lambda: be.run(plan), batch.device, cfg, capturable=cls.capturable)
-        s = res.summary
-        row.samples_ms = [round(x, 6) for x in res.samples_ms]
+        return _Live(row, be, plan, batch, cls.capturable)
+
+    def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
+        """One timing pass (a round); its samples add to the row's."""
+        live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, capturable=live.capturable)
+        live.samples += live.last.samples_ms
+
+    def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:
+        """Statistics of all samples, the check of the timed output, roofline, profile."""
+        row, be, plan, batch, res = live.row, live.be, live.plan, live.batch, live.last
+        s = Summary.of(live.samples)
+        row.samples_ms = [round(x, 6) for x in live.samples]
         row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
         row.iqr_rel, row.n = s.iqr_rel, s.n
         row.step_ms = row.plan_ms + s.median
@@ -314,3 +365,16 @@ class Runner:
             "outputs": outputs,
         }
         torch.save(blob, d / f"{safe_name(case.case_id)}.pt")
+
+
+@dataclass
+class _Live:
+    """A row whose backend is planned and checked, between its timing rounds."""
+
+    row: Row
+    be: object
+    plan: object
+    batch: Batch
+    capturable: bool
+    samples: list = field(default_factory=list)
+    last: Optional[TimingResult] = None

@@ -109,6 +109,13 @@ class Timing(_Strict):
     max_runs: int = Field(default=2000, ge=1, le=1_000_000)
     cold_l2: bool = Field(default=True, description="flush the GPU's L2 before every timed call")
     cuda_graphs: bool = Field(default=True, description="time CUDA-graph replays where the backend allows")
+    rounds: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="split the budgets into this many rounds, taken in turn by the case's backends, so a slow"
+        " spell of a shared machine falls on all of them alike (what `check --normalize-by` relies on)",
+    )
 
 
 class Check(_Strict):

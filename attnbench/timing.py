@@ -30,6 +30,7 @@ class TimingConfig:
     max_runs: int = 2000
     cold_l2: bool = True
     cuda_graphs: bool = True
+    rounds: int = 1  # the runner splits the budgets into rounds taken in turn by a case's backends
 
 
 @dataclass

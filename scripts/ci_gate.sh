@@ -13,7 +13,9 @@
 #   thread keeps the samples tight under load (measured here: IQR a few % instead of 1000%).
 # - --normalize-by reference: sdpa's time is divided by the reference's time in the same
 #   case of the same run, so a CI CPU that is faster/slower than the one that made the
-#   baseline cancels out; --allow-cross-device because the CI CPU model may differ.
+#   baseline cancels out; --allow-cross-device because the CI CPU model may differ. The
+#   scenario's timing.rounds has the two backends take turns, so a slow spell of the machine
+#   hits both rows alike instead of one.
 # - --max-slowdown 50%: across CPU models the sdpa/reference ratio itself moves by some
 #   tens of %; a 2x slowdown (what the gate is for) is still far beyond it.
 set -euo pipefail

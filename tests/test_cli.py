@@ -176,3 +176,46 @@ def test_backends_command():
     r = runner.invoke(app, ["backends"])
     assert r.exit_code == 0
     assert "sdpa" in r.output and "flash-attn" in r.output
+
+
+ROUND_BACKENDS = '''
+from attnbench.backend import Backend
+from attnbench.reference import reference_attention
+
+CALLS = []
+
+class A(Backend):
+    name = "round_a"
+    def plan(self, batch):
+        return reference_attention(batch)[0].to(batch.dtype)
+    def run(self, out):
+        CALLS.append(self.name)
+        return out.clone()
+
+class B(A):
+    name = "round_b"
+'''
+
+
+def test_rounds_interleave_the_backends_of_a_case(tiny, tmp_path):
+    """timing.rounds: the backends of a case take turns, so their samples span the same time."""
+    f = tmp_path / "rounds.py"
+    f.write_text(ROUND_BACKENDS)
+    out = tmp_path / "run"
+    r = runner.invoke(
+        app,
+        ["run", str(tiny), "--out", str(out), "--backend-file", str(f), "-b", "round_a", "-b", "round_b",
+         "--set", "sweep={}", "--set", "timing.rounds=3", "-q"],
+    )
+    assert r.exit_code == 0, r.output
+    from attnbench.backend import get_backend_class
+
+    calls = get_backend_class("round_a").run.__globals__["CALLS"]
+    turns = [calls[0]]
+    for c in calls[1:]:
+        if c != turns[-1]:
+            turns.append(c)
+    # the checked first run of each, then 3 timing rounds taken in turn
+    assert turns == ["round_a", "round_b"] * 4
+    df = pd.read_csv(out / "results.csv")
+    assert set(df.status) == {"ok"} and (df.n >= 5).all()

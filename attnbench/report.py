@@ -57,19 +57,20 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
     for col in ("plan", "kernel", "spread", "rel err", "bandwidth", "roofline", "vs best"):
         t.add_column(col, justify="right")
     t.add_column("", justify="left")
-    methods_by_case: dict[str, set] = {}
+    # backends of each case by timing method: a case that mixes methods gets one note saying so
+    methods_by_case: dict[str, dict[str, list[str]]] = {}
     for r in rows:
         if r.timing_method:
-            methods_by_case.setdefault(r.case_id, set()).add(r.timing_method)
+            methods_by_case.setdefault(r.case_id, {}).setdefault(r.timing_method, []).append(r.backend)
     notes: list[str] = []
     last_case = None
     for r, xf in zip(rows, df["x_fastest"]):
-        mine = [x for x in (r.reason, r.mode and f"ran as: {r.mode}", r.timing_note, spread_warning(r)) if x]
-        if len(methods_by_case.get(r.case_id, ())) > 1 and r.timing_method:
-            mine.append(f"timed with {r.timing_method}; other backends of this case used another method")
+        mine = [f"{r.backend}: {x}" for x in (r.reason, r.mode and f"ran as: {r.mode}", r.timing_note, spread_warning(r)) if x]
+        methods = methods_by_case.get(r.case_id, {})
+        if len(methods) > 1 and r.timing_method:
+            mine.append("timing methods differ in this case: " + "; ".join(f"{m}: {', '.join(b)}" for m, b in methods.items()))
         refs = []
-        for m in mine:
-            text = f"{r.backend}: {m}"
+        for text in mine:
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))

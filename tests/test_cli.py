@@ -219,3 +219,16 @@ def test_rounds_interleave_the_backends_of_a_case(tiny, tmp_path):
     assert turns == ["round_a", "round_b"] * 4
     df = pd.read_csv(out / "results.csv")
     assert set(df.status) == {"ok"} and (df.n >= 5).all()
+
+
+def test_mixed_timing_methods_get_one_note_per_case():
+    from attnbench.report import results_table
+    from attnbench.results import Row
+
+    rows = [
+        Row("s", "c1", "sdpa", median_ms=1.0, timing_method="cuda-graph"),
+        Row("s", "c1", "fi", median_ms=2.0, timing_method="cuda-events"),
+        Row("s", "c2", "sdpa", median_ms=1.0, timing_method="cuda-graph"),
+    ]
+    _, notes = results_table(rows)
+    assert notes == ["timing methods differ in this case: cuda-graph: sdpa; cuda-events: fi"]

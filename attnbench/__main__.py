@@ -1,4 +1,4 @@
 """``python3 -m attnbench`` = the ``attnbench`` command."""
-from .cli import app
+from attnbench.cli import app
 
 app(prog_name="attnbench")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from .batch import Batch
+from attnbench.workload.batch import Batch
 
 
 class Backend(ABC):

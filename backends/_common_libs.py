@@ -16,9 +16,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from attnbench.batch import Batch
-from attnbench.reference import merge_attention_states
-from attnbench.trees import ancestor_mask
+from attnbench.workload.batch import Batch
+from attnbench.workload.reference import merge_attention_states
+from attnbench.workload.trees import ancestor_mask
 
 
 def env_flag(name: str) -> bool:

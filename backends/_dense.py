@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.batch import Batch
+from attnbench.workload.batch import Batch
 
 
 def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,8 +33,8 @@ from typing import Any, Optional
 import torch
 
 from attnbench.backend import Backend, basic_reasons
-from attnbench.batch import Batch
-from attnbench.trees import is_chain
+from attnbench.workload.batch import Batch
+from attnbench.workload.trees import is_chain
 
 from ._common_libs import (
     TreeSplit,

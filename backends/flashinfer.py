@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from attnbench.backend import Backend, basic_reasons
-from attnbench.batch import Batch
+from attnbench.workload.batch import Batch
 
 from ._common_libs import custom_mask_flat, flashinfer_page_layout, tree_requests
 

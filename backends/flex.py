@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from attnbench.backend import Backend
-from attnbench.batch import Batch
-from attnbench.trees import ancestor_mask
+from attnbench.workload.batch import Batch
+from attnbench.workload.trees import ancestor_mask
 
 from ._dense import gather_padded_kv, padded_queries, unpad_output
 

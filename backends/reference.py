@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from attnbench.backend import Backend
-from attnbench.batch import Batch
-from attnbench.reference import reference_attention
+from attnbench.workload.batch import Batch
+from attnbench.workload.reference import reference_attention
 
 
 class ReferenceBackend(Backend):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.backend import Backend
-from attnbench.batch import Batch
+from attnbench.workload.batch import Batch
 
 from ._dense import gather_padded_kv, padded_mask, padded_queries, unpad_output
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from attnbench.backend import Backend
-from attnbench.batch import Batch
+from attnbench.workload.batch import Batch
 
 from . import triton_plan as tp
 

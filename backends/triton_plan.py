@@ -46,8 +46,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from attnbench.batch import Batch
-from attnbench.trees import ancestor_mask
+from attnbench.workload.batch import Batch
+from attnbench.workload.trees import ancestor_mask
 
 WAVES = 2
 WAVES_LARGE_M = 1

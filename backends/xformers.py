@@ -42,7 +42,7 @@ from typing import Any, Optional
 import torch
 
 from attnbench.backend import Backend, basic_reasons
-from attnbench.batch import Batch
+from attnbench.workload.batch import Batch
 
 from ._common_libs import env_flag, token_ids, tree_requests
 
@@ -194,7 +194,7 @@ class XformersBackend(Backend):
             rs = [batch.requests[i] for i in trees]
             parents = rs[0].tree_parents
             t = len(parents)
-            from attnbench.trees import ancestor_mask
+            from attnbench.workload.trees import ancestor_mask
 
             spec = torch.full((t, t), float("-inf"), dtype=batch.dtype)
             spec.masked_fill_(ancestor_mask(parents), 0.0)

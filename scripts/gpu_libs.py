@@ -30,9 +30,9 @@ except ImportError:  # not installed: map attnbench.backends onto ./backends
     sys.modules["attnbench.backends"] = _b
 
 from attnbench.backend import get_backend_class  # noqa: E402
-from attnbench.batch import BatchSpec, Request, materialize  # noqa: E402
-from attnbench.reference import compare, reference_attention  # noqa: E402
-from attnbench.trees import chain, full, random_tree  # noqa: E402
+from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
+from attnbench.workload.reference import compare, reference_attention  # noqa: E402
+from attnbench.workload.trees import chain, full, random_tree  # noqa: E402
 
 PAGE = {"flash-attn": 256, "xformers": 64, "flashinfer": 16}
 TOL = 1.5e-2

@@ -36,7 +36,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$OUTDIR/pip_e.log" 2>&1 || el "pip -e failed (scripts map attnbench.backends themselves)"
 
 # attnbench run (the harness) over the shipped scenarios and three on NOTES.md's shape.
-AB="import sys; from attnbench.cli import app; sys.argv[0] = 'attnbench'; app()"
+AB="import sys; from attnbench.cli.app import app; sys.argv[0] = 'attnbench'; app()"
 write_scenarios() {
   cat > /tmp/libs.yaml <<'YAML'
 name: libs-h100
@@ -55,8 +55,8 @@ YAML
   sed -e 's/name: libs-h100/name: libs-h100-mixed/' -e 's/{kind: decode, count: 8, context: 4096}/{kind: decode, count: 6, context: 3000}\n  - {kind: prefill, count: 1, query: 512, context: 1024}/' /tmp/libs.yaml > /tmp/libs_mixed.yaml
 }
 run_scenarios() {  # args: -b NAME ...
-  python3 -c "import attnbench.cli" 2>&1 | tail -3
-  python3 -c "import attnbench.cli" 2>/dev/null || return 0
+  python3 -c "import attnbench.cli.app" 2>&1 | tail -3
+  python3 -c "import attnbench.cli.app" 2>/dev/null || return 0
   write_scenarios
   for s in ${SCENARIOS:-scenarios/*.yaml} /tmp/libs.yaml /tmp/libs_tree.yaml /tmp/libs_mixed.yaml; do
     el "attnbench run $s $*"

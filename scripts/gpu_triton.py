@@ -22,9 +22,9 @@ from triton.testing import do_bench_cudagraph
 
 from attnbench.backends import triton_plan as tp
 from attnbench.backends.triton_paged import TritonBackend
-from attnbench.batch import BatchSpec, Request, materialize
-from attnbench.reference import compare, reference_attention
-from attnbench.trees import chain, full, random_tree
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+from attnbench.workload.trees import chain, full, random_tree
 
 T40 = tuple(full({"depth": 3, "branching": 3}))
 T8 = tuple(random_tree({"nodes": 8, "max_depth": 3, "max_children": 3, "seed": 2}))
@@ -95,7 +95,7 @@ def flops(batch) -> float:
         if r.tree_parents is None:
             pairs = r.query * r.context + r.query * (r.query + 1) // 2
         else:
-            from attnbench.trees import depths
+            from attnbench.workload.trees import depths
             pairs = r.query * r.context + sum(d + 1 for d in depths(r.tree_parents))
         total += pairs
     return 4.0 * batch.head_dim * batch.num_q_heads * total

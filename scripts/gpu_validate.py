@@ -22,10 +22,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from attnbench.metrics import ceilings_for
-from attnbench.report import print_results
-from attnbench.runner import RunOptions, Runner
-from attnbench.scenario import load_text
+from attnbench.measure.metrics import ceilings_for
+from attnbench.analyze.tables import print_results
+from attnbench.execute.runner import RunOptions, Runner
+from attnbench.workload.scenario import load_text
 
 MODEL = "model: {num_q_heads: 32, num_kv_heads: 8, head_dim: 128, dtype: bfloat16}"
 

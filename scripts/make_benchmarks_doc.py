@@ -13,9 +13,10 @@ import argparse
 import math
 from pathlib import Path
 
-from attnbench.plots import plot_run
-from attnbench.report import fmt_time
-from attnbench.results import RunFolder, rows_frame
+from attnbench.analyze.plots import plot_run
+from attnbench.analyze.tables import fmt_time
+from attnbench.store.runfolder import RunFolder
+from attnbench.store.rows import rows_frame
 
 
 def main() -> int:

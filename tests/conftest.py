@@ -5,7 +5,7 @@ import torch
 
 os.environ.setdefault("ATTNBENCH_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "attnbench"))
 
-from attnbench.batch import BatchSpec, Request, materialize  # noqa: E402
+from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 
 
 def make_batch(requests, *, hq=4, hkv=2, d=32, dtype="float32", page_size=4, layout="shuffled", seed=0, device="cpu"):

@@ -12,7 +12,7 @@ from attnbench.backend import Backend
 class _Good(Backend):
     name = "_good_base"
     def plan(self, batch):
-        from attnbench.reference import reference_attention
+        from attnbench.workload.reference import reference_attention
         self.out = reference_attention(batch)[0].to(batch.dtype)
         return batch
     def run(self, batch):

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from attnbench.backend import get_backend_class
-from attnbench.batch import LAYOUTS, Request
-from attnbench.reference import compare, default_tolerance, reference_attention
-from attnbench.trees import chain, from_choices, random_tree
+from attnbench.workload.batch import LAYOUTS, Request
+from attnbench.workload.reference import compare, default_tolerance, reference_attention
+from attnbench.workload.trees import chain, from_choices, random_tree
 
 from .conftest import make_batch
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from attnbench.batch import LAYOUTS, BatchSpec, Request, materialize, page_assignment, request_mask
-from attnbench.trees import chain
+from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize, page_assignment, request_mask
+from attnbench.workload.trees import chain
 
 from .conftest import make_batch
 

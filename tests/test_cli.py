@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 
 runner = CliRunner()
 
@@ -137,7 +137,7 @@ class Stale(Backend):
     """Computes once in plan and returns that buffer forever: the poisoned re-check catches it."""
     name = "stale"
     def plan(self, batch):
-        from attnbench.reference import reference_attention
+        from attnbench.workload.reference import reference_attention
         return reference_attention(batch)[0].to(batch.dtype)
     def run(self, out):
         return out
@@ -180,7 +180,7 @@ def test_backends_command():
 
 ROUND_BACKENDS = '''
 from attnbench.backend import Backend
-from attnbench.reference import reference_attention
+from attnbench.workload.reference import reference_attention
 
 CALLS = []
 
@@ -222,8 +222,8 @@ def test_rounds_interleave_the_backends_of_a_case(tiny, tmp_path):
 
 
 def test_mixed_timing_methods_get_one_note_per_case():
-    from attnbench.report import results_table
-    from attnbench.results import Row
+    from attnbench.analyze.tables import results_table
+    from attnbench.store.rows import Row
 
     rows = [
         Row("s", "c1", "sdpa", median_ms=1.0, timing_method="cuda-graph"),

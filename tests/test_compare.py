@@ -14,12 +14,14 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench import backend as registry
-from attnbench import compare as cmp
+from attnbench.analyze import compare as cmp
+from attnbench.analyze import significance as sig
 from attnbench.backend import Backend
 from attnbench.backends.sdpa import SdpaBackend
-from attnbench.baseline import load_rows
-from attnbench.cli import app
-from attnbench.results import Row, RunFolder
+from attnbench.store.baselines import load_rows
+from attnbench.cli.app import app
+from attnbench.store.rows import Row
+from attnbench.store.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = ROOT / "scenarios" / "ci-gate.yaml"
@@ -91,7 +93,7 @@ def test_own_mann_whitney_matches_scipy():
     scipy_stats = pytest.importorskip("scipy.stats")
     a = _samples(1.0, n=40, seed=5) + [1.0] * 5  # ties too
     b = _samples(1.05, n=60, seed=6) + [1.0] * 3
-    ours = cmp._mwu_normal(a, b)
+    ours = sig.mwu_normal_approx(a, b)
     theirs = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic").pvalue
     assert ours == pytest.approx(theirs, rel=1e-6)
 

@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnbench.batchstr import parse_batch_string
-from attnbench.results import safe_name
-from attnbench.scenario import ScenarioError, load_text
-from attnbench.trees import SPELLINGS, TreeError, parse_tree
+from attnbench.workload.batchstr import parse_batch_string
+from attnbench.workload.units import safe_name
+from attnbench.workload.scenario import ScenarioError, load_text
+from attnbench.workload.trees import SPELLINGS, TreeError, parse_tree
 
 SCALE = float(os.environ.get("ATTNBENCH_FUZZ", "1"))
 COUNTS: dict[str, int] = {}

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from attnbench.batch import Request
-from attnbench.reference import compare, reference_attention
-from attnbench.timing import TimingConfig, time_run
+from attnbench.workload.batch import Request
+from attnbench.workload.reference import compare, reference_attention
+from attnbench.measure.timing import TimingConfig, time_run
 
 from .conftest import make_batch
 

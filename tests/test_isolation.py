@@ -18,11 +18,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import runner as runner_mod
-from attnbench.cli import app
-from attnbench.results import RunFolder, safe_name
-from attnbench.runner import RunOptions, Runner, check_output
-from attnbench.scenario import load_text
+from attnbench.execute import runner as runner_mod
+from attnbench.cli.app import app
+from attnbench.store.runfolder import RunFolder
+from attnbench.workload.units import safe_name
+from attnbench.execute.runner import RunOptions, Runner, check_output
+from attnbench.workload.scenario import load_text
 
 from .conftest import make_batch
 from .test_cli import TINY
@@ -129,7 +130,7 @@ def test_ctrl_c_then_resume_gives_the_same_rows(tiny, tmp_path, monkeypatch):
 def test_sigkill_mid_run_then_resume_gives_the_same_rows(tiny, tmp_path, monkeypatch):
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     common = [*SWEEP3, "--backend-file", BAD_FILE, "-b", "reference", "-b", "sdpa", "-b", "sleepy", "-q"]
-    cmd = [sys.executable, "-c", "from attnbench.cli import app; app()", "run", str(tiny), "--out", str(killed), *common]
+    cmd = [sys.executable, "-c", "from attnbench.cli.app import app; app()", "run", str(tiny), "--out", str(killed), *common]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         t0 = time.monotonic()
@@ -173,8 +174,8 @@ def test_resume_usage_errors(tiny, tmp_path):
 
 # -- output checks ------------------------------------------------------------------------------
 def test_check_output_says_which():
-    from attnbench.poison import poison_fill
-    from attnbench.batch import Request
+    from attnbench.measure.poison import poison_fill
+    from attnbench.workload.batch import Request
 
     b = make_batch([Request("decode", 1, 9), Request("prefill", 3, 2)])
     ref = torch.randn(b.q.shape)
@@ -197,7 +198,7 @@ def test_check_output_says_which():
         t = torch.empty(5, dtype=dt)
         poison_fill(t)
         assert torch.isnan(t).all()
-        from attnbench.poison import count_poison
+        from attnbench.measure.poison import count_poison
 
         assert count_poison(t) == 5 and count_poison(torch.full((5,), float("nan"), dtype=dt)) == 0
 

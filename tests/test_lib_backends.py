@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from attnbench.backend import get_backend_class
-from attnbench.batch import BatchSpec, Request, materialize
-from attnbench.reference import compare, reference_attention
-from attnbench.trees import chain, full, random_tree
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+from attnbench.workload.trees import chain, full, random_tree
 
 from attnbench.backends._common_libs import (
     build_tree_split,

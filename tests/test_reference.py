@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from attnbench.batch import Request
-from attnbench.reference import compare, merge_attention_states, reference_attention
-from attnbench.trees import chain
+from attnbench.workload.batch import Request
+from attnbench.workload.reference import compare, merge_attention_states, reference_attention
+from attnbench.workload.trees import chain
 
 from .conftest import make_batch
 

@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from attnbench.batch import BatchSpec, Request
-from attnbench.metrics import Ceilings, allowed_pairs, roofline, work_of
-from attnbench.stats import Summary, quantile
-from attnbench.timing import TimingConfig, _counts, time_host, time_run
+from attnbench.workload.batch import BatchSpec, Request
+from attnbench.measure.metrics import Ceilings, allowed_pairs, roofline, work_of
+from attnbench.measure.stats import Summary, quantile
+from attnbench.measure.timing import TimingConfig, _counts, time_host, time_run
 
 
 def test_summary():
@@ -87,7 +87,7 @@ def test_bytes_by_hand():
 
 
 def test_roofline():
-    from attnbench.metrics import Work
+    from attnbench.measure.metrics import Work
 
     w = Work(flops=int(1e12), bytes=int(1e9), kv_bytes=int(1e9))
     c = Ceilings("x", copy_tbps=2.0, matmul_tflops={"bfloat16": 500.0})

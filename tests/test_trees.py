@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from attnbench.trees import (
+from attnbench.workload.trees import (
     TreeError,
     ancestor_mask,
     chain,

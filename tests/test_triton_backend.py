@@ -29,9 +29,9 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _saved
 
-from attnbench.batch import BatchSpec, Request, materialize  # noqa: E402
-from attnbench.reference import compare, reference_attention  # noqa: E402
-from attnbench.trees import chain, from_choices, random_tree  # noqa: E402
+from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
+from attnbench.workload.reference import compare, reference_attention  # noqa: E402
+from attnbench.workload.trees import chain, from_choices, random_tree  # noqa: E402
 
 # True when this process imported triton before this module (compiled mode): the CPU tests
 # then run in a fresh subprocess (test_cpu_in_fresh_process) instead of here.
@@ -185,9 +185,9 @@ def test_cpu_in_fresh_process():
 GPU_SCRIPT = textwrap.dedent(
     """
     import torch
-    from attnbench.batch import BatchSpec, Request, materialize
-    from attnbench.reference import compare, reference_attention
-    from attnbench.trees import from_choices, full, random_tree
+    from attnbench.workload.batch import BatchSpec, Request, materialize
+    from attnbench.workload.reference import compare, reference_attention
+    from attnbench.workload.trees import from_choices, full, random_tree
     from attnbench.backends.triton_paged import TritonBackend
     t40 = tuple(full({"depth": 3, "branching": 3}))
     t70 = tuple(random_tree({"nodes": 70, "max_depth": 8, "max_children": 4, "seed": 1}))

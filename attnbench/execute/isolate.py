@@ -1,6 +1,6 @@
 """``attnbench run --isolate``: each case's backends run in a child process.
 
-The parent starts ``python -m attnbench.isolate --fd N`` per case, sends it a job on stdin
+The parent starts ``python -m attnbench.execute.isolate --fd N`` per case, sends it a job on stdin
 (the scenario text and overrides, the case id, the backends still to run, the run options
 and the ``--backend-file`` files to load) and reads JSON lines back on pipe ``N``:
 ``ready`` once the child has loaded everything, ``start`` before each backend, ``row`` with
@@ -29,29 +29,10 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .results import Row
+from attnbench.execute.options import options_from_json, options_to_json
+from attnbench.store.rows import Row
 
 SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
-
-
-# -- run options <-> JSON (also used by the manifest, for --resume) -------------------------
-def options_to_json(opts) -> dict:
-    d = dataclasses.asdict(opts)
-    for k in ("profile_dir", "save_tensors"):
-        if d.get(k) is not None:
-            d[k] = str(d[k])
-    return d
-
-
-def options_from_json(d: dict):
-    from .runner import RunOptions
-
-    names = {f.name for f in dataclasses.fields(RunOptions)}
-    kw = {k: v for k, v in (d or {}).items() if k in names}
-    for k in ("profile_dir", "save_tensors"):
-        if kw.get(k) is not None:
-            kw[k] = Path(kw[k])
-    return RunOptions(**kw)
 
 
 # -- parent side ------------------------------------------------------------------------------
@@ -68,7 +49,7 @@ class _Child:
         env["PYTHONFAULTHANDLER"] = "1"
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbench.isolate", "--fd", str(w)],
+                [sys.executable, "-m", "attnbench.execute.isolate", "--fd", str(w)],
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=self.log,
@@ -183,7 +164,7 @@ def isolated_rows(
 
 
 def _failed_row(runner, case, name: str, reason: str) -> Row:
-    row = runner._base_row(case, case.scenario.batch_spec(), name)
+    row = runner.base_row(case, case.scenario.batch_spec(), name)
     row.status, row.reason = "error", reason[:600]
     return row
 
@@ -254,9 +235,9 @@ def _child_main(argv: list[str]) -> int:
 
     try:
         job = json.loads(sys.stdin.read())
-        from . import backend as registry
-        from .runner import Runner
-        from .scenario import load_text
+        from attnbench import backend as registry
+        from attnbench.execute.runner import Runner
+        from attnbench.workload.scenario import load_text
 
         for f in job["backend_files"]:
             registry.load_backend_file(f)

@@ -1,6 +1,6 @@
 """Sub-commands ``compare backends``, ``compare runs``, ``check``, ``baseline`` and ``plot``.
 
-Registered onto the main typer app when ``attnbench.cli`` imports this module. Like cli.py:
+Registered onto the main typer app when ``attnbench.cli.app`` imports this module. Like cli.py:
 parse, call, render, exit code (0 fine, 1 failed rows or regressions, 2 bad input).
 """
 from __future__ import annotations
@@ -12,16 +12,16 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .baseline import load_rows, write_baseline
-from .cli import UsageError, _load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
-from .compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device, parse_fraction
-from .compare_report import (
+from attnbench.store.baselines import BaselineError, load_rows, write_baseline
+from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
+from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device, parse_fraction
+from attnbench.analyze.compare_tables import (
     BACKEND_COLUMNS, FORMATS, backend_records, check_columns, check_records, check_summary, render, run_pair_columns,
 )
-from .plots import PlotError, default_plot_dir, plot_run
-from .results import RunFolder
-from .runner import RunOptions, Runner
-from .scenario import load
+from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
+from attnbench.store.runfolder import RunFolder
+from attnbench.execute.runner import RunOptions, Runner
+from attnbench.workload.scenario import load
 
 compare_app = typer.Typer(
     no_args_is_help=True,
@@ -39,7 +39,7 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (CompareError, PlotError) as e:
+        except (CompareError, BaselineError, PlotError) as e:
             # handle_errors prints with rich markup on: keep "attnbench[plot]" literal
             raise UsageError(escape(str(e))) from None
 
@@ -98,7 +98,7 @@ def compare_backends_cmd(
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
     fmt = _check_format(format)
-    _load_backend_files(backend_file)
+    load_backend_files(backend_file)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")

@@ -24,163 +24,16 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from .results import Row
+from attnbench.store.rows import Row
 
-RESAMPLES = 2000
-CONFIDENCE = 0.95
-SEED = 20240607
-ALPHA = 0.01  # p below this (with the interval above 1) makes a slowdown "real"
+from attnbench.analyze.significance import (  # noqa: F401  (re-exported for callers of compare)
+    ALPHA, CONFIDENCE, RESAMPLES, SEED, Ratio, bootstrap_ratio, compare_samples, mann_whitney_p, median,
+)
+from attnbench.store.fingerprint import fingerprint, fingerprint_differences  # noqa: F401
 
 
 class CompareError(ValueError):
     """The two sides cannot be compared (other device, unknown normalizer): a usage error."""
-
-
-# ---------------------------------------------------------------------------- statistics
-def _median(xs: Sequence[float]) -> float:
-    return float(np.median(np.asarray(xs, dtype=float))) if len(xs) else math.nan
-
-
-def _boot_medians(xs: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Medians of ``resamples`` bootstrap resamples of ``xs`` -> shape [resamples]."""
-    a = np.asarray(xs, dtype=float)
-    idx = rng.integers(0, len(a), size=(resamples, len(a)))
-    return np.median(a[idx], axis=1)
-
-
-def bootstrap_ratio(
-    num: Sequence[Sequence[float]],
-    den: Sequence[Sequence[float]],
-    resamples: int = RESAMPLES,
-    confidence: float = CONFIDENCE,
-    seed: int = SEED,
-) -> tuple[float, float, float]:
-    """Ratio ``prod(median(n) for n in num) / prod(median(d) for d in den)`` and its
-    percentile-bootstrap interval -> (ratio, lo, hi). Each sample set is resampled on its own
-    (the sets were measured at different times, so there is no pairing to keep)."""
-    sets = [*num, *den]
-    if any(len(s) == 0 for s in sets):
-        return math.nan, math.nan, math.nan
-    point = math.prod(_median(s) for s in num) / math.prod(_median(s) for s in den)
-    rng = np.random.default_rng(seed)
-    top = np.ones(resamples)
-    bottom = np.ones(resamples)
-    for s in num:
-        top *= _boot_medians(s, rng, resamples)
-    for s in den:
-        bottom *= _boot_medians(s, rng, resamples)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = top / bottom
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.nanpercentile(ratios, [tail, 100 - tail])
-    return point, float(lo), float(hi)
-
-
-def _mwu_normal(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value, normal approximation with tie and continuity
-    correction (what scipy does for large samples); used when scipy is not installed."""
-    n1, n2 = len(a), len(b)
-    x = np.concatenate([np.asarray(a, float), np.asarray(b, float)])
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    ranks = np.empty(len(x))
-    # average ranks of tied groups
-    i = 0
-    tie_term = 0.0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        t = j - i + 1
-        tie_term += t**3 - t
-        i = j + 1
-    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2
-    mu = n1 * n2 / 2
-    n = n1 + n2
-    var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u1 - mu) - 0.5) / math.sqrt(var)
-    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value that ``a`` and ``b`` come from the same distribution."""
-    if len(a) == 0 or len(b) == 0:
-        return math.nan
-    try:
-        from scipy.stats import mannwhitneyu
-    except ImportError:
-        return _mwu_normal(a, b)
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """``current / baseline`` of medians (> 1: current is slower), interval and p-value."""
-
-    ratio: float
-    lo: float
-    hi: float
-    p: float
-
-    @property
-    def indistinguishable(self) -> bool:
-        return not (self.lo > 1 or self.hi < 1) if math.isfinite(self.lo) else True
-
-    @property
-    def slower_for_sure(self) -> bool:
-        """The samples say it is slower: interval above 1 and p < ALPHA."""
-        return math.isfinite(self.lo) and self.lo > 1 and self.p < ALPHA
-
-
-def compare_samples(
-    current: Sequence[float],
-    baseline: Sequence[float],
-    current_norm: Optional[Sequence[float]] = None,
-    baseline_norm: Optional[Sequence[float]] = None,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> Ratio:
-    """Ratio of medians ``current / baseline``; with normalizer samples, of
-    ``(current / current_norm) / (baseline / baseline_norm)``. The p-value then tests the
-    samples of each side divided by its own normalizer's median."""
-    if current_norm is None or baseline_norm is None:
-        r, lo, hi = bootstrap_ratio([current], [baseline], resamples, seed=seed)
-        return Ratio(r, lo, hi, mann_whitney_p(current, baseline))
-    r, lo, hi = bootstrap_ratio([current, baseline_norm], [baseline, current_norm], resamples, seed=seed)
-    cn, bn = _median(current_norm), _median(baseline_norm)
-    p = mann_whitney_p([x / cn for x in current], [x / bn for x in baseline])
-    return Ratio(r, lo, hi, p)
-
-
-# ---------------------------------------------------------------------------- fingerprint
-def fingerprint(manifest: dict, rows: Iterable[Row] = ()) -> dict:
-    """Device, torch and backend versions of a run (from its manifest, else its rows)."""
-    env = manifest.get("environment") or {}
-    rows = list(rows)
-    device = env.get("device") or next((r.device for r in rows if r.device), "")
-    backends = dict(env.get("backends") or {})
-    for r in rows:
-        if r.backend_version and r.backend not in backends:
-            backends[r.backend] = r.backend_version
-    return {"device": device, "torch": env.get("torch") or "", "backends": backends}
-
-
-def fingerprint_differences(a: dict, b: dict) -> tuple[bool, list[str]]:
-    """-> (same device?, human-readable differences in device and versions)."""
-    diffs = []
-    same_device = (a.get("device") or "") == (b.get("device") or "")
-    if not same_device:
-        diffs.append(f"device: {b.get('device') or '?'} (baseline) vs {a.get('device') or '?'}")
-    if a.get("torch") != b.get("torch"):
-        diffs.append(f"torch: {b.get('torch') or '?'} (baseline) vs {a.get('torch') or '?'}")
-    ba, bb = a.get("backends") or {}, b.get("backends") or {}
-    for name in sorted(set(ba) & set(bb)):
-        if ba[name] != bb[name]:
-            diffs.append(f"{name}: {bb[name]} (baseline) vs {ba[name]}")
-    return same_device, diffs
 
 
 def ensure_same_device(current_fp: dict, baseline_fp: dict, allow_cross_device: bool) -> list[str]:
@@ -311,12 +164,12 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
             return res
         r = compare_samples(cur.samples_ms, base.samples_ms, cn.samples_ms, bn.samples_ms)
         # baseline time as it would be on the current machine: scaled by the normalizer
-        expected = _median(base.samples_ms) * _median(cn.samples_ms) / _median(bn.samples_ms)
+        expected = median(base.samples_ms) * median(cn.samples_ms) / median(bn.samples_ms)
     else:
         r = compare_samples(cur.samples_ms, base.samples_ms)
-        expected = _median(base.samples_ms)
+        expected = median(base.samples_ms)
     res.ratio = r
-    res.delta_ms = _median(cur.samples_ms) - expected
+    res.delta_ms = median(cur.samples_ms) - expected
     over = r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms
     if over and r.slower_for_sure:
         res.verdict, res.failed = "regressed", True
@@ -382,7 +235,7 @@ def compare_backends(rows: Sequence[Row], baseline: Optional[str] = None) -> lis
         ok = [r for r in rs if _usable(r)]
         ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
         if ref is None and ok:
-            ref = min(ok, key=lambda r: _median(r.samples_ms))
+            ref = min(ok, key=lambda r: median(r.samples_ms))
         for r in rs:
             ratio = None
             if ref is not None and _usable(r) and r is not ref:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .stats import Summary
+from attnbench.measure.stats import Summary
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
 
 
 def _poison(t: Optional[torch.Tensor]) -> None:
-    from .poison import poison_fill  # NaN with a payload: "never written" is told from computed NaN
+    from attnbench.measure.poison import poison_fill  # NaN with a payload: "never written" is told from computed NaN
 
     poison_fill(t)
 
@@ -78,15 +78,35 @@ def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult
     return TimingResult(samples, "cpu", cold_l2=False, output=final)
 
 
-class L2Flusher:
-    """Writes a buffer of twice the device's L2 size: afterwards nothing useful is cached."""
+FLUSH_MODES = ("read", "write", "write+read")
 
-    def __init__(self, device: torch.device):
+
+class L2Flusher:
+    """Empties the L2 cache before a timed call, leaving no dirty line behind.
+
+    ``read`` (the default) sums a buffer of twice the L2 size: every line the timed call
+    could hit is evicted, and whatever the previous call left dirty (its output) is written
+    back now, during the flush, not while the next timed call runs. ``write`` (what attnbench
+    did first) zeroes the buffer instead: that leaves 2x L2 of dirty lines whose write-back
+    overlaps the timed call and adds ~10 us to every memory-bound call on an H100.
+    ``write+read`` writes, then reads. The GPU validation measures all three
+    (``scripts/gpu_checks.py``).
+    """
+
+    def __init__(self, device: torch.device, mode: str = "read"):
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"flush mode {mode!r}: choose one of {', '.join(FLUSH_MODES)}")
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+        self.mode = mode
         self.buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.int32, device=device)
+        self.buf.fill_(1)
+        self.sink = torch.empty((), dtype=torch.int64, device=device)
 
     def __call__(self) -> None:
-        self.buf.zero_()
+        if self.mode != "read":
+            self.buf.fill_(1)
+        if self.mode != "write":
+            torch.sum(self.buf, dtype=torch.int64, out=self.sink)
 
 
 def _capture(run: Callable[[], torch.Tensor], device: torch.device):
@@ -163,6 +183,27 @@ def time_run(
     if torch.device(device).type == "cuda":
         return time_cuda(run, device, cfg, capturable)
     return time_cpu(run, cfg)
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls after one warm-up (CUDA events on a GPU,
+    the host clock on a CPU); for the ceiling measurements, which need no L2 flush."""
+    cuda = torch.device(device).type == "cuda"
+    fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
 
 
 def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float = 50.0, max_runs: int = 20) -> list[float]:

@@ -1,113 +1,26 @@
-"""The ``attnbench`` command line: parse, call, render, exit code. No logic beyond that.
+"""Commands ``run``, ``validate``, ``schema`` and ``backends``: parse, call, render, exit code.
 
 Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regression);
 2 bad input (scenario, flags), with one message naming the file, the field and the fix.
 """
 from __future__ import annotations
 
-import functools
 import json
-import shlex
-import sys
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import List, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__
-from . import backend as registry
-from .report import print_profiles, print_results
-from .results import Row, RunFolder, environment
-from .isolate import isolated_rows, options_to_json
-from .runner import RunOptions, Runner
-from .scenario import ScenarioError, json_schema, load
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Benchmark and profile paged and tree attention backends on YAML batch scenarios.",
+from attnbench import backend as registry
+from attnbench.analyze.tables import print_profiles, print_results
+from attnbench.cli.app import (
+    UsageError, app, base_manifest, console, err, handle_errors, load_backend_files, record_rows,
 )
-# Logs and CI output are not terminals: give tables room rather than rich's 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one message, exit code 2."""
-
-
-def handle_errors(fn):
-    """The one place that turns user-input exceptions into messages and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ScenarioError, UsageError, registry.UnknownBackend) as e:
-            err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-        except FileNotFoundError as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-
-    return wrapper
-
-
-def _load_backend_files(files: Optional[List[Path]]) -> None:
-    for f in files or []:
-        if not f.is_file():
-            raise UsageError(f"--backend-file {f}: no such file")
-        try:
-            registry.load_backend_file(f)
-        except registry.UnknownBackend:
-            raise
-        except Exception as e:
-            raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
-
-
-def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) -> dict:
-    """What every run folder's manifest records about the command, scenario and machine."""
-    return {
-        "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
-        "attnbench": __version__,
-        "scenario": sf.name,
-        "scenario_path": scenario_path,
-        "scenario_sha256": sf.sha256,
-        "scenario_text": sf.text,
-        "overrides": list(overrides),
-        "seed": sf.scenario.seed,
-        "cases": len(sf.cases),
-        "backends_requested": runner.backend_names,
-        "environment": environment(runner.device_name, runner.backend_versions()),
-    }
-
-
-def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, quiet: bool) -> bool:
-    """Write each row to the run folder as it comes, under a progress bar; mark the folder
-    complete or (on Ctrl-C) incomplete. Returns whether every row was recorded."""
-    complete = False
-    try:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=quiet,
-        ) as progress:
-            task = progress.add_task(label, total=total)
-            for row in rows:
-                folder.add(row)
-                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
-        complete = True
-    except KeyboardInterrupt:
-        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
-    finally:
-        folder.finish(complete)
-    return complete
+from attnbench.execute.isolate import isolated_rows
+from attnbench.execute.options import options_to_json
+from attnbench.execute.runner import RunOptions, Runner
+from attnbench.store.runfolder import RunFolder
+from attnbench.workload.scenario import ScenarioError, json_schema, load
 
 
 @app.command()
@@ -137,12 +50,12 @@ def run(
     timeout: float = typer.Option(300.0, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
 ):
     """Run a scenario through the backends; write a run folder; print the results table."""
-    _load_backend_files(backend_file)
+    load_backend_files(backend_file)
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
     prior = None
     if resume is not None:
-        from .resume import ResumeError, open_run
+        from attnbench.execute.resume import ResumeError, open_run
 
         if scenario is not None or set_:
             raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
@@ -177,7 +90,7 @@ def run(
         raise UsageError(str(e)) from None
     done: frozenset = frozenset()
     if prior is not None:
-        from .resume import mark_resumed
+        from attnbench.execute.resume import mark_resumed
 
         folder, done = prior.folder, prior.done
         profile = opts.profile_dir is not None
@@ -254,7 +167,7 @@ def list_backends(
     from rich.markup import escape
     from rich.table import Table
 
-    _load_backend_files(backend_file)
+    load_backend_files(backend_file)
     t = Table("backend", "available", "version / reason")
     for n in registry.all_names():
         try:
@@ -264,10 +177,3 @@ def list_backends(
         except Exception as e:
             t.add_row(n, "no", f"{type(e).__name__}: {e}")
     console.print(t)
-
-
-from . import cli_compare  # noqa: E402,F401  (registers compare/check/baseline/plot)
-
-
-def main() -> None:  # pragma: no cover
-    app()

@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backend as registry
-from .isolate import options_from_json
-from .results import RunFolder, _atomic_write, rows_frame, scenario_hash, utc_now
-from .runner import RunOptions
-from .scenario import ScenarioError, ScenarioFile, load_text
+from attnbench import backend as registry
+from attnbench.execute.options import RunOptions, options_from_json
+from attnbench.store.runfolder import RunFolder, atomic_write, scenario_hash, utc_now
+from attnbench.store.rows import rows_frame
+from attnbench.workload.scenario import ScenarioError, ScenarioFile, load_text
 
 
 class ResumeError(ValueError):
@@ -45,8 +45,8 @@ def reopen(path: Path) -> RunFolder:
         (path / "rows.jsonl").write_text("")  # interrupted before the first row
     folder = RunFolder.load(path)
     text = "".join(json.dumps(r.to_json(), default=str) + "\n" for r in folder.rows)
-    _atomic_write(path / "rows.jsonl", text)
-    _atomic_write(path / "results.csv", rows_frame(folder.rows).to_csv(index=False))
+    atomic_write(path / "rows.jsonl", text)
+    atomic_write(path / "results.csv", rows_frame(folder.rows).to_csv(index=False))
     return folder
 
 
@@ -86,4 +86,4 @@ def mark_resumed(folder: RunFolder, isolate: bool) -> None:
         {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate}
     )
     folder.manifest["status"] = "incomplete"
-    folder._write_manifest()
+    folder.write_manifest()

@@ -11,7 +11,9 @@ from typing import Optional
 
 import pandas as pd
 
-from .results import Row, rows_frame, safe_name
+from attnbench.store.rows import Row, rows_frame
+
+from attnbench.workload.units import safe_name
 
 
 class PlotError(ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .batch import Batch
+from attnbench.workload.batch import Batch
 
 # Above this many score elements per chunk the reference computes in float32 (SEMANTICS.md
 # allows it on large cases); float64 stays for everything a test or a CPU run uses.

@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from .results import Row, safe_name
+from attnbench.measure.timing import L2Flusher
+from attnbench.workload.units import safe_name
 
 RUNS = 5
 
@@ -51,15 +52,12 @@ def _table(kernels: list, runs: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["us_per_run"])
 
 
-def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Path, row: Row) -> Profile:
+def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Path, case_id: str, backend: str) -> Profile:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     cuda = torch.device(device).type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    flush_buf = None
-    if cuda:
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size or 50 * 2**20
-        flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.int32, device=device)
+    flush = L2Flusher(device) if cuda else None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sync()
     with profile(activities=activities) as prof:
@@ -68,8 +66,8 @@ def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Pa
             sync()
         for i in range(RUNS):
             with record_function(f"attnbench.flush{i}"):
-                if flush_buf is not None:
-                    flush_buf.zero_()
+                if flush is not None:
+                    flush()
                 sync()
             with record_function(f"attnbench.run{i}"):
                 run()
@@ -100,7 +98,7 @@ def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Pa
                     plan_k.append((e.name, e.time_range.elapsed_us()))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = safe_name(f"{row.case_id}__{row.backend}", 120)
+    stem = safe_name(f"{case_id}__{backend}", 120)
     trace = out_dir / f"{stem}.trace.json"
     prof.export_chrome_trace(str(trace))
     p = Profile(
@@ -113,8 +111,8 @@ def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Pa
     (out_dir / f"{stem}.kernels.json").write_text(
         json.dumps(
             {
-                "case_id": row.case_id,
-                "backend": row.backend,
+                "case_id": case_id,
+                "backend": backend,
                 "runs_profiled": RUNS,
                 "kernels_per_call": p.kernels_per_call,
                 "kernel_ms_per_call": p.kernel_ms_per_call,

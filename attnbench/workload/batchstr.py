@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .units import parse_int, short_repr
+from attnbench.workload.units import parse_int, short_repr
 
 _NUM = r"[0-9]{1,12}[kKmM]?"
 _GROUP = re.compile(rf"^({_NUM})?q({_NUM})(?:s({_NUM}))?$")

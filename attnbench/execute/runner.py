@@ -15,29 +15,17 @@ from typing import Iterator, Optional
 
 import torch
 
-from . import backend as registry
-from .batch import Batch, BatchSpec, materialize
-from .metrics import ceilings_for, device_name, roofline, work_of
-from .reference import compare, default_tolerance, reference_attention
-from .results import Row
-from .scenario import Case, ScenarioFile
-from .stats import Summary
-from .timing import TimingConfig, TimingResult, time_host, time_run
-from .poison import count_poison, poison_allocator
-from .units import format_bytes, format_int
-
-
-@dataclass
-class RunOptions:
-    backends: Optional[list[str]] = None  # None: the scenario's list, else every available one
-    device: Optional[str] = None  # overrides the scenario's device
-    warm_l2: bool = False
-    no_graphs: bool = False
-    timing_overrides: dict = field(default_factory=dict)  # warmup_ms, measure_ms, ...
-    profile_dir: Optional[Path] = None  # set: one torch.profiler pass per row, traces here
-    save_tensors: Optional[Path] = None
-    rtol: Optional[float] = None
-    measure_ceilings: bool = True
+from attnbench import backend as registry
+from attnbench.execute.options import RunOptions
+from attnbench.workload.batch import Batch, BatchSpec, materialize
+from attnbench.measure.metrics import ceilings_for, device_name, roofline, work_of
+from attnbench.workload.reference import compare, default_tolerance, reference_attention
+from attnbench.store.rows import Row
+from attnbench.workload.scenario import Case, ScenarioFile
+from attnbench.measure.stats import Summary
+from attnbench.measure.timing import TimingConfig, TimingResult, time_host, time_run
+from attnbench.measure.poison import count_poison, poison_allocator
+from attnbench.workload.units import format_bytes, format_int
 
 
 def resolve_device(name: str) -> torch.device:
@@ -174,7 +162,7 @@ class Runner:
             if todo:
                 yield from self.run_case(case, todo)
 
-    def _base_row(self, case: Case, spec: BatchSpec, name: str) -> Row:
+    def base_row(self, case: Case, spec: BatchSpec, name: str) -> Row:
         return Row(
             scenario=self.sf.name,
             case_id=case.case_id,
@@ -196,7 +184,7 @@ class Runner:
         avail = _memory_available(self.device)
         if avail is not None and need > avail:
             for n in names:
-                row = self._base_row(case, spec, n)
+                row = self.base_row(case, spec, n)
                 row.status = "skipped"
                 row.reason = (
                     f"case needs about {format_bytes(need)} (3x the batch's {format_bytes(spec.memory_bytes())}); "
@@ -209,7 +197,7 @@ class Runner:
             ref = self._reference(batch, sc.check.reference)
         except Exception as e:  # the case itself cannot be built: every row says why
             for n in names:
-                row = self._base_row(case, spec, n)
+                row = self.base_row(case, spec, n)
                 row.status, row.reason = "error", f"building the batch or reference failed: {_error_text(e)}"
                 yield row
             _release(self.device)
@@ -226,7 +214,7 @@ class Runner:
         cfg = self.timing_config(case)
         rows = []
         for n in names:
-            row = self._base_row(case, spec, n)
+            row = self.base_row(case, spec, n)
             row.tolerance = tol
             row.flops, row.bytes = work.flops, work.bytes
             rows.append(row)
@@ -340,15 +328,17 @@ class Runner:
             rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
         )
         if self.opts.profile_dir is not None:
-            from .profiling import profile_row
+            from attnbench.measure.profiling import profile_row
 
-            prof = profile_row(lambda: be.plan(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row)
+            prof = profile_row(
+                lambda: be.plan(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
+            )
             row.kernels_per_call, row.kernel_sum_ms, row.trace = (
                 prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace,
             )
 
     def _save(self, case: Case, batch: Batch, outputs: dict) -> None:
-        from .results import safe_name
+        from attnbench.workload.units import safe_name
 
         d = Path(self.opts.save_tensors)
         d.mkdir(parents=True, exist_ok=True)

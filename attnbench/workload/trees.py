@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .units import short_repr
+from attnbench.workload.units import short_repr
 
 
 class TreeError(ValueError):

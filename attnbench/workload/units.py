@@ -51,3 +51,10 @@ def format_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def safe_name(text: str, limit: int = 80) -> str:
+    """A file-name-safe slug that cannot leave its folder (no separators, no '..')."""
+    s = re.sub(r"[^A-Za-z0-9._=,+-]+", "-", text).strip(".-")
+    s = s.replace("..", ".")
+    return (s or "unnamed")[:limit]

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from .batch import BatchSpec
+from attnbench.measure.timing import median_seconds
+from attnbench.workload.batch import BatchSpec
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def allowed_pairs(spec: BatchSpec) -> int:
             # query i sees context + i + 1 keys
             total += r.query * r.context + r.query * (r.query + 1) // 2
         else:
-            from .trees import depths
+            from attnbench.workload.trees import depths
 
             total += r.query * r.context + sum(d + 1 for d in depths(r.tree_parents))
     return total
@@ -82,26 +82,6 @@ def device_name(device: torch.device) -> str:
     return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} threads)"
 
 
-def _time(fn, device: torch.device, reps: int) -> float:
-    """Median seconds of ``fn`` over ``reps`` calls after one warm-up."""
-    cuda = device.type == "cuda"
-    fn()
-    times = []
-    for _ in range(reps):
-        if cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
-
-
 def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16",)) -> Ceilings:
     device = torch.device(device)
     cuda = device.type == "cuda"
@@ -109,7 +89,7 @@ def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16"
     a = torch.empty(nbytes, dtype=torch.uint8, device=device)
     a.random_(0, 255)
     b = torch.empty_like(a)
-    copy_s = _time(lambda: b.copy_(a), device, 10 if cuda else 3)
+    copy_s = median_seconds(lambda: b.copy_(a), device, 10 if cuda else 3)
     del b
     # A float32 sum reads every byte once (an int32 sum runs far below bandwidth on an H200).
     # Read-only streams: the faster of a full float32 sum and a row-wise 16-bit sum (many
@@ -118,8 +98,8 @@ def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16"
     words = a.view(torch.float32)
     rows = a.view(torch.bfloat16).view(-1, 1 << 14)
     read_s = min(
-        _time(lambda: words.sum(), device, 10 if cuda else 3),
-        _time(lambda: rows.sum(dim=1, dtype=torch.float32), device, 10 if cuda else 3),
+        median_seconds(lambda: words.sum(), device, 10 if cuda else 3),
+        median_seconds(lambda: rows.sum(dim=1, dtype=torch.float32), device, 10 if cuda else 3),
     )
     del a, words, rows
     mm = {}
@@ -130,7 +110,7 @@ def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16"
             dt, name = torch.float32, name  # CPU 16-bit matmul rates mean little; use fp32's
         x = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
         y = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
-        s = _time(lambda: x @ y, device, 10 if cuda else 2)
+        s = median_seconds(lambda: x @ y, device, 10 if cuda else 2)
         mm[name] = 2 * n**3 / s / 1e12
         del x, y
     return Ceilings(device_name(device), 2 * nbytes / copy_s / 1e12, mm, nbytes / read_s / 1e12)

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .compare import BackendComparison, CaseResult, CheckResult, Ratio
-from .report import fmt_time
+from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult, Ratio
+from attnbench.analyze.tables import fmt_time
 
 FORMATS = ("table", "markdown", "csv", "json")
 

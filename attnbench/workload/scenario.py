@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from .batch import BatchSpec, Request
-from .batchstr import parse_batch_string
-from .trees import TreeError, parse_tree
-from .units import format_int, parse_int, short_repr
+from attnbench.workload.batch import BatchSpec, Request
+from attnbench.workload.batchstr import parse_batch_string
+from attnbench.workload.trees import TreeError, parse_tree
+from attnbench.workload.units import format_int, parse_int, short_repr
 
 
 class ScenarioError(ValueError):

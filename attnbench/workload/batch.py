@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .trees import ancestor_mask, depths
+from attnbench.workload.trees import ancestor_mask, depths
 
 KINDS = ("prefill", "decode", "tree")
 LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")

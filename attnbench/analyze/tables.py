@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .results import Row, rows_frame
+from attnbench.store.rows import Row, rows_frame
 
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "error": "bold red", "mismatch": "bold red"}
 SPREAD_WARN = 0.05

@@ -15,8 +15,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compare import CompareError, fingerprint
-from .results import Row, RunFolder, utc_now
+from attnbench.store.fingerprint import fingerprint
+from attnbench.store.rows import Row
+from attnbench.store.runfolder import RunFolder, utc_now
+
+class BaselineError(ValueError):
+    """A file that is not a usable baseline or run folder; the message says which and why."""
+
 
 FORMAT_VERSION = 1
 # manifest keys a baseline keeps: what ran and where (not the scenario text's copy of itself)
@@ -47,14 +52,14 @@ def load_rows(path: Path) -> Loaded:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise CompareError(f"{path}: not a baseline file (invalid JSON: {e})") from None
+        raise BaselineError(f"{path}: not a baseline file (invalid JSON: {e})") from None
     if not isinstance(data, dict) or "attnbench_baseline" not in data or not isinstance(data.get("rows"), list):
-        raise CompareError(
+        raise BaselineError(
             f"{path}: not a baseline file (expected the output of `attnbench baseline RUN --to {path}`) "
             "or a run folder"
         )
     if data["attnbench_baseline"] > FORMAT_VERSION:
-        raise CompareError(f"{path}: baseline format {data['attnbench_baseline']} is newer than this attnbench reads")
+        raise BaselineError(f"{path}: baseline format {data['attnbench_baseline']} is newer than this attnbench reads")
     rows = [Row.from_json(d) for d in data["rows"]]
     manifest = data.get("manifest") or {}
     fp = data.get("fingerprint") or fingerprint(manifest, rows)
@@ -65,7 +70,7 @@ def make_baseline(run: Path) -> dict:
     """The baseline document of a run folder (not written anywhere)."""
     rf = RunFolder.load(Path(run))
     if not rf.rows:
-        raise CompareError(f"{run}: the run folder has no rows")
+        raise BaselineError(f"{run}: the run folder has no rows")
     return {
         "attnbench_baseline": FORMAT_VERSION,
         "created": utc_now(),

@@ -1,0 +1,140 @@
+"""Result rows: one per (case, backend), with a typed status and the fields it must carry.
+
+CSV columns come from the dataclass fields (``CSV_FIELDS``), never from a second list.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Optional
+
+import pandas as pd
+
+
+class Status(str, Enum):
+    """What became of a row. Each status carries the fields ``Row.problems`` asks of it:
+
+    - ``ok``: a finite median over ``n >= 1`` samples and the timing method;
+    - ``skipped``: a ``reason`` (what the backend cannot do, or why the case could not run);
+    - ``error``: a ``reason`` (the exception or signal);
+    - ``mismatch``: a ``reason`` (what differs from the reference).
+    """
+
+    OK = "ok"
+    SKIPPED = "skipped"
+    ERROR = "error"
+    MISMATCH = "mismatch"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def failed(self) -> bool:
+        return self in (Status.ERROR, Status.MISMATCH)
+
+
+@dataclass
+class Row:
+    """One (case, backend) measurement. CSV columns come from these fields."""
+
+    scenario: str
+    case_id: str
+    backend: str
+    status: Status = Status.OK
+    reason: str = ""
+    backend_version: str = ""
+    mode: str = ""
+    device: str = ""
+    dtype: str = ""
+    page_size: int = 0
+    layout: str = ""
+    batch: str = ""  # e.g. "32 decode@4k + 8 tree(41)@2k"
+    num_requests: int = 0
+    num_tokens: int = 0
+    plan_ms: float = math.nan
+    median_ms: float = math.nan
+    p20_ms: float = math.nan
+    p80_ms: float = math.nan
+    min_ms: float = math.nan
+    iqr_rel: float = math.nan
+    n: int = 0
+    step_ms: float = math.nan  # plan + run: what an engine pays each step
+    timing_method: str = ""
+    cold_l2: Optional[bool] = None
+    timing_note: str = ""
+    rel_err: float = math.nan
+    max_abs_err: float = math.nan
+    tolerance: float = math.nan
+    flops: int = 0
+    bytes: int = 0
+    tflops: float = math.nan
+    tbps: float = math.nan
+    floor_ms: float = math.nan
+    bound: str = ""
+    pct_of_ceiling: float = math.nan
+    kernels_per_call: Optional[int] = None  # from the --profile pass
+    kernel_sum_ms: float = math.nan  # summed device time of the run's kernels, per call (--profile)
+    trace: str = ""
+    params: dict = field(default_factory=dict)
+    samples_ms: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.status = Status(self.status)
+
+    def problems(self) -> list[str]:
+        """What this row lacks for its status ([] when it is well-formed)."""
+        if self.status is Status.OK:
+            out = []
+            if not (self.n >= 1 and math.isfinite(self.median_ms)):
+                out.append("an ok row needs a finite median_ms over n >= 1 samples")
+            if not self.timing_method:
+                out.append("an ok row needs its timing_method")
+            return out
+        return [] if self.reason.strip() else [f"a {self.status.value} row needs a reason"]
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Identity of a row across runs: scenario, case, backend (never its position)."""
+        return (self.scenario, self.case_id, self.backend)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Row":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms")]
+
+
+def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
+    """Rows as a DataFrame: sweep values as columns (after case_id), plus ``x_fastest``
+    (median over the fastest ok backend's median in the same case)."""
+    rows = list(rows)
+    param_cols: list[str] = []
+    for r in rows:
+        for k in r.params:
+            if k not in param_cols:
+                param_cols.append(k)
+    recs = []
+    for r in rows:
+        d = {k: getattr(r, k) for k in CSV_FIELDS}
+        for k in param_cols:
+            v = r.params.get(k)
+            d[k] = json.dumps(v, default=str) if isinstance(v, (list, dict)) else v
+        recs.append(d)
+    cols = CSV_FIELDS[:2] + param_cols + CSV_FIELDS[2:]
+    df = pd.DataFrame.from_records(recs, columns=cols)
+    best: dict[str, float] = {}
+    for r in rows:
+        if r.status == "ok" and r.median_ms == r.median_ms:
+            best[r.case_id] = min(best.get(r.case_id, math.inf), r.median_ms)
+    df["x_fastest"] = [
+        (r.median_ms / best[r.case_id]) if r.status == "ok" and r.case_id in best else math.nan for r in rows
+    ]
+    return df

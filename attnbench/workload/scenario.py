@@ -72,7 +72,7 @@ class Group(_Strict):
     query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)
     tree: Optional[dict[str, Any]] = Field(
         default=None,
-        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..]",
+        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..], preset NAME (`attnbench trees`)",
     )
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ class TreeError(ValueError):
     """A tree spelling that cannot be turned into a tree. The message names the field."""
 
 
-SPELLINGS = ("choices", "chain", "full", "branching", "random", "parents")
+SPELLINGS = ("choices", "chain", "full", "branching", "random", "parents", "preset")
 MAX_TREE_NODES = 4096
 
 
@@ -192,6 +192,10 @@ def parse_tree(spec: Any, field: str = "tree") -> list[int]:
         raise TreeError(f"{field}: expected exactly one of {', '.join(SPELLINGS)}, got {short_repr(spec)}")
     (key, value), = spec.items()
     sub = f"{field}.{key}"
+    if key == "preset":  # a named tree (tree_presets.py): its own spelling, parsed as written
+        from attnbench.workload.tree_presets import preset_spec
+
+        return parse_tree(preset_spec(value, sub, TreeError), sub)
     return {
         "choices": from_choices,
         "chain": chain,

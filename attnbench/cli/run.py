@@ -38,6 +38,9 @@ def run(
     warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
     measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
     rtol: Optional[float] = typer.Option(None, help="relative-error tolerance vs the reference"),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", help="CPU rows: intra-op threads while backends run (default 1: steady medians)"
+    ),
     profile: bool = typer.Option(False, "--profile", help="one torch.profiler pass per row (kernel table, trace)"),
     backend_file: Optional[List[Path]] = typer.Option(
         None, help="Python file defining Backend subclasses (RUNS that file's code)"
@@ -68,6 +71,8 @@ def run(
         raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
     else:
         sf = load(scenario, set_ or [])
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads {threads}: must be >= 1")
     for name, v in (("--warmup-ms", warmup_ms), ("--measure-ms", measure_ms), ("--rtol", rtol)):
         if v is not None and v <= 0 and name != "--warmup-ms":
             raise UsageError(f"{name} {v}: must be > 0")
@@ -81,6 +86,7 @@ def run(
         timing_overrides=overrides,
         save_tensors=save_tensors,
         rtol=rtol,
+        threads=threads,
     )
     if prior is not None:  # the original run's options (the flags above apply to new runs)
         opts = prior.options

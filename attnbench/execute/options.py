@@ -19,6 +19,7 @@ class RunOptions:
     save_tensors: Optional[Path] = None
     rtol: Optional[float] = None
     measure_ceilings: bool = True
+    threads: Optional[int] = None  # CPU rows: intra-op threads while backends run (None: 1)
 
 
 def options_to_json(opts) -> dict:

@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 import torch
 
 from attnbench import backend as registry
+from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.options import RunOptions
 from attnbench.workload.batch import Batch, BatchSpec, materialize
 from attnbench.measure.metrics import ceilings_for, device_name, roofline, work_of
@@ -23,7 +24,7 @@ from attnbench.workload.reference import compare, default_tolerance, reference_a
 from attnbench.store.rows import Row
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
-from attnbench.measure.timing import TimingConfig, TimingResult, time_host, time_run
+from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes, format_int
 
@@ -124,6 +125,7 @@ class Runner:
         self.opts = opts
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
+        self.threads = opts.threads or 1
         names = opts.backends or sf.scenario.backends or default_backends()
         self.backend_names = list(dict.fromkeys(names))
         unknown = [n for n in self.backend_names if n not in registry.all_names()]
@@ -180,21 +182,24 @@ class Runner:
     def run_case(self, case: Case, names: list[str]) -> Iterator[Row]:
         sc = case.scenario
         spec = sc.batch_spec()
-        need = 3 * spec.memory_bytes()
+        cfg = self.timing_config(case)
+        # the pristine inputs, a backend's own copy, its plan; in rounds every backend's copy is live
+        copies = len(names) if cfg.rounds > 1 else 1
+        need = (2 + copies) * spec.memory_bytes()
         avail = _memory_available(self.device)
         if avail is not None and need > avail:
             for n in names:
                 row = self.base_row(case, spec, n)
                 row.status = "skipped"
                 row.reason = (
-                    f"case needs about {format_bytes(need)} (3x the batch's {format_bytes(spec.memory_bytes())}); "
+                    f"case needs about {format_bytes(need)} ({2 + copies}x the batch's {format_bytes(spec.memory_bytes())}); "
                     f"{format_bytes(avail)} available on {self.device}"
                 )
                 yield row
             return
         try:
             batch = materialize(spec, sc.seed, self.device)
-            ref = self._reference(batch, sc.check.reference)
+            ref = self._reference(batch if sc.check.reference == "reference" else clone_batch(batch), sc.check.reference)
         except Exception as e:  # the case itself cannot be built: every row says why
             for n in names:
                 row = self.base_row(case, spec, n)
@@ -211,28 +216,42 @@ class Runner:
             except Exception:
                 ceil = None
         outputs: dict[str, torch.Tensor] = {}
-        cfg = self.timing_config(case)
         rows = []
         for n in names:
             row = self.base_row(case, spec, n)
             row.tolerance = tol
             row.flops, row.bytes = work.flops, work.bytes
+            row.threads = self.threads if self.device.type == "cpu" else 0
             rows.append(row)
-        if cfg.rounds == 1:  # each row is finished (and yielded) before the next backend starts
-            for row in rows:
-                live = self._guard(row, lambda: self._prepare(row, batch, ref, tol, outputs))
-                if live is not None:
-                    self._guard(row, lambda: self._measure(live, cfg))
-                    self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
-                live = None  # the plan's memory goes before the next backend's
-                _release(self.device)
-                yield row
-        else:
-            yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
+        with cpu_threads(self.device, self.threads):
+            if cfg.rounds == 1:  # each row is finished (and yielded) before the next backend starts
+                for row in rows:
+                    own = clone_batch(batch)
+                    live = self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs))
+                    if live is not None:
+                        self._guard(row, lambda: self._measure(live, cfg))
+                        self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
+                    self._check_inputs(row, batch, own)
+                    live = own = None  # the plan's memory goes before the next backend's
+                    _release(self.device)
+                    yield row
+            else:
+                yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
         if self.opts.save_tensors is not None:
             self._save(case, batch, outputs)
         del batch, ref, outputs
         _release(self.device)
+
+    def _check_inputs(self, row: Row, pristine: Batch, own: Batch) -> None:
+        """A backend that wrote into its inputs gets an error row (it keeps its own reason
+        too); the others never saw its copy."""
+        try:
+            why = input_problem(pristine, own)
+        except Exception as e:  # a device fault surfacing here belongs to this backend
+            why = f"checking its inputs failed: {_error_text(e)}"
+        if why:
+            row.reason = why + (f"; before that: {row.reason}" if row.reason and row.status != "ok" else "")
+            row.status = "error"
 
     def _reference(self, batch: Batch, oracle: str) -> torch.Tensor:
         if oracle == "reference":
@@ -254,7 +273,10 @@ class Runner:
         """Every backend is planned and checked first; then the budgets are split into
         ``cfg.rounds`` rounds taken in turn, so that all backends of the case sample the same
         stretches of time. The rows come out together at the end of the case."""
-        lives = [(row, self._guard(row, lambda: self._prepare(row, batch, ref, tol, outputs))) for row in rows]
+        owns = [clone_batch(batch) for _ in rows]
+        lives = [
+            (row, self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs))) for row, own in zip(rows, owns)
+        ]
         per_round = replace(
             cfg,
             warmup_ms=cfg.warmup_ms / cfg.rounds,
@@ -269,7 +291,9 @@ class Runner:
         for row, live in lives:
             if live is not None and row.status == "ok":
                 self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
-        lives = live = None  # the plans' memory goes before the next case
+        for row, own in zip(rows, owns):
+            self._check_inputs(row, batch, own)
+        lives = live = owns = None  # the plans' memory goes before the next case
         _release(self.device)
         yield from rows
 
@@ -295,6 +319,10 @@ class Runner:
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)
         status, reason, row.rel_err, row.max_abs_err = check_output(out, ref, batch, tol)
+        aliased = aliased_inputs(out, batch)
+        if aliased:
+            row.status, row.reason = "error", f"its output aliases its inputs ({', '.join(aliased)})"
+            return
         if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
             outputs[name] = out.detach().cpu()
         if status != "ok":

@@ -12,6 +12,7 @@ cannot pass the reference check.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -204,6 +205,22 @@ def median_seconds(fn: Callable[[], object], device: torch.device, reps: int) ->
             fn()
             times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2]
+
+
+@contextlib.contextmanager
+def cpu_threads(device: torch.device, threads: int):
+    """Intra-op threads for CPU work inside the block (as torch.utils.benchmark times with one
+    thread by default: several threads on a shared machine make medians swing 30-100x);
+    nothing changes for a CUDA device."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float = 50.0, max_runs: int = 20) -> list[float]:

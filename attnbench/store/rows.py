@@ -63,6 +63,7 @@ class Row:
     n: int = 0
     step_ms: float = math.nan  # plan + run: what an engine pays each step
     timing_method: str = ""
+    threads: int = 0  # intra-op threads of a CPU row's backend (0: a GPU row)
     cold_l2: Optional[bool] = None
     timing_note: str = ""
     rel_err: float = math.nan

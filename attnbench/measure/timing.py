@@ -30,6 +30,7 @@ class TimingConfig:
     min_runs: int = 5
     max_runs: int = 2000
     cold_l2: bool = True
+    flush: str = "read"  # how the L2 is emptied before each timed call (see L2Flusher)
     cuda_graphs: bool = True
     rounds: int = 1  # the runner splits the budgets into rounds taken in turn by a case's backends
 
@@ -91,7 +92,7 @@ class L2Flusher:
     did first) zeroes the buffer instead: that leaves 2x L2 of dirty lines whose write-back
     overlaps the timed call and adds ~10 us to every memory-bound call on an H100.
     ``write+read`` writes, then reads. The GPU validation measures all three
-    (``scripts/gpu_checks.py``).
+    (``scripts/gpu_flush_check.py``).
     """
 
     def __init__(self, device: torch.device, mode: str = "read"):
@@ -144,7 +145,7 @@ def time_cuda(
             note = f"graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); timed with events"
     elif cfg.cuda_graphs:
         note = "backend is not graph-capturable; timed with events"
-    flush = L2Flusher(device) if cfg.cold_l2 else (lambda: None)
+    flush = L2Flusher(device, cfg.flush) if cfg.cold_l2 else (lambda: None)
     stream = torch.cuda.current_stream(device)
 
     def timed(n: int) -> list[float]:

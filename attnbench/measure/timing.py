@@ -108,7 +108,7 @@ class L2Flusher:
         if self.mode != "read":
             self.buf.fill_(1)
         if self.mode != "write":
-            torch.sum(self.buf, dtype=torch.int64, out=self.sink)
+            torch.sum(self.buf, 0, dtype=torch.int64, out=self.sink)
 
 
 def _capture(run: Callable[[], torch.Tensor], device: torch.device):

@@ -32,3 +32,32 @@ def test_threads_must_be_positive(tmp_path):
     (tmp_path / "t.yaml").write_text(TINY)
     r = runner.invoke(app, ["run", str(tmp_path / "t.yaml"), "--threads", "0", "-q"])
     assert r.exit_code == 2 and "--threads 0" in r.output
+
+
+def test_thread_clock_is_used_with_one_thread(tmp_path):
+    """With one intra-op thread, CPU rows are timed by the thread's CPU clock (a busy machine's
+    time slices do not count); with several, by the wall clock."""
+    (tmp_path / "t.yaml").write_text(TINY)
+    for flag, method in (([], "cpu-thread"), (["--threads", "2"], "cpu")):
+        out = tmp_path / f"run{method}"
+        r = runner.invoke(app, ["run", str(tmp_path / "t.yaml"), "--out", str(out), "-q", "-b", "sdpa", *flag])
+        assert r.exit_code == 0, r.output
+        assert set(pd.read_csv(out / "results.csv").timing_method) == {method}
+
+
+def test_thread_clock_does_not_count_sleep():
+    """The thread clock counts this thread's CPU work only: a call that sleeps 20 ms measures
+    far less than 20 ms on it and at least 20 ms on the wall clock."""
+    import time
+
+    from attnbench.measure.timing import TimingConfig, time_run
+
+    def sleepy():
+        time.sleep(0.02)
+        return torch.ones(2)
+
+    cfg = dict(warmup_ms=0, measure_ms=1, min_runs=3, max_runs=3)
+    thread = time_run(sleepy, torch.device("cpu"), TimingConfig(cpu_clock="thread", **cfg))
+    wall = time_run(sleepy, torch.device("cpu"), TimingConfig(cpu_clock="wall", **cfg))
+    assert thread.method == "cpu-thread" and wall.method == "cpu"
+    assert max(thread.samples_ms) < 10 and min(wall.samples_ms) >= 20

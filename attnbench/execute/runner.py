@@ -150,11 +150,15 @@ class Runner:
 
     def timing_config(self, case: Case) -> TimingConfig:
         t = case.scenario.timing
-        cfg = TimingConfig(t.warmup_ms, t.measure_ms, t.min_runs, t.max_runs, t.cold_l2, t.cuda_graphs, t.rounds)
+        cfg = TimingConfig(
+            warmup_ms=t.warmup_ms, measure_ms=t.measure_ms, min_runs=t.min_runs, max_runs=t.max_runs,
+            cold_l2=t.cold_l2, cuda_graphs=t.cuda_graphs, rounds=t.rounds,
+        )
         if self.opts.warm_l2:
             cfg.cold_l2 = False
         if self.opts.no_graphs:
             cfg.cuda_graphs = False
+        cfg.cpu_clock = "thread" if self.threads == 1 else "wall"
         return replace(cfg, **self.opts.timing_overrides)
 
     def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:

@@ -2,10 +2,10 @@
 
 Not collected by pytest (no test_ prefix). Each one fails in one way: raises, segfaults
 (a null read through ctypes), aborts, returns NaN, a wrong shape, a wrong dtype, hangs
-(past --timeout), returns memory it never wrote, or sleeps in `unsupported` (for the
-kill-and-resume test).
+(past --timeout), returns memory it never wrote, sleeps in `unsupported` (for the
+kill-and-resume test), or skips with a blank reason (a malformed row).
 """
-import ctypes, os, signal, time
+import ctypes, os, time
 import torch
 from attnbench.backend import Backend
 
@@ -64,3 +64,8 @@ class Sleepy(Backend):
         return ["sleepy never runs"]
     def plan(self, batch): return batch
     def run(self, plan): return None
+
+
+class Blank(_Good):
+    name = "blank"
+    def unsupported(self, batch): return [" "]  # skips without saying why: a malformed row

@@ -1,7 +1,6 @@
 """Every backend that runs on the CPU, against the reference, on random inputs: trees, odd
 lengths, every page layout, page sizes down to 1, GQA and MHA, several dtypes."""
 import pytest
-import torch
 
 from attnbench.backend import get_backend_class
 from attnbench.workload.batch import LAYOUTS, Request

@@ -236,3 +236,57 @@ def test_no_unsafe_yaml_load_anywhere():
         text = f.read_text()
         assert not re.search(r"yaml\.(load|unsafe_load|full_load|load_all)\(", text), f
         assert "eval(" not in text.replace("model.eval(", "").replace(".eval()", ""), f
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_malformed_rows_become_errors_saying_what_was_missing(tiny, tmp_path, isolate):
+    """A backend that skips without a reason makes a malformed row: it is recorded as an
+    error naming the missing field, in process and through the isolation parent alike."""
+    out = tmp_path / "blank"
+    args = ["run", str(tiny), "--out", str(out), "--set", "sweep={}", "--backend-file", BAD_FILE,
+            "-b", "sdpa", "-b", "blank", "-q"] + (["--isolate"] if isolate else [])
+    r = cli.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    by = {row.backend: row for row in _frame(out).itertuples()}
+    assert by["sdpa"].status == "ok"
+    assert by["blank"].status == "error"
+    assert by["blank"].reason == "malformed skipped row: a skipped row needs a reason"
+
+
+def test_checked_passes_good_rows_and_fixes_bad_ones():
+    from attnbench.store.rows import Row, Status, checked
+
+    good = Row("s", "c", "b", median_ms=1.0, n=3, timing_method="cpu")
+    assert checked(good) is good and good.status is Status.OK
+    for bad, words in [
+        (Row("s", "c", "b"), ["malformed ok row", "finite median_ms", "timing_method"]),
+        (Row("s", "c", "b", status="mismatch"), ["malformed mismatch row", "needs a reason"]),
+        (Row("s", "c", "b", median_ms=float("nan"), n=4, timing_method="cpu"), ["finite median_ms"]),
+    ]:
+        row = checked(bad)
+        assert row.status is Status.ERROR and row.problems() == []
+        for w in words:
+            assert w in row.reason, row.reason
+    row = Row("s", "c", "b")
+    row.status = "skipped"  # a plain string is turned into the member
+    assert row.status is Status.SKIPPED
+
+
+def test_isolate_with_rounds_blames_the_backend_that_crashed(tiny, tmp_path):
+    """timing.rounds > 1: a case's rows come out together, but the child reports each step, so a
+    crash of the second backend is its own error row and the others are measured in a new child."""
+    out = tmp_path / "rounds"
+    names = ["sdpa", "segfault", "reference"]
+    args = ["run", str(tiny), "--out", str(out), "--set", "sweep={}", "--set", "timing.rounds=2",
+            "--isolate", "--backend-file", BAD_FILE, "-q"]
+    for b in names:
+        args += ["-b", b]
+    r = cli.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    df = _frame(out)
+    assert sorted(df.backend) == sorted(names)
+    by = {row.backend: row for row in df.itertuples()}
+    assert by["segfault"].status == "error" and "SIGSEGV" in by["segfault"].reason, by["segfault"].reason
+    for good in ("sdpa", "reference"):
+        assert by[good].status == "ok", (good, by[good].reason)
+        assert float(by[good].rel_err) < 1e-5 and int(by[good].n) >= 2

@@ -11,7 +11,7 @@ from .conftest import make_batch
 
 
 def naive(batch):
-    """Token-by-token float64 attention straight from SEMANTICS.md, as an independent oracle."""
+    """Token-by-token float64 attention straight from docs/semantics.md, as an independent oracle."""
     out = torch.zeros(batch.q.shape, dtype=torch.float64)
     g = batch.num_q_heads // batch.num_kv_heads
     for i, r in enumerate(batch.requests):

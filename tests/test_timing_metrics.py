@@ -82,14 +82,13 @@ def test_bytes_by_hand():
     lens = 4 * 3 * 2
     tree = 4 * 4
     w = work_of(s)
-    assert w.kv_bytes == kv
     assert w.bytes == kv + qo + table + lens + tree
 
 
 def test_roofline():
     from attnbench.measure.metrics import Work
 
-    w = Work(flops=int(1e12), bytes=int(1e9), kv_bytes=int(1e9))
+    w = Work(flops=int(1e12), bytes=int(1e9))
     c = Ceilings("x", copy_tbps=2.0, matmul_tflops={"bfloat16": 500.0})
     r = roofline(w, 4.0, c, "bfloat16")  # mem floor 0.5 ms, compute floor 2 ms
     assert r.bound == "compute" and r.floor_ms == pytest.approx(2.0)

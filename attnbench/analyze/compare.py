@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
-import numpy as np
-
-from attnbench.store.rows import Row
-
-from attnbench.analyze.significance import (  # noqa: F401  (re-exported for callers of compare)
-    ALPHA, CONFIDENCE, RESAMPLES, SEED, Ratio, bootstrap_ratio, compare_samples, mann_whitney_p, median,
-)
-from attnbench.store.fingerprint import fingerprint, fingerprint_differences  # noqa: F401
+from attnbench.analyze.significance import Ratio, compare_samples, median
+from attnbench.store.fingerprint import fingerprint_differences
+from attnbench.store.rows import Row, Status
 
 
 class CompareError(ValueError):
@@ -73,7 +68,7 @@ def _norm_rows(rows: Sequence[Row], backend: Optional[str]) -> dict[tuple[str, s
 
 
 def _usable(r: Optional[Row]) -> bool:
-    return r is not None and r.status == "ok" and len(r.samples_ms) > 0
+    return r is not None and r.status is Status.OK and len(r.samples_ms) > 0
 
 
 # ---------------------------------------------------------------------------- check
@@ -86,12 +81,27 @@ class Thresholds:
 
 @dataclass
 class CaseResult:
-    """One matched (or unmatched) key and what the check says about it."""
+    """One matched (or unmatched) key and what the check says about it. Verdicts:
+
+    - ``regressed``: slower beyond both thresholds, and the samples say it is real
+    - ``broken``: was ok, now mismatch or error
+    - ``slower``: slower, but within a threshold or not significant
+    - ``same``: indistinguishable from the baseline
+    - ``faster``: faster, and the samples say it is real
+    - ``fixed``: was failing or skipped, now ok
+    - ``still failing``: failing in both runs
+    - ``skipped``: skipped now (was ok)
+    - ``unchanged``: not ok in either run with the same status
+    - ``new``: only in the current run
+    - ``vanished``: only in the baseline
+    - ``normalizer``: the normalizer itself (ratio 1 by definition)
+    - ``unnormalized``: the normalizer has no ok samples in this case
+    """
 
     scenario: str
     case_id: str
     backend: str
-    verdict: str  # see VERDICTS
+    verdict: str  # one of the verdicts above
     failed: bool
     baseline_status: str = ""
     current_status: str = ""
@@ -100,23 +110,6 @@ class CaseResult:
     ratio: Optional[Ratio] = None
     delta_ms: float = math.nan  # current - baseline (baseline scaled by the normalizer)
     note: str = ""
-
-
-VERDICTS = {
-    "regressed": "slower beyond both thresholds, and the samples say it is real",
-    "broken": "was ok, now mismatch or error",
-    "slower": "slower, but within a threshold or not significant",
-    "same": "indistinguishable from the baseline",
-    "faster": "faster, and the samples say it is real",
-    "fixed": "was failing or skipped, now ok",
-    "still failing": "failing in both runs",
-    "skipped": "skipped now (was ok)",
-    "unchanged": "not ok in either run with the same status",
-    "new": "only in the current run",
-    "vanished": "only in the baseline",
-    "normalizer": "the normalizer itself (ratio 1 by definition)",
-    "unnormalized": "the normalizer has no ok samples in this case",
-}
 
 
 @dataclass
@@ -139,17 +132,17 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
         baseline_status=base.status, current_status=cur.status,
         baseline_ms=base.median_ms, current_ms=cur.median_ms,
     )
-    if base.status == "ok" and cur.status in ("mismatch", "error"):
+    if base.status is Status.OK and cur.status.failed:
         res.verdict, res.failed, res.note = "broken", True, cur.reason
         return res
-    if base.status != "ok" and cur.status == "ok":
+    if base.status is not Status.OK and cur.status is Status.OK:
         res.verdict, res.note = "fixed", f"was {base.status}: {base.reason}".strip()
         return res
-    if base.status == "ok" and cur.status == "skipped":
+    if base.status is Status.OK and cur.status is Status.SKIPPED:
         res.verdict, res.failed, res.note = "skipped", th.strict, cur.reason
         return res
-    if cur.status != "ok":
-        res.verdict = "still failing" if cur.status in ("mismatch", "error") else "unchanged"
+    if cur.status is not Status.OK:
+        res.verdict = "still failing" if cur.status.failed else "unchanged"
         res.note = cur.reason
         return res
     if not (cur.samples_ms and base.samples_ms):
@@ -208,7 +201,7 @@ def check(
         out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", False, current_status=r.status, current_ms=r.median_ms))
     for r in m.vanished:
         out.append(
-            CaseResult(r.scenario, r.case_id, r.backend, "vanished", thresholds.strict and r.status == "ok",
+            CaseResult(r.scenario, r.case_id, r.backend, "vanished", thresholds.strict and r.status is Status.OK,
                        baseline_status=r.status, baseline_ms=r.median_ms)
         )
     return CheckResult(out, normalize_by)

@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult, Ratio
+from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult
+from attnbench.analyze.significance import Ratio
 from attnbench.analyze.tables import fmt_time
+from attnbench.store.rows import Status
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -100,7 +102,7 @@ def backend_records(comps: Sequence[BackendComparison]) -> list[dict]:
     out = []
     for c in comps:
         r = c.ratio
-        if c.status != "ok":
+        if c.status != Status.OK:
             verdict = c.status
         elif r is None:
             verdict = "baseline"  # the backend the others are compared with

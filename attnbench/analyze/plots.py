@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
-from attnbench.store.rows import Row, rows_frame
+from attnbench.store.rows import Row, Status, rows_frame
 
 from attnbench.workload.units import safe_name
 
@@ -51,7 +50,7 @@ def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title:
         raise PlotError(f"--x {x}: no such column; sweep columns of this run: {hint}")
     if by not in df.columns:
         raise PlotError(f"--by {by}: no such column; try backend, or one of: {', '.join(sweep_cols)}")
-    df = df[df["status"] == "ok"].copy()
+    df = df[df["status"] == Status.OK.value].copy()
     if df.empty:
         raise PlotError("no ok rows to plot")
     others = [c for c in sweep_cols if c not in (x, by) and df[c].nunique() > 1]
@@ -98,12 +97,4 @@ def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title:
 
 def default_plot_dir(run: Path) -> Path:
     return Path(run) / "plots"
-
-
-def describe_x(rows: list[Row]) -> Optional[str]:
-    """The first swept column of a run (a default for --x), or None."""
-    for r in rows:
-        for k in r.params:
-            return k
-    return None
 

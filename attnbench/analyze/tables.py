@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.store.rows import Row, rows_frame
+from attnbench.store.rows import Row, Status, rows_frame
 
-STATUS_STYLE = {"ok": "green", "skipped": "yellow", "error": "bold red", "mismatch": "bold red"}
+STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "yellow", Status.ERROR: "bold red", Status.MISMATCH: "bold red"}
 SPREAD_WARN = 0.05
 
 
@@ -37,7 +37,7 @@ def fmt_num(x: float, spec: str = ".3g") -> str:
 
 
 def spread_warning(row: Row) -> str:
-    if row.status == "ok" and math.isfinite(row.iqr_rel) and row.iqr_rel > SPREAD_WARN:
+    if row.status is Status.OK and math.isfinite(row.iqr_rel) and row.iqr_rel > SPREAD_WARN:
         where = "other work on the GPU" if row.timing_method.startswith("cuda") else "other processes on the CPU"
         tip = f"IQR is {row.iqr_rel:.0%} of the median: lengthen timing.measure_ms, stop {where}"
         if row.timing_method == "cuda-events" and "capture failed" not in row.timing_note:
@@ -76,7 +76,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
             refs.append(str(notes.index(text) + 1))
         roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
         vs = "best" if xf == 1.0 else (f"{xf:.2f}×" if math.isfinite(xf) else "-")
-        spread = f"±{100 * r.iqr_rel / 2:.1f}%" if r.status == "ok" and math.isfinite(r.iqr_rel) else "-"
+        spread = f"±{100 * r.iqr_rel / 2:.1f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
         if r.case_id != last_case and last_case is not None:
             t.add_section()
         t.add_row(

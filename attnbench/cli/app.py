@@ -7,7 +7,6 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 from __future__ import annotations
 
 import functools
-import json
 import shlex
 import sys
 from pathlib import Path

@@ -19,6 +19,7 @@ from attnbench.analyze.compare_tables import (
     BACKEND_COLUMNS, FORMATS, backend_records, check_columns, check_records, check_summary, render, run_pair_columns,
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
+from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.workload.scenario import load
@@ -116,10 +117,10 @@ def compare_backends_cmd(
         style="dim", highlight=False,
     )
     for r in folder.rows:
-        if r.status != "ok":
+        if r.status is not Status.OK:
             info.print(f"{r.case_id} · {r.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
     info.print(f"run folder: {folder.path}", highlight=False)
-    if any(r.status in ("error", "mismatch") for r in folder.rows):
+    if any(r.status.failed for r in folder.rows):
         raise typer.Exit(1)
 
 
@@ -230,10 +231,10 @@ def baseline_cmd(
         raise UsageError(f"{run}: not a run folder")
     doc = write_baseline(run, to)
     fp = doc["fingerprint"]
-    ok = sum(r["status"] == "ok" for r in doc["rows"])
+    ok = sum(r["status"] == Status.OK for r in doc["rows"])
     console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})",
                   highlight=False)
-    bad = [r for r in doc["rows"] if r["status"] in ("error", "mismatch")]
+    bad = [r for r in doc["rows"] if Status(r["status"]).failed]
     if bad:
         err.print(f"[yellow]note:[/] {len(bad)} row(s) of the baseline are error/mismatch; they cannot regress further")
 

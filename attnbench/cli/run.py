@@ -18,6 +18,7 @@ from attnbench.cli.app import (
 )
 from attnbench.execute.isolate import isolated_rows
 from attnbench.execute.options import options_to_json
+from attnbench.execute.resume import ResumeError, mark_resumed, open_run
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import ScenarioError, json_schema, load
@@ -56,29 +57,73 @@ def run(
     load_backend_files(backend_file)
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
-    prior = None
-    if resume is not None:
-        from attnbench.execute.resume import ResumeError, open_run
-
-        if scenario is not None or set_:
-            raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
-        try:
-            prior = open_run(resume)
-        except ResumeError as e:
-            raise UsageError(str(e)) from None
-        sf = prior.sf
-    elif scenario is None:
-        raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
+    prior, sf = _scenario_or_resume(scenario, set_, resume)
+    opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads)
+    if prior is not None:  # the original run's options (the flags above apply to new runs)
+        opts = prior.options
+    try:
+        runner = Runner(sf, opts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if prior is not None:
+        folder, done, profile = prior.folder, prior.done, opts.profile_dir is not None
+        mark_resumed(folder, isolate)
     else:
-        sf = load(scenario, set_ or [])
+        folder, done = _new_folder(runner, scenario, set_, backend_file, results_dir, out, profile, isolate), frozenset()
+    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
+    rows = isolated_rows(
+        runner,
+        scenario_text=sf.text,
+        scenario_path=prior.scenario_path if prior else str(scenario),
+        overrides=prior.overrides if prior else list(set_ or []),
+        backend_files=[str(f) for f in backend_file or []],
+        timeout=timeout,
+        done=done,
+    ) if isolate else runner.rows(done=done)
+    complete = record_rows(folder, rows, todo, sf.name, quiet)
+    _render_and_exit(folder, f"{sf.name} on {runner.device_name}", profile, complete)
+
+
+def _scenario_or_resume(scenario: Optional[Path], set_: Optional[List[str]], resume: Optional[Path]):
+    """-> (the run folder being resumed or None, the scenario file to run)."""
+    if resume is None:
+        if scenario is None:
+            raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
+        return None, load(scenario, set_ or [])
+    if scenario is not None or set_:
+        raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
+    try:
+        prior = open_run(resume)
+    except ResumeError as e:
+        raise UsageError(str(e)) from None
+    return prior, prior.sf
+
+
+def _new_folder(runner: Runner, scenario, set_, backend_file, results_dir, out, profile: bool, isolate: bool) -> RunFolder:
+    """A new run folder with its manifest (profiles go inside it, with --profile)."""
+    folder = RunFolder.create(results_dir, runner.sf.name, out)
+    if profile:
+        runner.opts.profile_dir = folder.path / "profiles"
+    folder.start(
+        {
+            **base_manifest(runner.sf, runner, str(scenario), set_ or []),
+            "options": options_to_json(runner.opts),
+            "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
+            "isolate": isolate,
+        }
+    )
+    return folder
+
+
+def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads) -> RunOptions:
+    """The run options of the flags, checked (a bad value is a UsageError)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
     for name, v in (("--warmup-ms", warmup_ms), ("--measure-ms", measure_ms), ("--rtol", rtol)):
         if v is not None and v <= 0 and name != "--warmup-ms":
             raise UsageError(f"{name} {v}: must be > 0")
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
-    folder_base = out
-    opts = RunOptions(
+    return RunOptions(
         backends=list(backend) if backend else None,
         device=device,
         warm_l2=warm_l2,
@@ -88,51 +133,15 @@ def run(
         rtol=rtol,
         threads=threads,
     )
-    if prior is not None:  # the original run's options (the flags above apply to new runs)
-        opts = prior.options
-    try:
-        runner = Runner(sf, opts)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    done: frozenset = frozenset()
-    if prior is not None:
-        from attnbench.execute.resume import mark_resumed
 
-        folder, done = prior.folder, prior.done
-        profile = opts.profile_dir is not None
-        mark_resumed(folder, isolate)
-    else:
-        folder = RunFolder.create(results_dir, sf.name, folder_base)
-    if profile and prior is None:
-        opts.profile_dir = folder.path / "profiles"
-    if prior is None:
-        folder.start(
-            {
-                **base_manifest(sf, runner, str(scenario), set_ or []),
-                "options": options_to_json(opts),
-                "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
-                "isolate": isolate,
-            }
-        )
-    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
-    if isolate:
-        rows = isolated_rows(
-            runner,
-            scenario_text=sf.text,
-            scenario_path=prior.scenario_path if prior else str(scenario),
-            overrides=prior.overrides if prior else list(set_ or []),
-            backend_files=[str(f) for f in backend_file or []],
-            timeout=timeout,
-            done=done,
-        )
-    else:
-        rows = runner.rows(done=done)
-    complete = record_rows(folder, rows, todo, sf.name, quiet)
-    print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
+
+def _render_and_exit(folder: RunFolder, title: str, profile: bool, complete: bool) -> None:
+    """Print the results (and kernel tables); exit 130 if interrupted, 1 if a row failed."""
+    print_results(folder.rows, console, title=title)
     if profile:
         print_profiles(folder.rows, console)
     console.print(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)")
-    bad = [r for r in folder.rows if r.status in ("error", "mismatch")]
+    bad = [r for r in folder.rows if r.status.failed]
     if not complete:
         raise typer.Exit(130)
     if bad:

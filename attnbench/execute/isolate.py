@@ -3,9 +3,13 @@
 The parent starts ``python -m attnbench.execute.isolate --fd N`` per case, sends it a job on stdin
 (the scenario text and overrides, the case id, the backends still to run, the run options
 and the ``--backend-file`` files to load) and reads JSON lines back on pipe ``N``:
-``ready`` once the child has loaded everything, ``start`` before each backend, ``row`` with
-each finished row. The child rebuilds the batch from the scenario and its seed, so its
-inputs are the ones an in-process run would use. Rows are written by the parent's run folder.
+``ready`` once the child has loaded everything, ``start`` and ``end`` around each step of a
+backend (its plan and checks, each timing round, its statistics and profile), ``row`` with
+each finished row. Steps are reported one by one even when ``timing.rounds > 1`` makes the
+backends of a case take turns and their rows come out together at the end of the case, so a
+crash is always blamed on the backend whose step was running. The child rebuilds the batch
+from the scenario and its seed, so its inputs are the ones an in-process run would use. Rows
+are written by the parent's run folder, each through ``store.rows.checked``.
 
 When the child dies (segfault, abort, ``os._exit``) or sends nothing for ``--timeout``
 seconds while a backend runs, the parent kills it (its whole process group), records an
@@ -17,7 +21,6 @@ The child's stdout and stderr go to a temporary file, not to the terminal.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import select
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from attnbench.execute.options import options_from_json, options_to_json
-from attnbench.store.rows import Row
+from attnbench.store.rows import Row, Status, checked
 
 SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
 
@@ -160,20 +163,22 @@ def isolated_rows(
     for case in runner.sf.cases:
         remaining = [b for b in runner.backend_names if (case.case_id, b) not in done]
         while remaining:
-            yield from _run_child(runner, case, remaining, dict(base_job, case_id=case.case_id, backends=list(remaining)), timeout)
+            job = dict(base_job, case_id=case.case_id, backends=list(remaining))
+            for row in _run_child(runner, case, remaining, job, timeout):
+                yield checked(row)
 
 
 def _failed_row(runner, case, name: str, reason: str) -> Row:
     row = runner.base_row(case, case.scenario.batch_spec(), name)
-    row.status, row.reason = "error", reason[:600]
+    row.status, row.reason = Status.ERROR, reason[:600]
     return row
 
 
 def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) -> Iterator[Row]:
     """One child for the case's ``remaining`` backends; removes each finished one from the list."""
     child = _Child(job)
-    current: Optional[str] = None
-    ready = False
+    current: Optional[str] = None  # the backend whose step is running
+    ready = started = False
     failure: Optional[str] = None
     try:
         deadline = time.monotonic() + timeout + SETUP_GRACE_S
@@ -181,7 +186,11 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
             ev = child.next_event(deadline)
             if ev is _TIMEOUT:
                 child.kill()
-                what = f"while running {current}" if current else "while loading (before any backend ran)"
+                what = (
+                    f"while running {current}" if current
+                    else "between backends (saving tensors or freeing memory)" if started
+                    else "while loading (before any backend ran)"
+                )
                 failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
                 break
             if ev is None:
@@ -192,7 +201,10 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
             if kind == "ready":
                 ready = True
             elif kind == "start":
-                current = ev["backend"]
+                current, started = ev["backend"], True
+                deadline = time.monotonic() + timeout
+            elif kind == "end":
+                current = None
                 deadline = time.monotonic() + timeout
             elif kind == "row":
                 row = Row.from_json(ev["row"])
@@ -251,20 +263,25 @@ def _child_main(argv: list[str]) -> int:
         return 1
     send({"event": "ready"})
     names = list(job["backends"])
-    gen = runner.run_case(case, names)
-    for n in names:
-        send({"event": "start", "backend": n})
-        try:
-            row = next(gen)
-        except StopIteration:
-            break
-        send({"event": "row", "row": row.to_json()})
-        if row.status == "error" and runner.device.type == "cuda" and n != names[-1]:
-            send({"event": "restart"})  # the CUDA context may be poisoned: a fresh process goes on
+    sent: set[str] = set()
+
+    def on_step(row: Row, ended: bool) -> None:
+        if not ended:
+            send({"event": "start", "backend": row.backend})
+            return
+        send({"event": "end", "backend": row.backend})
+        others = [n for n in names if n not in sent and n != row.backend]
+        if row.status is Status.ERROR and runner.device.type == "cuda" and others:
+            # the CUDA context may be poisoned: this row now, and a fresh process goes on
+            send({"event": "row", "row": checked(row).to_json()})
+            send({"event": "restart"})
             out.close()
             os._exit(0)
-    for _ in gen:  # the case's epilogue: --save-tensors, memory release
-        pass
+
+    runner.on_step = on_step
+    for row in runner.run_case(case, names):  # the case's epilogue (--save-tensors) runs too
+        send({"event": "row", "row": row.to_json()})
+        sent.add(row.backend)
     send({"event": "done"})
     out.close()
     return 0

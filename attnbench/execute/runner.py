@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Iterator, Optional
 
 import torch
@@ -18,15 +17,16 @@ import torch
 from attnbench import backend as registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.options import RunOptions
-from attnbench.workload.batch import Batch, BatchSpec, materialize
+from attnbench.workload.batch import Batch, BatchSpec, describe, materialize
 from attnbench.measure.metrics import ceilings_for, device_name, roofline, work_of
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
-from attnbench.store.rows import Row
+from attnbench.store.rows import Row, Status, checked
+from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
-from attnbench.workload.units import format_bytes, format_int
+from attnbench.workload.units import format_bytes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,50 +52,30 @@ def default_backends() -> list[str]:
     return names
 
 
-def describe_batch(spec: BatchSpec) -> str:
-    """``32 decode@4k + 2 prefill 512 + 8 tree(5)@2k``: groups of consecutive equal requests."""
-    parts: list[tuple[int, object]] = []
-    for r in spec.requests:
-        if parts and parts[-1][1] == r:
-            parts[-1] = (parts[-1][0] + 1, r)
-        else:
-            parts.append((1, r))
-    out = []
-    for count, r in parts:
-        if r.kind == "decode":
-            s = f"{count} decode@{format_int(r.context)}"
-        elif r.kind == "tree":
-            s = f"{count} tree({r.query})@{format_int(r.context)}"
-        else:
-            s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
-        out.append(s)
-    return " + ".join(out)
-
-
-def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[str, str, float, float]:
+def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Status, str, float, float]:
     """-> (status, reason, rel_err, max_abs_err) of a backend output against the reference."""
     if not isinstance(out, torch.Tensor):
-        return "mismatch", f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
+        return Status.MISMATCH, f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
     if tuple(out.shape) != tuple(batch.q.shape):
-        return "mismatch", f"wrong shape {list(out.shape)}, expected {list(batch.q.shape)}", float("nan"), float("nan")
+        return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.q.shape)}", float("nan"), float("nan")
     if out.dtype != batch.dtype:
-        return "mismatch", f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
+        return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
     unwritten = count_poison(out)
     if unwritten:
         return (
-            "mismatch",
+            Status.MISMATCH,
             f"output never written: {unwritten} of {out.numel()} values still hold the NaN poison put there before the call",
             float("inf"), float("inf"),
         )
     bad = (~torch.isfinite(out)).sum().item()
     if bad:
-        return "mismatch", f"output has {bad} NaN/Inf values of {out.numel()}", float("inf"), float("inf")
+        return Status.MISMATCH, f"output has {bad} NaN/Inf values of {out.numel()}", float("inf"), float("inf")
     if out.numel() and not out.any() and ref.any():
-        return "mismatch", "output never written: every value is 0 (fresh memory?)", float("inf"), float("inf")
+        return Status.MISMATCH, "output never written: every value is 0 (fresh memory?)", float("inf"), float("inf")
     rel, mx = compare(out, ref)
     if not rel <= tol:
-        return "mismatch", f"relative error {rel:.3g} exceeds tolerance {tol:.3g}", rel, mx
-    return "ok", "", rel, mx
+        return Status.MISMATCH, f"relative error {rel:.3g} exceeds tolerance {tol:.3g}", rel, mx
+    return Status.OK, "", rel, mx
 
 
 def _memory_available(device: torch.device) -> Optional[int]:
@@ -177,13 +157,23 @@ class Runner:
             dtype=spec.dtype,
             page_size=spec.page_size,
             layout=spec.layout,
-            batch=describe_batch(spec),
+            batch=describe(spec),
             num_requests=len(spec.requests),
             num_tokens=spec.num_tokens,
             params=dict(case.params),
         )
 
     def run_case(self, case: Case, names: list[str]) -> Iterator[Row]:
+        """The rows of one case for the backends ``names``, each through ``checked``."""
+        for row in self._case_rows(case, names):
+            yield checked(row)
+
+    def on_step(self, row: Row, ended: bool) -> None:
+        """Called as each backend's step (prepare, a timing round, finish) starts and ends.
+        Does nothing here; ``--isolate``'s child reports it to the parent, so that a crash is
+        blamed on the backend that was running, in rounds mode too."""
+
+    def _case_rows(self, case: Case, names: list[str]) -> Iterator[Row]:
         sc = case.scenario
         spec = sc.batch_spec()
         cfg = self.timing_config(case)
@@ -192,33 +182,22 @@ class Runner:
         need = (2 + copies) * spec.memory_bytes()
         avail = _memory_available(self.device)
         if avail is not None and need > avail:
-            for n in names:
-                row = self.base_row(case, spec, n)
-                row.status = "skipped"
-                row.reason = (
-                    f"case needs about {format_bytes(need)} ({2 + copies}x the batch's {format_bytes(spec.memory_bytes())}); "
-                    f"{format_bytes(avail)} available on {self.device}"
-                )
-                yield row
+            why = (
+                f"case needs about {format_bytes(need)} ({2 + copies}x the batch's {format_bytes(spec.memory_bytes())}); "
+                f"{format_bytes(avail)} available on {self.device}"
+            )
+            yield from self._all_rows(case, spec, names, Status.SKIPPED, why)
             return
         try:
             batch = materialize(spec, sc.seed, self.device)
             ref = self._reference(batch if sc.check.reference == "reference" else clone_batch(batch), sc.check.reference)
         except Exception as e:  # the case itself cannot be built: every row says why
-            for n in names:
-                row = self.base_row(case, spec, n)
-                row.status, row.reason = "error", f"building the batch or reference failed: {_error_text(e)}"
-                yield row
             _release(self.device)
+            yield from self._all_rows(case, spec, names, Status.ERROR, f"building the batch or reference failed: {_error_text(e)}")
             return
         tol = self.opts.rtol or sc.check.rtol or default_tolerance(batch.dtype)
         work = work_of(spec)
-        ceil = None
-        if self.opts.measure_ceilings:
-            try:
-                ceil = ceilings_for(self.device, spec.dtype)
-            except Exception:
-                ceil = None
+        ceil = self._ceilings(spec.dtype)
         outputs: dict[str, torch.Tensor] = {}
         rows = []
         for n in names:
@@ -242,7 +221,7 @@ class Runner:
             else:
                 yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
         if self.opts.save_tensors is not None:
-            self._save(case, batch, outputs)
+            save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs)
         del batch, ref, outputs
         _release(self.device)
 
@@ -254,8 +233,23 @@ class Runner:
         except Exception as e:  # a device fault surfacing here belongs to this backend
             why = f"checking its inputs failed: {_error_text(e)}"
         if why:
-            row.reason = why + (f"; before that: {row.reason}" if row.reason and row.status != "ok" else "")
-            row.status = "error"
+            row.reason = why + (f"; before that: {row.reason}" if row.reason and row.status is not Status.OK else "")
+            row.status = Status.ERROR
+
+    def _all_rows(self, case: Case, spec: BatchSpec, names: list[str], status: Status, reason: str) -> Iterator[Row]:
+        """One row per backend with the same status and reason (a case that cannot run)."""
+        for n in names:
+            row = self.base_row(case, spec, n)
+            row.status, row.reason = status, reason
+            yield row
+
+    def _ceilings(self, dtype: str):
+        if not self.opts.measure_ceilings:
+            return None
+        try:
+            return ceilings_for(self.device, dtype)
+        except Exception:
+            return None  # no roofline columns, the row stands
 
     def _reference(self, batch: Batch, oracle: str) -> torch.Tensor:
         if oracle == "reference":
@@ -265,13 +259,16 @@ class Runner:
 
     def _guard(self, row: Row, step):
         """Run one step of a row; an exception becomes the row's ``error`` (and None)."""
+        self.on_step(row, ended=False)
+        result = None
         try:
-            return step()
+            result = step()
         except torch.cuda.OutOfMemoryError as e:
-            row.status, row.reason = "error", f"out of memory: {_error_text(e)[:200]}"
+            row.status, row.reason = Status.ERROR, f"out of memory: {_error_text(e)[:200]}"
         except Exception as e:
-            row.status, row.reason = "error", _error_text(e)
-        return None
+            row.status, row.reason = Status.ERROR, _error_text(e)
+        self.on_step(row, ended=True)
+        return result
 
     def _run_in_rounds(self, rows, batch, ref, tol, cfg, ceil, work, outputs) -> Iterator[Row]:
         """Every backend is planned and checked first; then the budgets are split into
@@ -290,10 +287,10 @@ class Runner:
         )
         for _ in range(cfg.rounds):
             for row, live in lives:
-                if live is not None and row.status == "ok":
+                if live is not None and row.status is Status.OK:
                     self._guard(row, lambda: self._measure(live, per_round))
         for row, live in lives:
-            if live is not None and row.status == "ok":
+            if live is not None and row.status is Status.OK:
                 self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
         for row, own in zip(rows, owns):
             self._check_inputs(row, batch, own)
@@ -309,12 +306,12 @@ class Runner:
         why = cls.unavailable()
         row.backend_version = "" if why else cls.version()
         if why:
-            row.status, row.reason = "skipped", why
+            row.status, row.reason = Status.SKIPPED, why
             return
         be = cls()
         reasons = be.unsupported(batch)
         if reasons:
-            row.status, row.reason = "skipped", "; ".join(reasons)
+            row.status, row.reason = Status.SKIPPED, "; ".join(reasons)
             return
         plan = be.plan(batch)
         row.mode = getattr(be, "mode", "") or ""
@@ -325,11 +322,11 @@ class Runner:
         status, reason, row.rel_err, row.max_abs_err = check_output(out, ref, batch, tol)
         aliased = aliased_inputs(out, batch)
         if aliased:
-            row.status, row.reason = "error", f"its output aliases its inputs ({', '.join(aliased)})"
+            row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
         if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
             outputs[name] = out.detach().cpu()
-        if status != "ok":
+        if status is not Status.OK:
             row.status, row.reason = status, reason
             return
         del out
@@ -352,8 +349,8 @@ class Runner:
         row.step_ms = row.plan_ms + s.median
         row.timing_method, row.cold_l2, row.timing_note = res.method, res.cold_l2, res.note
         st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
-        if st2 != "ok":
-            row.status, row.reason = "mismatch", f"output under {res.method} timing: {reason2}"
+        if st2 is not Status.OK:
+            row.status, row.reason = Status.MISMATCH, f"output under {res.method} timing: {reason2}"
             return
         rf = roofline(work, s.median, ceil, batch.spec.dtype)
         row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
@@ -368,25 +365,6 @@ class Runner:
             row.kernels_per_call, row.kernel_sum_ms, row.trace = (
                 prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace,
             )
-
-    def _save(self, case: Case, batch: Batch, outputs: dict) -> None:
-        from attnbench.workload.units import safe_name
-
-        d = Path(self.opts.save_tensors)
-        d.mkdir(parents=True, exist_ok=True)
-        blob = {
-            "q": batch.q.cpu(),
-            "k_cache": batch.k_cache.cpu(),
-            "v_cache": batch.v_cache.cpu(),
-            "block_table": batch.block_table.cpu(),
-            "query_lens": batch.query_lens.cpu(),
-            "context_lens": batch.context_lens.cpu(),
-            "kinds": batch.kinds,
-            "tree_parents": batch.tree_parents,
-            "scale": batch.scale,
-            "outputs": outputs,
-        }
-        torch.save(blob, d / f"{safe_name(case.case_id)}.pt")
 
 
 @dataclass

@@ -27,7 +27,6 @@ from attnbench.workload.batch import BatchSpec
 class Work:
     flops: int
     bytes: int
-    kv_bytes: int
 
 
 def allowed_pairs(spec: BatchSpec) -> int:
@@ -51,7 +50,7 @@ def work_of(spec: BatchSpec) -> Work:
     table = sum(4 * spec.pages_of(r) for r in spec.requests)
     lens = 4 * 3 * len(spec.requests)
     trees = sum(4 * r.query for r in spec.requests if r.tree_parents is not None)
-    return Work(flops=flops, bytes=kv + qo + table + lens + trees, kv_bytes=kv)
+    return Work(flops=flops, bytes=kv + qo + table + lens + trees)
 
 
 @dataclass(frozen=True)

@@ -53,49 +53,11 @@ def _table(kernels: list, runs: int) -> list[dict]:
 
 
 def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Path, case_id: str, backend: str) -> Profile:
-    from torch.profiler import ProfilerActivity, profile, record_function
-
+    """The profiler pass of one row: kernel tables, counts and a trace written under ``out_dir``."""
     cuda = torch.device(device).type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    flush = L2Flusher(device) if cuda else None
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    sync()
-    with profile(activities=activities) as prof:
-        with record_function("attnbench.plan"):
-            plan()
-            sync()
-        for i in range(RUNS):
-            with record_function(f"attnbench.flush{i}"):
-                if flush is not None:
-                    flush()
-                sync()
-            with record_function(f"attnbench.run{i}"):
-                run()
-                sync()
+    prof = _record(plan, run, device, cuda)
     events = prof.events()
-    ranges = _ranges(events, "attnbench.")
-    plan_k, run_k = [], []
-    if cuda:
-        for e in events:
-            # Our own ranges also show up on the GPU timeline (as user annotations): not kernels.
-            if e.device_type != torch.autograd.DeviceType.CUDA or e.name.startswith("attnbench."):
-                continue
-            start = e.time_range.start
-            for name, s, t in ranges:
-                if s <= start <= t:
-                    if name == "attnbench.plan":
-                        plan_k.append((e.name, e.time_range.elapsed_us()))
-                    elif name.startswith("attnbench.run"):
-                        run_k.append((e.name, e.time_range.elapsed_us()))
-                    break
-    else:
-        # On the CPU the "kernels" are the aten ops called directly inside each run range.
-        for e in events:
-            if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::") and e.cpu_parent is not None:
-                if e.cpu_parent.name.startswith("attnbench.run"):
-                    run_k.append((e.name, e.time_range.elapsed_us()))
-                elif e.cpu_parent.name == "attnbench.plan":
-                    plan_k.append((e.name, e.time_range.elapsed_us()))
+    plan_k, run_k = _gpu_kernels(events) if cuda else _cpu_ops(events)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = safe_name(f"{case_id}__{backend}", 120)
@@ -123,3 +85,58 @@ def profile_row(plan: Callable, run: Callable, device: torch.device, out_dir: Pa
         )
     )
     return p
+
+
+def _record(plan: Callable, run: Callable, device: torch.device, cuda: bool):
+    """One plan and ``RUNS`` runs under torch.profiler, each in a labelled, synchronized range
+    (the L2 flush before each run in a range of its own)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    flush = L2Flusher(device) if cuda else None
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        with record_function("attnbench.plan"):
+            plan()
+            sync()
+        for i in range(RUNS):
+            with record_function(f"attnbench.flush{i}"):
+                if flush is not None:
+                    flush()
+                sync()
+            with record_function(f"attnbench.run{i}"):
+                run()
+                sync()
+    return prof
+
+
+def _gpu_kernels(events) -> tuple[list, list]:
+    """(plan kernels, run kernels) as (name, µs): each GPU kernel goes to the range it started in."""
+    ranges = _ranges(events, "attnbench.")
+    plan_k, run_k = [], []
+    for e in events:
+        # Our own ranges also show up on the GPU timeline (as user annotations): not kernels.
+        if e.device_type != torch.autograd.DeviceType.CUDA or e.name.startswith("attnbench."):
+            continue
+        start = e.time_range.start
+        for name, s, t in ranges:
+            if s <= start <= t:
+                if name == "attnbench.plan":
+                    plan_k.append((e.name, e.time_range.elapsed_us()))
+                elif name.startswith("attnbench.run"):
+                    run_k.append((e.name, e.time_range.elapsed_us()))
+                break
+    return plan_k, run_k
+
+
+def _cpu_ops(events) -> tuple[list, list]:
+    """On the CPU the "kernels" are the aten ops called directly inside each range."""
+    plan_k, run_k = [], []
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::") and e.cpu_parent is not None:
+            if e.cpu_parent.name.startswith("attnbench.run"):
+                run_k.append((e.name, e.time_range.elapsed_us()))
+            elif e.cpu_parent.name == "attnbench.plan":
+                plan_k.append((e.name, e.time_range.elapsed_us()))
+    return plan_k, run_k

@@ -15,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
-from attnbench.measure.stats import Summary
 
 
 @dataclass(kw_only=True)  # keywords only: a field added in the middle must not shift callers' values
@@ -43,10 +42,6 @@ class TimingResult:
     cold_l2: bool
     output: Optional[torch.Tensor] = None
     note: str = ""
-    summary: Summary = field(init=False)
-
-    def __post_init__(self):
-        self.summary = Summary.of(self.samples_ms)
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:

@@ -1,6 +1,16 @@
 """Result rows: one per (case, backend), with a typed status and the fields it must carry.
 
-CSV columns come from the dataclass fields (``CSV_FIELDS``), never from a second list.
+What each status must carry (``Row.problems`` checks it; ``checked`` enforces it):
+
+- ``ok``: a finite ``median_ms`` over ``n >= 1`` samples and the ``timing_method``;
+- ``skipped``: a ``reason``: what the backend cannot do, or why the case could not run;
+- ``error``: a ``reason``: the exception, signal or timeout;
+- ``mismatch``: a ``reason``: what differs from the reference.
+
+Every row the runner or the isolation parent yields passes through ``checked``: a row that
+lacks what its status asks for becomes an ``error`` row naming what was missing, so that no
+malformed row reaches a run folder. CSV columns come from the dataclass fields
+(``CSV_FIELDS``), never from a second list.
 """
 from __future__ import annotations
 
@@ -15,13 +25,8 @@ import pandas as pd
 
 
 class Status(str, Enum):
-    """What became of a row. Each status carries the fields ``Row.problems`` asks of it:
-
-    - ``ok``: a finite median over ``n >= 1`` samples and the timing method;
-    - ``skipped``: a ``reason`` (what the backend cannot do, or why the case could not run);
-    - ``error``: a ``reason`` (the exception or signal);
-    - ``mismatch``: a ``reason`` (what differs from the reference).
-    """
+    """What became of a row (what each must carry: the module's docstring). A ``str`` enum:
+    ``Status.OK == "ok"``, and it is written to CSV and JSON as its plain value."""
 
     OK = "ok"
     SKIPPED = "skipped"
@@ -82,8 +87,9 @@ class Row:
     params: dict = field(default_factory=dict)
     samples_ms: list = field(default_factory=list)
 
-    def __post_init__(self):
-        self.status = Status(self.status)
+    def __setattr__(self, name, value):
+        # status is always a Status, however it is set (a plain string is converted)
+        object.__setattr__(self, name, Status(value) if name == "status" else value)
 
     def problems(self) -> list[str]:
         """What this row lacks for its status ([] when it is well-formed)."""
@@ -110,6 +116,17 @@ class Row:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def checked(row: Row) -> Row:
+    """The gate every produced row passes: a row that lacks what its status must carry
+    becomes an ``error`` row whose reason says what was missing (and what it claimed)."""
+    missing = row.problems()
+    if missing:
+        claimed, was = row.status.value, row.reason.strip()
+        row.status = Status.ERROR
+        row.reason = f"malformed {claimed} row: " + "; ".join(missing) + (f" (its reason: {was})" if was else "")
+    return row
+
+
 CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms")]
 
 
@@ -133,9 +150,9 @@ def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
     df = pd.DataFrame.from_records(recs, columns=cols)
     best: dict[str, float] = {}
     for r in rows:
-        if r.status == "ok" and r.median_ms == r.median_ms:
+        if r.status is Status.OK and r.median_ms == r.median_ms:
             best[r.case_id] = min(best.get(r.case_id, math.inf), r.median_ms)
     df["x_fastest"] = [
-        (r.median_ms / best[r.case_id]) if r.status == "ok" and r.case_id in best else math.nan for r in rows
+        (r.median_ms / best[r.case_id]) if r.status is Status.OK and r.case_id in best else math.nan for r in rows
     ]
     return df

@@ -3,7 +3,7 @@
 A :class:`Batch` is the one neutral input every backend reads (the role of vLLM's
 ``CommonAttentionMetadata``). Everything is random (never zeros), the pages beyond each
 request's ``kv_len`` included, so a kernel that reads past the end is caught. The layout of
-pages is deterministic from the seed. See SEMANTICS.md.
+pages is deterministic from the seed. See docs/semantics.md.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 import torch
 
 from attnbench.workload.trees import ancestor_mask, depths
+from attnbench.workload.units import format_int
 
-KINDS = ("prefill", "decode", "tree")
 LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -261,3 +261,23 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
         kv_lens=(qlens + clens).to(device),
         scale=float(scale),
     )
+
+
+def describe(spec: BatchSpec) -> str:
+    """``32 decode@4k + 2 prefill 512 + 8 tree(5)@2k``: groups of consecutive equal requests."""
+    parts: list[tuple[int, object]] = []
+    for r in spec.requests:
+        if parts and parts[-1][1] == r:
+            parts[-1] = (parts[-1][0] + 1, r)
+        else:
+            parts.append((1, r))
+    out = []
+    for count, r in parts:
+        if r.kind == "decode":
+            s = f"{count} decode@{format_int(r.context)}"
+        elif r.kind == "tree":
+            s = f"{count} tree({r.query})@{format_int(r.context)}"
+        else:
+            s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
+        out.append(s)
+    return " + ".join(out)

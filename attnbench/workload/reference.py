@@ -6,7 +6,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 
-# Above this many score elements per chunk the reference computes in float32 (SEMANTICS.md
+# Above this many score elements per chunk the reference computes in float32 (docs/semantics.md
 # allows it on large cases); float64 stays for everything a test or a CPU run uses.
 FLOAT64_LIMIT = 1 << 26
 CHUNK_ELEMENTS = 1 << 25
@@ -83,5 +83,5 @@ DEFAULT_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1
 
 
 def default_tolerance(dtype: torch.dtype) -> float:
-    """Relative-error tolerance by dtype (SEMANTICS.md: fp32 << 1e-4, 16-bit 1e-3..1e-2)."""
+    """Relative-error tolerance by dtype (docs/semantics.md: fp32 << 1e-4, 16-bit 1e-3..1e-2)."""
     return DEFAULT_TOLERANCE[dtype]

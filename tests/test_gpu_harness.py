@@ -44,3 +44,32 @@ def test_stale_graph_output_is_caught():
 
     res = time_run(run, torch.device("cuda"), TimingConfig(warmup_ms=1, measure_ms=2))
     assert torch.isnan(res.output).all()
+
+
+def test_isolate_in_rounds_blames_the_kernel_that_faulted(tmp_path):
+    """--isolate, timing.rounds 2: an illegal memory access of the second backend is its own
+    error row, and the backends around it are measured in a fresh process (the faulted CUDA
+    context is not reused)."""
+    from pathlib import Path
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from attnbench.cli.app import app
+
+    from .test_cli import TINY
+
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY.replace("device: cpu", "device: cuda"))
+    out = tmp_path / "run"
+    wild = str(Path(__file__).with_name("gpu_misbehaving_backends.py"))
+    r = CliRunner().invoke(app, [
+        "run", str(scenario), "--out", str(out), "--set", "sweep={}", "--set", "timing.rounds=2", "--isolate",
+        "--backend-file", wild, "-b", "sdpa", "-b", "wild", "-b", "reference", "-q",
+    ])
+    assert r.exit_code == 1, r.output
+    by = {row.backend: row for row in pd.read_csv(out / "results.csv", keep_default_na=False).itertuples()}
+    assert set(by) == {"sdpa", "wild", "reference"}
+    assert by["wild"].status == "error", by["wild"].reason
+    for good in ("sdpa", "reference"):
+        assert by[good].status == "ok", (good, by[good].reason)

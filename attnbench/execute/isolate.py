@@ -264,24 +264,29 @@ def _child_main(argv: list[str]) -> int:
     send({"event": "ready"})
     names = list(job["backends"])
     sent: set[str] = set()
+    rounds = runner.timing_config(case).rounds
 
-    def on_step(row: Row, ended: bool) -> None:
-        if not ended:
-            send({"event": "start", "backend": row.backend})
-            return
-        send({"event": "end", "backend": row.backend})
+    def restart_if_poisoned(row: Row) -> None:
+        """After an error on a GPU the CUDA context may be unusable: send the row (if it was
+        not), exit, and let a fresh process run the backends left (if any)."""
         others = [n for n in names if n not in sent and n != row.backend]
         if row.status is Status.ERROR and runner.device.type == "cuda" and others:
-            # the CUDA context may be poisoned: this row now, and a fresh process goes on
-            send({"event": "row", "row": checked(row).to_json()})
+            if row.backend not in sent:
+                send({"event": "row", "row": checked(row).to_json()})
             send({"event": "restart"})
             out.close()
             os._exit(0)
+
+    def on_step(row: Row, ended: bool) -> None:
+        send({"event": "end" if ended else "start", "backend": row.backend})
+        if ended and rounds > 1:  # the other backends' steps come before this row is done
+            restart_if_poisoned(row)
 
     runner.on_step = on_step
     for row in runner.run_case(case, names):  # the case's epilogue (--save-tensors) runs too
         send({"event": "row", "row": row.to_json()})
         sent.add(row.backend)
+        restart_if_poisoned(row)
     send({"event": "done"})
     out.close()
     return 0

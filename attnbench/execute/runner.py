@@ -169,7 +169,8 @@ class Runner:
             yield checked(row)
 
     def on_step(self, row: Row, ended: bool) -> None:
-        """Called as each backend's step (prepare, a timing round, finish) starts and ends.
+        """Called as each backend's step (prepare, a timing round, finish, the input check)
+        starts and ends.
         Does nothing here; ``--isolate``'s child reports it to the parent, so that a crash is
         blamed on the backend that was running, in rounds mode too."""
 
@@ -214,7 +215,7 @@ class Runner:
                     if live is not None:
                         self._guard(row, lambda: self._measure(live, cfg))
                         self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
-                    self._check_inputs(row, batch, own)
+                    self._guard(row, lambda: self._check_inputs(row, batch, own))
                     live = own = None  # the plan's memory goes before the next backend's
                     _release(self.device)
                     yield row
@@ -293,7 +294,7 @@ class Runner:
             if live is not None and row.status is Status.OK:
                 self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
         for row, own in zip(rows, owns):
-            self._check_inputs(row, batch, own)
+            self._guard(row, lambda: self._check_inputs(row, batch, own))
         lives = live = owns = None  # the plans' memory goes before the next case
         _release(self.device)
         yield from rows

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from attnbench import backend as registry
 from attnbench.analyze import compare as cmp
+from attnbench.analyze import ranks
 from attnbench.analyze import significance as sig
 from attnbench.backend import Backend
 from attnbench.backends.sdpa import SdpaBackend
@@ -28,26 +29,31 @@ GATE = ROOT / "scenarios" / "ci-gate.yaml"
 cli = CliRunner()
 
 
-def _samples(median_ms: float, n: int = 200, spread: float = 0.03, seed: int = 0) -> list[float]:
+def _rounds(median_ms: float, rounds: int = 12, spread: float = 0.03, seed: int = 0) -> list[float]:
     rng = np.random.default_rng(seed)
-    return list(median_ms * np.exp(rng.normal(0.0, spread, n)))
+    return list(median_ms * np.exp(rng.normal(0.0, spread, rounds)))
 
 
-def _row(case: str, backend: str, median_ms: float = 1.0, status: str = "ok", seed: int = 0, **kw) -> Row:
-    s = _samples(median_ms, seed=seed) if status == "ok" else []
+def _row(case: str, backend: str, median_ms: float = 1.0, status: str = "ok", seed: int = 0,
+         rounds: int = 12, spread: float = 0.03, **kw) -> Row:
+    rm = _rounds(median_ms, rounds, spread, seed) if status == "ok" else []
+    samples = [x * f for x in rm for f in (0.98, 1.0, 1.03)]  # three calls per round
     return Row(
-        scenario="s", case_id=case, backend=backend, status=status, samples_ms=s,
-        median_ms=float(np.median(s)) if s else math.nan, device=kw.pop("device", "cpu test"),
-        params={"ctx": int(case.split("=")[1])} if "=" in case else {}, **kw,
+        scenario="s", case_id=case, backend=backend, status=status, samples_ms=samples, round_medians_ms=rm,
+        median_ms=float(np.median(samples)) if samples else math.nan, device=kw.pop("device", "cpu test"),
+        reason="" if status == "ok" else "why", timing_method="cpu" if status == "ok" else "",
+        n=len(samples), params={"ctx": int(case.split("=")[1])} if "=" in case else {}, **kw,
     )
 
 
-def _folder(path: Path, rows: list[Row], device: str = "cpu test") -> Path:
+def _folder(path: Path, rows: list[Row], device: str = "cpu test", sha: str = "a" * 64, status: str = "complete",
+            **manifest) -> Path:
     rf = RunFolder.create(path.parent, "s", path)
-    rf.start({"scenario": "s", "environment": {"device": device, "torch": torch.__version__, "backends": {}}})
+    rf.start({"scenario": "s", "scenario_sha256": sha, "overrides": [],
+              "environment": {"device": device, "torch": torch.__version__, "backends": {}}, **manifest})
     for r in rows:
         rf.add(r)
-    rf.finish(True)
+    rf.finish(status == "complete")
     return path
 
 
@@ -63,49 +69,87 @@ def test_matching_is_by_key_not_order():
     assert [r.key for r in m.new] == [("s", "ctx=9", "a")]
     assert [r.key for r in m.vanished] == [("s", "ctx=3", "a")]
     res = cmp.check(cur, base)
-    assert not res.failures
+    assert [(c.case_id, c.verdict) for c in res.failures] == [("ctx=3", "vanished")]  # not measured: fails
     assert {c.verdict for c in res.cases if c.case_id in ("ctx=9", "ctx=3")} == {"new", "vanished"}
+    assert not cmp.check(cur, base, cmp.Thresholds(strict=False), gate=False).failures  # a report fails nothing
+    assert [c.case_id for c in cmp.check(cur, base, cmp.Thresholds(strict=True)).failures] == ["ctx=9", "ctx=3"]
     # matched rows have ratios near 1 (same medians), whatever the order was
-    assert all(abs(c.ratio.ratio - 1) < 0.02 for c in res.cases if c.ratio)
+    assert all(abs(c.ratio.ratio - 1) < 0.05 and not c.ratio.significant for c in res.cases if c.ratio)
 
 
 # ---------------------------------------------------------------------------- statistics
+def test_rank_tests_match_scipy_exact():
+    st = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for m, n in [(5, 5), (7, 10), (20, 20), (3, 8)]:
+        x, y = rng.normal(0.5, 1, m), rng.normal(0, 1, n)
+        ours = ranks.two_sample_shift(x, y, 0.99).p
+        assert ours == pytest.approx(st.mannwhitneyu(x, y, method="exact").pvalue, rel=1e-9)
+    for n in [6, 10, 25]:
+        z = rng.normal(0.5, 1, n)
+        assert ranks.paired_shift(z, 0.95).p == pytest.approx(st.wilcoxon(z, method="exact").pvalue, rel=1e-9)
+
+
+@pytest.mark.parametrize("conf", [0.9, 0.95, 0.99])
+def test_interval_excludes_zero_exactly_when_p_is_below_alpha(conf):
+    rng = np.random.default_rng(1)
+    agree = 0
+    for k in range(300):
+        shift = rng.choice([0.0, 0.3, 1.0])
+        a = ranks.two_sample_shift(rng.normal(shift, 1, 8), rng.normal(0, 1, 11), conf)
+        b = ranks.paired_shift(rng.normal(shift, 1, 9), conf)
+        for s in (a, b):
+            assert (s.lo > 0 or s.hi < 0) == (s.p <= 1 - conf)
+            assert s.lo <= s.estimate <= s.hi
+            agree += 1
+    assert agree == 600
+
+
+def test_interval_coverage_is_at_least_nominal():
+    rng = np.random.default_rng(2)
+    covered = 0
+    for _ in range(1000):
+        s = ranks.two_sample_shift(rng.normal(0.3, 1, 10), rng.normal(0, 1, 10), 0.9)
+        covered += s.lo <= 0.3 <= s.hi
+    assert covered >= 880  # exact intervals are conservative: >= 90% up to sampling noise
+
+
+def test_too_few_rounds_can_never_be_significant():
+    assert sig.rounds_needed(0.99) == 5 and ranks.min_p(4, 4) > 0.01 >= ranks.min_p(5, 5)
+    assert sig.rounds_needed(0.95, paired=True) == 6
+    r = sig.compare_runs([0.0, 0.1, 0.05, 0.02], [5.0, 5.1, 5.2, 5.3], 0.99)  # 4 vs 4 rounds, ratio e^-5
+    assert not r.significant and r.lo == 0 and math.isinf(r.hi)  # no interval: anything is possible
+
+
 @pytest.mark.parametrize("true_ratio", [1.0, 1.3, 0.7])
-def test_bootstrap_interval_covers_true_ratio(true_ratio):
-    base = _samples(0.1, n=300, seed=1)
-    cur = _samples(0.1 * true_ratio, n=300, seed=2)
-    r = cmp.compare_samples(cur, base)
+def test_round_interval_covers_true_ratio(true_ratio):
+    base = np.log(_rounds(0.1, rounds=20, seed=1))
+    cur = np.log(_rounds(0.1 * true_ratio, rounds=20, seed=2))
+    r = sig.compare_runs(cur, base, 0.99)
     assert r.lo <= true_ratio <= r.hi
-    assert r.hi - r.lo < 0.05 * true_ratio  # 300 samples of 3% noise: a tight interval
-    assert r.indistinguishable == (true_ratio == 1.0)
-    assert (r.p < 0.01) == (true_ratio != 1.0)
+    assert r.hi - r.lo < 0.1 * true_ratio  # 20 rounds of 3% noise: a tight interval
+    assert r.significant == (true_ratio != 1.0)
+    assert r.rounds == "20 vs 20"
 
 
-def test_same_distribution_is_indistinguishable_and_seeded():
-    a = _samples(2.0, n=50, spread=0.2, seed=3)
-    b = _samples(2.0, n=50, spread=0.2, seed=4)
-    r1, r2 = cmp.compare_samples(a, b), cmp.compare_samples(a, b)
-    assert r1 == r2  # fixed seed: the same samples give the same interval
-    assert r1.indistinguishable and not r1.slower_for_sure
+def test_calls_are_not_replicates():
+    """Thousands of tight calls per round do not make a 2% shift between two runs of
+    five rounds each significant: only the rounds count."""
+    cur, base = _row("ctx=1", "a", 1.02, seed=1, rounds=5, spread=0.05), _row("ctx=1", "a", 1.0, seed=2, rounds=5, spread=0.05)
+    cur.samples_ms = base.samples_ms = [1.0] * 5000
+    c = cmp.check([cur], [base]).cases[0]
+    assert not c.ratio.significant and c.verdict == "unclear"
 
 
-def test_own_mann_whitney_matches_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
-    a = _samples(1.0, n=40, seed=5) + [1.0] * 5  # ties too
-    b = _samples(1.05, n=60, seed=6) + [1.0] * 3
-    ours = sig.mwu_normal_approx(a, b)
-    theirs = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic").pvalue
-    assert ours == pytest.approx(theirs, rel=1e-6)
-
-
-def test_normalized_ratio_cancels_machine_speed():
-    # the whole current machine is 2x slower: normalized, nothing changed
-    cur = _samples(2.0, seed=7)
-    cur_norm = _samples(4.0, seed=8)
-    base, base_norm = _samples(1.0, seed=9), _samples(2.0, seed=10)
-    r = cmp.compare_samples(cur, base, cur_norm, base_norm)
-    assert r.ratio == pytest.approx(1.0, abs=0.03) and r.hi - r.lo < 0.05
-    assert cmp.compare_samples(cur, base).ratio == pytest.approx(2.0, rel=0.02)
+def test_normalized_ratio_cancels_machine_speed_per_round():
+    # the whole current machine is 2x slower, and one round is 3x slower still for both
+    cur, cur_norm = _row("ctx=1", "a", 2.0, seed=7), _row("ctx=1", "n", 4.0, seed=7)
+    cur.round_medians_ms[3] *= 3
+    cur_norm.round_medians_ms[3] *= 3
+    base, base_norm = _row("ctx=1", "a", 1.0, seed=9), _row("ctx=1", "n", 2.0, seed=9)
+    r = sig.compare_runs(sig.round_logs(cur, cur_norm), sig.round_logs(base, base_norm), 0.99)
+    assert r.ratio == pytest.approx(1.0, abs=1e-9) and not r.significant
+    assert sig.compare_runs(sig.round_logs(cur), sig.round_logs(base), 0.99).ratio == pytest.approx(2.0, rel=0.05)
 
 
 @pytest.mark.parametrize("text,value", [("10%", 0.1), ("0.1", 0.1), ("25 %", 0.25), ("0", 0.0)])
@@ -141,27 +185,71 @@ def test_over_both_thresholds_and_significant_fails():
     assert c.ratio.lo > 1 and c.ratio.p < 0.01 and c.delta_ms == pytest.approx(0.3, rel=0.05)
 
 
-def test_over_thresholds_but_not_significant_passes():
-    base = [_row("ctx=1", "a", 1.0)]
-    base[0].samples_ms = [1.0, 0.5, 2.0]  # 3 wild samples: nothing can be concluded
-    cur = [_row("ctx=1", "a", 1.0)]
-    cur[0].samples_ms = [1.3, 0.6, 2.4]
+def test_over_thresholds_but_not_significant_passes_as_unclear():
+    base = [_row("ctx=1", "a", 1.0, rounds=6)]
+    base[0].round_medians_ms = [1.0, 0.5, 2.0, 1.2, 0.7, 1.5]  # wild rounds: nothing can be concluded
+    cur = [_row("ctx=1", "a", 1.3, rounds=6)]
+    cur[0].round_medians_ms = [x * 1.3 for x in base[0].round_medians_ms]
     c = cmp.check(cur, base).cases[0]
-    assert c.ratio.ratio > 1.1 and not c.failed
+    assert c.ratio.ratio > 1.1 and not c.ratio.significant and not c.failed
+    assert c.verdict == "unclear" and "not significant" in c.note
+
+
+def test_verdicts_agree_with_their_interval():
+    """Across many random pairs: 'slower'/'regressed' only with the interval above 1,
+    'faster' only below, 'same' only within ±5%, never 'same' for a wide interval."""
+    rng = np.random.default_rng(3)
+    for k in range(200):
+        spread = float(rng.choice([0.01, 0.1, 0.5]))
+        ratio = float(rng.choice([1.0, 1.04, 1.3, 20.0, 0.5]))
+        base = _row("ctx=1", "a", 1.0, seed=2 * k, rounds=int(rng.integers(5, 15)), spread=spread)
+        cur = _row("ctx=1", "a", ratio, seed=2 * k + 1, rounds=int(rng.integers(5, 15)), spread=spread)
+        for th in (cmp.Thresholds(), cmp.Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=0.95)):
+            c = cmp.check([cur], [base], th).cases[0]
+            r = c.ratio
+            assert r.lo <= r.ratio <= r.hi
+            assert (c.verdict in ("slower", "regressed")) == (r.lo > 1)
+            assert (c.verdict == "faster") == (r.hi < 1)
+            assert (c.verdict == "same") == (not r.significant and 1 / 1.05 <= r.lo and r.hi <= 1.05)
+            assert r.significant == (r.p <= 1 - th.confidence)
+
+
+def test_backend_verdicts_say_only_what_the_interval_supports():
+    from attnbench.analyze.compare_tables import backend_records
+
+    fast, slow = _row("ctx=1", "a", 0.05, seed=1), _row("ctx=1", "b", 1.0, seed=2)  # ratio 20, 12 paired rounds
+    rec = {r["backend"]: r for r in backend_records(cmp.compare_backends([fast, slow], "a"))}
+    assert rec["b"]["verdict"].endswith("× slower") and rec["b"]["ratio"] == pytest.approx(20, rel=0.05)
+    assert rec["b"]["lo"] > 1 and rec["b"]["p"] <= 0.05
+    assert rec["a"]["verdict"] == "baseline"
+    one = [_row("ctx=1", "a", 0.05, seed=1, rounds=1), _row("ctx=1", "b", 1.0, seed=2, rounds=1)]
+    rec = {r["backend"]: r for r in backend_records(cmp.compare_backends(one, "a"))}
+    assert rec["b"]["verdict"] == "unclear" and rec["b"]["ratio"] == pytest.approx(20, rel=0.1)  # 1 round: no interval
+    same = [_row("ctx=1", "a", 1.0, seed=1, spread=0.005), _row("ctx=1", "b", 1.0, seed=1, spread=0.005)]
+    same[1].round_medians_ms = [x * (1.001 if i % 2 else 0.999) for i, x in enumerate(same[0].round_medians_ms)]
+    rec = {r["backend"]: r for r in backend_records(cmp.compare_backends(same, "a"))}
+    assert rec["b"]["verdict"] == "≈ same"
 
 
 def test_ok_to_mismatch_or_error_always_fails_and_faster_passes():
     base = [_row("ctx=1", "a"), _row("ctx=1", "b"), _row("ctx=1", "c", 1.0), _row("ctx=1", "d", status="error")]
     cur = [_row("ctx=1", "a", status="mismatch"), _row("ctx=1", "b", status="error"),
            _row("ctx=1", "c", 0.5, seed=3), _row("ctx=1", "d", status="error")]
+    base.append(_row("ctx=1", "e"))
+    cur.append(_row("ctx=1", "e", status="skipped"))
     res = cmp.check(cur, base, cmp.Thresholds(max_slowdown=10.0, min_delta_ms=1e9))
     v = {c.backend: (c.verdict, c.failed) for c in res.cases}
-    assert v == {"a": ("broken", True), "b": ("broken", True), "c": ("faster", False), "d": ("still failing", False)}
+    assert v == {"a": ("broken", True), "b": ("broken", True), "c": ("faster", False), "d": ("still failing", False),
+                 "e": ("skipped", True)}
 
 
-def test_normalizer_unknown_is_a_compare_error():
+def test_normalizer_unknown_is_a_compare_error_and_a_missing_one_fails():
     with pytest.raises(cmp.CompareError, match="--normalize-by zzz"):
         cmp.check([_row("ctx=1", "a")], [_row("ctx=1", "a")], normalize_by="zzz")
+    # the run lost its normalizer (or it broke): the cases are not compared, and that fails
+    res = cmp.check([_row("ctx=1", "a"), _row("ctx=1", "n", status="error")], [_row("ctx=1", "a"), _row("ctx=1", "n")],
+                    normalize_by="n")
+    assert {(c.backend, c.verdict, c.failed) for c in res.cases} == {("a", "unnormalized", True), ("n", "broken", True)}
 
 
 # ---------------------------------------------------------------------------- CLI on synthetic runs
@@ -177,7 +265,9 @@ def runs(tmp_path):
     # a machine twice as slow overall, nothing regressed
     busy = _folder(tmp_path / "busy", [_row("ctx=1", "a", 2.0, seed=31), _row("ctx=1", "b", 4.0, seed=32),
                                        _row("ctx=2", "a", 2.0, seed=33), _row("ctx=2", "b", 4.0, seed=34)])
-    other = _folder(tmp_path / "other", [_row("ctx=1", "a", 1.0, seed=41)], device="cpu another model")
+    other = _folder(tmp_path / "other", [_row(f"ctx={c}", b, m, seed=40 + k) for k, (c, b, m) in
+                                         enumerate([(1, "a", 1.0), (1, "b", 2.0), (2, "a", 1.0), (2, "b", 2.0)])],
+                    device="cpu another model")
     return {k: str(v) for k, v in dict(base=base, same=same, slow=slow, busy=busy, other=other).items()}
 
 
@@ -188,7 +278,7 @@ def test_check_exit_codes(runs, tmp_path):
 
     r = cli.invoke(app, ["check", runs["slow"], "--baseline", runs["base"], "--max-slowdown", "10%"])
     assert r.exit_code == 1, r.output
-    assert "2 regressed case(s)" in r.output  # one table lists every failing case
+    assert "2 failing case(s)" in r.output  # one table lists every failing case
     assert "regressed" in r.output and "broken" in r.output
     assert "ctx=3 · a" in r.output  # new case reported, not failing
 
@@ -219,7 +309,7 @@ def test_baseline_file_roundtrip_and_formats(runs, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(bl.read_text())
     assert doc["fingerprint"]["device"] == "cpu test" and len(doc["rows"]) == 4
-    assert len(doc["rows"][0]["samples_ms"]) == 200
+    assert len(doc["rows"][0]["samples_ms"]) == 36 and len(doc["rows"][0]["round_medians_ms"]) == 12
     loaded = load_rows(bl)
     assert [x.key for x in loaded.rows] == [x.key for x in load_rows(Path(runs["base"])).rows]
     r = cli.invoke(app, ["check", runs["slow"], "--baseline", str(bl), "--format", "json"])
@@ -302,9 +392,9 @@ def gate(tmp_path, monkeypatch):
 
 def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
     run, check = gate
-    # As scripts/ci_gate.sh does, an unchanged run counts as failing only if it fails on every
-    # one of 3 attempts: a burst of load from other processes can hit one backend's row alone
-    # (in the baseline's run as well as in the checked one, so both are redone).
+    # An unchanged run counts as failing only if it fails on every one of 3 attempts: this test
+    # runs beside the rest of the suite, on a budget 5x shorter than the calibrated gate's
+    # (scripts/ci_gate.sh, which does not retry), so its own false-alarm rate is not calibrated.
     for attempt in range(3):
         base_run = run(f"base{attempt}", 1)
         bl = str(tmp_path / f"baseline{attempt}.json")

@@ -1,20 +1,18 @@
 """Speedups between backends and between runs, with their uncertainty; the regression check.
 
-Pure logic, no printing. Everything works on the raw ``samples_ms`` of result rows:
+Pure logic, no printing. The statistics (``significance.py``) use one number per timing
+round and row, ``Row.round_medians_ms``, never the calls of one round as if each were an
+independent measurement:
 
-* a *ratio* is a ratio of medians, ``median(current) / median(baseline)`` (> 1: slower);
-* its interval is a percentile bootstrap of that ratio (each side resampled independently,
-  fixed seed, so the same samples always give the same interval);
-* ``p`` is a two-sided Mann-Whitney U test of the two sample sets (scipy's when scipy is
-  installed, else the normal approximation with tie correction implemented below);
-* a difference is *indistinguishable* when the interval contains 1.
+* the *ratio* of two runs is the shift between their rounds' log times (> 1: slower), with
+  an exact rank interval and p-value; with ``normalize_by`` each round's time is first
+  divided by the normalizer backend's time in the same round, which cancels a machine that
+  is faster, slower or busier than the one the baseline came from, and slow spells of it;
+* the ratio of two backends of one run pairs them round by round.
 
-``normalize`` divides a backend's time by a normalizer backend's time measured in the same
-case of the same run before comparing; the bootstrap then resamples all four sample sets
-(current, current normalizer, baseline, baseline normalizer). This cancels a machine that is
-uniformly faster, slower or busier than the one the baseline came from.
-
-Rows of two runs are matched by ``Row.key`` (scenario, case, backend), never by position.
+Rows of two runs are matched by ``Row.key`` (scenario, case, backend), never by position;
+what the run as a whole must satisfy (same scenario, complete, every baseline case present)
+is in ``coverage.py``.
 """
 from __future__ import annotations
 
@@ -22,9 +20,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from attnbench.analyze.significance import Ratio, compare_samples, median
-from attnbench.store.fingerprint import fingerprint_differences
 from attnbench.store.rows import Row, Status
+from attnbench.analyze.significance import (
+    GATE_CONFIDENCE, REPORT_CONFIDENCE, Ratio, RoundsError, compare_paired, compare_runs, round_logs,
+    rounds_needed,
+)
+from attnbench.analyze import ranks
+from attnbench.store.fingerprint import fingerprint_differences
 
 
 class CompareError(ValueError):
@@ -68,7 +70,7 @@ def _norm_rows(rows: Sequence[Row], backend: Optional[str]) -> dict[tuple[str, s
 
 
 def _usable(r: Optional[Row]) -> bool:
-    return r is not None and r.status is Status.OK and len(r.samples_ms) > 0
+    return r is not None and r.status is Status.OK and len(r.round_medians_ms) > 0
 
 
 # ---------------------------------------------------------------------------- check
@@ -76,26 +78,28 @@ def _usable(r: Optional[Row]) -> bool:
 class Thresholds:
     max_slowdown: float = 0.10  # relative: 0.10 = 10% slower
     min_delta_ms: float = 0.002  # absolute, in ms (2 µs)
-    strict: bool = False  # vanished cases and ok -> skipped fail too
+    strict: bool = False  # new cases fail too
+    confidence: float = GATE_CONFIDENCE  # a slowdown is real when this interval lies above 1
 
 
 @dataclass
 class CaseResult:
     """One matched (or unmatched) key and what the check says about it. Verdicts:
 
-    - ``regressed``: slower beyond both thresholds, and the samples say it is real
-    - ``broken``: was ok, now mismatch or error
-    - ``slower``: slower, but within a threshold or not significant
-    - ``same``: indistinguishable from the baseline
-    - ``faster``: faster, and the samples say it is real
+    - ``regressed``: slower beyond both thresholds, and the interval lies above 1 (fails)
+    - ``broken``: was ok, now mismatch or error (fails)
+    - ``slower``: slower (the interval lies above 1), but within a threshold
+    - ``same``: not significant, and the interval lies within ±5%
+    - ``unclear``: not significant, but the interval is too wide to call it the same
+    - ``faster``: faster (the interval lies below 1)
     - ``fixed``: was failing or skipped, now ok
     - ``still failing``: failing in both runs
-    - ``skipped``: skipped now (was ok)
+    - ``skipped``: skipped now, was ok: not measured (fails)
     - ``unchanged``: not ok in either run with the same status
-    - ``new``: only in the current run
-    - ``vanished``: only in the baseline
+    - ``new``: only in the current run (fails with ``strict``)
+    - ``vanished``: only in the baseline: not measured (fails)
     - ``normalizer``: the normalizer itself (ratio 1 by definition)
-    - ``unnormalized``: the normalizer has no ok samples in this case
+    - ``unnormalized``: the normalizer has no ok rounds in this case: not compared (fails)
     """
 
     scenario: str
@@ -108,7 +112,7 @@ class CaseResult:
     baseline_ms: float = math.nan
     current_ms: float = math.nan
     ratio: Optional[Ratio] = None
-    delta_ms: float = math.nan  # current - baseline (baseline scaled by the normalizer)
+    delta_ms: float = math.nan  # current - baseline as it would be on this machine (ratio applied)
     note: str = ""
 
 
@@ -117,65 +121,84 @@ class CheckResult:
     cases: list[CaseResult]
     normalize_by: Optional[str]
     warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # run-level failures (coverage.py)
 
     @property
     def failures(self) -> list[CaseResult]:
         return [c for c in self.cases if c.failed]
 
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures or self.problems)
+
     def count(self, verdict: str) -> int:
         return sum(c.verdict == verdict for c in self.cases)
 
 
-def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresholds, norm: Optional[str]) -> CaseResult:
+def _status_verdict(res: CaseResult, cur: Row, base: Row) -> bool:
+    """Verdicts decided by the statuses alone; True when one was given."""
+    if base.status is Status.OK and cur.status.failed:
+        res.verdict, res.failed, res.note = "broken", True, cur.reason
+    elif base.status is not Status.OK and cur.status is Status.OK:
+        res.verdict, res.note = "fixed", f"was {base.status}: {base.reason}".strip()
+    elif base.status is Status.OK and cur.status is Status.SKIPPED:
+        res.verdict, res.failed, res.note = "skipped", True, cur.reason
+    elif cur.status is not Status.OK:
+        res.verdict = "still failing" if cur.status.failed else "unchanged"
+        res.note = cur.reason
+    else:
+        return False
+    return True
+
+
+def _enough_rounds(cur: Row, x, y, confidence: float) -> None:
+    if ranks.min_p(len(x), len(y)) > 1 - confidence:
+        need = rounds_needed(confidence)
+        raise CompareError(
+            f"{cur.case_id} · {cur.backend}: {len(x)} timing round(s) in the run and {len(y)} in the baseline; "
+            f"with fewer than {need} per side no difference can be significant at {confidence:.0%}. "
+            f"Set timing.rounds in the scenario (e.g. --set timing.rounds={max(need, 10)}) for the run and the baseline"
+        )
+
+
+def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresholds, norm: Optional[str],
+           gate: bool) -> CaseResult:
     res = CaseResult(
         cur.scenario, cur.case_id, cur.backend, verdict="", failed=False,
         baseline_status=base.status, current_status=cur.status,
         baseline_ms=base.median_ms, current_ms=cur.median_ms,
     )
-    if base.status is Status.OK and cur.status.failed:
-        res.verdict, res.failed, res.note = "broken", True, cur.reason
+    if _status_verdict(res, cur, base):
         return res
-    if base.status is not Status.OK and cur.status is Status.OK:
-        res.verdict, res.note = "fixed", f"was {base.status}: {base.reason}".strip()
+    if norm and cur.backend == norm:
+        res.verdict = "normalizer"
         return res
-    if base.status is Status.OK and cur.status is Status.SKIPPED:
-        res.verdict, res.failed, res.note = "skipped", th.strict, cur.reason
+    if norm and not (_usable(cn) and _usable(bn)):
+        res.verdict, res.failed = "unnormalized", gate  # not compared: a gate must not pass on it
+        res.note = f"{norm} is not ok in this case in both runs: not compared"
         return res
-    if cur.status is not Status.OK:
-        res.verdict = "still failing" if cur.status.failed else "unchanged"
-        res.note = cur.reason
+    try:
+        x, y = round_logs(cur, cn if norm else None), round_logs(base, bn if norm else None)
+    except RoundsError as e:
+        res.verdict, res.failed, res.note = "unnormalized", gate, f"{e}: not compared"
         return res
-    if not (cur.samples_ms and base.samples_ms):
-        res.verdict, res.note = "unnormalized", "no timing samples"
-        return res
-    if norm:
-        if cur.backend == norm:
-            res.verdict = "normalizer"
-            return res
-        if not (_usable(cn) and _usable(bn)):
-            res.verdict, res.note = "unnormalized", f"{norm} is not ok in this case in both runs"
-            return res
-        r = compare_samples(cur.samples_ms, base.samples_ms, cn.samples_ms, bn.samples_ms)
-        # baseline time as it would be on the current machine: scaled by the normalizer
-        expected = median(base.samples_ms) * median(cn.samples_ms) / median(bn.samples_ms)
-    else:
-        r = compare_samples(cur.samples_ms, base.samples_ms)
-        expected = median(base.samples_ms)
-    res.ratio = r
-    res.delta_ms = median(cur.samples_ms) - expected
-    over = r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms
-    if over and r.slower_for_sure:
-        res.verdict, res.failed = "regressed", True
-    elif r.ratio > 1 and not r.indistinguishable:
-        res.verdict = "slower"
-        if not over:
-            res.note = "under --max-slowdown" if r.ratio <= 1 + th.max_slowdown else "under --min-delta-us"
+    if gate:
+        _enough_rounds(cur, x, y, th.confidence)
+    r = res.ratio = compare_runs(x, y, th.confidence)
+    res.delta_ms = cur.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
+    if r.slower_for_sure:
+        if r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms:
+            res.verdict, res.failed = "regressed", True
         else:
-            res.note = f"not significant (p={r.p:.2g})"
-    elif r.indistinguishable:
+            res.verdict = "slower"
+            res.note = "under --max-slowdown" if r.ratio <= 1 + th.max_slowdown else "under --min-delta-us"
+    elif r.faster_for_sure:
+        res.verdict = "faster"
+    elif r.same:
         res.verdict = "same"
     else:
-        res.verdict = "faster"
+        res.verdict = "unclear"
+        res.note = f"p={r.p:.2g}, not significant; more rounds narrow the interval"
     return res
 
 
@@ -184,26 +207,26 @@ def check(
     baseline: Sequence[Row],
     thresholds: Thresholds = Thresholds(),
     normalize_by: Optional[str] = None,
+    gate: bool = True,
 ) -> CheckResult:
-    """Judge every case of ``current`` against ``baseline`` (matched by key)."""
-    if normalize_by:
-        for side, rows in (("current run", current), ("baseline", baseline)):
-            if not any(r.backend == normalize_by for r in rows):
-                have = ", ".join(sorted({r.backend for r in rows})) or "none"
-                raise CompareError(f"--normalize-by {normalize_by}: the {side} has no rows of that backend (it has: {have})")
+    """Judge every case of ``current`` against ``baseline`` (matched by key). ``gate``:
+    refuse (CompareError) rows with too few rounds to ever show a significant difference,
+    and fail vanished (and, with ``strict``, new) cases; off for a plain report."""
+    if normalize_by and not any(r.backend == normalize_by for r in baseline):
+        have = ", ".join(sorted({r.backend for r in baseline})) or "none"
+        raise CompareError(f"--normalize-by {normalize_by}: the baseline has no rows of that backend (it has: {have})")
     m = match_rows(current, baseline)
     cn, bn = _norm_rows(current, normalize_by), _norm_rows(baseline, normalize_by)
     out = []
     for cur, base in m.pairs:
         ck = (cur.scenario, cur.case_id)
-        out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by))
+        out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by, gate))
     for r in m.new:
-        out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", False, current_status=r.status, current_ms=r.median_ms))
+        out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", gate and thresholds.strict,
+                              current_status=r.status, current_ms=r.median_ms))
     for r in m.vanished:
-        out.append(
-            CaseResult(r.scenario, r.case_id, r.backend, "vanished", thresholds.strict and r.status is Status.OK,
-                       baseline_status=r.status, baseline_ms=r.median_ms)
-        )
+        out.append(CaseResult(r.scenario, r.case_id, r.backend, "vanished", gate,
+                              baseline_status=r.status, baseline_ms=r.median_ms))
     return CheckResult(out, normalize_by)
 
 
@@ -215,11 +238,14 @@ class BackendComparison:
     status: str
     median_ms: float
     reference: str  # the backend it is compared with
-    ratio: Optional[Ratio]  # median(this) / median(reference); None for the reference itself
+    ratio: Optional[Ratio]  # this / reference, paired by round; None for the reference itself
 
 
-def compare_backends(rows: Sequence[Row], baseline: Optional[str] = None) -> list[BackendComparison]:
-    """Per case, each backend against ``baseline`` (or the case's fastest ok backend)."""
+def compare_backends(
+    rows: Sequence[Row], baseline: Optional[str] = None, confidence: float = REPORT_CONFIDENCE
+) -> list[BackendComparison]:
+    """Per case, each backend against ``baseline`` (or the case's fastest ok backend), the
+    two paired round by round (they took turns in the same rounds)."""
     by_case: dict[str, list[Row]] = {}
     for r in rows:
         by_case.setdefault(r.case_id, []).append(r)
@@ -228,11 +254,14 @@ def compare_backends(rows: Sequence[Row], baseline: Optional[str] = None) -> lis
         ok = [r for r in rs if _usable(r)]
         ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
         if ref is None and ok:
-            ref = min(ok, key=lambda r: median(r.samples_ms))
+            ref = min(ok, key=lambda r: r.median_ms)
         for r in rs:
             ratio = None
             if ref is not None and _usable(r) and r is not ref:
-                ratio = compare_samples(r.samples_ms, ref.samples_ms)
+                try:
+                    ratio = compare_paired(round_logs(r), round_logs(ref), confidence)
+                except RoundsError:
+                    ratio = None
             out.append(BackendComparison(case_id, r.backend, r.status, r.median_ms, ref.backend if ref else "", ratio))
     return out
 

@@ -24,7 +24,7 @@ from attnbench.store.rows import Status
 FORMATS = ("table", "markdown", "csv", "json")
 
 VERDICT_STYLE = {
-    "regressed": "bold red", "broken": "bold red", "slower": "yellow", "same": "dim",
+    "regressed": "bold red", "broken": "bold red", "slower": "yellow", "same": "dim", "unclear": "yellow",
     "faster": "green", "fixed": "green", "still failing": "red", "skipped": "yellow",
     "new": "cyan", "vanished": "magenta", "unnormalized": "yellow", "normalizer": "dim",
 }
@@ -65,8 +65,8 @@ def fmt_delta(ms: float) -> str:
 
 def _ratio_fields(r: Optional[Ratio]) -> dict:
     if r is None:
-        return {"ratio": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan}
-    return {"ratio": r.ratio, "lo": r.lo, "hi": r.hi, "p": r.p}
+        return {"ratio": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan, "rounds": ""}
+    return {"ratio": r.ratio, "lo": r.lo, "hi": r.hi, "p": r.p, "rounds": r.rounds}
 
 
 # ---------------------------------------------------------------------------- records
@@ -82,7 +82,7 @@ def check_records(cases: Sequence[CaseResult]) -> list[dict]:
     return out
 
 
-def check_columns(normalized: bool) -> list[Column]:
+def check_columns(normalized: bool, confidence: float) -> list[Column]:
     rel = " (normalized)" if normalized else ""
     return [
         Column("case", "case"),
@@ -91,48 +91,53 @@ def check_columns(normalized: bool) -> list[Column]:
         Column("baseline_ms", "baseline", fmt_time, "right"),
         Column("current_ms", "current", fmt_time, "right"),
         Column("ratio", "ratio" + rel, fmt_ratio, "right"),
-        Column("_interval", "95% interval", justify="right"),
+        Column("_interval", f"{confidence:.0%} interval", justify="right"),
         Column("p", "p", fmt_p, "right"),
+        Column("rounds", "rounds", justify="right"),
         Column("delta_ms", "Δ", fmt_delta, "right"),
         Column("note", "note"),
     ]
+
+
+def backend_verdict(status: str, r: Optional[Ratio]) -> str:
+    """What a reader should take from one backend's ratio: only what its interval supports."""
+    if status != Status.OK:
+        return str(status)
+    if r is None:
+        return "baseline"  # the backend the others are compared with
+    if r.significant:
+        return f"{r.ratio:.2f}× slower" if r.ratio >= 1 else f"{1 / r.ratio:.2f}× faster"
+    return "≈ same" if r.same else "unclear"
 
 
 def backend_records(comps: Sequence[BackendComparison]) -> list[dict]:
     out = []
     for c in comps:
         r = c.ratio
-        if c.status != Status.OK:
-            verdict = c.status
-        elif r is None:
-            verdict = "baseline"  # the backend the others are compared with
-        elif r.indistinguishable:
-            verdict = "≈ same (indistinguishable)"
-        else:
-            verdict = f"{r.ratio:.2f}× slower" if r.ratio >= 1 else f"{1 / r.ratio:.2f}× faster"
         out.append({
             "case": c.case_id, "backend": c.backend, "status": c.status, "median_ms": c.median_ms,
-            "vs": c.reference, **_ratio_fields(r), "indistinguishable": bool(r and r.indistinguishable),
-            "verdict": verdict,
+            "vs": c.reference, **_ratio_fields(r), "significant": bool(r and r.significant),
+            "verdict": backend_verdict(c.status, r),
         })
     return out
 
 
-BACKEND_COLUMNS = [
-    Column("case", "case"),
-    Column("backend", "backend"),
-    Column("median_ms", "time", fmt_time, "right"),
-    Column("vs", "vs"),
-    Column("ratio", "ratio", fmt_ratio, "right"),
-    Column("_interval", "95% interval", justify="right"),
-    Column("p", "p", fmt_p, "right"),
-    Column("verdict", "verdict"),
-]
+def backend_columns(confidence: float) -> list[Column]:
+    return [
+        Column("case", "case"),
+        Column("backend", "backend"),
+        Column("median_ms", "time", fmt_time, "right"),
+        Column("vs", "vs"),
+        Column("ratio", "ratio", fmt_ratio, "right"),
+        Column("_interval", f"{confidence:.0%} interval", justify="right"),
+        Column("p", "p", fmt_p, "right"),
+        Column("rounds", "rounds", justify="right"),
+        Column("verdict", "verdict"),
+    ]
 
 
-def run_pair_columns(normalized: bool) -> list[Column]:
-    cols = check_columns(normalized)
-    return [c if c.key != "verdict" else Column("verdict", "verdict") for c in cols]
+def run_pair_columns(normalized: bool, confidence: float) -> list[Column]:
+    return check_columns(normalized, confidence)
 
 
 # ---------------------------------------------------------------------------- render
@@ -188,8 +193,8 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
             if c.key == "case" and r.get("case") == last_case:
                 text = ""
             style = VERDICT_STYLE.get(r.get("verdict", ""), "") if c.key == "verdict" else ""
-            if c.key == "verdict" and "indistinguishable" in text:
-                style = "dim"
+            if c.key == "verdict" and text in ("≈ same", "unclear"):
+                style = VERDICT_STYLE["same" if text == "≈ same" else "unclear"]
             cells.append(Text(text, style=style))
         t.add_row(*cells)
         last_case = r.get("case")

@@ -1,5 +1,21 @@
-"""Ratios of medians with bootstrap intervals, and the Mann-Whitney test: the statistics
-behind ``compare`` and ``check`` (see ``compare.py`` for how they are used)."""
+"""Ratios of times with intervals and p-values whose unit of replication is the timing round.
+
+Why rounds, not calls: calls of one run share the machine's state (its load, clock, cache
+and memory placement), so thousands of calls of one run are not thousands of independent
+measurements; treating them so made unchanged code "significantly" slower with p = 1e-260.
+What repeats independently is the round (``timing.rounds``: a case's backends take turns,
+each round a short measurement of every backend). Each round gives one number per backend,
+its median call time (``Row.round_medians_ms``), and the statistics here use only those:
+
+* the value of a round is ``log(round median)``, or with a normalizer backend
+  ``log(round median / the normalizer's median in the same round)``;
+* two runs (``compare_runs``): the ratio is ``exp`` of the Hodges-Lehmann shift between the
+  two runs' round values, with the exact Mann-Whitney interval and p (``ranks.py``);
+* two backends of one run (``compare_paired``): the rounds are paired, the ratio is ``exp``
+  of the center of the per-round log ratios, with the exact signed-rank interval and p.
+
+The interval excludes 1 exactly when p <= 1 - confidence, so a verdict can follow either.
+"""
 from __future__ import annotations
 
 import math
@@ -8,125 +24,90 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-RESAMPLES = 2000
-CONFIDENCE = 0.95
-SEED = 20240607
-ALPHA = 0.01  # p below this (with the interval above 1) makes a slowdown "real"
+from attnbench.analyze import ranks
+from attnbench.store.rows import Row
+
+GATE_CONFIDENCE = 0.99  # check: a slowdown is real when the 99% interval lies above 1
+REPORT_CONFIDENCE = 0.95  # compare: the interval shown
+SAME_WITHIN = 0.05  # "≈ same" when the whole interval lies within ±5% (else "unclear")
 
 
 def median(xs: Sequence[float]) -> float:
     return float(np.median(np.asarray(xs, dtype=float))) if len(xs) else math.nan
 
 
-def _boot_medians(xs: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Medians of ``resamples`` bootstrap resamples of ``xs`` -> shape [resamples]."""
-    a = np.asarray(xs, dtype=float)
-    idx = rng.integers(0, len(a), size=(resamples, len(a)))
-    return np.median(a[idx], axis=1)
-
-
-def bootstrap_ratio(
-    num: Sequence[Sequence[float]],
-    den: Sequence[Sequence[float]],
-    resamples: int = RESAMPLES,
-    confidence: float = CONFIDENCE,
-    seed: int = SEED,
-) -> tuple[float, float, float]:
-    """Ratio ``prod(median(n) for n in num) / prod(median(d) for d in den)`` and its
-    percentile-bootstrap interval -> (ratio, lo, hi). Each sample set is resampled on its own
-    (the sets were measured at different times, so there is no pairing to keep)."""
-    sets = [*num, *den]
-    if any(len(s) == 0 for s in sets):
-        return math.nan, math.nan, math.nan
-    point = math.prod(median(s) for s in num) / math.prod(median(s) for s in den)
-    rng = np.random.default_rng(seed)
-    top = np.ones(resamples)
-    bottom = np.ones(resamples)
-    for s in num:
-        top *= _boot_medians(s, rng, resamples)
-    for s in den:
-        bottom *= _boot_medians(s, rng, resamples)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = top / bottom
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.nanpercentile(ratios, [tail, 100 - tail])
-    return point, float(lo), float(hi)
-
-
-def mwu_normal_approx(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value, normal approximation with tie and continuity
-    correction (what scipy does for large samples); used when scipy is not installed."""
-    n1, n2 = len(a), len(b)
-    x = np.concatenate([np.asarray(a, float), np.asarray(b, float)])
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    ranks = np.empty(len(x))
-    # average ranks of tied groups
-    i = 0
-    tie_term = 0.0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        t = j - i + 1
-        tie_term += t**3 - t
-        i = j + 1
-    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2
-    mu = n1 * n2 / 2
-    n = n1 + n2
-    var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u1 - mu) - 0.5) / math.sqrt(var)
-    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value that ``a`` and ``b`` come from the same distribution."""
-    if len(a) == 0 or len(b) == 0:
-        return math.nan
-    try:
-        from scipy.stats import mannwhitneyu
-    except ImportError:
-        return mwu_normal_approx(a, b)
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
 @dataclass(frozen=True)
 class Ratio:
-    """``current / baseline`` of medians (> 1: current is slower), interval and p-value."""
+    """``current / baseline`` (> 1: current is slower), its interval at ``confidence``, the
+    p-value of "no difference", and how many rounds each side had."""
 
     ratio: float
     lo: float
     hi: float
     p: float
+    confidence: float
+    rounds: str = ""  # "10 vs 10" (two runs) or "10 paired"
 
     @property
-    def indistinguishable(self) -> bool:
-        return not (self.lo > 1 or self.hi < 1) if math.isfinite(self.lo) else True
+    def significant(self) -> bool:
+        """The interval excludes 1 (equivalently p <= 1 - confidence)."""
+        return self.slower_for_sure or self.faster_for_sure
 
     @property
     def slower_for_sure(self) -> bool:
-        """The samples say it is slower: interval above 1 and p < ALPHA."""
-        return math.isfinite(self.lo) and self.lo > 1 and self.p < ALPHA
+        return math.isfinite(self.lo) and self.lo > 1
+
+    @property
+    def faster_for_sure(self) -> bool:
+        return math.isfinite(self.hi) and self.hi < 1
+
+    @property
+    def same(self) -> bool:
+        """Not significant, and the interval is narrow enough to call it the same (±5%)."""
+        return (
+            not self.significant
+            and math.isfinite(self.lo) and math.isfinite(self.hi)
+            and self.lo >= 1 / (1 + SAME_WITHIN) and self.hi <= 1 + SAME_WITHIN
+        )
 
 
-def compare_samples(
-    current: Sequence[float],
-    baseline: Sequence[float],
-    current_norm: Optional[Sequence[float]] = None,
-    baseline_norm: Optional[Sequence[float]] = None,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> Ratio:
-    """Ratio of medians ``current / baseline``; with normalizer samples, of
-    ``(current / current_norm) / (baseline / baseline_norm)``. The p-value then tests the
-    samples of each side divided by its own normalizer's median."""
-    if current_norm is None or baseline_norm is None:
-        r, lo, hi = bootstrap_ratio([current], [baseline], resamples, seed=seed)
-        return Ratio(r, lo, hi, mann_whitney_p(current, baseline))
-    r, lo, hi = bootstrap_ratio([current, baseline_norm], [baseline, current_norm], resamples, seed=seed)
-    cn, bn = median(current_norm), median(baseline_norm)
-    p = mann_whitney_p([x / cn for x in current], [x / bn for x in baseline])
-    return Ratio(r, lo, hi, p)
+def _from_shift(s: ranks.Shift, confidence: float, rounds: str) -> Ratio:
+    return Ratio(math.exp(s.estimate), math.exp(s.lo), math.exp(s.hi), s.p, confidence, rounds)
+
+
+class RoundsError(ValueError):
+    """Rows whose rounds cannot be used (none recorded, or a normalizer with other rounds)."""
+
+
+def round_logs(row: Row, norm: Optional[Row] = None) -> np.ndarray:
+    """``log`` of each round's median of ``row`` (divided by ``norm``'s of the same round)."""
+    vals = np.log(np.asarray(row.round_medians_ms, dtype=float))
+    if norm is None:
+        return vals
+    nv = np.log(np.asarray(norm.round_medians_ms, dtype=float))
+    if len(nv) != len(vals):
+        raise RoundsError(f"{norm.backend} has {len(nv)} rounds and {row.backend} {len(vals)} in case {row.case_id}")
+    return vals - nv
+
+
+def compare_runs(current: Sequence[float], baseline: Sequence[float], confidence: float) -> Ratio:
+    """Ratio of two runs from their round values (``round_logs``), rounds as replicates."""
+    s = ranks.two_sample_shift(current, baseline, confidence)
+    return _from_shift(s, confidence, f"{len(current)} vs {len(baseline)}")
+
+
+def compare_paired(this: Sequence[float], other: Sequence[float], confidence: float) -> Ratio:
+    """Ratio of two backends measured in the same rounds of one run, paired by round."""
+    if len(this) != len(other):
+        raise RoundsError(f"{len(this)} rounds against {len(other)}: not measured in the same rounds")
+    s = ranks.paired_shift(np.asarray(this) - np.asarray(other), confidence)
+    return _from_shift(s, confidence, f"{len(this)} paired")
+
+
+def rounds_needed(confidence: float, paired: bool = False) -> int:
+    """The fewest rounds per side with which a difference can be significant at all."""
+    alpha = 1 - confidence
+    n = 1
+    while (ranks.min_p(n) if paired else ranks.min_p(n, n)) > alpha:
+        n += 1
+    return n

@@ -1,4 +1,5 @@
-"""Sub-commands ``compare backends``, ``compare runs``, ``check``, ``baseline`` and ``plot``.
+"""Sub-commands ``compare backends``, ``compare runs``, ``baseline`` and ``plot`` (``check``
+and ``calibrate`` are in ``gate.py``).
 
 Registered onto the main typer app when ``attnbench.cli.app`` imports this module. Like cli.py:
 parse, call, render, exit code (0 fine, 1 failed rows or regressions, 2 bad input).
@@ -14,9 +15,10 @@ from rich.markup import escape
 
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
-from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device, parse_fraction
+from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device
+from attnbench.analyze.significance import REPORT_CONFIDENCE
 from attnbench.analyze.compare_tables import (
-    BACKEND_COLUMNS, FORMATS, backend_records, check_columns, check_records, check_summary, render, run_pair_columns,
+    FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.store.rows import Status
@@ -47,13 +49,13 @@ def user_errors(fn):
     return wrapper
 
 
-def _check_format(fmt: str) -> str:
+def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
     return fmt
 
 
-def _info(fmt: str):
+def info_console(fmt: str):
     """Where notes go: the terminal for tables/markdown, stderr when stdout is CSV/JSON."""
     return console if fmt in ("table", "markdown") else err
 
@@ -98,7 +100,7 @@ def compare_backends_cmd(
 
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
-    fmt = _check_format(format)
+    fmt = check_format(format)
     load_backend_files(backend_file)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
@@ -109,11 +111,12 @@ def compare_backends_cmd(
     comps = compare_backends(folder.rows, baseline)
     dev = (folder.manifest.get("environment") or {}).get("device", "")
     title = f"{folder.manifest.get('scenario', '')} on {dev}: vs {baseline or 'the fastest'}"
-    render(backend_records(comps), BACKEND_COLUMNS, fmt, console, title)
-    info = _info(fmt)
+    render(backend_records(comps), backend_columns(REPORT_CONFIDENCE), fmt, console, title)
+    info = info_console(fmt)
     info.print(
-        "time = median per call; ratio = median over the compared backend's median (> 1: slower), "
-        "95% bootstrap interval; p = Mann-Whitney U; ≈ same: the interval contains 1",
+        "time = median per call; ratio = this backend over the compared one, paired by timing round (> 1: slower), "
+        f"with its {REPORT_CONFIDENCE:.0%} interval and the signed-rank p over rounds; ≈ same: the interval lies within ±5%; "
+        "unclear: it contains 1 but is wider (more timing.rounds narrow it)",
         style="dim", highlight=False,
     )
     for r in folder.rows:
@@ -124,10 +127,10 @@ def compare_backends_cmd(
         raise typer.Exit(1)
 
 
-def _load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str):
-    cur, ref = load_rows(run), load_rows(base)
+def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_rounds: bool = False):
+    cur, ref = load_rows(run, need_rounds), load_rows(base, need_rounds)
     diffs = ensure_same_device(cur.fingerprint, ref.fingerprint, allow_cross_device)
-    info = _info(fmt)
+    info = info_console(fmt)
     for d in diffs:
         info.print(f"[yellow]note:[/] fingerprints differ: {d}", highlight=False)
     return cur, ref
@@ -147,76 +150,25 @@ def compare_runs_cmd(
 
     Rows are matched by scenario, case and backend, never by order; ratio = after/before with
     a 95% bootstrap interval; rows on one side only are listed."""
-    fmt = _check_format(format)
-    b, a = _load_pair(run_b, run_a, allow_cross_device, fmt)
+    fmt = check_format(format)
+    b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
     # no thresholds: this is a report, not a gate
-    res = run_check(b.rows, a.rows, Thresholds(max_slowdown=0.0, min_delta_ms=0.0), normalize_by)
+    th = Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=REPORT_CONFIDENCE)
+    res = run_check(b.rows, a.rows, th, normalize_by, gate=False)
     for c in res.cases:
         c.failed = False
         if c.verdict == "regressed":
             c.verdict = "slower"
-    render(check_records(res.cases), run_pair_columns(bool(normalize_by)), fmt, console,
+    render(check_records(res.cases), run_pair_columns(bool(normalize_by), REPORT_CONFIDENCE), fmt, console,
            f"{a.label} (baseline) → {b.label}")
-    info = _info(fmt)
+    info = info_console(fmt)
     info.print(
-        "ratio = median after / median before (> 1: slower), 95% bootstrap interval; p = Mann-Whitney U; "
-        "same = the interval contains 1" + (f"; times divided by {normalize_by}'s in the same case and run" if normalize_by else ""),
+        f"ratio = after / before over timing rounds (> 1: slower), {REPORT_CONFIDENCE:.0%} interval and Mann-Whitney p "
+        "over the rounds' medians; same = the interval lies within ±5%; unclear = it contains 1 but is wider"
+        + (f"; each round divided by {normalize_by}'s in the same round" if normalize_by else ""),
         style="dim", highlight=False,
     )
     info.print(check_summary(res), highlight=False)
-
-
-@app.command("check")
-@handle_errors
-@user_errors
-def check_cmd(
-    run: Path = typer.Argument(..., help="run folder (or baseline file) to check"),
-    baseline: Path = typer.Option(..., help="baseline file or run folder to check against"),
-    max_slowdown: str = typer.Option("10%", help="relative slowdown allowed: 10% or 0.1"),
-    min_delta_us: float = typer.Option(2.0, help="absolute slowdown allowed, µs"),
-    normalize_by: Optional[str] = typer.Option(
-        None, help="compare times divided by this backend's time in the same case and run (noisy machines)"
-    ),
-    allow_cross_device: bool = typer.Option(False, "--allow-cross-device", help="check against a baseline from another device"),
-    strict: bool = typer.Option(False, "--strict", help="vanished cases and ok→skipped fail too"),
-    all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
-    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
-):
-    """The regression gate: exit 1 on a real slowdown or a newly broken case.
-
-    A case fails when it is slower than the baseline beyond both --max-slowdown and
-    --min-delta-us and the samples say so (95% interval above 1 and Mann-Whitney p < 0.01),
-    or when it was ok and is now mismatch/error."""
-    fmt = _check_format(format)
-    try:
-        slowdown = parse_fraction(max_slowdown)
-    except ValueError as e:
-        raise UsageError(f"--max-slowdown {e}") from None
-    if min_delta_us < 0:
-        raise UsageError(f"--min-delta-us {min_delta_us}: must be >= 0")
-    cur, ref = _load_pair(run, baseline, allow_cross_device, fmt)
-    th = Thresholds(max_slowdown=slowdown, min_delta_ms=min_delta_us / 1e3, strict=strict)
-    res = run_check(cur.rows, ref.rows, th, normalize_by)
-    fails = res.failures
-    info = _info(fmt)
-    shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
-    if shown:
-        title = f"{len(fails)} regressed case(s)" if shown is fails else f"{cur.label} vs {ref.label}"
-        render(check_records(shown), check_columns(bool(normalize_by)), fmt, console, title)
-    gate = f"slower by > {slowdown:.0%} and > {min_delta_us:g} µs, 95% interval > 1, p < 0.01"
-    if normalize_by:
-        gate += f"; times relative to {normalize_by} in the same case and run"
-    info.print(f"gate: {gate}", style="dim", highlight=False)
-    for verdict in ("new", "vanished"):
-        keys = [f"{c.case_id} · {c.backend}" for c in res.cases if c.verdict == verdict]
-        if keys:
-            info.print(f"{verdict} ({'only in ' + ('this run' if verdict == 'new' else 'the baseline')}): "
-                       + ", ".join(keys), highlight=False, markup=False)
-    info.print(check_summary(res), highlight=False)
-    if fails:
-        info.print(f"[bold red]FAIL[/]: {len(fails)} case(s) regressed or broke against {ref.label}", highlight=False)
-        raise typer.Exit(1)
-    info.print(f"[green]PASS[/]: no regression against {ref.label}", highlight=False)
 
 
 @app.command("baseline")

@@ -339,12 +339,14 @@ class Runner:
         """One timing pass (a round); its samples add to the row's."""
         live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, capturable=live.capturable)
         live.samples += live.last.samples_ms
+        live.round_medians.append(Summary.of(live.last.samples_ms).median)
 
     def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:
         """Statistics of all samples, the check of the timed output, roofline, profile."""
         row, be, plan, batch, res = live.row, live.be, live.plan, live.batch, live.last
         s = Summary.of(live.samples)
         row.samples_ms = [round(x, 6) for x in live.samples]
+        row.round_medians_ms = [round(x, 6) for x in live.round_medians]
         row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
         row.iqr_rel, row.n = s.iqr_rel, s.n
         row.step_ms = row.plan_ms + s.median
@@ -378,4 +380,5 @@ class _Live:
     batch: Batch
     capturable: bool
     samples: list = field(default_factory=list)
+    round_medians: list = field(default_factory=list)  # one median per timing round, in order
     last: Optional[TimingResult] = None

@@ -12,8 +12,10 @@ The raw samples stay in it: a regression check needs distributions, not single n
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 from attnbench.store.fingerprint import fingerprint
 from attnbench.store.rows import Row
@@ -27,7 +29,7 @@ FORMAT_VERSION = 1
 # manifest keys a baseline keeps: what ran and where (not the scenario text's copy of itself)
 MANIFEST_KEYS = (
     "scenario", "scenario_path", "scenario_sha256", "command", "overrides", "seed",
-    "attnbench", "environment", "start_time", "end_time", "status",
+    "attnbench", "environment", "start_time", "end_time", "status", "cases", "backends_requested",
 )
 
 
@@ -41,9 +43,74 @@ class Loaded:
     fingerprint: dict
 
 
-def load_rows(path: Path) -> Loaded:
-    """A run folder (``rows.jsonl`` + ``manifest.json``) or a baseline JSON file."""
-    path = Path(path)
+def _bad_time(v: Any) -> bool:
+    return isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+
+
+def _times_problem(name: str, v: Any, required: bool) -> Optional[str]:
+    """What is wrong with a list of times in ms (None: nothing)."""
+    if not isinstance(v, list):
+        return f"{name}: {type(v).__name__}, expected a list of times in ms"
+    if not v:
+        return f"{name}: empty" if required else None
+    for k, x in enumerate(v):
+        if _bad_time(x):
+            return f"{name}[{k}] = {x!r}: not a finite time > 0 ms"
+    return None
+
+
+def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
+    """The first field of ``row`` that makes it unusable for a comparison (None: none)."""
+    for name in ("scenario", "case_id", "backend"):
+        if not isinstance(getattr(row, name), str) or not getattr(row, name):
+            return f"{name}: {getattr(row, name)!r}, expected a non-empty string"
+    if not isinstance(row.params, dict):
+        return f"params: {type(row.params).__name__}, expected an object"
+    if row.status != "ok":
+        return None
+    if _bad_time(row.median_ms):
+        return f"median_ms = {row.median_ms!r}: not a finite time > 0 ms"
+    why = _times_problem("samples_ms", row.samples_ms, required=True)
+    if why is None and (need_rounds or row.round_medians_ms):
+        why = _times_problem("round_medians_ms", row.round_medians_ms, required=True)
+        if why == "round_medians_ms: empty":
+            why += " (rows made before attnbench kept a median per timing round)"
+    return why
+
+
+def _rows_from_json(items: list, where: str, fix: str) -> list[Row]:
+    rows = []
+    for i, d in enumerate(items):
+        try:
+            if not isinstance(d, dict):
+                raise TypeError(f"{type(d).__name__}, expected an object")
+            rows.append(Row.from_json(d))
+        except (TypeError, ValueError) as e:
+            raise BaselineError(f"{where}: rows[{i}]: {e}; {fix}") from None
+    return rows
+
+
+def check_rows(loaded: "Loaded", need_rounds: bool) -> None:
+    """Raise BaselineError naming the file, row and field that cannot be compared."""
+    is_file = not Path(loaded.label).is_dir()
+    fix = (f"make the baseline again: attnbench baseline RUN --to {loaded.label}" if is_file
+           else "the run folder was edited or damaged: run the scenario again")
+    for i, r in enumerate(loaded.rows):
+        why = row_problem(r, need_rounds)
+        if why:
+            where = f"rows[{i}]" if is_file else f"rows.jsonl line {i + 1}"
+            raise BaselineError(f"{loaded.label}: {where} ({r.case_id} · {r.backend}).{why}; {fix}")
+
+
+def load_rows(path: Path, need_rounds: bool = False) -> Loaded:
+    """A run folder (``rows.jsonl`` + ``manifest.json``) or a baseline JSON file, every row
+    checked (``check_rows``); ``need_rounds``: ok rows must have their round medians."""
+    loaded = _load(Path(path))
+    check_rows(loaded, need_rounds)
+    return loaded
+
+
+def _load(path: Path) -> Loaded:
     if path.is_dir():
         rf = RunFolder.load(path)  # FileNotFoundError names the folder when it is not a run
         return Loaded(str(path), rf.rows, rf.manifest, fingerprint(rf.manifest, rf.rows))
@@ -58,9 +125,16 @@ def load_rows(path: Path) -> Loaded:
             f"{path}: not a baseline file (expected the output of `attnbench baseline RUN --to {path}`) "
             "or a run folder"
         )
-    if data["attnbench_baseline"] > FORMAT_VERSION:
-        raise BaselineError(f"{path}: baseline format {data['attnbench_baseline']} is newer than this attnbench reads")
-    rows = [Row.from_json(d) for d in data["rows"]]
+    version = data["attnbench_baseline"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise BaselineError(f"{path}: attnbench_baseline: {version!r}, expected the format number {FORMAT_VERSION}")
+    if version > FORMAT_VERSION:
+        raise BaselineError(f"{path}: baseline format {version} is newer than this attnbench reads")
+    for key in ("manifest", "fingerprint"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise BaselineError(f"{path}: {key}: {type(data[key]).__name__}, expected an object; "
+                                f"make the baseline again: attnbench baseline RUN --to {path}")
+    rows = _rows_from_json(data["rows"], str(path), f"make the baseline again: attnbench baseline RUN --to {path}")
     manifest = data.get("manifest") or {}
     fp = data.get("fingerprint") or fingerprint(manifest, rows)
     return Loaded(str(path), rows, manifest, fp)

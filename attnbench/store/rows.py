@@ -86,6 +86,9 @@ class Row:
     trace: str = ""
     params: dict = field(default_factory=dict)
     samples_ms: list = field(default_factory=list)
+    # the median of each timing round (timing.rounds), in order: the unit that `check` and
+    # `compare` replicate over, since calls within one round share the machine's state
+    round_medians_ms: list = field(default_factory=list)
 
     def __setattr__(self, name, value):
         # status is always a Status, however it is set (a plain string is converted)
@@ -127,7 +130,7 @@ def checked(row: Row) -> Row:
     return row
 
 
-CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms")]
+CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms", "round_medians_ms")]
 
 
 def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:

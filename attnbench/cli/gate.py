@@ -1,0 +1,237 @@
+"""The regression gate: ``check`` (a run against a baseline) and ``calibrate`` (how often
+that check cries wolf, and what it catches, on this machine). Parse, call, render, exit."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attnbench.analyze.calibration import calibrate, summary_records, wander_records
+from attnbench.analyze.compare import CheckResult, Thresholds, check as run_check, parse_fraction
+from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
+from attnbench.analyze.coverage import run_problems
+from attnbench.analyze.significance import GATE_CONFIDENCE
+from attnbench.cli.app import UsageError, app, console, err, handle_errors
+from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, user_errors
+from attnbench.store.baselines import load_rows
+from attnbench.workload.scenario import load
+from attnbench.workload.units import safe_name
+
+
+@dataclass
+class GateOptions:
+    """The check's settings as given on the command line, validated."""
+
+    thresholds: Thresholds
+    normalize_by: Optional[str]
+    allow_scenario_change: bool = False
+
+    def describe(self) -> str:
+        th = self.thresholds
+        text = (f"slower by > {th.max_slowdown:.0%} and > {th.min_delta_ms * 1e3:g} µs, "
+                f"with the {th.confidence * 100:.4g}% interval over timing rounds above 1")
+        if self.normalize_by:
+            text += f"; each round relative to {self.normalize_by} in the same round"
+        return text
+
+
+def gate_options(max_slowdown: str, min_delta_us: float, confidence: str, normalize_by: Optional[str],
+                 strict: bool = False, allow_scenario_change: bool = False) -> GateOptions:
+    try:
+        slowdown = parse_fraction(max_slowdown)
+    except ValueError as e:
+        raise UsageError(f"--max-slowdown {e}") from None
+    try:
+        conf = parse_fraction(confidence)
+    except ValueError as e:
+        raise UsageError(f"--confidence {e}") from None
+    if not 0.5 <= conf < 1:
+        raise UsageError(f"--confidence {confidence}: must be at least 50% and below 100% (e.g. 99% or 0.99)")
+    if min_delta_us < 0:
+        raise UsageError(f"--min-delta-us {min_delta_us}: must be >= 0")
+    th = Thresholds(max_slowdown=slowdown, min_delta_ms=min_delta_us / 1e3, strict=strict, confidence=conf)
+    return GateOptions(th, normalize_by, allow_scenario_change)
+
+
+MAX_SLOWDOWN = typer.Option("10%", help="relative slowdown allowed: 10% or 0.1")
+MIN_DELTA_US = typer.Option(2.0, help="absolute slowdown allowed, µs")
+CONFIDENCE = typer.Option(f"{GATE_CONFIDENCE:.0%}", help="a slowdown counts when this interval over rounds lies above 1")
+NORMALIZE_BY = typer.Option(
+    None, help="divide each round's time by this backend's in the same round (shared or different machines)"
+)
+
+
+def _report(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: tuple[str, str]) -> None:
+    fails = res.failures
+    info = info_console(fmt)
+    shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
+    th = opts.thresholds
+    if shown:
+        title = f"{len(fails)} failing case(s)" if shown is fails else f"{labels[0]} vs {labels[1]}"
+        render(check_records(shown), check_columns(bool(opts.normalize_by), th.confidence), fmt, console, title)
+    info.print(f"gate: {opts.describe()}", style="dim", highlight=False)
+    for verdict, where in (("new", "only in this run"), ("vanished", "only in the baseline, not measured now")):
+        keys = [f"{c.case_id} · {c.backend}" for c in res.cases if c.verdict == verdict]
+        if keys:
+            info.print(f"{verdict} ({where}): " + ", ".join(keys), highlight=False, markup=False)
+    blind = [c for c in res.cases if c.verdict == "unclear" and c.ratio.hi > 1 + th.max_slowdown]
+    if blind:
+        worst = max(c.ratio.hi for c in blind)
+        info.print(f"[yellow]note:[/] {len(blind)} case(s) unclear, with intervals reaching {worst:.2f}×: a slowdown "
+                   "beyond --max-slowdown could hide there; more timing.rounds narrow them", highlight=False)
+    info.print(check_summary(res), highlight=False)
+    for p in res.problems:
+        info.print(f"[bold red]FAIL[/]: {p}", highlight=False, markup=True)
+    if fails:
+        info.print(f"[bold red]FAIL[/]: {len(fails)} case(s) regressed, broke or were not measured against {labels[1]}",
+                   highlight=False)
+    if not res.failed:
+        compared = sum(c.ratio is not None for c in res.cases)
+        info.print(f"[green]PASS[/]: no regression against {labels[1]} ({compared} cases compared)", highlight=False)
+
+
+@app.command("check")
+@handle_errors
+@user_errors
+def check_cmd(
+    run: Path = typer.Argument(..., help="run folder (or baseline file) to check"),
+    baseline: Path = typer.Option(..., help="baseline file or run folder to check against"),
+    max_slowdown: str = MAX_SLOWDOWN,
+    min_delta_us: float = MIN_DELTA_US,
+    confidence: str = CONFIDENCE,
+    normalize_by: Optional[str] = NORMALIZE_BY,
+    allow_cross_device: bool = typer.Option(False, "--allow-cross-device", help="check against a baseline from another device"),
+    allow_scenario_change: bool = typer.Option(
+        False, "--allow-scenario-change", help="check even though the scenario text or --set overrides differ"
+    ),
+    strict: bool = typer.Option(False, "--strict", help="new cases (not in the baseline) fail too"),
+    all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+):
+    """The regression gate: exit 1 on a real slowdown, a broken case, or a check of nothing.
+
+    A case fails when it is slower than the baseline beyond --max-slowdown and --min-delta-us
+    and the interval over timing rounds (--confidence) lies above 1; when it was ok and is now
+    mismatch, error or skipped; or when it is missing from the run. The check fails as a whole
+    when no case matches, the scenario differs, or either side is incomplete."""
+    fmt = check_format(format)
+    opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by, strict, allow_scenario_change)
+    cur, ref = load_pair(run, baseline, allow_cross_device, fmt, need_rounds=True)
+    res = run_check(cur.rows, ref.rows, opts.thresholds, normalize_by)
+    res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
+    _report(res, opts, fmt, all_, (cur.label, ref.label))
+    if res.failed:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------- calibrate
+def _spawn_run(scenario: Path, folder: Path, sets: List[str], backends: List[str], device: Optional[str]) -> float:
+    """One ``attnbench run`` in a fresh process (runs of a gate are separate processes too)."""
+    cmd = [sys.executable, "-m", "attnbench", "run", str(scenario), "--out", str(folder), "-q"]
+    for s in sets:
+        cmd += ["--set", s]
+    for b in backends:
+        cmd += ["-b", b]
+    if device:
+        cmd += ["--device", device]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode not in (0, 1):  # 1: some row error/mismatch; the check reports it
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise UsageError(f"calibration run {folder} failed (exit {proc.returncode}): " + " | ".join(tail))
+    return time.perf_counter() - t0
+
+
+def _collect_runs(scenario: Path, out: Path, count: int, sets: List[str], backends: List[str],
+                  device: Optional[str]) -> list:
+    """``count`` complete runs under ``out`` (run-001, ...): those already there are reused
+    when they ran the same scenario text with the same overrides; the rest are made."""
+    sf = load(scenario, sets)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for k in range(1, count + 1):
+        folder = out / f"run-{k:03d}"
+        if not (folder / "rows.jsonl").is_file():
+            secs = _spawn_run(scenario, folder, sets, backends, device)
+            err.print(f"run {k}/{count}: {secs:.1f} s", highlight=False)
+        loaded = load_rows(folder, need_rounds=True)
+        m = loaded.manifest
+        if m.get("scenario_sha256") != sf.sha256 or list(m.get("overrides") or []) != list(sets):
+            raise UsageError(f"{folder}: a run of another scenario text or other --set overrides; "
+                             f"calibrate into another --out, or delete {out}")
+        if m.get("status") != "complete":
+            raise UsageError(f"{folder}: incomplete run (interrupted?); delete it and calibrate again")
+        runs.append(loaded.rows)
+    return runs
+
+
+SUMMARY_COLUMNS = [
+    Column("slowdown", "injected slowdown"),
+    Column("checks", "checks", justify="right"),
+    Column("checks_failed", "checks failed", justify="right"),
+    Column("check_rate", "rate", lambda x: f"{x:.1%}", "right"),
+    Column("cases", "cases", justify="right"),
+    Column("cases_failed", "cases failed", justify="right"),
+    Column("case_rate", "rate", lambda x: f"{x:.1%}", "right"),
+]
+WANDER_COLUMNS = [
+    Column("case", "case · backend"),
+    Column("checks", "A/A checks", justify="right"),
+    Column("median", "median ratio", fmt_ratio, "right"),
+    Column("p1", "1st pct", fmt_ratio, "right"),
+    Column("p99", "99th pct", fmt_ratio, "right"),
+    Column("max", "max", fmt_ratio, "right"),
+]
+
+
+@app.command("calibrate")
+@handle_errors
+@user_errors
+def calibrate_cmd(
+    scenario: Path = typer.Argument(..., help="scenario YAML file (the one the gate runs)"),
+    runs: int = typer.Option(20, "--runs", help="runs of the scenario (each checked against each other)"),
+    out: Optional[Path] = typer.Option(None, help="folder for the runs (default results/calibrate-<scenario>); runs there are reused"),
+    slowdown: Optional[List[float]] = typer.Option(None, "--slowdown", help="injected slowdown (repeat; default 1.05 1.1 1.2 1.3 1.5 2)"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set timing.rounds=20"),
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backends to run (default: the scenario's)"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
+    max_slowdown: str = MAX_SLOWDOWN,
+    min_delta_us: float = MIN_DELTA_US,
+    confidence: str = CONFIDENCE,
+    normalize_by: Optional[str] = NORMALIZE_BY,
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+):
+    """How often `check` with these settings fails unchanged code, and what slowdowns it catches.
+
+    Runs the scenario --runs times (separate processes), then checks every run against every
+    other one (A/A: a failure is a false alarm) and again with the checked run's times
+    multiplied by each --slowdown (A/B: a failure is a catch). Re-run with other gate
+    settings to tune them: the runs in --out are reused."""
+    fmt = check_format(format)
+    opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
+    if runs < 2:
+        raise UsageError(f"--runs {runs}: need at least 2 runs to check one against another")
+    factors = slowdown or [1.05, 1.1, 1.2, 1.3, 1.5, 2.0]
+    bad = [s for s in factors if not (math.isfinite(s) and s > 1)]
+    if bad:
+        raise UsageError(f"--slowdown {bad[0]}: must be a factor > 1 (1.3 = 30% slower)")
+    folder = out or Path("results") / f"calibrate-{safe_name(scenario.stem)}"
+    rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device)
+    cal = calibrate(rows, opts.thresholds, normalize_by, factors)
+    info = info_console(fmt)
+    info.print(f"gate: {opts.describe()}", style="dim", highlight=False)
+    render(summary_records(cal), SUMMARY_COLUMNS, fmt, console,
+           f"{scenario}: {cal.runs} runs in {folder}, each checked against each other")
+    render(wander_records(cal), WANDER_COLUMNS, fmt, console, "A/A ratios of unchanged code, per case")
+    if cal.aa.checks_failed:
+        info.print(f"false alarms involve runs {', '.join(str(k + 1) for k in sorted(cal.aa_runs_failing))} "
+                   f"of {cal.runs}", highlight=False)
+    info.print("checks = ordered pairs of runs (baseline, checked run); a check fails when any case fails. "
+               "Slowdowns are injected by multiplying the checked run's times (all but the normalizer's) by the factor.",
+               style="dim", highlight=False)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
 from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device
-from attnbench.analyze.significance import REPORT_CONFIDENCE
+from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
     FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
@@ -122,6 +122,10 @@ def compare_backends_cmd(
     for r in folder.rows:
         if r.status is not Status.OK:
             info.print(f"{r.case_id} · {r.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
+    few = min((len(r.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
+    if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
+        info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
+                   f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
     info.print(f"run folder: {folder.path}", highlight=False)
     if any(r.status.failed for r in folder.rows):
         raise typer.Exit(1)

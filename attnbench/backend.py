@@ -1,8 +1,26 @@
 """The backend contract, capability reasons, and the registry of backends.
 
-A backend is a plugin: ``unsupported(batch)`` lists reasons it cannot run a batch (an empty
-list means it can), ``plan(batch)`` builds whatever metadata its library needs (timed apart,
-as plan_ms), and ``run(plan)`` launches the kernels and returns ``[N, Hq, D]``.
+A backend is a plugin (``from attnbench.backend import Backend, register``):
+
+- declared capabilities (class attributes: ``dtypes``, ``head_dims``, ``page_size_multiple``,
+  ``cuda_only``, ``max_group``, ``kinds``, ...) from which the base class writes the standard
+  skip reasons, one wording each; ``unsupported(batch)`` adds what is special to the backend.
+  The runner asks ``reasons(batch)``: both, an empty list meaning the backend can run it;
+- ``convert(batch)`` (optional): what attnbench does only because the library cannot read
+  this batch natively (K/V gathered out of the pages, dense masks no engine would build),
+  timed apart as convert_ms. By default it returns the batch unchanged;
+- ``plan(converted)``: the per-step work an engine does to turn its metadata into the
+  library's launch inputs (the library's own plan call included), timed as plan_ms. It
+  receives what ``convert`` returned (the batch itself by default) and returns a plan object;
+  a ``mode`` attribute on that object (the route the plan chose) goes into the row;
+- ``run(plan)`` launches the kernels and returns ``[N, Hq, D]``.
+
+Why ``convert`` is a separate call whose result ``plan`` receives (and not a part the plan
+reports about itself): the runner times each call on its own with the one host timer, so no
+backend times itself; a backend that needs no conversion, or a plugin written before
+``convert`` existed, implements plan/run only and gets ``convert_ms = 0``; and ``plan`` cannot
+redo a conversion by accident, because it is handed the converted inputs.
+
 Backends are found by name in the built-in table below (imported lazily, so importing
 attnbench never imports a GPU library), in the ``attnbench.backends`` entry-point group, or
 in a file named with ``--backend-file`` (which runs that file's code).
@@ -20,9 +38,17 @@ import torch
 
 from attnbench.workload.batch import Batch
 
+KINDS = ("prefill", "decode", "tree")  # the request kinds of docs/semantics.md
+
+
+def _dtype_name(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
 
 class Backend(ABC):
-    """Base class of every backend. Subclasses set ``name`` and implement plan/run."""
+    """Base class of every backend. Subclasses set ``name`` and implement plan/run; they
+    declare what they can compute in the class attributes below (the defaults accept
+    everything, so a plugin that declares nothing is never skipped by them)."""
 
     name: ClassVar[str]
     #: import name of the wrapped library (``None`` for torch-only backends)
@@ -35,8 +61,30 @@ class Backend(ABC):
     #: modules imported to tell "installed" from "importable" (a binary built for another
     #: torch fails only at import); empty: finding the library is enough
     import_modules: ClassVar[tuple[str, ...]] = ()
-    #: a short note each row of this backend carries (e.g. "triton-only mode")
-    mode: str = ""
+
+    # -- declared capabilities: the standard reasons are built from these ------------------
+    #: how reasons name the kernel ("flash-attn 2"); empty: ``name``
+    label: ClassVar[str] = ""
+    #: input dtypes the kernels take; empty: any
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = ()
+    #: head dims the kernels take; empty: any within head_dim_multiple / max_head_dim
+    head_dims: ClassVar[tuple[int, ...]] = ()
+    head_dim_multiple: ClassVar[int] = 1
+    max_head_dim: ClassVar[Optional[int]] = None
+    #: the page size must be a multiple of this, and at most ``max_page_size``
+    page_size_multiple: ClassVar[int] = 1
+    max_page_size: ClassVar[Optional[int]] = None
+    #: the kernels run on CUDA tensors only
+    cuda_only: ClassVar[bool] = False
+    #: GQA: query heads per KV head at most this (None: any); every backend needs
+    #: num_q_heads to be a multiple of num_kv_heads
+    max_group: ClassVar[Optional[int]] = None
+    #: request kinds the backend computes
+    kinds: ClassVar[tuple[str, ...]] = KINDS
+    #: distinct tree shapes one batch may hold (None: any)
+    max_tree_shapes: ClassVar[Optional[int]] = None
+    #: every tree request needs a prefix (context >= 1)
+    trees_need_context: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls) -> Optional[str]:
@@ -62,31 +110,88 @@ class Backend(ABC):
             mod = importlib.import_module(cls.library) if cls.library else None
             return f"{dist} {getattr(mod, '__version__', 'unknown')}"
 
+    def reasons(self, batch: Batch) -> list[str]:
+        """Every reason this backend cannot compute ``batch`` exactly ([] means it can): the
+        declared capabilities' (:meth:`capability_reasons`), then :meth:`unsupported`'s."""
+        return self.capability_reasons(batch) + list(self.unsupported(batch))
+
+    def capability_reasons(self, batch: Batch) -> list[str]:
+        """The standard reasons, from the declared capabilities (one wording each)."""
+        cls = type(self)
+        label = cls.label or cls.name
+        out = []
+        if cls.cuda_only and batch.device.type != "cuda":
+            out.append(f"{label} runs on CUDA devices only")
+        if cls.dtypes and batch.dtype not in cls.dtypes:
+            names = "/".join(_dtype_name(d) for d in cls.dtypes)
+            out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
+        out += _head_dim_reasons(cls, label, batch.head_dim)
+        ps = batch.page_size
+        if ps % cls.page_size_multiple:
+            out.append(f"{label} needs page_size divisible by {cls.page_size_multiple}, got {ps}")
+        if cls.max_page_size is not None and ps > cls.max_page_size:
+            out.append(f"{label} takes page_size at most {cls.max_page_size}, got {ps}")
+        hq, hkv = batch.num_q_heads, batch.num_kv_heads
+        if hq % hkv:
+            out.append(f"num_q_heads {hq} is not a multiple of num_kv_heads {hkv}")
+        elif cls.max_group is not None and hq // hkv > cls.max_group:
+            out.append(f"{label} takes at most {cls.max_group} query heads per KV head, got {hq // hkv}")
+        out += _request_reasons(cls, label, batch)
+        return out
+
     def unsupported(self, batch: Batch) -> list[str]:
-        """Reasons this backend cannot compute ``batch`` exactly; [] means it can."""
+        """Reasons special to this backend, beyond its declared capabilities ([] by default)."""
         return []
 
+    def convert(self, batch: Batch) -> Any:
+        """What attnbench does only because the library cannot read ``batch`` natively
+        (timed apart, as convert_ms); its result is what :meth:`plan` receives. Default: none,
+        the batch itself."""
+        return batch
+
     @abstractmethod
-    def plan(self, batch: Batch) -> Any:
-        """Build metadata / convert layouts. Timed apart from ``run`` (plan_ms)."""
+    def plan(self, batch: Any) -> Any:
+        """The engine's per-step metadata work (timed apart from ``run``, as plan_ms). Receives
+        what :meth:`convert` returned (the batch, unless ``convert`` is overridden)."""
 
     @abstractmethod
     def run(self, plan: Any) -> torch.Tensor:
         """Launch the kernels; return the output ``[N, Hq, D]`` in the batch's dtype."""
 
+    def prepare(self, batch: Batch) -> Any:
+        """``plan(convert(batch))``: the whole host-side step, for callers that do not time it."""
+        return self.plan(self.convert(batch))
 
-def basic_reasons(batch: Batch, library: str, cuda_only: bool = True, dtypes: tuple = ()) -> list[str]:
-    """The reasons most library backends share: a CUDA-only kernel, 16-bit-only inputs, and
-    query heads that are not a whole number of groups per KV head."""
-    reasons = []
-    if cuda_only and batch.device.type != "cuda":
-        reasons.append(f"{library} runs on CUDA devices only")
-    if dtypes and batch.dtype not in dtypes:
-        names = "/".join(str(d).replace("torch.", "") for d in dtypes)
-        reasons.append(f"{library} takes {names}, not {str(batch.dtype).replace('torch.', '')}")
-    if batch.num_q_heads % batch.num_kv_heads:
-        reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
-    return reasons
+    @classmethod
+    def converts(cls) -> bool:
+        """True when the backend overrides :meth:`convert` (its rows report convert_ms)."""
+        return cls.convert is not Backend.convert
+
+
+def _head_dim_reasons(cls: type[Backend], label: str, d: int) -> list[str]:
+    if cls.head_dims:
+        if d not in cls.head_dims:
+            return [f"{label} supports head_dim {', '.join(map(str, cls.head_dims))}, got {d}"]
+        return []
+    if d % cls.head_dim_multiple or (cls.max_head_dim is not None and d > cls.max_head_dim):
+        most = f" and at most {cls.max_head_dim}" if cls.max_head_dim is not None else ""
+        return [f"{label} needs head_dim a multiple of {cls.head_dim_multiple}{most}, got {d}"]
+    return []
+
+
+def _request_reasons(cls: type[Backend], label: str, batch: Batch) -> list[str]:
+    out = []
+    kinds = sorted({r.kind for r in batch.requests} - set(cls.kinds))
+    if kinds:
+        out.append(f"{label} does not compute {'/'.join(kinds)} requests")
+    trees = [r for r in batch.requests if r.tree_parents is not None]
+    shapes = len({r.tree_parents for r in trees})
+    if cls.max_tree_shapes is not None and shapes > cls.max_tree_shapes:
+        allowed = "one tree" if cls.max_tree_shapes == 1 else f"at most {cls.max_tree_shapes} tree shapes"
+        out.append(f"{label} takes {allowed} for the whole batch; this batch has {shapes} tree shapes")
+    if cls.trees_need_context and any(r.context == 0 for r in trees):
+        out.append(f"{label} needs a prefix (context >= 1) for every tree request")
+    return out
 
 
 # name -> "module:Class", imported only when asked for.

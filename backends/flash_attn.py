@@ -1,13 +1,13 @@
 """flash-attn 2 on the paged cache, through the entry points vLLM's FlashAttentionBackend uses.
 
-Routes (the one that ran is ``self.mode``, copied into each result row):
+Routes (the plan's ``mode``, copied into each result row):
 - ``paged-kvcache``: decode-only batches (every request has one query token) through
   ``flash_attn_with_kvcache(q [B,1,H,D], k_cache, v_cache, cache_seqlens, block_table, causal)``.
 - ``paged-varlen``: prefill / chunked prefill / mixed batches through
   ``flash_attn_varlen_func(..., causal=True, block_table=...)`` (causal is bottom-right aligned).
 - ``chain-as-causal``: trees that are all chains are exactly a causal prefill: same call.
 - ``prefix+dense-tree+merge``: other trees. flash-attn has no arbitrary masks, so a tree
-  request is split (SEMANTICS.md): its nodes attend to the prefix (slots ``0..C-1``) through
+  request is split (docs/semantics.md, "Prefix/suffix merge"): its nodes attend to the prefix (slots ``0..C-1``) through
   ``flash_attn_varlen_func`` (paged, non-causal, with its natural-log LSE), to the tree's own
   K/V (slots ``C..L-1``, gathered) by a small dense masked attention in torch, and the two are
   merged by LSE. Non-tree requests of the same batch take the paged-varlen route.
@@ -15,15 +15,11 @@ Routes (the one that ran is ``self.mode``, copied into each result row):
 Plan builds every index, length and mask tensor; run only launches kernels (the tree route's
 K/V gather of ``T`` rows per tree request is part of run, as it reads the cache).
 
-Constraints: CUDA, float16/bfloat16, ``page_size % 256 == 0`` (flash-attn 2's paged kernels:
-"Paged KV cache block size must be divisible by 256"), ``num_q_heads % num_kv_heads == 0``,
-head_dim a multiple of 8 up to 256. ``ATTNBENCH_FA2_HDIM128_ONLY=1`` declares a minimal build
-with head dim 128 only (the GPU machine's, ``shared/device/build_flash_attn.sh``): other head
-dims are then skipped with that reason instead of computing garbage.
-
-Validated on an H100 with that build (flash-attn 2.8.3.post2, torch 2.11+cu130), bf16, 32/8
-heads, d=128, page 256: every route, relative errors 1.6e-3 to 2.8e-3 vs the float64
-reference (``scripts/gpu_libs.sh``).
+Capabilities (declared on the class): CUDA, float16/bfloat16, ``page_size % 256 == 0``
+(flash-attn 2's paged kernels: "Paged KV cache block size must be divisible by 256"), head_dim
+a multiple of 8 up to 256. ``ATTNBENCH_FA2_HDIM128_ONLY=1`` declares a minimal build with
+head dim 128 only: other head dims are then skipped with that reason instead of computing
+garbage. Where it was validated: docs/backends.md.
 """
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend, basic_reasons
+from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 from attnbench.workload.trees import is_chain
 
@@ -65,7 +61,7 @@ class _Varlen:
 
 @dataclass
 class FlashAttnPlan:
-    route: str
+    mode: str  # the route
     q: torch.Tensor
     k_cache: torch.Tensor
     v_cache: torch.Tensor
@@ -92,18 +88,17 @@ class FlashAttnBackend(Backend):
     distribution = "flash-attn"
     install_hint = "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)"
     import_modules = ("flash_attn.flash_attn_interface",)  # loads the CUDA extension
+    label = "flash-attn 2"
+    cuda_only = True
+    dtypes = (torch.float16, torch.bfloat16)
+    page_size_multiple = 256
+    head_dim_multiple = 8
+    max_head_dim = 256
 
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = basic_reasons(batch, "flash-attn 2", dtypes=(torch.float16, torch.bfloat16))
-        if batch.page_size % 256:
-            reasons.append(f"flash-attn 2 needs page_size divisible by 256 (got {batch.page_size})")
-        d = batch.head_dim
-        if env_flag(HDIM128_ENV):
-            if d != 128:
-                reasons.append(f"this flash-attn build has head_dim 128 only ({HDIM128_ENV}=1), got {d}")
-        elif d % 8 or d > 256:
-            reasons.append(f"flash-attn 2 needs head_dim a multiple of 8 and at most 256, got {d}")
-        return reasons
+        if env_flag(HDIM128_ENV) and batch.head_dim != 128:
+            return [f"this flash-attn build has head_dim 128 only ({HDIM128_ENV}=1), got {batch.head_dim}"]
+        return []
 
     # -- plan -----------------------------------------------------------------------------
     def _varlen(self, batch: Batch, reqs: list[int], whole: bool) -> _Varlen:
@@ -127,21 +122,19 @@ class FlashAttnBackend(Backend):
         trees = tree_requests(batch)
         all_chains = all(is_chain(reqs[i].tree_parents) for i in trees)
         if not trees and all(r.query == 1 for r in reqs):
-            self.mode = "paged-kvcache"
             return FlashAttnPlan(
-                route=self.mode,
+                mode="paged-kvcache",
                 cache_seqlens=batch.kv_lens.to(torch.int32),
                 block_table=batch.block_table,
                 **common,
             )
         if not trees or all_chains:
-            self.mode = "chain-as-causal" if trees else "paged-varlen"
-            return FlashAttnPlan(route=self.mode, varlen=self._varlen(batch, list(range(len(reqs))), True), **common)
-        self.mode = "prefix+dense-tree+merge"
+            mode = "chain-as-causal" if trees else "paged-varlen"
+            return FlashAttnPlan(mode=mode, varlen=self._varlen(batch, list(range(len(reqs))), True), **common)
         ts = build_tree_split(batch, trees)
         others = [i for i in range(len(reqs)) if i not in set(trees)]
         rest = self._varlen(batch, others, False) if others else None
-        return FlashAttnPlan(route=self.mode, tree=ts, varlen=rest, **common)
+        return FlashAttnPlan(mode="prefix+dense-tree+merge", tree=ts, varlen=rest, **common)
 
     # -- run ------------------------------------------------------------------------------
     def _run_varlen(self, p: FlashAttnPlan, v: _Varlen, q: torch.Tensor, return_lse: bool = False):
@@ -162,7 +155,7 @@ class FlashAttnBackend(Backend):
         return res
 
     def run(self, p: FlashAttnPlan) -> torch.Tensor:
-        if p.route == "paged-kvcache":
+        if p.mode == "paged-kvcache":
             kvcache_fn = p.fns[1]
             b, hq, d = p.q.shape
             o = kvcache_fn(
@@ -175,7 +168,7 @@ class FlashAttnBackend(Backend):
                 causal=True,
             )
             return o.view(b, hq, d)
-        if p.route in ("paged-varlen", "chain-as-causal"):
+        if p.mode in ("paged-varlen", "chain-as-causal"):
             return self._run_varlen(p, p.varlen, p.q)
         ts = p.tree
         q_tree = p.q if ts.all_tokens else p.q[ts.tok]

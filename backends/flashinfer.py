@@ -1,12 +1,12 @@
 """FlashInfer on the paged cache: the decode wrapper for decode-only batches, the prefill
 wrapper (causal, or with a custom mask) for everything else.
 
-Routes (``self.mode``, copied into each result row):
+Routes (the plan's ``mode``, copied into each result row):
 - ``decode``: every request has one query token and no tree:
   ``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when the GQA group is > 4, as vLLM does).
 - ``prefill-causal``: prefill / chunked prefill / mixed batches without trees:
   ``BatchPrefillWithPagedKVCacheWrapper.plan(..., causal=True)`` (FlashInfer's causal mask is
-  bottom-right aligned, as SEMANTICS.md asks).
+  bottom-right aligned, as docs/semantics.md asks).
 - ``prefill-custom-mask``: batches with trees: the same wrapper with ``custom_mask``, every
   request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
   requests of the batch).
@@ -22,13 +22,8 @@ no custom masks and takes far longer to JIT-compile); ``ATTNBENCH_FLASHINFER_BAC
 (or ``fa3``) overrides that for mask-free batches.
 
 Kernels are JIT-compiled by FlashInfer on first use (needs nvcc), unless a matching
-``flashinfer-jit-cache`` / ``flashinfer-cubin`` is installed.
-
-Validated on an H100 (torch 2.11+cu130, nvcc 13.0) with flashinfer-python 0.5.3 (JIT, the
-7 MB wheel; 0.7.x is 62 MB) and apache-tvm-ffi 0.1.15: decode, prefill, chunked prefill, mixed,
-trees (full and random, mixed tree shapes, context 0), shuffled pages, page 16, bf16, 32/8
-heads, d=128: relative errors 1.7e-3 to 2.9e-3 vs the float64 reference
-(``scripts/gpu_libs.sh``). Not yet captured in CUDA graphs (``capturable = False``).
+``flashinfer-jit-cache`` / ``flashinfer-cubin`` is installed. Not captured in CUDA graphs
+(``capturable = False``). Where it was validated: docs/backends.md.
 """
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ from typing import Any
 
 import torch
 
-from attnbench.backend import Backend, basic_reasons
+from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
 from ._common_libs import custom_mask_flat, flashinfer_page_layout, tree_requests
@@ -72,12 +67,10 @@ class FlashInferBackend(Backend):
     install_hint = "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)"
     capturable = False  # wrappers built without use_cuda_graph=True
     import_modules = ("flashinfer",)
-
-    def unsupported(self, batch: Batch) -> list[str]:
-        reasons = basic_reasons(batch, "FlashInfer", dtypes=(torch.float16, torch.bfloat16))
-        if batch.head_dim not in HEAD_DIMS:
-            reasons.append(f"FlashInfer attention supports head_dim {HEAD_DIMS}, got {batch.head_dim}")
-        return reasons
+    label = "FlashInfer"
+    cuda_only = True
+    dtypes = (torch.float16, torch.bfloat16)
+    head_dims = HEAD_DIMS
 
     def plan(self, batch: Batch) -> FlashInferPlan:
         import flashinfer
@@ -89,7 +82,6 @@ class FlashInferBackend(Backend):
         kv = (batch.k_cache, batch.v_cache)
         trees = tree_requests(batch)
         if not trees and all(r.query == 1 for r in batch.requests):
-            self.mode = "decode"
             w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_tensor_cores=hq // hkv > 4)
             w.plan(
                 indptr.to(dev),
@@ -103,17 +95,17 @@ class FlashInferBackend(Backend):
                 kv_data_type=batch.dtype,
                 sm_scale=batch.scale,
             )
-            return FlashInferPlan(self.mode, w, batch.q, kv)
+            return FlashInferPlan("decode", w, batch.q, kv)
         qo_indptr = torch.zeros(batch.num_requests + 1, dtype=torch.int32)
         qo_indptr[1:] = torch.cumsum(torch.tensor([r.query for r in batch.requests], dtype=torch.int32), 0)
         kind = os.environ.get(BACKEND_ENV, "fa2") if not trees else "fa2"
         w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=kind)
         extra: dict = {}
         if trees:
-            self.mode = "prefill-custom-mask"
+            mode = "prefill-custom-mask"
             extra["custom_mask"] = custom_mask_flat(batch).to(dev)
         else:
-            self.mode = "prefill-causal"
+            mode = "prefill-causal"
             extra["causal"] = True
         w.plan(
             qo_indptr.to(dev),
@@ -129,7 +121,7 @@ class FlashInferBackend(Backend):
             kv_data_type=batch.dtype,
             **extra,
         )
-        return FlashInferPlan(self.mode, w, batch.q, kv)
+        return FlashInferPlan(mode, w, batch.q, kv)
 
     def run(self, p: FlashInferPlan) -> torch.Tensor:
         return p.wrapper.run(p.q, p.kv)

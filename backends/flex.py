@@ -7,7 +7,7 @@ request, so the kernel's grid has B x heads x query blocks programs). The mask i
 per-token ancestor table built in ``plan``; padding rows see key 0 only and are dropped.
 ``plan`` builds the block mask. On the GPU, ``flex_attention`` is compiled; batches with more
 than one query per request force the flex (not the decoding) kernel, because the decoding
-kernel failed for GQA tree masks on an H100 (NOTES.md). On the CPU it runs unfused.
+kernel failed for GQA tree masks on an H100 (docs/backends.md). On the CPU it runs unfused.
 """
 from __future__ import annotations
 
@@ -67,12 +67,9 @@ class FlexBackend(Backend):
         return None
 
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = []
-        if batch.num_q_heads % batch.num_kv_heads:
-            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
         if batch.device.type == "cuda" and batch.dtype == torch.float32 and batch.head_dim > 128:
-            reasons.append("flex kernel: float32 with head_dim > 128 exceeds shared memory")
-        return reasons
+            return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
+        return []
 
     def plan(self, batch: Batch) -> FlexPlan:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -45,11 +45,6 @@ def _uniform(batch: Batch) -> Optional[str]:
 class SdpaBackend(Backend):
     name = "sdpa"
 
-    def unsupported(self, batch: Batch) -> list[str]:
-        if batch.num_q_heads % batch.num_kv_heads:
-            return [f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}"]
-        return []
-
     def plan(self, batch: Batch) -> SdpaPlan:
         k, v = gather_padded_kv(batch)
         b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim

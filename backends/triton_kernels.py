@@ -33,8 +33,15 @@ except AttributeError:  # pragma: no cover
 
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+from .triton_plan import UNIT_COLUMNS
+
+# the unit table's column offsets, named by the plan that writes them (one source of truth)
+C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK = (
+    tl.constexpr(UNIT_COLUMNS.index(name)) for name in (
+        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0",
+        "nsplit", "block",
+    )
+)
 
 
 @triton.jit
@@ -96,17 +103,17 @@ def paged_attention_kernel(
     unit = tl.program_id(0)
     kvh = tl.program_id(1)
     meta = UNITS + unit * UNIT_COLS
-    req = tl.load(meta + 0)
-    q_start = tl.load(meta + 1)
-    q_count = tl.load(meta + 2)
-    ctx = tl.load(meta + 3)
-    kv_lo = tl.load(meta + 4)
-    kv_hi = tl.load(meta + 5)
-    full_end = tl.load(meta + 6)
-    split = tl.load(meta + 7)
-    prow = tl.load(meta + 8)
-    is_tree = tl.load(meta + 9)
-    q0 = tl.load(meta + 10)  # index of the block's first token within its request
+    req = tl.load(meta + C_REQ)
+    q_start = tl.load(meta + C_QSTART)
+    q_count = tl.load(meta + C_QCOUNT)
+    ctx = tl.load(meta + C_CTX)
+    kv_lo = tl.load(meta + C_KVLO)
+    kv_hi = tl.load(meta + C_KVHI)
+    full_end = tl.load(meta + C_FULL)
+    split = tl.load(meta + C_SPLIT)
+    prow = tl.load(meta + C_PROW)
+    is_tree = tl.load(meta + C_TREE)
+    q0 = tl.load(meta + C_Q0)  # index of the block's first token within its request
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -185,8 +192,8 @@ def paged_attention_kernel(
             # The last split of this (row block, KV head) to finish merges all of them: the
             # barrier + acq_rel atomic publish this program's partials and, in the last one,
             # make every other split's partials visible. It resets the counter for the next run.
-            nsplit = tl.load(meta + 11)
-            sem = SEM + tl.load(meta + 12) * stride_sem + kvh
+            nsplit = tl.load(meta + C_NSPLIT)
+            sem = SEM + tl.load(meta + C_BLOCK) * stride_sem + kvh
             tl.debug_barrier()
             arrived = tl.atomic_add(sem, 1, sem="acq_rel")
             if arrived == nsplit - 1:

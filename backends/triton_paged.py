@@ -1,6 +1,6 @@
 """attnbench's own Triton backend: paged + tree attention read straight from the paged cache.
 
-One launch computes every request kind of SEMANTICS.md (prefill, chunked prefill, decode,
+One launch computes every request kind of docs/semantics.md (prefill, chunked prefill, decode,
 tree) for the whole batch, reading K/V through the block table (no gather), any page size
 from 1 to 256. GQA: the G query heads of a KV head share one program, so K/V are read once
 per KV head. Trees use per-token ancestor bitmasks (64 nodes per int64 word). Long contexts
@@ -26,9 +26,6 @@ from attnbench.workload.batch import Batch
 
 from . import triton_plan as tp
 
-HEAD_DIMS = (32, 64, 128, 256)
-MAX_PAGE_SIZE = 256
-MAX_GROUP = 128
 _KERNELS = "attnbench.backends.triton_kernels"
 
 
@@ -69,6 +66,9 @@ class TritonBackend(Backend):
     library = "triton"
     distribution = "triton"
     install_hint = "pip install attnbench[triton]"
+    head_dims = (32, 64, 128, 256)
+    max_page_size = 256
+    max_group = 128
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
@@ -81,15 +81,8 @@ class TritonBackend(Backend):
         self.config = config
 
     def unsupported(self, batch: Batch) -> list[str]:
+        """Device and interpreter rules (CUDA, or the CPU under ``TRITON_INTERPRET=1``)."""
         reasons = []
-        if batch.head_dim not in HEAD_DIMS:
-            reasons.append(f"head_dim {batch.head_dim} not supported (supported: {', '.join(map(str, HEAD_DIMS))})")
-        if batch.num_q_heads % batch.num_kv_heads:
-            reasons.append(f"num_q_heads {batch.num_q_heads} is not a multiple of num_kv_heads {batch.num_kv_heads}")
-        elif batch.num_q_heads // batch.num_kv_heads > MAX_GROUP:
-            reasons.append(f"GQA group {batch.num_q_heads // batch.num_kv_heads} > {MAX_GROUP}")
-        if batch.page_size > MAX_PAGE_SIZE:
-            reasons.append(f"page_size {batch.page_size} > {MAX_PAGE_SIZE}")
         if batch.device.type == "cpu":
             if not _interpret_wanted():
                 reasons.append("triton runs on CPU tensors only in its interpreter: set TRITON_INTERPRET=1")

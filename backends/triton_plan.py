@@ -55,10 +55,24 @@ MIN_CHUNK_TILES = 4
 MAX_SPLITS = 64
 PARTIAL_KEYS_PER_ROW = 8
 CPU_SMS = 4
-# columns of the int32 unit table (the kernel reads them by these offsets)
+# columns of the int32 unit table, in order; the kernel reads them by these names
+# (triton_kernels.py turns each into a constexpr offset), the table is padded to UNIT_COLS
+UNIT_COLUMNS = (
+    "req",  # request index (its block-table row)
+    "q_start",  # packed index of the row block's first query token
+    "q_count",  # query tokens in the row block
+    "ctx",  # the request's context length
+    "kv_lo",  # first key slot of this unit's split
+    "kv_hi",  # one past its last key slot
+    "full_end",  # key slots below this are visible to every row (no mask)
+    "split",  # index of this split
+    "prow",  # first partial row of a split row block (-1: not split)
+    "tree",  # 1 for a tree request
+    "q0",  # index of the block's first token within its request
+    "nsplit",  # splits of this row block
+    "block",  # row-block index (the fused merge's arrival counter)
+)
 UNIT_COLS = 16
-(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT,
- C_GROUP) = range(13)
 
 
 def next_pow2(x: int) -> int:
@@ -125,7 +139,6 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     ``splits``: None for the heuristic, or a fixed number of splits for every row block
     (tests use it to force both paths)."""
     bn, bq = cfg.block_n, cfg.block_q
-    hkv = batch.num_kv_heads
     blocks = []  # (req, q_start_global, q_count, ctx, kv_end, full_end, is_tree, q0)
     for i, (s, r) in enumerate(zip(batch.query_start, batch.requests)):
         tree = r.tree_parents is not None
@@ -135,22 +148,7 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
             full_end = r.context if tree else r.context + q0 + 1
             blocks.append((i, s + q0, qc, r.context, kv_end, full_end, int(tree), q0))
     tiles = [math.ceil(b[4] / bn) for b in blocks]
-    if splits is not None:
-        nsplit = [max(1, min(splits, t)) for t in tiles]
-    else:
-        g = batch.num_q_heads // hkv
-        # small row blocks (decode) are memory-bound and fit several CTAs per SM: 2 waves;
-        # large ones (trees, prefill) are compute-bound, one CTA per SM: 1 wave (fewer partials)
-        target = (WAVES if cfg.block_m <= 32 else WAVES_LARGE_M) * sms
-        if len(blocks) * hkv >= target:
-            nsplit = [1] * len(blocks)
-        else:
-            chunk = max(MIN_CHUNK_TILES, math.ceil(sum(tiles) * hkv / target))
-            nsplit = []
-            for b, t in zip(blocks, tiles):
-                # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
-                floor_tiles = math.ceil(PARTIAL_KEYS_PER_ROW * g * b[2] / bn)
-                nsplit.append(max(1, min(MAX_SPLITS, math.ceil(t / max(chunk, floor_tiles)))))
+    nsplit = _split_counts(batch, cfg, sms, splits, blocks, tiles)
     # no empty splits: n splits of ceil(tiles / n) tiles each may need fewer than n
     nsplit = [math.ceil(t / math.ceil(t / n)) if t else 1 for t, n in zip(tiles, nsplit)]
     units, merge = [], []
@@ -180,3 +178,24 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     u = torch.tensor(units, dtype=torch.int32).reshape(-1, UNIT_COLS)
     m = torch.tensor(merge, dtype=torch.int32).reshape(-1, 2)
     return u, m, max(nsplit), len(blocks)
+
+
+def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], blocks: list, tiles: list[int]) -> list[int]:
+    """Splits per row block: forced (``splits``), or the heuristic of the module docstring."""
+    if splits is not None:
+        return [max(1, min(splits, t)) for t in tiles]
+    hkv = batch.num_kv_heads
+    g = batch.num_q_heads // hkv
+    bn = cfg.block_n
+    # small row blocks (decode) are memory-bound and fit several CTAs per SM: 2 waves;
+    # large ones (trees, prefill) are compute-bound, one CTA per SM: 1 wave (fewer partials)
+    target = (WAVES if cfg.block_m <= 32 else WAVES_LARGE_M) * sms
+    if len(blocks) * hkv >= target:
+        return [1] * len(blocks)
+    chunk = max(MIN_CHUNK_TILES, math.ceil(sum(tiles) * hkv / target))
+    nsplit = []
+    for b, t in zip(blocks, tiles):
+        # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
+        floor_tiles = math.ceil(PARTIAL_KEYS_PER_ROW * g * b[2] / bn)
+        nsplit.append(max(1, min(MAX_SPLITS, math.ceil(t / max(chunk, floor_tiles)))))
+    return nsplit

@@ -1,7 +1,7 @@
 """xformers: paged attention through ``memory_efficient_attention`` with its paged
 block-diagonal biases, and trees through ``xformers.ops.tree_attention``.
 
-Routes (``self.mode``, copied into each result row):
+Routes (the plan's ``mode``, copied into each result row):
 - ``paged``: non-tree requests. One ``memory_efficient_attention_forward`` call over the whole
   cache viewed as one long sequence ``[1, P*page, Hkv, G, D]`` (BMGHK; GQA by a stride-0
   expand), with ``BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(...).make_paged(
@@ -14,8 +14,8 @@ Routes (``self.mode``, copied into each result row):
   ``C..L-1``) is passed dense: gathered by an index built in plan.
 - ``paged+tree_attention``: both in one batch (two calls, outputs scattered back).
 
-Constraints: CUDA, ``page_size % 64 == 0`` (the split-K kernel's key block, required by the
-paged biases), ``num_q_heads % num_kv_heads == 0``.
+Capabilities (declared on the class): CUDA, ``page_size % 64 == 0`` (the split-K kernel's key
+block, required by the paged biases), one tree shape per batch, tree requests with a prefix.
 
 Triton-only mode (opt-in): ``ATTNBENCH_XFORMERS_TRITON_ONLY=1``.
 xformers' C++/CUDA extension is built for one torch version. When it does not load (e.g. the
@@ -27,12 +27,7 @@ Triton split-K kernel (``triton_splitk.FwOp``) run, and uses that kernel explici
 call. Every row then says ``triton-only`` in its mode. That kernel takes causal query blocks
 of at most 16 tokens, all of equal length: longer or uneven prefill batches are skipped in
 that mode with the reason (they need the CUDA extension's flash kernels).
-
-Validated on an H100 in Triton-only mode only (xformers 0.0.35 under torch 2.11+cu130), bf16,
-32/8 heads, d=128, page 64: decode, decode + 1-token prefill, trees (full, random, chain) and
-tree + decode batches, relative errors 1.8e-3 to 2.3e-3 vs the float64 reference
-(``scripts/gpu_libs.sh``). The full-extension path (prefill through xformers' flash kernels)
-has not run anywhere yet. Tree requests with context 0 are refused without having been tried.
+Where it was validated (and what has not run yet): docs/backends.md.
 """
 from __future__ import annotations
 
@@ -41,7 +36,7 @@ from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend, basic_reasons
+from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
 from ._common_libs import env_flag, token_ids, tree_requests
@@ -115,23 +110,17 @@ class XformersBackend(Backend):
             )
         return None
 
+    label = "xformers"
+    cuda_only = True
+    page_size_multiple = PAGE_MULTIPLE
+    max_tree_shapes = 1  # tree_attention's spec bias is one [T, T] tensor
+    trees_need_context = True
+
     def unsupported(self, batch: Batch) -> list[str]:
-        reasons = basic_reasons(batch, "xformers' paged attention")
-        if batch.page_size % PAGE_MULTIPLE:
-            reasons.append(
-                f"xformers paged attention needs page_size divisible by {PAGE_MULTIPLE} "
-                f"(the split-K kernel's key block), got {batch.page_size}"
-            )
+        reasons = []
         trees = tree_requests(batch)
-        shapes = {batch.requests[i].tree_parents for i in trees}
-        if len(shapes) > 1:
-            reasons.append(
-                f"xformers tree_attention takes one tree for the whole batch; this batch has {len(shapes)} tree shapes"
-            )
         if trees and abs(batch.scale - batch.head_dim ** -0.5) > 1e-12 * batch.scale:
             reasons.append("xformers tree_attention has no scale argument (it uses head_dim ** -0.5)")
-        if any(batch.requests[i].context == 0 for i in trees):
-            reasons.append("xformers tree_attention needs a prefix (context >= 1) for every tree request")
         others = [r for r in batch.requests if r.tree_parents is None]
         if others and self._triton_only_reason_check():
             qs = {r.query for r in others}
@@ -152,7 +141,6 @@ class XformersBackend(Backend):
 
     def plan(self, batch: Batch) -> XformersPlan:
         import xformers.ops as xops
-        from xformers.ops.fmha import attn_bias as ab
 
         tonly = triton_only()
         op = None
@@ -161,60 +149,20 @@ class XformersBackend(Backend):
             from xformers.ops.fmha import triton_splitk
 
             op = triton_splitk.FwOp
-        dev = batch.device
         hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
         g = hq // hkv
         npages = batch.k_cache.shape[0]
         k = batch.k_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         v = batch.v_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         p = XformersPlan(mode="", q=batch.q, k=k, v=v, scale=batch.scale, op=op, xops=xops)
-        if tree_requests(batch):
-            from xformers.ops.tree_attention import tree_attention
-
-            p.tree_fn = tree_attention
-
         trees = tree_requests(batch)
         others = [i for i in range(batch.num_requests) if i not in set(trees)]
-        table = batch.block_table
         if others:
-            rs = [batch.requests[i] for i in others]
-            rows = table if not trees else table[torch.tensor(others, device=dev)].contiguous()
-            bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
-                q_seqlen=[r.query for r in rs],
-                kv_padding=rows.shape[1] * ps,
-                kv_seqlen=[r.kv_len for r in rs],
-                device=dev,
-            )
-            p.paged_bias = bias.make_paged(
-                block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
-            )
-            if trees:
-                p.paged_tok = torch.tensor(token_ids(batch, others), dtype=torch.long, device=dev)
+            _plan_paged(p, batch, others, split=bool(trees))
         if trees:
-            rs = [batch.requests[i] for i in trees]
-            parents = rs[0].tree_parents
-            t = len(parents)
-            from attnbench.workload.trees import ancestor_mask
-
-            spec = torch.full((t, t), float("-inf"), dtype=batch.dtype)
-            spec.masked_fill_(ancestor_mask(parents), 0.0)
-            p.spec_bias = spec.to(dev)
-            rows = table if not others else table[torch.tensor(trees, device=dev)].contiguous()
-            p.prefix_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
-                q_seqlen=[t] * len(trees), kv_seqlen=[r.context for r in rs], block_tables=rows, page_size=ps, device=dev
-            )
-            tcpu = table.cpu().long()
-            slots = []
-            for i, r in zip(trees, rs):
-                j = torch.arange(r.context, r.kv_len)
-                slots.append(tcpu[i, j // ps] * ps + j % ps)
-            p.tree_slot = torch.cat(slots).to(dev)
-            p.tree_b, p.tree_t = len(trees), t
-            if others:
-                p.tree_tok = torch.tensor(token_ids(batch, trees), dtype=torch.long, device=dev)
+            _plan_trees(p, batch, trees, split=bool(others))
         route = "paged+tree_attention" if (trees and others) else ("tree_attention" if trees else "paged")
-        self.mode = f"triton-only {route}" if tonly else route
-        p.mode = self.mode
+        p.mode = f"triton-only {route}" if tonly else route
         return p
 
     def run(self, p: XformersPlan) -> torch.Tensor:
@@ -251,3 +199,55 @@ class XformersBackend(Backend):
             return o
         out[p.tree_tok] = o
         return out
+
+
+def _plan_paged(p: XformersPlan, batch: Batch, others: list[int], split: bool) -> None:
+    """The causal paged bias of the non-tree requests ``others`` (``split``: the batch has trees too)."""
+    from xformers.ops.fmha import attn_bias as ab
+
+    dev, ps = batch.device, batch.page_size
+    table = batch.block_table
+    rs = [batch.requests[i] for i in others]
+    rows = table[torch.tensor(others, device=dev)].contiguous() if split else table
+    bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
+        q_seqlen=[r.query for r in rs],
+        kv_padding=rows.shape[1] * ps,
+        kv_seqlen=[r.kv_len for r in rs],
+        device=dev,
+    )
+    p.paged_bias = bias.make_paged(
+        block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
+    )
+    if split:
+        p.paged_tok = torch.tensor(token_ids(batch, others), dtype=torch.long, device=dev)
+
+
+def _plan_trees(p: XformersPlan, batch: Batch, trees: list[int], split: bool) -> None:
+    """tree_attention's inputs for the tree requests ``trees`` (``split``: the batch has others too)."""
+    from xformers.ops.fmha import attn_bias as ab
+    from xformers.ops.tree_attention import tree_attention
+
+    from attnbench.workload.trees import ancestor_mask
+
+    dev, ps = batch.device, batch.page_size
+    table = batch.block_table
+    p.tree_fn = tree_attention
+    rs = [batch.requests[i] for i in trees]
+    parents = rs[0].tree_parents
+    t = len(parents)
+    spec = torch.full((t, t), float("-inf"), dtype=batch.dtype)
+    spec.masked_fill_(ancestor_mask(parents), 0.0)
+    p.spec_bias = spec.to(dev)
+    rows = table[torch.tensor(trees, device=dev)].contiguous() if split else table
+    p.prefix_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
+        q_seqlen=[t] * len(trees), kv_seqlen=[r.context for r in rs], block_tables=rows, page_size=ps, device=dev
+    )
+    tcpu = table.cpu().long()
+    slots = []
+    for i, r in zip(trees, rs):
+        j = torch.arange(r.context, r.kv_len)
+        slots.append(tcpu[i, j // ps] * ps + j % ps)
+    p.tree_slot = torch.cat(slots).to(dev)
+    p.tree_b, p.tree_t = len(trees), t
+    if split:
+        p.tree_tok = torch.tensor(token_ids(batch, trees), dtype=torch.long, device=dev)

@@ -117,7 +117,7 @@ def main() -> int:
             b = materialize(sp, 1234, "cuda")
             be = cls()
             row = {"backend": name, "version": cls.version(), "case": case, "page": page, "layout": layout}
-            reasons = be.unsupported(b)
+            reasons = be.reasons(b)
             if reasons:
                 row.update(status="skipped", reason="; ".join(reasons))
                 print(f"  {case:32s} skipped: {row['reason']}", flush=True)
@@ -125,7 +125,7 @@ def main() -> int:
                 continue
             try:
                 t0 = time.perf_counter()
-                p = be.plan(b)
+                p = be.prepare(b)
                 torch.cuda.synchronize()
                 plan_ms = (time.perf_counter() - t0) * 1e3
                 t0 = time.perf_counter()
@@ -135,13 +135,13 @@ def main() -> int:
                 ref, _ = reference_attention(b)
                 rel, mx = compare(out, ref)
                 run_ms = time_ms(lambda: be.run(p))
-                plan_ms2 = time_ms(lambda: be.plan(b), iters=5, warmup=1)
+                plan_ms2 = time_ms(lambda: be.prepare(b), iters=5, warmup=1)
                 gus = graph_us(lambda: be.run(p)) if cls.capturable else None
                 ok = rel < TOL
                 bad += not ok
-                row.update(status="ok" if ok else "mismatch", mode=be.mode, rel=rel, max_abs=mx,
+                row.update(status="ok" if ok else "mismatch", mode=p.mode, rel=rel, max_abs=mx,
                            run_us=run_ms * 1e3, graph_us=gus, plan_ms=plan_ms2, first_call_ms=first_ms, first_plan_ms=plan_ms)
-                print(f"  {case:32s} {row['status']:8s} mode={be.mode:26s} rel={rel:.2e} max={mx:.2e} "
+                print(f"  {case:32s} {row['status']:8s} mode={p.mode:26s} rel={rel:.2e} max={mx:.2e} "
                       f"run={run_ms * 1e3:8.1f}us graph={'%.1fus' % gus if gus else 'n/a':>9s} plan={plan_ms2:6.2f}ms first={first_ms:.0f}ms", flush=True)
             except Exception as e:
                 bad += 1

@@ -32,7 +32,7 @@ CPU_BACKENDS = ["sdpa", "flex", "reference"]
 
 def check(name, batch):
     be = get_backend_class(name)()
-    assert be.unsupported(batch) == []
+    assert be.reasons(batch) == []
     out = be.run(be.plan(batch))
     ref, _ = reference_attention(batch)
     assert out.shape == batch.q.shape and out.dtype == batch.dtype

@@ -59,7 +59,7 @@ def check(reqs, *, hq=4, hkv=2, d=32, dtype="float32", page=3, layout="shuffled"
     spec = BatchSpec(tuple(reqs), hq, hkv, d, dtype=dtype, page_size=page, layout=layout)
     batch = materialize(spec, seed)
     be = TritonBackend(**backend_kw)
-    assert be.unsupported(batch) == []
+    assert be.reasons(batch) == []
     plan = be.plan(batch)
     plan.out.fill_(float("nan"))  # poison: every element must be written
     out = be.run(plan)
@@ -162,14 +162,14 @@ def test_refusals(monkeypatch):
     need_interpreter()
     be = TritonBackend()
     bf = materialize(BatchSpec((Request("decode", 1, 4),), 2, 1, 32, dtype="bfloat16"), 0)
-    assert any("bfloat16" in r for r in be.unsupported(bf))
+    assert any("bfloat16" in r for r in be.reasons(bf))
     odd = materialize(BatchSpec((Request("decode", 1, 4),), 2, 1, 48, dtype="float32"), 0)
-    assert any("head_dim" in r for r in be.unsupported(odd))
+    assert any("head_dim" in r for r in be.reasons(odd))
     gqa = materialize(BatchSpec((Request("decode", 1, 4),), 3, 2, 32, dtype="float32"), 0)
-    assert any("multiple" in r for r in be.unsupported(gqa))
+    assert any("multiple" in r for r in be.reasons(gqa))
     monkeypatch.delenv("TRITON_INTERPRET")
     ok = materialize(BatchSpec((Request("decode", 1, 4),), 2, 1, 32, dtype="float32"), 0)
-    assert any("TRITON_INTERPRET=1" in r for r in be.unsupported(ok))
+    assert any("TRITON_INTERPRET=1" in r for r in be.reasons(ok))
 
 
 def test_cpu_in_fresh_process():
@@ -203,7 +203,7 @@ GPU_SCRIPT = textwrap.dedent(
             for reqs in cases:
                 b = materialize(BatchSpec(tuple(reqs), 32, 8, 128, dtype=dtype, page_size=page), 1, "cuda")
                 be = TritonBackend()
-                assert be.unsupported(b) == [], be.unsupported(b)
+                assert be.reasons(b) == [], be.reasons(b)
                 out = be.run(be.plan(b))
                 rel, _ = compare(out, reference_attention(b)[0])
                 worst = max(worst, rel)

@@ -310,12 +310,12 @@ class Runner:
             row.status, row.reason = Status.SKIPPED, why
             return
         be = cls()
-        reasons = be.unsupported(batch)
+        reasons = be.reasons(batch)
         if reasons:
             row.status, row.reason = Status.SKIPPED, "; ".join(reasons)
             return
         plan = be.plan(batch)
-        row.mode = getattr(be, "mode", "") or ""
+        row.mode = getattr(plan, "mode", "") or ""
         poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
         if batch.device.type == "cuda":

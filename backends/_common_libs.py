@@ -1,74 +1,31 @@
 """Helpers shared by the library backends (flash-attn, xformers, FlashInfer). Torch only.
 
 - ``env_flag``: the opt-in switches (``ATTNBENCH_*`` environment variables).
-- ``flashinfer_page_layout``: our block table -> FlashInfer's indptr / indices / last_page_len.
-- The tree split of SEMANTICS.md ("Splitting a tree into prefix + suffix"), for libraries
-  without arbitrary masks: ``build_tree_split`` (plan step: index tensors and the tree mask),
-  ``dense_tree_part`` (run step: the tree nodes attend to the tree's own K/V in torch, with a
-  natural-log LSE) and ``merge_tree_split`` (LSE merge with the library's prefix part).
-  The prefix part (every tree node sees slots ``0..C-1``) is the library's job.
+- The tree split of docs/semantics.md ("Prefix/suffix merge"), for libraries without
+  arbitrary masks: ``build_tree_split`` (plan step: index tensors and the tree mask, by
+  array and tensor ops from the batch's tree inputs), ``dense_tree_part`` (run step: the
+  tree nodes attend to the tree's own K/V in torch, with a natural-log LSE) and
+  ``merge_tree_split`` (LSE merge with the library's prefix part). The prefix part (every
+  tree node sees slots ``0..C-1``) is the library's job.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
+import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
 from attnbench.workload.reference import merge_attention_states
-from attnbench.workload.trees import ancestor_mask
+
+from ._metadata import cu_seqlens, slots_of, token_ids, tree_masks
 
 
 def env_flag(name: str) -> bool:
     """True when the environment variable ``name`` is set to 1/true/yes/on."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def tree_requests(batch: Batch) -> list[int]:
-    return [i for i, r in enumerate(batch.requests) if r.tree_parents is not None]
-
-
-def token_ids(batch: Batch, reqs: Sequence[int]) -> list[int]:
-    """Packed query-token ids of the requests ``reqs`` (in that order)."""
-    starts = batch.query_start
-    out: list[int] = []
-    for i in reqs:
-        out.extend(range(starts[i], starts[i + 1]))
-    return out
-
-
-def cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
-    """``[len + 1]`` int32 cumulative sums on ``device``."""
-    t = torch.zeros(len(lengths) + 1, dtype=torch.int32)
-    if lengths:
-        t[1:] = torch.cumsum(torch.tensor(list(lengths), dtype=torch.int32), 0)
-    return t.to(device)
-
-
-def flashinfer_page_layout(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(indptr [B+1], indices [sum pages], last_page_len [B])`` int32 on the CPU.
-
-    Request i uses pages ``block_table[i, :ceil(kv_len / page)]``; its last page holds
-    ``kv_len - (pages - 1) * page`` tokens (1..page)."""
-    ps = batch.page_size
-    table = batch.block_table.cpu()
-    counts, rows, last = [], [], []
-    for i, r in enumerate(batch.requests):
-        n = -(-r.kv_len // ps)
-        counts.append(n)
-        rows.append(table[i, :n])
-        last.append(r.kv_len - (n - 1) * ps)
-    indptr = torch.zeros(len(counts) + 1, dtype=torch.int32)
-    indptr[1:] = torch.cumsum(torch.tensor(counts, dtype=torch.int32), 0)
-    indices = torch.cat(rows).to(torch.int32) if rows else torch.zeros(0, dtype=torch.int32)
-    return indptr, indices, torch.tensor(last, dtype=torch.int32)
-
-
-def custom_mask_flat(batch: Batch) -> torch.Tensor:
-    """Every request's ``[Q, L]`` mask, flattened row-major and concatenated (FlashInfer's custom_mask)."""
-    return torch.cat([batch.mask(i).reshape(-1) for i in range(batch.num_requests)])
 
 
 @dataclass
@@ -98,52 +55,41 @@ class TreeSplit:
     tmax: int
 
 
-def build_tree_split(batch: Batch, reqs: Optional[Sequence[int]] = None) -> TreeSplit:
-    """All index tensors and masks of the split, built on the host and moved once."""
-    reqs = list(tree_requests(batch) if reqs is None else reqs)
+def build_tree_split(batch: Batch) -> TreeSplit:
+    """All index tensors and masks of the split of the batch's tree requests, on its device.
+    The tree masks come from ``tree_masks`` (cached per topology for static trees)."""
+    t = batch.trees
     dev = batch.device
-    ps = batch.page_size
-    starts = batch.query_start
-    table = batch.block_table.cpu().long()
-    sizes = [batch.requests[i].query for i in reqs]
-    tmax = max(sizes)
+    reqs, sizes, tmax = t.reqs, t.sizes, t.tmax
+    h = batch.host
+    ctx = h.context_lens[reqs]
     bt = len(reqs)
-    q_index = torch.zeros(bt, tmax, dtype=torch.long)
-    kv_slot = torch.zeros(bt, tmax, dtype=torch.long)
-    mask = torch.eye(tmax, dtype=torch.bool).repeat(bt, 1, 1)
-    real = []
-    for b, i in enumerate(reqs):
-        r = batch.requests[i]
-        t = r.query
-        q_index[b, :t] = torch.arange(starts[i], starts[i] + t)
-        slots = torch.arange(r.context, r.kv_len)
-        kv_slot[b, :t] = table[i, slots // ps] * ps + slots % ps
-        mask[b, :t, :t] = ancestor_mask(r.tree_parents)
-        real.extend(range(b * tmax, b * tmax + t))
-    tok = token_ids(batch, reqs)
-    contexts = [batch.requests[i].context for i in reqs]
+    j = np.arange(tmax)
+    valid = j[None, :] < sizes[:, None]  # [Bt, Tmax]
+    q_index = np.where(valid, h.query_start_loc[reqs][:, None] + j[None, :], 0)
+    mask = tree_masks(batch)
     g = batch.num_q_heads // batch.num_kv_heads
-    bias = torch.zeros(bt, tmax, tmax).masked_fill(~mask, float("-inf"))
+    bias = torch.zeros(bt, tmax, tmax, device=dev).masked_fill(~mask, float("-inf"))
     bias = bias[:, None, None].expand(bt, batch.num_kv_heads, g, tmax, tmax).reshape(-1, g * tmax, tmax)
     no_prefix = None
-    if any(c == 0 for c in contexts):
-        no_prefix = torch.cat([torch.full((s,), c == 0) for s, c in zip(sizes, contexts)]).to(dev)
+    if (ctx == 0).any():
+        no_prefix = torch.from_numpy(np.repeat(ctx == 0, sizes)).to(dev)
     return TreeSplit(
-        reqs=reqs,
-        tok=torch.tensor(tok, dtype=torch.long, device=dev),
-        all_tokens=tok == list(range(batch.num_tokens)),
-        contexts=contexts,
+        reqs=reqs.tolist(),
+        tok=torch.from_numpy(token_ids(batch, reqs)).to(dev),
+        all_tokens=bt == batch.num_requests,
+        contexts=ctx.tolist(),
         cu_q=cu_seqlens(sizes, dev),
-        cu_k_prefix=cu_seqlens(contexts, dev),
+        cu_k_prefix=cu_seqlens(ctx, dev),
         max_q=tmax,
-        max_k_prefix=max(contexts),
-        block_table=batch.block_table[torch.tensor(reqs, device=dev)].contiguous(),
+        max_k_prefix=int(ctx.max()),
+        block_table=batch.block_table[t.reqs_t].contiguous(),
         no_prefix=no_prefix,
-        q_index=q_index.reshape(-1).to(dev),
-        kv_slot=kv_slot.reshape(-1).to(dev),
-        mask=mask.to(dev),
-        bias=bias.contiguous().to(dev),
-        real=torch.tensor(real, dtype=torch.long, device=dev),
+        q_index=torch.from_numpy(q_index.reshape(-1)).to(dev),
+        kv_slot=slots_of(batch, reqs, ctx, sizes, tmax).reshape(-1),
+        mask=mask,
+        bias=bias,
+        real=torch.from_numpy(np.flatnonzero(valid)).to(dev),
         tmax=tmax,
     )
 

@@ -1,19 +1,41 @@
-"""Layout conversions shared by the backends that cannot read a paged cache (SDPA, Flex).
+"""What SDPA and Flex need because they cannot read a paged, packed batch: their ``convert``.
 
-Their plan step gathers each request's K/V out of the pages into a dense layout; that copy
-is part of what the plan time measures, and their kernel time then reads contiguous K/V.
+Both take padded dense tensors, one batch row per request: the queries padded to
+``[B, Hq, Qmax, D]`` and each request's K/V gathered out of the pages into ``[B, Hkv, Lmax, D]``;
+SDPA also takes a dense ``[B, 1, Qmax, Lmax]`` mask for batches that are not uniform. None of
+it is work an engine does each step (it would read the pages in place), so it is timed as
+convert_ms, apart from plan_ms. Everything is built by tensor ops, no loop over requests.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
+
+from ._metadata import dense_masks
+
+
+@dataclass
+class Dense:
+    """A batch converted to padded dense tensors (what ``convert`` returns)."""
+
+    batch: Batch
+    q: torch.Tensor  # [B, Hq, Qmax, D]
+    k: torch.Tensor  # [B, Hkv, Lmax, D]
+    v: torch.Tensor
+    index: Optional[torch.Tensor]  # real tokens in [B * Qmax], packed order; None: nothing padded
+    mask: Optional[torch.Tensor] = None  # [B, 1, Qmax, Lmax] bool (SDPA's, when not uniform)
+    causal: bool = False  # SDPA: a uniform causal batch (no mask needed)
 
 
 def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``k, v`` as ``[B, Hkv, Lmax, D]``; rows past each kv_len are left as gathered garbage."""
     b = batch.num_requests
-    lmax = batch.max_kv_len
+    lmax = int(batch.host.kv_lens.max())
     ps = batch.page_size
     npages = -(-lmax // ps)
     pages = batch.block_table[:, :npages].long()  # [B, npages]
@@ -24,25 +46,26 @@ def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 def padded_mask(batch: Batch) -> torch.Tensor:
     """``[B, 1, Qmax, Lmax]`` bool on the batch's device. Padding rows see key 0 (never all-False)."""
-    b, qmax, lmax = batch.num_requests, batch.max_query_len, batch.max_kv_len
-    m = torch.zeros(b, 1, qmax, lmax, dtype=torch.bool)
-    for i, r in enumerate(batch.requests):
-        m[i, 0, : r.query, : r.kv_len] = batch.mask(i)
-        m[i, 0, r.query :, 0] = True
-    return m.to(batch.device)
+    m = dense_masks(batch)
+    q = torch.arange(m.shape[1], device=m.device)[None, :, None]
+    k = torch.arange(m.shape[2], device=m.device)[None, None, :]
+    pad = q >= batch.query_lens.long()[:, None, None]
+    return (m | (pad & (k == 0)))[:, None]
 
 
 def token_index(batch: Batch) -> torch.Tensor:
     """Flat index into ``[B * Qmax]`` of every real query token, in packed order."""
-    qmax = batch.max_query_len
-    idx = [i * qmax + torch.arange(r.query) for i, r in enumerate(batch.requests)]
-    return torch.cat(idx).to(batch.device)
+    h = batch.host
+    qmax = int(h.query_lens.max())
+    first = np.arange(batch.num_requests) * qmax - h.query_start_loc[:-1]
+    idx = np.repeat(first, h.query_lens) + np.arange(int(h.query_start_loc[-1]))
+    return torch.from_numpy(idx).to(batch.device)
 
 
 def padded_queries(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The packed queries as ``[B, Hq, Qmax, D]`` (zeros in the padding) and their
     :func:`token_index`, which :func:`unpad_output` takes back."""
-    b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim
+    b, qmax, hq, d = batch.num_requests, int(batch.host.query_lens.max()), batch.num_q_heads, batch.head_dim
     index = token_index(batch)
     q = batch.q.new_zeros(b * qmax, hq, d)
     q[index] = batch.q

@@ -12,8 +12,9 @@ Routes (the plan's ``mode``, copied into each result row):
   K/V (slots ``C..L-1``, gathered) by a small dense masked attention in torch, and the two are
   merged by LSE. Non-tree requests of the same batch take the paged-varlen route.
 
-Plan builds every index, length and mask tensor; run only launches kernels (the tree route's
-K/V gather of ``T`` rows per tree request is part of run, as it reads the cache).
+Plan builds every index, length and mask tensor by array and tensor ops (no loop over
+requests; static trees' masks come from a per-topology cache); run only launches kernels (the
+tree route's K/V gather of ``T`` rows per tree request is part of run, as it reads the cache).
 
 Capabilities (declared on the class): CUDA, float16/bfloat16, ``page_size % 256 == 0``
 (flash-attn 2's paged kernels: "Paged KV cache block size must be divisible by 256"), head_dim
@@ -26,22 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
-from attnbench.workload.trees import is_chain
 
-from ._common_libs import (
-    TreeSplit,
-    build_tree_split,
-    cu_seqlens,
-    dense_tree_part,
-    env_flag,
-    merge_tree_split,
-    token_ids,
-    tree_requests,
-)
+from ._common_libs import TreeSplit, build_tree_split, dense_tree_part, env_flag, merge_tree_split
+from ._metadata import cu_seqlens, token_ids
 
 HDIM128_ENV = "ATTNBENCH_FA2_HDIM128_ONLY"
 
@@ -101,39 +94,37 @@ class FlashAttnBackend(Backend):
         return []
 
     # -- plan -----------------------------------------------------------------------------
-    def _varlen(self, batch: Batch, reqs: list[int], whole: bool) -> _Varlen:
+    def _varlen(self, batch: Batch, reqs: np.ndarray, whole: bool) -> _Varlen:
         dev = batch.device
-        rs = [batch.requests[i] for i in reqs]
-        table = batch.block_table if whole else batch.block_table[torch.tensor(reqs, device=dev)].contiguous()
-        tok = None if whole else torch.tensor(token_ids(batch, reqs), dtype=torch.long, device=dev)
+        h = batch.host
+        q, kv = h.query_lens[reqs], h.kv_lens[reqs]
         return _Varlen(
-            tok=tok,
-            cu_q=cu_seqlens([r.query for r in rs], dev),
-            cu_k=cu_seqlens([r.kv_len for r in rs], dev),
-            max_q=max(r.query for r in rs),
-            max_k=max(r.kv_len for r in rs),
-            block_table=table,
+            tok=None if whole else torch.from_numpy(token_ids(batch, reqs)).to(dev),
+            cu_q=cu_seqlens(q, dev),
+            cu_k=cu_seqlens(kv, dev),
+            max_q=int(q.max()),
+            max_k=int(kv.max()),
+            block_table=batch.block_table if whole else batch.block_table[torch.from_numpy(reqs).to(dev)].contiguous(),
             causal=True,
         )
 
     def plan(self, batch: Batch) -> FlashAttnPlan:
-        reqs = batch.requests
         common = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, scale=batch.scale, fns=_fns())
-        trees = tree_requests(batch)
-        all_chains = all(is_chain(reqs[i].tree_parents) for i in trees)
-        if not trees and all(r.query == 1 for r in reqs):
+        h, t = batch.host, batch.trees
+        if not t.tmax and (h.query_lens == 1).all():
             return FlashAttnPlan(
                 mode="paged-kvcache",
-                cache_seqlens=batch.kv_lens.to(torch.int32),
+                cache_seqlens=batch.kv_lens,
                 block_table=batch.block_table,
                 **common,
             )
-        if not trees or all_chains:
-            mode = "chain-as-causal" if trees else "paged-varlen"
-            return FlashAttnPlan(mode=mode, varlen=self._varlen(batch, list(range(len(reqs))), True), **common)
-        ts = build_tree_split(batch, trees)
-        others = [i for i in range(len(reqs)) if i not in set(trees)]
-        rest = self._varlen(batch, others, False) if others else None
+        everyone = np.arange(batch.num_requests)
+        if not t.tmax or _all_chains(t.parents_host, t.sizes):
+            mode = "chain-as-causal" if t.tmax else "paged-varlen"
+            return FlashAttnPlan(mode=mode, varlen=self._varlen(batch, everyone, True), **common)
+        ts = build_tree_split(batch)
+        others = everyone[~h.is_tree]
+        rest = self._varlen(batch, others, False) if len(others) else None
         return FlashAttnPlan(mode="prefix+dense-tree+merge", tree=ts, varlen=rest, **common)
 
     # -- run ------------------------------------------------------------------------------
@@ -191,3 +182,9 @@ def _lse_tokens_first(lse: torch.Tensor, n: int) -> torch.Tensor:
     if lse.dim() == 2 and lse.shape[1] == n:
         return lse.transpose(0, 1)
     raise RuntimeError(f"unexpected flash-attn LSE shape {tuple(lse.shape)} for {n} query tokens")
+
+
+def _all_chains(parents: np.ndarray, sizes: np.ndarray) -> bool:
+    """Every tree (``[Bt, Tmax]`` padded parent arrays) is a chain: node j's parent is j - 1."""
+    j = np.arange(parents.shape[1])
+    return bool(((parents == j - 1) | (j >= sizes[:, None]) | (j == 0)).all())

@@ -11,10 +11,12 @@ Routes (the plan's ``mode``, copied into each result row):
   request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
   requests of the batch).
 
-``plan`` derives FlashInfer's layout from ours: ``indptr`` / ``indices`` / ``last_page_len``
-from the block table, the cache passed as the ``(k_cache, v_cache)`` tuple with
+``plan`` derives FlashInfer's layout from ours by array ops (``indptr`` / ``indices`` /
+``last_page_len`` from the block table; the custom mask per element from the batch's tree
+masks, no per-request pieces), the cache passed as the ``(k_cache, v_cache)`` tuple with
 ``kv_layout="NHD"`` (ours is ``[P, page, Hkv, D]``), and calls the wrapper's ``plan()``, so
-the plan time includes FlashInfer's own scheduling. FlashInfer's LSE is base 2; this backend
+the plan time includes FlashInfer's own scheduling (as an engine's step does). The wrappers
+are made once per backend instance (an engine makes them at start-up), on the first plan. FlashInfer's LSE is base 2; this backend
 does not use it.
 
 The prefill wrapper's kernel is pinned to FlashInfer's ``fa2`` backend (its ``fa3`` one has
@@ -36,7 +38,7 @@ import torch
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
-from ._common_libs import custom_mask_flat, flashinfer_page_layout, tree_requests
+from ._metadata import custom_mask_flat, flashinfer_page_layout
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 HEAD_DIMS = (64, 128, 256)
@@ -72,56 +74,37 @@ class FlashInferBackend(Backend):
     dtypes = (torch.float16, torch.bfloat16)
     head_dims = HEAD_DIMS
 
-    def plan(self, batch: Batch) -> FlashInferPlan:
+    def _wrapper(self, kind: str, device: torch.device, **kw) -> Any:
+        """The wrapper of ``kind`` ("decode" or "prefill"), made once and reused by every plan."""
         import flashinfer
 
+        cache = self.__dict__.setdefault("_wrappers", {})
+        key = (kind, str(device), tuple(sorted(kw.items())))
+        if key not in cache:
+            cls = flashinfer.BatchDecodeWithPagedKVCacheWrapper if kind == "decode" else (
+                flashinfer.BatchPrefillWithPagedKVCacheWrapper)
+            cache[key] = cls(_workspace(device), kv_layout="NHD", **kw)
+        return cache[key]
+
+    def plan(self, batch: Batch) -> FlashInferPlan:
         dev = batch.device
         hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
         indptr, indices, last = flashinfer_page_layout(batch)
-        ws = _workspace(dev)
         kv = (batch.k_cache, batch.v_cache)
-        trees = tree_requests(batch)
-        if not trees and all(r.query == 1 for r in batch.requests):
-            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_tensor_cores=hq // hkv > 4)
-            w.plan(
-                indptr.to(dev),
-                indices.to(dev),
-                last.to(dev),
-                hq,
-                hkv,
-                d,
-                ps,
-                q_data_type=batch.dtype,
-                kv_data_type=batch.dtype,
-                sm_scale=batch.scale,
-            )
+        h = batch.host
+        trees = bool(h.is_tree.any())
+        if not trees and (h.query_lens == 1).all():
+            w = self._wrapper("decode", dev, use_tensor_cores=hq // hkv > 4)
+            w.plan(indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
+                   q_data_type=batch.dtype, kv_data_type=batch.dtype, sm_scale=batch.scale)
             return FlashInferPlan("decode", w, batch.q, kv)
-        qo_indptr = torch.zeros(batch.num_requests + 1, dtype=torch.int32)
-        qo_indptr[1:] = torch.cumsum(torch.tensor([r.query for r in batch.requests], dtype=torch.int32), 0)
+        qo_indptr = torch.from_numpy(h.query_start_loc.astype("int32"))
         kind = os.environ.get(BACKEND_ENV, "fa2") if not trees else "fa2"
-        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=kind)
-        extra: dict = {}
-        if trees:
-            mode = "prefill-custom-mask"
-            extra["custom_mask"] = custom_mask_flat(batch).to(dev)
-        else:
-            mode = "prefill-causal"
-            extra["causal"] = True
-        w.plan(
-            qo_indptr.to(dev),
-            indptr.to(dev),
-            indices.to(dev),
-            last.to(dev),
-            hq,
-            hkv,
-            d,
-            ps,
-            sm_scale=batch.scale,
-            q_data_type=batch.dtype,
-            kv_data_type=batch.dtype,
-            **extra,
-        )
-        return FlashInferPlan(mode, w, batch.q, kv)
+        w = self._wrapper("prefill", dev, backend=kind)
+        extra: dict = {"custom_mask": custom_mask_flat(batch)} if trees else {"causal": True}
+        w.plan(qo_indptr.to(dev), indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
+               sm_scale=batch.scale, q_data_type=batch.dtype, kv_data_type=batch.dtype, **extra)
+        return FlashInferPlan("prefill-custom-mask" if trees else "prefill-causal", w, batch.q, kv)
 
     def run(self, p: FlashInferPlan) -> torch.Tensor:
         return p.wrapper.run(p.q, p.kv)

@@ -1,11 +1,13 @@
-"""FlexAttention on K/V gathered out of the pages in ``plan``, padded per request.
+"""FlexAttention on K/V gathered out of the pages, padded per request.
 
 Layout: queries ``[B, Hq, Qmax, D]`` and keys/values ``[B, Hkv, Lmax, D]`` (one batch row per
 request, so the kernel's grid has B x heads x query blocks programs). The mask is a
 ``mask_mod``: keys past the request's ``kv_len`` are hidden; a query token sees keys causally
 (bottom-right) for prefill/decode, and prefix + ancestors for tree nodes, read from a
-per-token ancestor table built in ``plan``; padding rows see key 0 only and are dropped.
-``plan`` builds the block mask. On the GPU, ``flex_attention`` is compiled; batches with more
+per-token ancestor table; padding rows see key 0 only and are dropped.
+``convert`` pads the queries and gathers K/V (what Flex needs because it cannot read the
+pages: convert_ms); ``plan`` builds the mask_mod's tables by tensor ops and calls Flex's own
+plan step, ``create_block_mask`` (plan_ms). On the GPU, ``flex_attention`` is compiled; batches with more
 than one query per request force the flex (not the decoding) kernel, because the decoding
 kernel failed for GQA tree masks on an H100 (docs/backends.md). On the CPU it runs unfused.
 """
@@ -20,9 +22,9 @@ import torch
 
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
-from attnbench.workload.trees import ancestor_mask
 
-from ._dense import gather_padded_kv, padded_queries, unpad_output
+from ._dense import Dense, gather_padded_kv, padded_queries, unpad_output
+from ._metadata import padded_tree_masks
 
 
 @dataclass
@@ -71,27 +73,22 @@ class FlexBackend(Backend):
             return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
         return []
 
-    def plan(self, batch: Batch) -> FlexPlan:
+    def convert(self, batch: Batch) -> Dense:
+        k, v = gather_padded_kv(batch)
+        q, index = padded_queries(batch)
+        return Dense(batch, q, k, v, index)
+
+    def plan(self, dense: Dense) -> FlexPlan:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+        d = dense if isinstance(dense, Dense) else self.convert(dense)  # plan(batch) converts first
+        batch = d.batch
         dev = batch.device
-        k, v = gather_padded_kv(batch)
-        b, qmax = batch.num_requests, batch.max_query_len
-        lmax = batch.max_kv_len
-        tmax = max((r.query for r in batch.requests if r.tree_parents is not None), default=1)
-        big = 1 << 30
-        q_causal = torch.zeros(b, qmax, dtype=torch.int32)  # last slot visible causally
-        q_tree_base = torch.full((b, qmax), big, dtype=torch.int32)  # first tree slot
-        tree_anc = torch.zeros(b, qmax, tmax, dtype=torch.bool)
-        kv_len = torch.tensor([r.kv_len for r in batch.requests], dtype=torch.int32)
-        for i, r in enumerate(batch.requests):
-            if r.tree_parents is None:
-                q_causal[i, : r.query] = r.context + torch.arange(r.query, dtype=torch.int32)
-            else:
-                q_causal[i, : r.query] = r.context - 1
-                q_tree_base[i, : r.query] = r.context
-                tree_anc[i, : r.query, : r.query] = ancestor_mask(r.tree_parents)
-        q_causal, q_tree_base, tree_anc, kv_len = (t.to(dev) for t in (q_causal, q_tree_base, tree_anc, kv_len))
+        b, qmax, lmax = d.q.shape[0], d.q.shape[2], d.k.shape[2]
+        tmax = max(batch.trees.tmax, 1)
+        q_causal, q_tree_base = _row_limits(batch, qmax)
+        tree_anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]
+        kv_len = batch.kv_lens
 
         def mask_mod(bi, h, q_idx, kv_idx):
             rel = kv_idx - q_tree_base[bi, q_idx]
@@ -99,21 +96,34 @@ class FlexBackend(Backend):
             return (kv_idx < kv_len[bi]) & ((kv_idx <= q_causal[bi, q_idx]) | in_tree)
 
         block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
-        q, index = padded_queries(batch)
         on_gpu = dev.type == "cuda"
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         return FlexPlan(
-            q=q,
-            k=k,
-            v=v,
+            q=d.q,
+            k=d.k,
+            v=d.v,
             block_mask=block_mask,
             scale=batch.scale,
             fn=_compiled_flex() if on_gpu else flex_attention,
             kernel_options=kernel_options,
-            index=index,
+            index=d.index,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
         kw = {"kernel_options": p.kernel_options} if p.kernel_options else {}
         o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
         return unpad_output(o, p.index)
+
+
+def _row_limits(batch: Batch, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q_causal, q_tree_base)``, ``[B, Qmax]`` int32 on the batch's device: the last slot each
+    query row sees causally, and the first tree slot of a tree row (``2**30`` otherwise).
+    Padding rows see key 0 only."""
+    dev = batch.device
+    qi = torch.arange(qmax, device=dev, dtype=torch.int32)[None, :]
+    ctx = batch.context_lens[:, None]
+    real = qi < batch.query_lens[:, None]
+    tree = batch.trees.is_tree_t[:, None]
+    q_causal = torch.where(real, torch.where(tree, ctx - 1, ctx + qi), 0).to(torch.int32)
+    q_tree_base = torch.where(real & tree, ctx, 1 << 30).to(torch.int32)
+    return q_causal, q_tree_base

@@ -1,9 +1,12 @@
-"""PyTorch scaled_dot_product_attention on K/V gathered out of the pages in ``plan``.
+"""PyTorch scaled_dot_product_attention on K/V gathered out of the pages.
 
 One SDPA call for the whole batch, padded to ``[B, H, Qmax/Lmax, D]``. Uniform batches need no
 mask (equal-length decode) or a plain causal one (equal-length prefill without context),
 which lets PyTorch pick its flash kernel; any other batch (mixed lengths, chunked prefill,
 trees) passes a boolean mask, which PyTorch runs with its memory-efficient or math kernel.
+
+SDPA cannot read a paged, packed batch: ``convert`` pads the queries, gathers K/V and builds
+the dense mask (convert_ms); ``plan`` has nothing left to do (plan_ms ~ 0).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import torch.nn.functional as F
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
-from ._dense import gather_padded_kv, padded_mask, padded_queries, unpad_output
+from ._dense import Dense, gather_padded_kv, padded_mask, padded_queries, unpad_output
 
 
 @dataclass
@@ -28,16 +31,15 @@ class SdpaPlan:
     is_causal: bool
     index: Optional[torch.Tensor]  # real tokens in [B*Qmax], or None when unpadded
     scale: float
-    out_shape: tuple[int, int, int]
 
 
 def _uniform(batch: Batch) -> Optional[str]:
-    reqs = batch.requests
-    if any(r.kv_len != reqs[0].kv_len or r.query != reqs[0].query for r in reqs):
+    h = batch.host
+    if h.is_tree.any() or (h.query_lens != h.query_lens[0]).any() or (h.kv_lens != h.kv_lens[0]).any():
         return None
-    if all(r.query == 1 and r.tree_parents is None for r in reqs):
+    if h.query_lens[0] == 1:
         return "none"  # one query sees every key
-    if all(r.context == 0 and r.tree_parents is None for r in reqs):
+    if not h.context_lens.any():
         return "causal"
     return None
 
@@ -45,15 +47,19 @@ def _uniform(batch: Batch) -> Optional[str]:
 class SdpaBackend(Backend):
     name = "sdpa"
 
-    def plan(self, batch: Batch) -> SdpaPlan:
+    def convert(self, batch: Batch) -> Dense:
         k, v = gather_padded_kv(batch)
-        b, qmax, hq, d = batch.num_requests, batch.max_query_len, batch.num_q_heads, batch.head_dim
         kind = _uniform(batch)
         if kind is not None:
-            q = batch.q.reshape(b, qmax, hq, d).transpose(1, 2)
-            return SdpaPlan(q, k, v, None, kind == "causal", None, batch.scale, tuple(batch.q.shape))
+            b, hq, d = batch.num_requests, batch.num_q_heads, batch.head_dim
+            q = batch.q.reshape(b, -1, hq, d).transpose(1, 2)
+            return Dense(batch, q, k, v, None, None, kind == "causal")
         q, index = padded_queries(batch)
-        return SdpaPlan(q, k, v, padded_mask(batch), False, index, batch.scale, tuple(batch.q.shape))
+        return Dense(batch, q, k, v, index, padded_mask(batch))
+
+    def plan(self, dense: Dense) -> SdpaPlan:
+        d = dense if isinstance(dense, Dense) else self.convert(dense)  # plan(batch) converts first
+        return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale)
 
     def run(self, p: SdpaPlan) -> torch.Tensor:
         o = F.scaled_dot_product_attention(

@@ -1,8 +1,9 @@
 """Host-side plan of the Triton backend: tile sizes, work units, split-KV, tree bitmasks.
 
-Everything data-dependent happens here, once, on the host (the batch's ``requests`` carry
-every length), so that ``run`` is two kernel launches over preallocated tensors: no host
-sync, no allocation, capturable in a CUDA graph.
+Everything data-dependent happens here, by numpy array ops on the batch's host lengths
+(``batch.host``) and torch ops for the tree masks, with no Python loop over requests, row
+blocks or tree nodes, so that ``run`` is two kernel launches over preallocated tensors: no
+host sync, no allocation, capturable in a CUDA graph.
 
 Work decomposition
 ------------------
@@ -35,10 +36,14 @@ Tree masks
 ----------
 For every query token of a tree request, ``W = ceil(max_tree_nodes / 64)`` int64 words: bit
 ``k`` of word ``w`` is set iff node ``64 w + k`` is an ancestor of the token's node or the node
-itself. The kernel reads one word per (row, key) of the few tiles that hold tree keys.
+itself. The kernel reads one word per (row, key) of the few tiles that hold tree keys. The
+words of static trees are packed once per topology (cached); dynamic trees' are packed from
+masks rebuilt in every plan (``_metadata.tree_masks``). Each token then takes its row of the
+packed table by one gather (non-tree tokens take an all-zero row).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -47,7 +52,8 @@ import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
-from attnbench.workload.trees import ancestor_mask
+
+from ._metadata import token_ids, topology_masks, tree_masks
 
 WAVES = 2
 WAVES_LARGE_M = 1
@@ -94,7 +100,7 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     d = batch.head_dim
     wide = batch.q.element_size() > 2  # float32 (interpreter, or exact runs on the GPU): smaller tiles fit smem
     cap = (32 if d >= 256 else 64) if wide else (64 if d >= 256 else 128)
-    rows = g * batch.max_query_len
+    rows = g * int(batch.host.query_lens.max())
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
     if block_m is None and bm == 128 and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
         bm = 64  # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256
@@ -115,16 +121,50 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
 
 
 def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
-    """``[N, W]`` int64 ancestor bitmasks per query token (zeros for non-tree tokens)."""
-    trees = [(s, r) for s, r in zip(batch.query_start, batch.requests) if r.tree_parents is not None]
-    tmax = max((r.query for _, r in trees), default=1)
-    w = max(1, math.ceil(tmax / 64))
-    words = np.zeros((max(1, batch.num_tokens), w * 8), dtype=np.uint8)
-    for s, r in trees:
-        m = ancestor_mask(r.tree_parents).numpy()  # [T, T]
-        packed = np.packbits(m, axis=1, bitorder="little")  # [T, ceil(T/8)] bytes, little-endian bits
-        words[s : s + r.query, : packed.shape[1]] = packed
-    return torch.from_numpy(words.view("<i8").copy()), bool(trees)
+    """``[N, W]`` int64 ancestor bitmasks per query token (zeros for non-tree tokens), on the
+    batch's device, and whether the batch has a tree."""
+    t = batch.trees
+    dev = batch.device
+    w = max(1, math.ceil(t.tmax / 64))
+    n = max(1, batch.num_tokens)
+    if not t.tmax:
+        return torch.zeros(n, w, dtype=torch.int64, device=dev), False
+    if t.dynamic:
+        table = _with_zero_row(pack_bits(tree_masks(batch), w))
+        row_of_tree = np.arange(len(t.reqs)) * t.tmax
+    else:  # static: packed once per topology
+        table = _packed_topologies(t.topologies, t.tmax, str(dev))
+        row_of_tree = t.topology_id * t.tmax
+    src = np.full(n, table.shape[0] - 1, dtype=np.int64)  # the zero row
+    first = np.cumsum(t.sizes) - t.sizes
+    node = np.arange(int(t.sizes.sum())) - np.repeat(first, t.sizes)
+    src[token_ids(batch, t.reqs)] = np.repeat(row_of_tree, t.sizes) + node
+    return table[torch.from_numpy(src).to(dev)], True
+
+
+def pack_bits(mask: torch.Tensor, words: int) -> torch.Tensor:
+    """``[..., T, T]`` bool -> ``[..., T, words]`` int64: bit k of word w is column 64 w + k."""
+    pad = words * 64 - mask.shape[-1]
+    m = torch.nn.functional.pad(mask, (0, pad)).view(*mask.shape[:-1], words, 64)
+    return (m.long() * _bit_weights(str(mask.device))).sum(-1)
+
+
+@functools.lru_cache(maxsize=8)
+def _bit_weights(device: str) -> torch.Tensor:
+    # bit 63 is the sign bit: its weight is -2**63, and sums of distinct bits never carry
+    return torch.tensor([1 << k for k in range(63)] + [-(1 << 63)], dtype=torch.int64, device=device)
+
+
+def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
+    """``[K, T, W]`` -> ``[K * T + 1, W]``: the rows, then one all-zero row."""
+    flat = packed.reshape(-1, packed.shape[-1])
+    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])])
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_topologies(topologies: tuple, tmax: int, device: str) -> torch.Tensor:
+    """The packed words of static topologies plus a zero row, once per (topologies, size, device)."""
+    return _with_zero_row(pack_bits(topology_masks(topologies, tmax, device), max(1, math.ceil(tmax / 64))))
 
 
 def num_sms(device: torch.device) -> int:
@@ -137,65 +177,57 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     """Returns ``(units [U, UNIT_COLS] int32, merge [R, 2] int32, max_splits, row_blocks)``.
 
     ``splits``: None for the heuristic, or a fixed number of splits for every row block
-    (tests use it to force both paths)."""
+    (tests use it to force both paths). Numpy array ops over row blocks, no loop."""
     bn, bq = cfg.block_n, cfg.block_q
-    blocks = []  # (req, q_start_global, q_count, ctx, kv_end, full_end, is_tree, q0)
-    for i, (s, r) in enumerate(zip(batch.query_start, batch.requests)):
-        tree = r.tree_parents is not None
-        for q0 in range(0, r.query, bq):
-            qc = min(bq, r.query - q0)
-            kv_end = r.context + q0 + qc
-            full_end = r.context if tree else r.context + q0 + 1
-            blocks.append((i, s + q0, qc, r.context, kv_end, full_end, int(tree), q0))
-    tiles = [math.ceil(b[4] / bn) for b in blocks]
-    nsplit = _split_counts(batch, cfg, sms, splits, blocks, tiles)
-    # no empty splits: n splits of ceil(tiles / n) tiles each may need fewer than n
-    nsplit = [math.ceil(t / math.ceil(t / n)) if t else 1 for t, n in zip(tiles, nsplit)]
-    units, merge = [], []
-    prow = 0
-    # order: request, split, row block (row blocks of one request reading the same keys adjacent)
-    by_req: dict[int, list[int]] = {}
-    for k, b in enumerate(blocks):
-        by_req.setdefault(b[0], []).append(k)
-    for req, ks in by_req.items():
-        rows_of = {}
-        for k in ks:
-            if nsplit[k] > 1:
-                rows_of[k] = prow
-                for t in range(blocks[k][2]):
-                    merge.append((blocks[k][1] + t, nsplit[k]))
-                prow += blocks[k][2]
-        for sp in range(max(nsplit[k] for k in ks)):
-            for k in ks:
-                if sp >= nsplit[k]:
-                    continue
-                i, qs, qc, ctx, kv_end, full_end, tree, q0 = blocks[k]
-                per = math.ceil(tiles[k] / nsplit[k])
-                lo = sp * per * bn
-                hi = min(kv_end, (sp + 1) * per * bn)
-                row = rows_of.get(k, -1)
-                units.append((i, qs, qc, ctx, lo, hi, full_end, sp, row, tree, q0, nsplit[k], k, 0, 0, 0))
-    u = torch.tensor(units, dtype=torch.int32).reshape(-1, UNIT_COLS)
-    m = torch.tensor(merge, dtype=torch.int32).reshape(-1, 2)
-    return u, m, max(nsplit), len(blocks)
+    h = batch.host
+    nb = -(-h.query_lens // bq)  # row blocks per request
+    req = np.repeat(np.arange(len(nb)), nb)
+    q0 = (np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)) * bq
+    qc = np.minimum(bq, h.query_lens[req] - q0)
+    ctx, tree = h.context_lens[req], h.is_tree[req]
+    kv_end = ctx + q0 + qc
+    tiles = -(-kv_end // bn)
+    nsplit = _split_counts(batch, cfg, sms, splits, qc, tiles)
+    per = -(-tiles // nsplit)
+    nsplit = -(-tiles // per)  # no empty splits: n splits of ceil(tiles / n) tiles may need fewer
+    split = nsplit > 1
+    rows = np.where(split, np.cumsum(qc * split) - qc * split, -1)  # first partial row
+    qs = h.query_start_loc[req] + q0
+    cnt = qc[split]
+    merge = np.stack([np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
+                      np.repeat(nsplit[split], cnt)], axis=1)
+    # one unit per (row block, split), ordered request, split, row block (row blocks of one
+    # request reading the same keys run side by side)
+    k = np.repeat(np.arange(len(nsplit)), nsplit)
+    sp = np.arange(len(k)) - np.repeat(np.cumsum(nsplit) - nsplit, nsplit)
+    order = np.lexsort((k, sp, req[k]))
+    k, sp = k[order], sp[order]
+    cols = {
+        "req": req[k], "q_start": qs[k], "q_count": qc[k], "ctx": ctx[k],
+        "kv_lo": sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], (sp + 1) * per[k] * bn),
+        "full_end": np.where(tree, ctx, ctx + q0 + 1)[k], "split": sp, "prow": rows[k], "tree": tree[k],
+        "q0": q0[k], "nsplit": nsplit[k], "block": k,
+    }
+    units = np.zeros((len(k), UNIT_COLS), dtype=np.int32)
+    for name, values in cols.items():  # once per column, not per unit
+        units[:, UNIT_COLUMNS.index(name)] = values
+    return torch.from_numpy(units), torch.from_numpy(merge.astype(np.int32)), int(nsplit.max()), len(nsplit)
 
 
-def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], blocks: list, tiles: list[int]) -> list[int]:
-    """Splits per row block: forced (``splits``), or the heuristic of the module docstring."""
+def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], qc: np.ndarray,
+                  tiles: np.ndarray) -> np.ndarray:
+    """Splits per row block (``qc`` query tokens, ``tiles`` key tiles each): forced
+    (``splits``), or the heuristic of the module docstring."""
     if splits is not None:
-        return [max(1, min(splits, t)) for t in tiles]
+        return np.maximum(1, np.minimum(splits, tiles))
     hkv = batch.num_kv_heads
     g = batch.num_q_heads // hkv
-    bn = cfg.block_n
     # small row blocks (decode) are memory-bound and fit several CTAs per SM: 2 waves;
     # large ones (trees, prefill) are compute-bound, one CTA per SM: 1 wave (fewer partials)
     target = (WAVES if cfg.block_m <= 32 else WAVES_LARGE_M) * sms
-    if len(blocks) * hkv >= target:
-        return [1] * len(blocks)
-    chunk = max(MIN_CHUNK_TILES, math.ceil(sum(tiles) * hkv / target))
-    nsplit = []
-    for b, t in zip(blocks, tiles):
-        # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
-        floor_tiles = math.ceil(PARTIAL_KEYS_PER_ROW * g * b[2] / bn)
-        nsplit.append(max(1, min(MAX_SPLITS, math.ceil(t / max(chunk, floor_tiles)))))
-    return nsplit
+    if len(tiles) * hkv >= target:
+        return np.ones_like(tiles)
+    chunk = max(MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // target))
+    # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
+    floor_tiles = -(-PARTIAL_KEYS_PER_ROW * g * qc // cfg.block_n)
+    return np.maximum(1, np.minimum(MAX_SPLITS, -(-tiles // np.maximum(chunk, floor_tiles))))

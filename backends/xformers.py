@@ -34,12 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
-from ._common_libs import env_flag, token_ids, tree_requests
+from ._common_libs import env_flag
+from ._metadata import slots_of, token_ids, tree_masks
 
 TRITON_ONLY_ENV = "ATTNBENCH_XFORMERS_TRITON_ONLY"
 PAGE_MULTIPLE = 64
@@ -118,7 +120,7 @@ class XformersBackend(Backend):
 
     def unsupported(self, batch: Batch) -> list[str]:
         reasons = []
-        trees = tree_requests(batch)
+        trees = batch.trees.tmax > 0
         if trees and abs(batch.scale - batch.head_dim ** -0.5) > 1e-12 * batch.scale:
             reasons.append("xformers tree_attention has no scale argument (it uses head_dim ** -0.5)")
         others = [r for r in batch.requests if r.tree_parents is None]
@@ -155,13 +157,13 @@ class XformersBackend(Backend):
         k = batch.k_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         v = batch.v_cache.view(1, npages * ps, hkv, 1, d).expand(1, npages * ps, hkv, g, d)
         p = XformersPlan(mode="", q=batch.q, k=k, v=v, scale=batch.scale, op=op, xops=xops)
-        trees = tree_requests(batch)
-        others = [i for i in range(batch.num_requests) if i not in set(trees)]
-        if others:
-            _plan_paged(p, batch, others, split=bool(trees))
-        if trees:
-            _plan_trees(p, batch, trees, split=bool(others))
-        route = "paged+tree_attention" if (trees and others) else ("tree_attention" if trees else "paged")
+        is_tree = batch.host.is_tree
+        trees, others = np.flatnonzero(is_tree), np.flatnonzero(~is_tree)
+        if len(others):
+            _plan_paged(p, batch, others, split=bool(len(trees)))
+        if len(trees):
+            _plan_trees(p, batch, split=bool(len(others)))
+        route = "paged+tree_attention" if (len(trees) and len(others)) else ("tree_attention" if len(trees) else "paged")
         p.mode = f"triton-only {route}" if tonly else route
         return p
 
@@ -201,53 +203,42 @@ class XformersBackend(Backend):
         return out
 
 
-def _plan_paged(p: XformersPlan, batch: Batch, others: list[int], split: bool) -> None:
+def _plan_paged(p: XformersPlan, batch: Batch, others: np.ndarray, split: bool) -> None:
     """The causal paged bias of the non-tree requests ``others`` (``split``: the batch has trees too)."""
     from xformers.ops.fmha import attn_bias as ab
 
-    dev, ps = batch.device, batch.page_size
-    table = batch.block_table
-    rs = [batch.requests[i] for i in others]
-    rows = table[torch.tensor(others, device=dev)].contiguous() if split else table
+    dev, ps, h = batch.device, batch.page_size, batch.host
+    rows = batch.block_table[torch.from_numpy(others).to(dev)].contiguous() if split else batch.block_table
     bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
-        q_seqlen=[r.query for r in rs],
+        q_seqlen=h.query_lens[others].tolist(),
         kv_padding=rows.shape[1] * ps,
-        kv_seqlen=[r.kv_len for r in rs],
+        kv_seqlen=h.kv_lens[others].tolist(),
         device=dev,
     )
     p.paged_bias = bias.make_paged(
         block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
     )
     if split:
-        p.paged_tok = torch.tensor(token_ids(batch, others), dtype=torch.long, device=dev)
+        p.paged_tok = torch.from_numpy(token_ids(batch, others)).to(dev)
 
 
-def _plan_trees(p: XformersPlan, batch: Batch, trees: list[int], split: bool) -> None:
-    """tree_attention's inputs for the tree requests ``trees`` (``split``: the batch has others too)."""
+def _plan_trees(p: XformersPlan, batch: Batch, split: bool) -> None:
+    """tree_attention's inputs for the tree requests, which share one shape (``split``: the
+    batch has other requests too). The spec bias comes from the (cached, for static trees) mask."""
     from xformers.ops.fmha import attn_bias as ab
     from xformers.ops.tree_attention import tree_attention
 
-    from attnbench.workload.trees import ancestor_mask
-
+    t = batch.trees
     dev, ps = batch.device, batch.page_size
-    table = batch.block_table
     p.tree_fn = tree_attention
-    rs = [batch.requests[i] for i in trees]
-    parents = rs[0].tree_parents
-    t = len(parents)
-    spec = torch.full((t, t), float("-inf"), dtype=batch.dtype)
-    spec.masked_fill_(ancestor_mask(parents), 0.0)
-    p.spec_bias = spec.to(dev)
-    rows = table[torch.tensor(trees, device=dev)].contiguous() if split else table
+    n = t.tmax
+    ctx = batch.host.context_lens[t.reqs]
+    p.spec_bias = torch.zeros(n, n, dtype=batch.dtype, device=dev).masked_fill_(~tree_masks(batch)[0], float("-inf"))
+    rows = batch.block_table[t.reqs_t].contiguous() if split else batch.block_table
     p.prefix_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
-        q_seqlen=[t] * len(trees), kv_seqlen=[r.context for r in rs], block_tables=rows, page_size=ps, device=dev
+        q_seqlen=[n] * len(t.reqs), kv_seqlen=ctx.tolist(), block_tables=rows, page_size=ps, device=dev
     )
-    tcpu = table.cpu().long()
-    slots = []
-    for i, r in zip(trees, rs):
-        j = torch.arange(r.context, r.kv_len)
-        slots.append(tcpu[i, j // ps] * ps + j % ps)
-    p.tree_slot = torch.cat(slots).to(dev)
-    p.tree_b, p.tree_t = len(trees), t
+    p.tree_slot = slots_of(batch, t.reqs, ctx, t.sizes, n).reshape(-1)
+    p.tree_b, p.tree_t = len(t.reqs), n
     if split:
-        p.tree_tok = torch.tensor(token_ids(batch, trees), dtype=torch.long, device=dev)
+        p.tree_tok = torch.from_numpy(token_ids(batch, t.reqs)).to(dev)

@@ -57,7 +57,9 @@ def main() -> int:
         " kernel time reads contiguous memory and the gather shows in their plan time; `triton`,"
         " `flash-attn`, `xformers` and `flashinfer` read the pages in place.",
         "- kernel = median of CUDA-graph replays (events where a backend cannot be captured: the row says),"
-        " cold L2 (flushed before every call); plan = host time of the backend's metadata step;"
+        " cold L2 (flushed before every call); plan = host time of the engine's per-step metadata work"
+        " (the library's plan call included); convert = host time of what attnbench adds because the"
+        " library cannot read the paged batch (SDPA/Flex: gathered K/V, dense masks; - for none);"
         " every output checked against the float64 reference (rel err).",
         "- roofline = time at the binding measured ceiling (memory: the faster of copy and read-only"
         " bandwidth; compute: dense bf16 matmul) over the kernel time.",
@@ -72,8 +74,8 @@ def main() -> int:
         about = next((ln.split(":", 1)[1].strip() for ln in desc.splitlines() if ln.startswith("description:")), "")
         lines += [f"## {scen}", "", about, "", f"Batch of the first case: {rows[0].batch}", ""]
         lines += [
-            "| case | backend | status | plan | kernel | TB/s | roofline | vs best | rel err | notes |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| case | backend | status | plan | convert | kernel | TB/s | roofline | vs best | rel err | notes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r, xf in zip(rows, df["x_fastest"]):
             notes = "; ".join(x for x in (r.reason, r.mode, r.timing_method if r.timing_method != "cuda-graph" else "") if x)
@@ -82,7 +84,7 @@ def main() -> int:
             tbps = f"{r.tbps:.2f}" if math.isfinite(r.tbps) else "-"
             err = f"{r.rel_err:.1e}" if math.isfinite(r.rel_err) else "-"
             lines.append(
-                f"| {r.case_id} | {r.backend} | {r.status} | {fmt_time(r.plan_ms)} | {fmt_time(r.median_ms)} | {tbps} | {roof} | {vs} | {err} | {notes.replace('|', '/')} |"
+                f"| {r.case_id} | {r.backend} | {r.status} | {fmt_time(r.plan_ms)} | {fmt_time(r.convert_ms) if r.convert_ms else '-'} | {fmt_time(r.median_ms)} | {tbps} | {roof} | {vs} | {err} | {notes.replace('|', '/')} |"
             )
         lines.append("")
         ctx_cols = [c for c in df.columns if c.endswith(".context") and df[c].nunique() > 1]

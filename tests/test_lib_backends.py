@@ -17,13 +17,8 @@ from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import chain, full, random_tree
 
-from attnbench.backends._common_libs import (
-    build_tree_split,
-    custom_mask_flat,
-    dense_tree_part,
-    flashinfer_page_layout,
-    merge_tree_split,
-)
+from attnbench.backends._common_libs import build_tree_split, dense_tree_part, merge_tree_split
+from attnbench.backends._metadata import custom_mask_flat, flashinfer_page_layout
 
 
 LIB_BACKENDS = ["flash-attn", "xformers", "flashinfer"]

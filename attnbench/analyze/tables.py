@@ -54,7 +54,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
     t.add_column("case", overflow="fold", max_width=28)
     t.add_column("backend")
     t.add_column("status")
-    for col in ("plan", "kernel", "spread", "rel err", "bandwidth", "roofline", "vs best"):
+    for col in ("plan", "convert", "kernel", "spread", "rel err", "bandwidth", "roofline", "vs best"):
         t.add_column(col, justify="right")
     t.add_column("", justify="left")
     # backends of each case by timing method: a case that mixes methods gets one note saying so
@@ -84,6 +84,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
             r.backend,
             Text(r.status, style=STATUS_STYLE.get(r.status, "")),
             fmt_time(r.plan_ms),
+            fmt_time(r.convert_ms) if r.convert_ms else "-",
             fmt_time(r.median_ms),
             spread,
             fmt_num(r.rel_err, ".0e"),
@@ -109,6 +110,8 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "") -> Non
         for cid, b in batches.items():
             console.print(f"batch of {cid}: {b}", highlight=False)
     console.print(
+        "plan = the engine's per-step metadata work (library plan call included); convert = what attnbench adds "
+        "because the library cannot read the batch natively (gathered K/V, dense masks; - for none); "
         "kernel = median per call; spread = half the interquartile range; vs best = kernel time over the "
         "fastest ok backend of the case; roofline = time at the measured ceiling over kernel time",
         style="dim",

@@ -256,7 +256,7 @@ class Runner:
         if oracle == "reference":
             return reference_attention(batch)[0]
         be = registry.get_backend_class(oracle)()
-        return be.run(be.plan(batch)).float()
+        return be.run(be.prepare(batch)).float()
 
     def _guard(self, row: Row, step):
         """Run one step of a row; an exception becomes the row's ``error`` (and None)."""
@@ -314,7 +314,8 @@ class Runner:
         if reasons:
             row.status, row.reason = Status.SKIPPED, "; ".join(reasons)
             return
-        plan = be.plan(batch)
+        converted = be.convert(batch)
+        plan = be.plan(converted)
         row.mode = getattr(plan, "mode", "") or ""
         poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
@@ -331,8 +332,9 @@ class Runner:
             row.status, row.reason = status, reason
             return
         del out
-        plan_samples = time_host(lambda: be.plan(batch), batch.device)
-        row.plan_ms = Summary.of(plan_samples).median
+        # convert (what the library cannot read natively) and plan (the engine's step) apart
+        row.convert_ms = Summary.of(time_host(lambda: be.convert(batch), batch.device)).median if be.converts() else 0.0
+        row.plan_ms = Summary.of(time_host(lambda: be.plan(converted), batch.device)).median
         return _Live(row, be, plan, batch, cls.capturable)
 
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
@@ -363,7 +365,7 @@ class Runner:
             from attnbench.measure.profiling import profile_row
 
             prof = profile_row(
-                lambda: be.plan(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
+                lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
             )
             row.kernels_per_call, row.kernel_sum_ms, row.trace = (
                 prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace,

@@ -59,14 +59,15 @@ class Row:
     batch: str = ""  # e.g. "32 decode@4k + 8 tree(41)@2k"
     num_requests: int = 0
     num_tokens: int = 0
-    plan_ms: float = math.nan
+    plan_ms: float = math.nan  # the engine's per-step metadata work (the library's own plan call included)
+    convert_ms: float = math.nan  # what attnbench adds because the library cannot read the batch natively (0: none)
     median_ms: float = math.nan
     p20_ms: float = math.nan
     p80_ms: float = math.nan
     min_ms: float = math.nan
     iqr_rel: float = math.nan
     n: int = 0
-    step_ms: float = math.nan  # plan + run: what an engine pays each step
+    step_ms: float = math.nan  # plan + kernel: what an engine pays each step (convert excluded)
     timing_method: str = ""
     threads: int = 0  # intra-op threads of a CPU row's backend (0: a GPU row)
     cold_l2: Optional[bool] = None

@@ -7,10 +7,12 @@ pages is deterministic from the seed. See docs/semantics.md.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from attnbench.workload.trees import ancestor_mask, depths
@@ -28,6 +30,7 @@ class Request:
     query: int
     context: int
     tree_parents: Optional[tuple[int, ...]] = None
+    tree_dynamic: bool = False  # the tree changes every step (trees.tree_is_dynamic)
 
     @property
     def kv_len(self) -> int:
@@ -98,6 +101,16 @@ class Batch:
     _masks: dict = field(default_factory=dict, repr=False)
 
     # -- host-side views ------------------------------------------------------------------
+    @functools.cached_property
+    def host(self) -> "HostLens":
+        """Host (numpy) copies of the lengths, made once per batch."""
+        return host_lens(self.spec)
+
+    @functools.cached_property
+    def trees(self) -> "TreeInputs":
+        """The tree requests' engine-native inputs, made once per batch."""
+        return tree_inputs(self.spec, self.device)
+
     @property
     def requests(self) -> tuple[Request, ...]:
         return self.spec.requests
@@ -178,6 +191,80 @@ class Batch:
         k = self.k_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
         v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
         return k, v
+
+
+
+@dataclass(frozen=True)
+class HostLens:
+    """Host copies of a batch's lengths (int64 numpy), as an engine keeps them on the CPU
+    every step: backends plan from these without a device sync or a loop over requests."""
+
+    query_lens: np.ndarray  # [B]
+    context_lens: np.ndarray  # [B]
+    kv_lens: np.ndarray  # [B]
+    query_start_loc: np.ndarray  # [B + 1]
+    is_tree: np.ndarray  # [B] bool
+
+
+@dataclass(frozen=True)
+class TreeInputs:
+    """The tree requests of a batch, as an engine has them at each step.
+
+    Static trees (choices, full, branching, chain, fixed presets) are known at start-up: an
+    engine holds their ``topologies`` and, per request, which one it uses (``topology_id``);
+    data derived from a topology is built once per topology and cached. Dynamic trees
+    (``tree: {..., dynamic: true}``, EAGLE-2/3's dynamic presets) change every step: the
+    engine's input is the padded ``parents`` array, and everything derived from it is
+    rebuilt in every plan, by tensor ops."""
+
+    reqs: np.ndarray  # [Bt] int64: indices of the tree requests, in batch order
+    sizes: np.ndarray  # [Bt] int64: nodes per tree
+    tmax: int  # the largest tree (0 when there is none)
+    dynamic: bool  # some tree is dynamic: the batch's tree data is rebuilt each plan
+    topologies: tuple  # the distinct parent arrays, in first-seen order
+    topology_id: np.ndarray  # [Bt] int64 index into ``topologies``
+    parents_host: np.ndarray  # [Bt, max(Tmax, 1)] int32; -1: root or padding
+    parents: torch.Tensor  # ``parents_host`` on the batch's device
+    reqs_t: torch.Tensor  # ``reqs`` as an int64 tensor on the batch's device
+    topology_id_t: torch.Tensor  # ``topology_id`` on the batch's device
+    is_tree_t: torch.Tensor  # [B] bool on the batch's device
+    slot_t: torch.Tensor  # [B] int64 on the batch's device: a request's row in the [Bt, ...] arrays (0: none)
+
+
+def host_lens(spec: BatchSpec) -> HostLens:
+    q = np.array([r.query for r in spec.requests], dtype=np.int64)
+    c = np.array([r.context for r in spec.requests], dtype=np.int64)
+    start = np.zeros(len(q) + 1, dtype=np.int64)
+    np.cumsum(q, out=start[1:])
+    tree = np.array([r.tree_parents is not None for r in spec.requests], dtype=bool)
+    return HostLens(q, c, q + c, start, tree)
+
+
+def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
+    reqs = [i for i, r in enumerate(spec.requests) if r.tree_parents is not None]
+    index: dict = {}
+    ids = [index.setdefault(spec.requests[i].tree_parents, len(index)) for i in reqs]
+    sizes = np.array([spec.requests[i].query for i in reqs], dtype=np.int64)
+    tmax = int(sizes.max()) if reqs else 0
+    parents = np.full((len(reqs), max(tmax, 1)), -1, dtype=np.int32)
+    for b, i in enumerate(reqs):
+        parents[b, : sizes[b]] = spec.requests[i].tree_parents
+    slot = np.zeros(len(spec.requests), dtype=np.int64)
+    slot[reqs] = np.arange(len(reqs))
+    return TreeInputs(
+        reqs=np.array(reqs, dtype=np.int64),
+        sizes=sizes,
+        tmax=tmax,
+        dynamic=any(spec.requests[i].tree_dynamic for i in reqs),
+        topologies=tuple(index),
+        topology_id=np.array(ids, dtype=np.int64),
+        parents_host=parents,
+        parents=torch.from_numpy(parents).to(device),
+        reqs_t=torch.tensor(reqs, dtype=torch.long, device=device),
+        topology_id_t=torch.tensor(ids, dtype=torch.long, device=device),
+        is_tree_t=torch.tensor([r.tree_parents is not None for r in spec.requests], device=device),
+        slot_t=torch.from_numpy(slot).to(device),
+    )
 
 
 def request_mask(r: Request) -> torch.Tensor:
@@ -276,7 +363,7 @@ def describe(spec: BatchSpec) -> str:
         if r.kind == "decode":
             s = f"{count} decode@{format_int(r.context)}"
         elif r.kind == "tree":
-            s = f"{count} tree({r.query})@{format_int(r.context)}"
+            s = f"{count} {'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
         else:
             s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
         out.append(s)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from attnbench.workload.batch import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
-from attnbench.workload.trees import TreeError, parse_tree
+from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.units import format_int, parse_int, short_repr
 
 
@@ -72,7 +72,7 @@ class Group(_Strict):
     query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)
     tree: Optional[dict[str, Any]] = Field(
         default=None,
-        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..], preset NAME (`attnbench trees`)",
+        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..], preset NAME (`attnbench trees`); add dynamic: true for a tree that changes every step",
     )
 
     @model_validator(mode="after")
@@ -98,8 +98,8 @@ class Group(_Strict):
         return self
 
     def requests(self) -> list[Request]:
-        parents = tuple(parse_tree(self.tree)) if self.kind == "tree" else None
-        return [Request(self.kind, self.query, self.context, parents) for _ in range(self.count)]
+        parents, dyn = (tuple(parse_tree(self.tree)), tree_is_dynamic(self.tree)) if self.kind == "tree" else (None, False)
+        return [Request(self.kind, self.query, self.context, parents, dyn) for _ in range(self.count)]
 
 
 class Timing(_Strict):

@@ -186,8 +186,32 @@ def from_parents(parents: Any, field: str = "tree.parents") -> list[int]:
     return out
 
 
+def tree_is_dynamic(spec: Any, field: str = "tree") -> bool:
+    """Whether a scenario's ``tree:`` mapping is dynamic: an engine gets a new tree every step,
+    so backends rebuild its metadata in every plan (``dynamic: true``; EAGLE-2/3's
+    ``eagle-dynamic-*`` presets are dynamic unless ``dynamic: false``). Other trees are
+    static: known at start-up, their topology-derived data is built once and cached."""
+    if isinstance(spec, dict) and "dynamic" in spec:
+        flag = spec["dynamic"]
+        if not isinstance(flag, bool):
+            raise TreeError(f"{field}.dynamic: expected true or false, got {short_repr(flag)}")
+        return flag
+    if isinstance(spec, dict) and "preset" in spec:
+        from attnbench.workload.tree_presets import PRESETS
+
+        value = spec["preset"]
+        name = value.get("name") if isinstance(value, dict) else value
+        preset = PRESETS.get(name) if isinstance(name, str) else None
+        return bool(preset is not None and preset.dynamic)
+    return False
+
+
 def parse_tree(spec: Any, field: str = "tree") -> list[int]:
-    """A scenario's ``tree:`` mapping (exactly one spelling) -> parent array."""
+    """A scenario's ``tree:`` mapping (exactly one spelling, and optionally ``dynamic``) ->
+    parent array."""
+    if isinstance(spec, dict) and "dynamic" in spec:
+        tree_is_dynamic(spec, field)  # checks the flag
+        spec = {k: v for k, v in spec.items() if k != "dynamic"}
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SPELLINGS:
         raise TreeError(f"{field}: expected exactly one of {', '.join(SPELLINGS)}, got {short_repr(spec)}")
     (key, value), = spec.items()
@@ -226,3 +250,22 @@ def ancestor_mask(parents: Sequence[int]) -> torch.Tensor:
 
 def is_chain(parents: Sequence[int]) -> bool:
     return all(p == i - 1 for i, p in enumerate(parents))
+
+
+def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` parent arrays -> ``[B, T, T]`` bool: row i is True at i and at every ancestor.
+
+    By tensor ops on ``parents``' device, no loop over trees or nodes: pointer doubling, where
+    step k ORs in the rows of each node's 2^k-th ancestor (``ceil(log2 T)`` gathers). A parent
+    of -1 marks a root; padding nodes past a tree's end are given -1 too, so they see only
+    themselves."""
+    b, t = parents.shape
+    dev = parents.device
+    up = parents.long()
+    up = torch.where(up < 0, torch.arange(t, device=dev), up)  # a root is its own ancestor
+    anc = torch.eye(t, dtype=torch.bool, device=dev).expand(b, t, t).clone()
+    rows = torch.arange(b, device=dev)[:, None]
+    for _ in range((t - 1).bit_length()):  # 2^steps > T - 1 >= the deepest node's depth
+        anc |= anc[rows, up]
+        up = up[rows, up]
+    return anc

@@ -1,0 +1,214 @@
+"""The per-step metadata the backends' plans build by array and tensor ops, against the
+per-request constructions they replaced (tests/old_metadata.py), on random batches: random
+trees (static and dynamic, shared and distinct shapes), odd lengths, every page layout. Plus
+the per-topology cache of static trees, the convert/plan split, and convert_ms in the rows."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnbench.backends import _dense, _metadata
+from attnbench.backends import triton_plan as tp
+from attnbench.backends._common_libs import build_tree_split
+from attnbench.backends.flex import _row_limits
+from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
+from attnbench.workload.trees import ancestor_mask, ancestor_masks, random_tree
+
+from . import old_metadata as old
+
+
+def any_tree(rng: random.Random, most: int) -> tuple:
+    """A random tree of 1..most nodes: bushy, deep or a chain."""
+    n = rng.randint(1, most)
+    if rng.random() < 0.2:
+        return tuple(random_tree({"nodes": n, "max_depth": n, "max_children": 1, "seed": 0}))  # a chain
+    depth, kids = rng.randint(1, 12), rng.randint(2, 6)
+    n = min(n, sum(kids ** d for d in range(depth + 1)))
+    return tuple(random_tree({"nodes": n, "max_depth": depth, "max_children": kids, "seed": rng.randint(0, 999)}))
+
+
+def random_requests(rng: random.Random, dynamic: bool) -> list[Request]:
+    shapes = [any_tree(rng, 70) for _ in range(3)]
+    reqs = []
+    for _ in range(rng.randint(1, 7)):
+        kind = rng.choice(["decode", "prefill", "tree", "tree"])
+        ctx = rng.choice([0, 1, rng.randint(2, 90)])
+        if kind == "decode":
+            reqs.append(Request("decode", 1, ctx))
+        elif kind == "prefill":
+            reqs.append(Request("prefill", rng.randint(1, 40), ctx))
+        else:
+            p = rng.choice(shapes)
+            reqs.append(Request("tree", len(p), ctx, p, dynamic and rng.random() < 0.7))
+    return reqs
+
+
+def random_batch(seed: int, dynamic: bool = False, trees_only: bool = False):
+    rng = random.Random(seed)
+    reqs = random_requests(rng, dynamic)
+    if trees_only or not any(r.tree_parents for r in reqs):
+        p = any_tree(rng, 40)
+        reqs.append(Request("tree", len(p), rng.randint(0, 50), p, dynamic))
+    if trees_only:
+        reqs = [r for r in reqs if r.tree_parents is not None]
+    hkv = rng.choice([1, 2])
+    spec = BatchSpec(tuple(reqs), hkv * rng.choice([1, 3, 4]), hkv, 8, "float32", rng.choice([1, 3, 16]),
+                     rng.choice(LAYOUTS))
+    return materialize(spec, seed)
+
+
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ancestor_masks_equal_the_per_tree_loop(seed):
+    rng = random.Random(seed)
+    trees = [any_tree(rng, 130) for _ in range(4)]
+    tmax = max(map(len, trees))
+    parents = torch.full((len(trees), tmax), -1, dtype=torch.int32)
+    for b, t in enumerate(trees):
+        parents[b, : len(t)] = torch.tensor(t)
+    got = ancestor_masks(parents)
+    for b, t in enumerate(trees):
+        want = torch.eye(tmax, dtype=torch.bool)
+        want[: len(t), : len(t)] = ancestor_mask(t)
+        assert torch.equal(got[b], want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_masks_and_layouts_equal_the_per_request_construction(seed, dynamic):
+    b = random_batch(seed, dynamic)
+    assert torch.equal(_metadata.custom_mask_flat(b), old.custom_mask_flat(b))
+    assert torch.equal(_dense.padded_mask(b), old.padded_mask(b))
+    for got, want in zip(_metadata.flashinfer_page_layout(b), old.flashinfer_page_layout(b)):
+        assert torch.equal(got.cpu(), want)
+    qmax = b.max_query_len
+    tmax = max(b.trees.tmax, 1)
+    q_causal, q_tree_base, tree_anc = old.flex_tables(b)
+    got_causal, got_base = _row_limits(b, qmax)
+    assert torch.equal(got_causal, q_causal) and torch.equal(got_base, q_tree_base)
+    got = _metadata.padded_tree_masks(b, qmax, tmax)
+    real = torch.arange(qmax)[None, :, None] < torch.from_numpy(b.host.query_lens)[:, None, None]
+    assert torch.equal(got & real, tree_anc)  # rows past a tree's end (padding) are never read
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_split_and_words_equal_the_per_request_construction(seed, dynamic):
+    b = random_batch(seed, dynamic)
+    ts = build_tree_split(b)
+    q_index, kv_slot, mask, real = old.tree_split(b)
+    assert torch.equal(ts.q_index, q_index) and torch.equal(ts.kv_slot, kv_slot)
+    assert torch.equal(ts.mask, mask) and torch.equal(ts.real, real)
+    words, has_tree = tp.tree_words(b)
+    assert has_tree and torch.equal(words, old.tree_words(b))
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_units_equal_the_per_request_construction(seed, splits):
+    b = random_batch(seed)
+    for sms in (1, 4, 132):
+        for block_m in (None, 16, 64):
+            cfg = tp.choose_config(b, block_m=block_m)
+            got, want = tp.build_units(b, cfg, sms, splits), old.build_units(b, cfg, sms, splits)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (sms, block_m)
+            assert got[2:] == want[2:]
+
+
+def count_calls(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_static_topologies_are_built_once_across_plans(monkeypatch):
+    """A static tree's masks and packed words are derived once per topology; every later
+    plan (a new batch with the same shapes: the next engine step) only gathers them."""
+    from attnbench.backends.flex import FlexBackend
+    from attnbench.backends.sdpa import SdpaBackend
+
+    _metadata.topology_masks.cache_clear()
+    calls = count_calls(monkeypatch, _metadata, "ancestor_masks")
+    shape = tuple(random_tree({"nodes": 23, "max_depth": 4, "max_children": 3, "seed": 1234}))
+    spec = BatchSpec((Request("tree", 23, 40, shape), Request("decode", 1, 9), Request("tree", 23, 5, shape)),
+                     4, 2, 8, "float32", 4, "shuffled")
+    for step in range(3):
+        batch = materialize(spec, step)
+        for be in (SdpaBackend(), FlexBackend()):
+            be.plan(be.convert(batch))
+        build_tree_split(batch)
+        tp.tree_words(batch)
+    assert len(calls) == 1  # the first plan built the topology's masks, on this device
+
+
+def test_dynamic_trees_are_rebuilt_every_plan(monkeypatch):
+    calls = count_calls(monkeypatch, _metadata, "ancestor_masks")
+    shape = tuple(random_tree({"nodes": 19, "max_depth": 5, "max_children": 3, "seed": 4321}))
+    spec = BatchSpec((Request("tree", 19, 40, shape, True), Request("decode", 1, 9)), 4, 2, 8, "float32", 4)
+    batch = materialize(spec, 0)
+    for _ in range(3):
+        _metadata.tree_masks(batch)
+    assert len(calls) == 3
+    assert torch.equal(_metadata.tree_masks(batch)[0], ancestor_mask(shape))
+
+
+def test_scenario_marks_trees_dynamic():
+    from attnbench.workload.scenario import ScenarioError, load_text
+
+    base = """
+model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+device: cpu
+batch:
+  - {kind: tree, count: 2, context: 7, tree: TREE}
+  - {kind: tree, count: 1, context: 7, tree: {chain: 3}}
+"""
+    sf = load_text(base.replace("TREE", "{random: {nodes: 9, seed: 3}, dynamic: true}"))
+    reqs = sf.scenario.batch_spec().requests
+    assert [r.tree_dynamic for r in reqs] == [True, True, False]
+    assert materialize(sf.scenario.batch_spec(), 0).trees.dynamic
+    sf = load_text(base.replace("TREE", "{preset: eagle-dynamic-d5}"))
+    assert sf.scenario.batch_spec().requests[0].tree_dynamic
+    with pytest.raises(ScenarioError, match=r"batch\.0: tree\.dynamic: expected true or false"):
+        load_text(base.replace("TREE", "{chain: 2, dynamic: maybe}"))
+
+
+def test_plan_gets_what_convert_returned_and_rows_report_convert_ms(tmp_path):
+    """SDPA's gather and dense mask are convert_ms, its plan is what is left; backends that
+    convert nothing report 0. The column is in the CSV."""
+    from typer.testing import CliRunner
+
+    from attnbench.cli.app import app
+
+    text = """
+name: conv
+device: cpu
+model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+kv_cache: {page_size: 4}
+batch:
+  - {kind: decode, count: 2, context: 19}
+  - {kind: tree, count: 2, context: 7, tree: {random: {nodes: 9, seed: 3}, dynamic: true}}
+backends: [reference, sdpa, flex]
+timing: {warmup_ms: 1, measure_ms: 3, min_runs: 2}
+"""
+    p = tmp_path / "conv.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["run", str(p), "--out", str(tmp_path / "run"), "-q"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "run" / "results.csv").set_index("backend")
+    assert "convert_ms" in df.columns and set(df.status) == {"ok"}
+    assert df.loc["reference", "convert_ms"] == 0
+    assert df.loc["sdpa", "convert_ms"] > 0 and df.loc["flex", "convert_ms"] > 0
+    assert np.allclose(df.step_ms, df.plan_ms + df.median_ms)
+    assert "dynamic tree(9)" in df.loc["sdpa", "batch"]

@@ -8,7 +8,7 @@
 #                                      # and FlashInfer (timed with events: kept off a CPU busy
 #                                      # with the build, since launch gaps would count)
 # Carry .fa2/ (build_flash_attn.sh + sdist) and .whl/ (xformers, flashinfer and their
-# dependencies, pydantic). Run folders end up in $OUT/runs-<phase>.tgz.
+# dependencies, pydantic: scripts/device_setup.sh installs them). Run folders end up in $OUT/runs-<phase>.tgz.
 # Then, on the development machine:
 #   python3 scripts/make_benchmarks_doc.py RUN_DIRS... --command "..."
 set -u
@@ -16,12 +16,8 @@ cd "$(dirname "$0")/.."
 PHASE=${1:-phase1}
 OUTDIR=${OUT:-/tmp/gpu_bench}; mkdir -p "$OUTDIR/runs"
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
-export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache ATTNBENCH_XFORMERS_TRITON_ONLY=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v -i warning
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=$PATH:/tmp/site/bin
-fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > /tmp/pip_e.log 2>&1 || cat /tmp/pip_e.log
+source scripts/device_setup.sh
+export ATTNBENCH_XFORMERS_TRITON_ONLY=1
 SCENARIOS="decode-llama3-8b tree-verify-llama3-8b mixed-llama3-8b prefill-llama3-8b"
 TIMING="--warmup-ms 10 --measure-ms 60"
 

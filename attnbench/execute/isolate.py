@@ -11,12 +11,14 @@ crash is always blamed on the backend whose step was running. The child rebuilds
 from the scenario and its seed, so its inputs are the ones an in-process run would use. Rows
 are written by the parent's run folder, each through ``store.rows.checked``.
 
-When the child dies (segfault, abort, ``os._exit``) or sends nothing for ``--timeout``
-seconds while a backend runs, the parent kills it (its whole process group), records an
-``error`` row for the backend that was running (the signal or exit code, and the last lines
-of the child's stderr: with faulthandler on, the Python frame that crashed) and starts a
-fresh child for the case's remaining backends. On a CUDA device the child also exits after
-any ``error`` row, since an illegal memory access leaves the CUDA context unusable.
+When the child dies (segfault, abort, ``os._exit``) or a backend runs longer than
+``--timeout`` seconds (counted from its first step; with ``timing.rounds``, from its first
+step of each turn), the parent kills it (its whole process group), records an ``error`` row
+for the backend that was running (the signal or exit code, and the last lines of the child's
+stderr: with faulthandler on, the Python frame that crashed) and starts a fresh child for the
+case's remaining backends. On a CUDA device the child also exits after any ``error`` (after
+the row, or after the step, in rounds), since an illegal memory access leaves the CUDA
+context unusable.
 The child's stdout and stderr go to a temporary file, not to the terminal.
 """
 from __future__ import annotations
@@ -178,7 +180,8 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
     """One child for the case's ``remaining`` backends; removes each finished one from the list."""
     child = _Child(job)
     current: Optional[str] = None  # the backend whose step is running
-    ready = started = False
+    last: Optional[str] = None  # the backend that started a step last
+    ready = False
     failure: Optional[str] = None
     try:
         deadline = time.monotonic() + timeout + SETUP_GRACE_S
@@ -188,7 +191,7 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                 child.kill()
                 what = (
                     f"while running {current}" if current
-                    else "between backends (saving tensors or freeing memory)" if started
+                    else "between backends (saving tensors or freeing memory)" if last
                     else "while loading (before any backend ran)"
                 )
                 failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
@@ -201,11 +204,11 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
             if kind == "ready":
                 ready = True
             elif kind == "start":
-                current, started = ev["backend"], True
-                deadline = time.monotonic() + timeout
+                if ev["backend"] != last:  # --timeout is per backend (per turn, with timing.rounds)
+                    deadline = time.monotonic() + timeout
+                current = last = ev["backend"]
             elif kind == "end":
                 current = None
-                deadline = time.monotonic() + timeout
             elif kind == "row":
                 row = Row.from_json(ev["row"])
                 if row.backend in remaining:

@@ -260,4 +260,30 @@ def get_backend_class(name: str) -> type[Backend]:
     eps = _entry_points()
     if name in eps:
         return eps[name].load()
-    raise UnknownBackend(f"unknown backend {name!r}; valid names: {', '.join(all_names())}")
+    raise unknown_backend(name)
+
+
+def suggest(name: str, names: list[str]) -> list[str]:
+    """The registered names a typo most likely meant: the same letters in another case, the
+    names it begins (``flash`` -> ``flash-attn``, ``flashinfer``), a close spelling
+    (``spda`` -> ``sdpa``); [] when nothing is close."""
+    import difflib
+
+    if not isinstance(name, str) or not name:
+        return []
+    low = {n.lower(): n for n in names}
+    key = name.lower().replace("_", "-")
+    if key in low:
+        return [low[key]]
+    starts = [n for n in names if n.lower().startswith(key) or key.startswith(n.lower())]
+    if starts:
+        return starts
+    return [low[c] for c in difflib.get_close_matches(key, list(low), n=2, cutoff=0.6)]
+
+
+def unknown_backend(name: str) -> UnknownBackend:
+    """The error for a name no backend has: what it may have meant, and every valid name."""
+    names = all_names()
+    guesses = suggest(name, names)
+    hint = f"; did you mean {' or '.join(repr(g) for g in guesses)}?" if guesses else ""
+    return UnknownBackend(f"unknown backend {name!r}{hint} (valid names: {', '.join(names)})")

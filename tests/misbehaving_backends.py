@@ -69,3 +69,42 @@ class Sleepy(Backend):
 class Blank(_Good):
     name = "blank"
     def unsupported(self, batch): return [" "]  # skips without saying why: a malformed row
+
+
+class RaisesLate(_Good):
+    """Passes the first checked call, then raises on its 4th call (inside timing)."""
+    name = "raises_late"
+    calls = 0
+    def run(self, batch):
+        type(self).calls += 1
+        if type(self).calls == 4:
+            raise RuntimeError("illegal memory access on call 4")
+        return self.out.clone()
+
+
+class WrongSometimes(_Good):
+    """Right on the checked calls, wrong (one request's rows zeroed) on every 50th call: 2%."""
+    name = "wrong_2pct"
+    calls = 0
+    def run(self, batch):
+        type(self).calls += 1
+        o = self.out.clone()
+        if type(self).calls % 50 == 7:
+            o[: max(1, o.shape[0] // 4)] = 0
+        return o
+
+
+class Prints(_Good):
+    """Chats on stdout, from Python and from the C level."""
+    name = "prints"
+    def run(self, batch):
+        print("hello from the backend")
+        os.write(1, b"raw bytes on fd 1\n")
+        return self.out.clone()
+
+
+class ExitsZero(_Good):
+    """Ends the whole process with status 0 in the middle of a run (no cleanup runs)."""
+    name = "exits0"
+    def run(self, batch):
+        os._exit(0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnbench import backend as registry
 from attnbench.analyze.tables import print_profiles, print_results
@@ -151,20 +152,35 @@ def _render_and_exit(folder: RunFolder, title: str, profile: bool, complete: boo
 
 @app.command()
 @handle_errors
-def validate(files: List[Path] = typer.Argument(..., help="scenario files to check")):
-    """Check scenario files without running anything."""
+def validate(
+    files: List[Path] = typer.Argument(..., help="scenario files to check"),
+    backend_file: Optional[List[Path]] = typer.Option(
+        None, help="Python file defining Backend subclasses, whose names the scenarios may use (RUNS it)"
+    ),
+):
+    """Check scenario files (and the backend names they ask for) without running anything."""
+    load_backend_files(backend_file)
     failed = 0
     for f in files:
         try:
             sf = load(f)
+            check_backend_names(sf)
         except ScenarioError as e:
-            err.print(f"[red]✗[/] {e}", highlight=False, soft_wrap=True)
+            err.print(f"[red]✗[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             failed += 1
             continue
         reqs = len(sf.cases[0].scenario.batch_spec().requests)
-        console.print(f"[green]✓[/] {f}: {len(sf.cases)} case(s), {reqs} request(s) in the first")
+        console.print(f"[green]✓[/] {escape(str(f))}: {len(sf.cases)} case(s), {reqs} request(s) in the first")
     if failed:
         raise typer.Exit(2)
+
+
+def check_backend_names(sf) -> None:
+    """The scenario's ``backends:`` are all registered (ScenarioError naming the file if not)."""
+    known = registry.all_names()
+    for i, name in enumerate(sf.scenario.backends or []):
+        if name not in known:
+            raise ScenarioError(f"{sf.path}: backends.{i}: {registry.unknown_backend(name)}")
 
 
 @app.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
@@ -29,7 +30,13 @@ from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
 
 
+DEVICE_NAMES = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
+
+
 def resolve_device(name: str) -> torch.device:
+    """``auto | cpu | cuda | cuda:N`` -> a torch device visible here; ValueError (a message) if not."""
+    if not isinstance(name, str) or not DEVICE_NAMES.match(name):
+        raise ValueError(f"device {name!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
@@ -110,9 +117,7 @@ class Runner:
         self.backend_names = list(dict.fromkeys(names))
         unknown = [n for n in self.backend_names if n not in registry.all_names()]
         if unknown:
-            raise registry.UnknownBackend(
-                f"unknown backend {unknown[0]!r}; valid names: {', '.join(registry.all_names())}"
-            )
+            raise registry.unknown_backend(unknown[0])
 
     @property
     def total_rows(self) -> int:
@@ -214,6 +219,7 @@ class Runner:
                     live = self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs))
                     if live is not None:
                         self._guard(row, lambda: self._measure(live, cfg))
+                    if live is not None and row.status == "ok":  # a failed timing keeps its own reason
                         self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
                     self._guard(row, lambda: self._check_inputs(row, batch, own))
                     live = own = None  # the plan's memory goes before the next backend's

@@ -1,4 +1,4 @@
-"""``python3 -m attnbench`` = the ``attnbench`` command."""
-from attnbench.cli import app
+"""``python3 -m attnbench`` = the ``attnbench`` command (run under its supervising process)."""
+from attnbench.cli.supervise import main
 
-app(prog_name="attnbench")
+main()

@@ -180,7 +180,7 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
             lines.append("| " + " | ".join(_cell(r, c).replace("|", "\\|") for c in columns) + " |")
         console.out("\n".join(lines), highlight=False)
         return
-    t = Table(title=title or None, header_style="bold", pad_edge=False)
+    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
     for c in columns:
         t.add_column(c.header, justify=c.justify, overflow="fold")
     last_case = None

@@ -50,7 +50,7 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
     """The results table and its footnotes (reasons, modes, warnings), numbered in the table."""
     rows = list(rows)
     df = rows_frame(rows)
-    t = Table(title=title or None, header_style="bold", pad_edge=False)
+    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
     t.add_column("case", overflow="fold", max_width=28)
     t.add_column("backend")
     t.add_column("status")
@@ -80,8 +80,8 @@ def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str
         if r.case_id != last_case and last_case is not None:
             t.add_section()
         t.add_row(
-            r.case_id if r.case_id != last_case else "",
-            r.backend,
+            Text(r.case_id if r.case_id != last_case else ""),
+            Text(r.backend),
             Text(r.status, style=STATUS_STYLE.get(r.status, "")),
             fmt_time(r.plan_ms),
             fmt_time(r.convert_ms) if r.convert_ms else "-",
@@ -105,10 +105,10 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "") -> Non
     for r in rows:
         batches.setdefault(r.case_id, r.batch)
     if len(set(batches.values())) == 1:
-        console.print(f"batch: {next(iter(batches.values()))}", highlight=False)
+        console.print(f"batch: {next(iter(batches.values()))}", highlight=False, markup=False)
     else:
         for cid, b in batches.items():
-            console.print(f"batch of {cid}: {b}", highlight=False)
+            console.print(f"batch of {cid}: {b}", highlight=False, markup=False)
     console.print(
         "plan = the engine's per-step metadata work (library plan call included); convert = what attnbench adds "
         "because the library cannot read the batch natively (gathered K/V, dense masks; - for none); "
@@ -137,5 +137,5 @@ def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
         if kfile.is_file():
             ks = json.loads(kfile.read_text())["run_kernels"][:top]
             tops = "; ".join(f"{k['name'][:48]} ({k['share']:.0%})" for k in ks)
-        t.add_row(r.case_id, r.backend, str(r.kernels_per_call), fmt_time(r.kernel_sum_ms), fmt_time(r.median_ms), tops, Path(r.trace).name)
+        t.add_row(Text(r.case_id), Text(r.backend), str(r.kernels_per_call), fmt_time(r.kernel_sum_ms), fmt_time(r.median_ms), tops, Path(r.trace).name)
     console.print(t)

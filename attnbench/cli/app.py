@@ -6,20 +6,23 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterable, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attnbench import __version__
 from attnbench import backend as registry
 from attnbench.store.rows import Row
-from attnbench.store.runfolder import RunFolder, environment
+from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError, environment
 from attnbench.execute.runner import Runner
 from attnbench.workload.scenario import ScenarioError
 
@@ -38,20 +41,47 @@ class UsageError(Exception):
 
 
 def handle_errors(fn):
-    """The one place that turns user-input exceptions into messages and exit code 2."""
+    """The one place that turns user-input exceptions into messages and exit code 2: bad
+    input, and places that cannot be written (a read-only folder, a full disk, a file where
+    a folder should be). Messages are printed as text (a ``[bf16]`` in a name stays). Warnings
+    about files read (rows.jsonl lines that are not rows) are printed as they come."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
-        except (ScenarioError, UsageError, registry.UnknownBackend) as e:
-            err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-        except FileNotFoundError as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+            with _printed_warnings():
+                return fn(*args, **kwargs)
+        except (ScenarioError, UsageError, registry.UnknownBackend, RunFolderError) as e:
+            _error(str(e))
+        except OSError as e:  # FileNotFoundError, PermissionError, no space left, read-only...
+            _error(_os_error_text(e))
 
     return wrapper
+
+
+def _error(text: str):
+    err.print("[bold red]error:[/] " + escape(text), highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _os_error_text(e: OSError) -> str:
+    """``PATH: reason`` for an OSError (its own text when it carries no file name)."""
+    if e.filename is None or not e.strerror:
+        return str(e)
+    where = f"{e.filename} -> {e.filename2}" if e.filename2 else str(e.filename)
+    return f"{where}: {e.strerror}"
+
+
+@contextlib.contextmanager
+def _printed_warnings():
+    """RowsFileWarning (and other warnings of attnbench's) as yellow lines on stderr."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.print("[yellow]warning:[/] " + escape(str(message)), highlight=False, soft_wrap=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RowsFileWarning)
+        warnings.showwarning = show
+        yield
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:
@@ -64,6 +94,13 @@ def load_backend_files(files: Optional[List[Path]]) -> None:
             raise
         except Exception as e:
             raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
+
+
+def print_notes(sf) -> None:
+    """What loading the scenario decided that the user should know (a --set that replaced
+    the values of a swept key)."""
+    for note in getattr(sf, "notes", ()):
+        err.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
 
 
 def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) -> dict:
@@ -85,10 +122,16 @@ def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) 
 
 def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, quiet: bool) -> bool:
     """Write each row to the run folder as it comes, under a progress bar; mark the folder
-    complete or (on Ctrl-C) incomplete. Returns whether every row was recorded."""
+    complete, or incomplete when interrupted (Ctrl-C: returns False; SIGTERM: exit 143) or
+    when a write fails (the error goes on to ``handle_errors``). Returns whether every row
+    was recorded. While backends run, what they print goes to stderr, not stdout."""
+    from attnbench.cli.safety import Terminated, WriteError, sigterm_as_interrupt, stdout_to_stderr
+    from attnbench.execute.lifeline import announce_run_folder
+
+    announce_run_folder(folder.path)
     complete = False
     try:
-        with Progress(
+        with sigterm_as_interrupt(), stdout_to_stderr(), Progress(
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -97,13 +140,37 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, 
             transient=True,
             disable=quiet,
         ) as progress:
-            task = progress.add_task(label, total=total)
+            task = progress.add_task(escape(label), total=total)
             for row in rows:
                 folder.add(row)
-                progress.update(task, advance=1, description=f"{row.case_id} · {row.backend}: {row.status}")
+                progress.update(task, advance=1, description=escape(f"{row.case_id} · {row.backend}: {row.status}"))
         complete = True
+    except Terminated as e:
+        _stopped(folder, "terminated (SIGTERM)")
+        raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
-        err.print(f"interrupted: {len(folder.rows)} rows kept in {folder.path}")
+        _stopped(folder, "interrupted")
+    except OSError as e:  # a full disk, a folder made read-only under us, --save-tensors failing
+        raise WriteError(
+            f"{_os_error_text(e)}; the {len(folder.rows)} rows finished before are in {folder.path} "
+            f"(marked incomplete): fix that, then `attnbench run --resume {folder.path}`"
+        ) from None
     finally:
-        folder.finish(complete)
+        _finish_quietly(folder, complete)
     return complete
+
+
+def _stopped(folder: RunFolder, how: str) -> None:
+    err.print(escape(f"{how}: {len(folder.rows)} rows kept in {folder.path}; finish the run with "
+                     f"`attnbench run --resume {folder.path}`"), highlight=False, soft_wrap=True)
+
+
+def _finish_quietly(folder: RunFolder, complete: bool) -> None:
+    """Mark the folder; if even that write fails (a full disk), the manifest already says
+    incomplete (written at the start) and the first error is the one reported."""
+    try:
+        folder.finish(complete)
+    except OSError as e:
+        if complete:
+            raise
+        err.print(escape(f"note: could not mark {folder.path} incomplete: {e}"), highlight=False)

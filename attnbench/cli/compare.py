@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
-from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, record_rows
+from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, print_notes, record_rows
 from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device
 from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
@@ -43,8 +43,7 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except (CompareError, BaselineError, PlotError) as e:
-            # handle_errors prints with rich markup on: keep "attnbench[plot]" literal
-            raise UsageError(escape(str(e))) from None
+            raise UsageError(str(e)) from None  # handle_errors prints it as text
 
     return wrapper
 
@@ -63,6 +62,7 @@ def info_console(fmt: str):
 def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet) -> RunFolder:
     """Run a scenario into a run folder, the way ``attnbench run`` does (without its table)."""
     sf = load(scenario, set_ or [])
+    print_notes(sf)
     if measure_ms is not None and measure_ms <= 0:
         raise UsageError(f"--measure-ms {measure_ms}: must be > 0")
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
@@ -126,7 +126,7 @@ def compare_backends_cmd(
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
                    f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
-    info.print(f"run folder: {folder.path}", highlight=False)
+    info.print(f"run folder: {folder.path}", highlight=False, markup=False)
     if any(r.status.failed for r in folder.rows):
         raise typer.Exit(1)
 
@@ -136,7 +136,7 @@ def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_ro
     diffs = ensure_same_device(cur.fingerprint, ref.fingerprint, allow_cross_device)
     info = info_console(fmt)
     for d in diffs:
-        info.print(f"[yellow]note:[/] fingerprints differ: {d}", highlight=False)
+        info.print("[yellow]note:[/] fingerprints differ: " + escape(d), highlight=False)
     return cur, ref
 
 
@@ -172,7 +172,7 @@ def compare_runs_cmd(
         + (f"; each round divided by {normalize_by}'s in the same round" if normalize_by else ""),
         style="dim", highlight=False,
     )
-    info.print(check_summary(res), highlight=False)
+    info.print(check_summary(res), highlight=False, markup=False)
 
 
 @app.command("baseline")
@@ -188,7 +188,7 @@ def baseline_cmd(
     doc = write_baseline(run, to)
     fp = doc["fingerprint"]
     ok = sum(r["status"] == Status.OK for r in doc["rows"])
-    console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})",
+    console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})", markup=False,
                   highlight=False)
     bad = [r for r in doc["rows"] if Status(r["status"]).failed]
     if bad:
@@ -208,4 +208,4 @@ def plot_cmd(
     rf = RunFolder.load(run)
     paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
     for p in paths:
-        console.print(f"wrote {p}", highlight=False)
+        console.print(f"wrote {p}", highlight=False, markup=False)

@@ -15,11 +15,11 @@ from rich.markup import escape
 from attnbench import backend as registry
 from attnbench.analyze.tables import print_profiles, print_results
 from attnbench.cli.app import (
-    UsageError, app, base_manifest, console, err, handle_errors, load_backend_files, record_rows,
+    UsageError, app, base_manifest, console, err, handle_errors, load_backend_files, print_notes, record_rows,
 )
+from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.execute.isolate import isolated_rows
 from attnbench.execute.options import options_to_json
-from attnbench.execute.resume import ResumeError, mark_resumed, open_run
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import ScenarioError, json_schema, load
@@ -28,11 +28,14 @@ from attnbench.workload.scenario import ScenarioError, json_schema, load
 @app.command()
 @handle_errors
 def run(
+    ctx: typer.Context,
     scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
+    set_: Optional[List[str]] = typer.Option(
+        None, "--set", help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)"
+    ),
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backend to run (repeatable)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
-    out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
+    out: Optional[Path] = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)"),
     results_dir: Path = typer.Option(Path("results"), help="where new run folders go"),
     save_tensors: Optional[Path] = typer.Option(None, help="write each case's inputs and outputs here (.pt)"),
     warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
@@ -49,7 +52,10 @@ def run(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     resume: Optional[Path] = typer.Option(
-        None, "--resume", help="finish an incomplete run folder: its scenario and options, skipping rows done"
+        None, "--resume", help="finish an incomplete run folder with its own scenario and options, skipping rows done"
+    ),
+    allow_env_change: bool = typer.Option(
+        False, "--allow-env-change", help="with --resume: go on although attnbench, torch or the device changed"
     ),
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
     timeout: float = typer.Option(300.0, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
@@ -58,91 +64,113 @@ def run(
     load_backend_files(backend_file)
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
-    prior, sf = _scenario_or_resume(scenario, set_, resume)
+    if resume is not None:
+        return _resume(ctx, resume, isolate, allow_env_change, backend_file, quiet)
+    _check_new_run(ctx, scenario, isolate)
+    sf = load(scenario, set_ or [])
+    print_notes(sf)
     opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads)
-    if prior is not None:  # the original run's options (the flags above apply to new runs)
-        opts = prior.options
     try:
         runner = Runner(sf, opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if prior is not None:
-        folder, done, profile = prior.folder, prior.done, opts.profile_dir is not None
-        mark_resumed(folder, isolate)
-    else:
-        folder, done = _new_folder(runner, scenario, set_, backend_file, results_dir, out, profile, isolate), frozenset()
-    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
-    rows = isolated_rows(
-        runner,
-        scenario_text=sf.text,
-        scenario_path=prior.scenario_path if prior else str(scenario),
-        overrides=prior.overrides if prior else list(set_ or []),
-        backend_files=[str(f) for f in backend_file or []],
-        timeout=timeout,
-        done=done,
-    ) if isolate else runner.rows(done=done)
-    complete = record_rows(folder, rows, todo, sf.name, quiet)
-    _render_and_exit(folder, f"{sf.name} on {runner.device_name}", profile, complete)
-
-
-def _scenario_or_resume(scenario: Optional[Path], set_: Optional[List[str]], resume: Optional[Path]):
-    """-> (the run folder being resumed or None, the scenario file to run)."""
-    if resume is None:
-        if scenario is None:
-            raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
-        return None, load(scenario, set_ or [])
-    if scenario is not None or set_:
-        raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
-    try:
-        prior = open_run(resume)
-    except ResumeError as e:
-        raise UsageError(str(e)) from None
-    return prior, prior.sf
-
-
-def _new_folder(runner: Runner, scenario, set_, backend_file, results_dir, out, profile: bool, isolate: bool) -> RunFolder:
-    """A new run folder with its manifest (profiles go inside it, with --profile)."""
-    folder = RunFolder.create(results_dir, runner.sf.name, out)
+    check_writable(save_tensors, "--save-tensors")
+    folder = RunFolder.create(results_dir, sf.name, out)
     if profile:
-        runner.opts.profile_dir = folder.path / "profiles"
-    folder.start(
-        {
-            **base_manifest(runner.sf, runner, str(scenario), set_ or []),
-            "options": options_to_json(runner.opts),
-            "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
-            "isolate": isolate,
-        }
-    )
-    return folder
+        opts.profile_dir = folder.path / "profiles"
+    folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "options": options_to_json(opts),
+                  "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
+                  "isolate": isolate, "timeout": timeout if isolate else None})
+    job = dict(scenario_path=str(scenario), overrides=list(set_ or []), backend_files=backend_file, timeout=timeout)
+    _execute(runner, folder, frozenset(), isolate, job, quiet, profile)
+
+
+def _check_new_run(ctx, scenario: Optional[Path], isolate: bool) -> None:
+    if scenario is None:
+        raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
+    if not isolate and flags_given(ctx, ("timeout",)):
+        raise UsageError("--timeout: only an --isolate child can be stopped when a backend overruns (in this process it "
+                         "cannot be); add --isolate, or drop --timeout")
 
 
 def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads) -> RunOptions:
     """The run options of the flags, checked (a bad value is a UsageError)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
-    for name, v in (("--warmup-ms", warmup_ms), ("--measure-ms", measure_ms), ("--rtol", rtol)):
-        if v is not None and v <= 0 and name != "--warmup-ms":
+    for name, v in (("--measure-ms", measure_ms), ("--rtol", rtol)):
+        if v is not None and v <= 0:
             raise UsageError(f"{name} {v}: must be > 0")
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
     return RunOptions(
-        backends=list(backend) if backend else None,
-        device=device,
-        warm_l2=warm_l2,
-        no_graphs=no_graphs,
-        timing_overrides=overrides,
-        save_tensors=save_tensors,
-        rtol=rtol,
-        threads=threads,
+        backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
+        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads,
     )
 
 
-def _render_and_exit(folder: RunFolder, title: str, profile: bool, complete: bool) -> None:
-    """Print the results (and kernel tables); exit 130 if interrupted, 1 if a row failed."""
-    print_results(folder.rows, console, title=title)
+def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, quiet: bool) -> None:
+    """``run --resume``: the run's own scenario and options; refuses flags that would change
+    them, and a changed attnbench/torch/device unless --allow-env-change. Nothing in the
+    folder is rewritten until every check passed."""
+    from attnbench.execute.resume import ResumeError, begin, environment_changes, open_run
+
+    try:
+        prior = open_run(path)
+    except ResumeError as e:
+        raise UsageError(str(e)) from None
+    try:
+        opts, isolate = prior.options, isolate or prior.isolate
+        conflicts = flags_given(ctx, RESUME_KEEPS)
+        if conflicts:
+            raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
+                             f"drop {', '.join(conflicts)}, which would change them, or start a new run")
+        runner = Runner(prior.sf, opts)
+        changes = environment_changes(prior, runner.device_name)
+        if changes and not allow_env_change:
+            raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
+                             "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
+                             "(the manifest records the change)")
+        check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
+        note = begin(prior, isolate, changes)
+    except ValueError as e:  # Runner: a recorded device that is not here
+        prior.folder.unlock()
+        raise UsageError(f"--resume {path}: {e}") from None
+    except BaseException:
+        prior.folder.unlock()
+        raise
+    for n in ([note] if note else []) + [f"resuming {path}: {len(prior.done)} row(s) done; kept: {kept_settings(prior)}"]:
+        err.print(escape(n), highlight=False, soft_wrap=True)
+    job = dict(scenario_path=prior.scenario_path, overrides=prior.overrides, backend_files=backend_file,
+               timeout=prior.timeout or 300.0)
+    _execute(runner, prior.folder, prior.done, isolate, job, quiet, opts.profile_dir is not None)
+
+
+def kept_settings(prior) -> str:
+    """The settings a resumed run keeps from its manifest, in words."""
+    o = prior.options
+    iso = f"--isolate with --timeout {prior.timeout or 300.0:g} s" if prior.isolate else "in process (add --isolate to isolate the rest)"
+    timing = ", ".join(f"{k} {v:g}" for k, v in o.timing_overrides.items()) or "the scenario's"
+    return (f"backends {', '.join(o.backends) if o.backends else 'as the scenario says'}; device {o.device or 'as the scenario says'}; "
+            f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
+
+
+def _execute(runner: Runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, quiet: bool, profile: bool) -> None:
+    """Run the rows not ``done`` (in child processes with ``isolate``) into ``folder``; print
+    the table; exit 130 if interrupted, 1 if a row failed."""
+    sf = runner.sf
+    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
+    if isolate:
+        rows = isolated_rows(
+            runner, scenario_text=sf.text, scenario_path=job["scenario_path"], overrides=job["overrides"],
+            backend_files=[str(f) for f in job["backend_files"] or []], timeout=job["timeout"], done=done,
+        )
+    else:
+        rows = runner.rows(done=done)
+    complete = record_rows(folder, rows, todo, sf.name, quiet)
+    print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
     if profile:
         print_profiles(folder.rows, console)
-    console.print(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)")
-    bad = [r for r in folder.rows if r.status.failed]
+    console.print(escape(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)"), highlight=False)
+    bad = [r for r in folder.rows if r.status in ("error", "mismatch")]
     if not complete:
         raise typer.Exit(130)
     if bad:

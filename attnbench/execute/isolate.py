@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from attnbench.execute.options import options_from_json, options_to_json
+from attnbench.execute.options import SaveTensorsError, options_from_json, options_to_json
 from attnbench.store.rows import Row, Status, checked
 
 SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
@@ -54,12 +54,12 @@ class _Child:
         env["PYTHONFAULTHANDLER"] = "1"
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbench.execute.isolate", "--fd", str(w)],
+                [sys.executable, "-m", "attnbench.execute.isolate", "--fd", str(w), "--parent", str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=self.log,
                 pass_fds=(w,),
-                start_new_session=True,  # Ctrl-C reaches the parent only; kill takes the group
+                start_new_session=True,  # Ctrl-C reaches the parent only; kill takes the group; dies with the parent (lifeline)
                 env=env,
             )
         finally:
@@ -215,6 +215,8 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                     remaining.remove(row.backend)
                 current = None
                 yield row
+            elif kind == "save_failed":  # after every row: the run stops, saying why
+                raise SaveTensorsError(ev.get("reason", "--save-tensors: could not write"))
             elif kind == "fatal":
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
@@ -241,6 +243,10 @@ def _child_main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable()
+    if "--parent" in argv:  # a killed parent takes this child with it (a hung backend must not run on)
+        from attnbench.execute.lifeline import die_with_parent
+
+        die_with_parent(int(argv[argv.index("--parent") + 1]))
     fd = int(argv[argv.index("--fd") + 1])
     out = os.fdopen(fd, "w", buffering=1)
 
@@ -286,10 +292,14 @@ def _child_main(argv: list[str]) -> int:
             restart_if_poisoned(row)
 
     runner.on_step = on_step
-    for row in runner.run_case(case, names):  # the case's epilogue (--save-tensors) runs too
-        send({"event": "row", "row": row.to_json()})
-        sent.add(row.backend)
-        restart_if_poisoned(row)
+    try:
+        for row in runner.run_case(case, names):  # the case's epilogue (--save-tensors) runs too
+            send({"event": "row", "row": row.to_json()})
+            sent.add(row.backend)
+            restart_if_poisoned(row)
+    except SaveTensorsError as e:
+        send({"event": "save_failed", "reason": str(e)})
+        return 1
     send({"event": "done"})
     out.close()
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
@@ -17,7 +16,8 @@ import torch
 
 from attnbench import backend as registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
-from attnbench.execute.options import RunOptions
+from attnbench.execute.device import resolve_device
+from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, describe, materialize
 from attnbench.measure.metrics import ceilings_for, device_name, roofline, work_of
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
@@ -28,23 +28,6 @@ from attnbench.measure.stats import Summary
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
-
-
-DEVICE_NAMES = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto | cpu | cuda | cuda:N`` -> a torch device visible here; ValueError (a message) if not."""
-    if not isinstance(name, str) or not DEVICE_NAMES.match(name):
-        raise ValueError(f"device {name!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r}: no CUDA device is visible here; use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return dev
 
 
 def default_backends() -> list[str]:
@@ -228,7 +211,11 @@ class Runner:
             else:
                 yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
         if self.opts.save_tensors is not None:
-            save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs)
+            try:
+                save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs)
+            except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+                raise SaveTensorsError(f"--save-tensors {self.opts.save_tensors}: could not write the tensors of "
+                                       f"case {case.case_id}: {_error_text(e)}") from None
         del batch, ref, outputs
         _release(self.device)
 

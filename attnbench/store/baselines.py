@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from attnbench.store.fingerprint import fingerprint
+from attnbench.store.fingerprint import clean_fingerprint, fingerprint
 from attnbench.store.rows import Row
-from attnbench.store.runfolder import RunFolder, utc_now
+from attnbench.store.runfolder import RunFolder, atomic_write, utc_now
 
 class BaselineError(ValueError):
     """A file that is not a usable baseline or run folder; the message says which and why."""
@@ -136,8 +136,12 @@ def _load(path: Path) -> Loaded:
                                 f"make the baseline again: attnbench baseline RUN --to {path}")
     rows = _rows_from_json(data["rows"], str(path), f"make the baseline again: attnbench baseline RUN --to {path}")
     manifest = data.get("manifest") or {}
+    if not isinstance(manifest, dict):
+        raise BaselineError(f"{path}: manifest: a {type(manifest).__name__}, not a mapping")
     fp = data.get("fingerprint") or fingerprint(manifest, rows)
-    return Loaded(str(path), rows, manifest, fp)
+    if not isinstance(fp, dict):
+        raise BaselineError(f"{path}: fingerprint: a {type(fp).__name__}, not a mapping")
+    return Loaded(str(path), rows, manifest, clean_fingerprint(fp))
 
 
 def make_baseline(run: Path) -> dict:
@@ -156,15 +160,15 @@ def make_baseline(run: Path) -> dict:
 
 
 def write_baseline(run: Path, to: Path) -> dict:
-    doc = make_baseline(run)
     to = Path(to)
+    if to.is_dir():
+        raise BaselineError(f"--to {to}: a folder; name the baseline file, e.g. {to / 'NAME.json'}")
+    doc = make_baseline(run)
     to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = to.with_name(f".{to.name}.tmp")
     # one row per line: reviewable diffs when a committed baseline is refreshed
     head = {k: v for k, v in doc.items() if k != "rows"}
     body = ",\n".join("  " + json.dumps(r, default=str) for r in doc["rows"])
     text = json.dumps(head, indent=1, default=str)[:-2] + ',\n "rows": [\n' + body + "\n ]\n}\n"
     json.loads(text)  # the hand-joined document must parse
-    tmp.write_text(text)
-    tmp.replace(to)
+    atomic_write(to, text)  # a temporary file of this writer's own, removed if the write fails
     return doc

@@ -8,14 +8,27 @@ from attnbench.store.rows import Row
 
 def fingerprint(manifest: dict, rows: Iterable[Row] = ()) -> dict:
     """Device, torch and backend versions of a run (from its manifest, else its rows)."""
-    env = manifest.get("environment") or {}
+    env = manifest.get("environment") if isinstance(manifest, dict) else None
+    env = env if isinstance(env, dict) else {}  # a hand-edited manifest: use what has the right type
     rows = list(rows)
-    device = env.get("device") or next((r.device for r in rows if r.device), "")
-    backends = dict(env.get("backends") or {})
+    device = _text(env.get("device")) or next((r.device for r in rows if r.device), "")
+    listed = env.get("backends") if isinstance(env.get("backends"), dict) else {}
+    backends = {str(k): _text(v) for k, v in listed.items()}
     for r in rows:
         if r.backend_version and r.backend not in backends:
             backends[r.backend] = r.backend_version
-    return {"device": device, "torch": env.get("torch") or "", "backends": backends}
+    return {"device": device, "torch": _text(env.get("torch")), "backends": backends}
+
+
+def clean_fingerprint(fp: dict) -> dict:
+    """A stored fingerprint with each field of the right type (a hand edit may break them)."""
+    listed = fp.get("backends") if isinstance(fp.get("backends"), dict) else {}
+    return {"device": _text(fp.get("device")), "torch": _text(fp.get("torch")),
+            "backends": {str(k): _text(v) for k, v in listed.items()}}
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else ""
 
 
 def fingerprint_differences(a: dict, b: dict) -> tuple[bool, list[str]]:

@@ -15,8 +15,10 @@ malformed row reaches a run folder. CSV columns come from the dataclass fields
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Optional
@@ -116,8 +118,51 @@ class Row:
 
     @classmethod
     def from_json(cls, d: dict) -> "Row":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        """A row from its JSON form; RowError naming the field when a value has the wrong type
+        (a hand-edited file), so that no reader trips over it later. Unknown keys are ignored."""
+        if not isinstance(d, dict):
+            raise RowError(f"a row is a JSON object, not {type(d).__name__}")
+        checks = _field_checks()
+        for name in ("scenario", "case_id", "backend"):
+            if name not in d:
+                raise RowError(f"a row needs {name}")
+        kw = {}
+        for k, v in d.items():
+            if k not in checks:
+                continue
+            ok, what = checks[k]
+            if not ok(v):
+                raise RowError(f"{k}: {str(v)[:40]!r} is not {what}")
+            kw[k] = math.nan if v is None and what == "a number" else v
+        return cls(**kw)
+
+
+class RowError(ValueError):
+    """A JSON object that is not a well-typed row; the message names the field."""
+
+
+def _number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@functools.lru_cache(maxsize=1)
+def _field_checks() -> dict:
+    """field name -> (accepts(value), what it should be), from the field annotations."""
+    kinds = {
+        str: (lambda v: isinstance(v, str), "a string"),
+        int: (_integer, "an integer"),
+        float: (_number, "a number"),
+        Status: (lambda v: v in {s.value for s in Status}, "one of " + ", ".join(s.value for s in Status)),
+        Optional[bool]: (lambda v: v is None or isinstance(v, bool), "true, false or null"),
+        Optional[int]: (lambda v: v is None or _integer(v), "an integer or null"),
+        dict: (lambda v: isinstance(v, dict), "a mapping"),
+        list: (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of numbers"),
+    }
+    return {name: kinds[hint] for name, hint in typing.get_type_hints(Row).items()}
 
 
 def checked(row: Row) -> Row:

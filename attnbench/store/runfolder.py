@@ -4,30 +4,56 @@ A run folder holds ``manifest.json`` (what ran, where, when, complete or not),
 ``rows.jsonl`` (one JSON object per finished row, raw timing samples included, appended and
 flushed as each row finishes) and ``results.csv`` (the same rows without the samples, the
 sweep values as columns, rewritten atomically after each row, so it is never half-written).
+
+A run folder belongs to one run: ``create`` refuses a folder that already holds files, and
+the writer holds an exclusive lock on ``.lock`` (``flock``; released by the kernel when the
+process ends, however it ends), so a second writer is refused instead of mixing its rows in.
+Readers skip a line of ``rows.jsonl`` that is not a well-typed row and say so (a
+``RowsFileWarning`` with the count and the line numbers); the rows after it still count.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import contextlib
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from attnbench.store.rows import Row, rows_frame
+from attnbench.store.rows import Row, RowError, rows_frame
 from attnbench.workload.units import safe_name
 
 
+class RunFolderError(ValueError):
+    """A folder that cannot be used as a run folder; the message names it and the fix."""
+
+
+class RowsFileWarning(UserWarning):
+    """Lines of a rows.jsonl that are not result rows: skipped and counted, never silently."""
+
+
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` through a temporary file of this writer's own (never one a
+    second process shares), so that ``path`` holds the old text or the new, never a mix; the
+    temporary file goes away when the write fails (a full disk, say)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def utc_now() -> str:
@@ -65,25 +91,100 @@ def environment(device_name: str, backend_versions: dict[str, str]) -> dict:
     }
 
 
+LOCK = ".lock"
+
+
+def _lock(path: Path):
+    """An exclusive, non-blocking lock on ``path/.lock`` (the open file: closing it, or the
+    end of the process, releases it); RunFolderError when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one writer per folder is then up to the user
+        return None
+    f = open(path / LOCK, "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise RunFolderError(
+            f"{path}: another attnbench process (pid {holder}) is writing this run folder; "
+            "wait for it to finish, or use another --out"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _entries(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if p.name != LOCK)
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must name a new or empty folder (not a file, not a dangling link)."""
+    if out.is_symlink() and not out.exists():
+        raise RunFolderError(f"--out {out}: a symbolic link to {os.readlink(out)}, which does not exist; "
+                             "remove the link or choose another --out")
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out}: a file, not a folder; choose a folder name")
+    if out.is_dir():
+        names = _entries(out)
+        if "manifest.json" in names or "rows.jsonl" in names:
+            raise RunFolderError(
+                f"--out {out}: already a run folder, and a run folder belongs to one run; choose a new --out, "
+                f"or finish that run with `attnbench run --resume {out}`"
+            )
+        if names:
+            raise RunFolderError(f"--out {out}: not empty ({len(names)} entries, e.g. {names[0]}); "
+                                 "choose a new or empty folder")
+
+
 class RunFolder:
-    """Writes a run folder as rows finish; loads one back."""
+    """Writes a run folder as rows finish (holding its lock); loads one back."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[Row] = []
         self.manifest: dict[str, Any] = {}
+        self.broken_lines: list[int] = []  # 1-based numbers of rows.jsonl lines that are not rows
+        self._lock = None
 
     @classmethod
     def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None) -> "RunFolder":
+        """A new run folder, locked: ``out`` (new or empty), else a fresh ``root/<UTC time>-<name>``."""
         if out is None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            out = Path(root) / f"{stamp}-{safe_name(scenario_name)}"
-            i = 1
-            while out.exists():
-                i += 1
-                out = Path(root) / f"{stamp}-{safe_name(scenario_name)}-{i}"
-        out.mkdir(parents=True, exist_ok=True)
-        return cls(out)
+            Path(root).mkdir(parents=True, exist_ok=True)
+            for i in range(1, 10000):
+                out = Path(root) / (f"{stamp}-{safe_name(scenario_name)}" + (f"-{i}" if i > 1 else ""))
+                try:
+                    out.mkdir()  # atomic: two runs started in the same second get two folders
+                    break
+                except FileExistsError:
+                    continue
+        else:
+            out = Path(out)
+            _check_out(out)
+            out.mkdir(parents=True, exist_ok=True)
+        rf = cls(out)
+        rf.lock()
+        if _entries(out):  # another run took it between the check and the lock
+            rf.unlock()
+            _check_out(out)
+        return rf
+
+    def lock(self) -> None:
+        """Hold the folder's write lock (RunFolderError when another process holds it)."""
+        if self._lock is None:
+            self._lock = _lock(self.path)
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def start(self, manifest: dict) -> None:
         self.manifest = {"status": "incomplete", "start_time": utc_now(), **manifest}
@@ -94,36 +195,76 @@ class RunFolder:
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
-        with open(self.path / "rows.jsonl", "a") as f:
-            f.write(json.dumps(row.to_json(), default=str) + "\n")
+        path = self.path / "rows.jsonl"
+        with open(path, "a+b") as f:
+            line = json.dumps(row.to_json(), default=str).encode() + b"\n"
+            if f.tell() > 0:  # a line a crash cut short must not swallow this one
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = b"\n" + line
+            f.write(line)
             f.flush()
             os.fsync(f.fileno())
         atomic_write(self.path / "results.csv", rows_frame(self.rows).to_csv(index=False))
 
     def finish(self, complete: bool, **extra) -> None:
+        """Mark the folder complete (or not) and let go of its lock."""
         self.manifest.update(status="complete" if complete else "incomplete", end_time=utc_now(), **extra)
-        self.write_manifest()
+        try:
+            self.write_manifest()
+        finally:
+            self.unlock()
 
     @classmethod
     def load(cls, path: Path) -> "RunFolder":
+        """Read a run folder: every well-typed row of rows.jsonl (the others are counted in
+        ``broken_lines`` and named in a RowsFileWarning) and its manifest ({} if unreadable)."""
         path = Path(path)
         rf = cls(path)
         rows_file = path / "rows.jsonl"
         if not rows_file.is_file():
             raise FileNotFoundError(f"{path}: not a run folder (no rows.jsonl)")
-        for line in rows_file.read_text().splitlines():
-            line = line.strip()
-            if not line:
+        rf.rows, rf.broken_lines = read_rows(rows_file)
+        rf.manifest = read_manifest(path / "manifest.json")
+        return rf
+
+
+def read_rows(rows_file: Path) -> tuple[list[Row], list[int]]:
+    """-> (the rows, the 1-based numbers of lines that are not rows). Warns when any are."""
+    rows, broken = [], []
+    with open(rows_file, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                rf.rows.append(Row.from_json(json.loads(line)))
-            except (ValueError, TypeError):
-                break  # a line cut by a crash mid-write: the rows before it stand
-        try:
-            rf.manifest = json.loads((path / "manifest.json").read_text())
-        except (OSError, ValueError):
-            rf.manifest = {}
-        return rf
+                d = json.loads(raw)
+                if not isinstance(d, dict):
+                    raise RowError(f"a JSON {type(d).__name__}, not an object")
+                rows.append(Row.from_json(d))
+            except (ValueError, TypeError, RecursionError):
+                broken.append(i)
+    if broken:
+        shown = ", ".join(map(str, broken[:10])) + (f" and {len(broken) - 10} more" if len(broken) > 10 else "")
+        warnings.warn(RowsFileWarning(
+            f"{rows_file}: skipped {len(broken)} line(s) that are not result rows (line {shown}); "
+            f"the other {len(rows)} rows are used"
+        ), stacklevel=2)
+    return rows, broken
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest as a mapping; {} (and a warning) when it is missing, not JSON, or not an object."""
+    try:
+        man = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as e:
+        warnings.warn(RowsFileWarning(f"{path}: unreadable ({type(e).__name__}); ignored"), stacklevel=2)
+        return {}
+    if not isinstance(man, dict):
+        warnings.warn(RowsFileWarning(f"{path}: a JSON {type(man).__name__}, not an object; ignored"), stacklevel=2)
+        return {}
+    return man
 
 
 def scenario_hash(text: str) -> str:

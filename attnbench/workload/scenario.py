@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from attnbench.workload.batch import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
+from attnbench.workload.sweeps import case_id_for, override_sweep
 from attnbench.workload.units import format_int, parse_int, short_repr
 
 
@@ -190,6 +190,7 @@ class ScenarioFile:
     raw: dict
     scenario: Scenario
     cases: list[Case]
+    notes: list[str] = field(default_factory=list)  # what loading decided, for the user to read
 
     @property
     def name(self) -> str:
@@ -239,27 +240,6 @@ def _parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), value
     _check_shape(parsed, f"--set {short_repr(text)}")
     return key.strip(), parsed
-
-
-def _slug(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return format_int(value)
-    try:
-        text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
-    except (TypeError, ValueError, RecursionError):  # e.g. a mapping with date keys
-        text = short_repr(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
-
-
-def case_id_for(params: dict[str, Any]) -> str:
-    """A readable, file-name-safe id from the swept values, e.g. ``page_size=16,context=4k``.
-
-    Each key is shortened to its last part unless two swept keys share it."""
-    if not params:
-        return "default"
-    lasts = [k.split(".")[-1] for k in params]
-    names = [last if lasts.count(last) == 1 else key for key, last in zip(params, lasts)]
-    return ",".join(f"{n}={_slug(v)}" for n, v in zip(names, params.values()))
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -334,13 +314,15 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: the file must hold a mapping (model:, batch:, ...), not {type(raw).__name__}")
     raw = copy.deepcopy(raw)
+    notes: list[str] = []
     for text_ov in overrides or []:
         key, value = _parse_override(text_ov)
         _set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
+        notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
     base = _validate(raw, path)
     _check_shape(raw, path)
     cases = expand_sweep(raw, base, path)
-    return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases)
+    return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases, notes=notes)
 
 
 def load(path: str | Path, overrides: Optional[list[str]] = None) -> ScenarioFile:

@@ -1,0 +1,55 @@
+"""Sweeps: case ids made of the swept values, and what a ``--set`` on a swept key does."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from attnbench.workload.units import format_int, short_repr
+
+
+def override_sweep(raw: dict, key: str, value: Any, where: str, error: type = ValueError) -> list[str]:
+    """A ``--set`` on a key the scenario sweeps wins over the sweep: that key runs the one
+    value given (the case ids and the CSV column keep its name). A ``--set`` of a parent of
+    swept keys (``batch.0`` while ``batch.0.context`` is swept) drops those sweeps. A ``--set``
+    inside a swept value (``batch.0.context`` while ``batch.0`` is swept) is refused (``error``):
+    the sweep would overwrite it. Returns notes saying what changed."""
+    sweep = raw.get("sweep")
+    if key.split(".")[0] == "sweep" or not isinstance(sweep, dict):
+        return []
+    notes = []
+    for swept in [k for k in sweep if isinstance(k, str)]:
+        was = short_repr(sweep[swept], 60)
+        if swept == key:
+            sweep[swept] = [value]
+            notes.append(f"{where}: replaces the scenario's sweep of {swept} ({was}): that key runs only this value")
+        elif swept.startswith(key + "."):
+            del sweep[swept]
+            notes.append(f"{where}: replaces the scenario's sweep of {swept} ({was}), which it contains")
+        elif key.startswith(swept + "."):
+            raise error(
+                f"{where}: the scenario sweeps {swept} ({was}), whose values would overwrite this key; "
+                f"--set {swept}=VALUE instead (it replaces the sweep), or --set sweep.{swept}=[...]"
+            )
+    return notes
+
+
+def _slug(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return format_int(value)
+    try:
+        text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
+    except (TypeError, ValueError, RecursionError):  # e.g. a mapping with date keys
+        text = short_repr(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
+
+
+def case_id_for(params: dict[str, Any]) -> str:
+    """A readable, file-name-safe id from the swept values, e.g. ``page_size=16,context=4k``.
+
+    Each key is shortened to its last part unless two swept keys share it."""
+    if not params:
+        return "default"
+    lasts = [k.split(".")[-1] for k in params]
+    names = [last if lasts.count(last) == 1 else key for key, last in zip(params, lasts)]
+    return ",".join(f"{n}={_slug(v)}" for n, v in zip(names, params.values()))

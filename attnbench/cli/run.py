@@ -113,13 +113,15 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     folder is rewritten until every check passed."""
     from attnbench.execute.resume import ResumeError, begin, environment_changes, open_run
 
+    conflicts = flags_given(ctx, RESUME_KEEPS)
+    if set(conflicts) & {"SCENARIO", "--set"}:
+        raise UsageError("--resume RUN_DIR takes the scenario and --set overrides from the run folder; give neither")
     try:
         prior = open_run(path)
     except ResumeError as e:
         raise UsageError(str(e)) from None
     try:
         opts, isolate = prior.options, isolate or prior.isolate
-        conflicts = flags_given(ctx, RESUME_KEEPS)
         if conflicts:
             raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")

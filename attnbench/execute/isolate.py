@@ -239,14 +239,19 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
 
 
 # -- child side -------------------------------------------------------------------------------
+def _die_with_parent(argv: list[str]) -> None:
+    """A killed parent takes this child with it: a hung backend must not run on (holding a GPU)."""
+    if "--parent" in argv:
+        from attnbench.execute.lifeline import die_with_parent
+
+        die_with_parent(int(argv[argv.index("--parent") + 1]))
+
+
 def _child_main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable()
-    if "--parent" in argv:  # a killed parent takes this child with it (a hung backend must not run on)
-        from attnbench.execute.lifeline import die_with_parent
-
-        die_with_parent(int(argv[argv.index("--parent") + 1]))
+    _die_with_parent(argv)
     fd = int(argv[argv.index("--fd") + 1])
     out = os.fdopen(fd, "w", buffering=1)
 

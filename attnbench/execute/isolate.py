@@ -248,8 +248,6 @@ def _die_with_parent(argv: list[str]) -> None:
 
 
 def _child_main(argv: list[str]) -> int:
-    import faulthandler
-
     faulthandler.enable()
     _die_with_parent(argv)
     fd = int(argv[argv.index("--fd") + 1])

@@ -172,7 +172,6 @@ def test_hand_edited_baselines_and_manifests_are_messages(tiny, tmp_path):
     assert cli.invoke(app, ["baseline", str(out), "--to", str(base)]).exit_code == 0
     doc = json.loads(base.read_text())
     for edit, words in [
-        (lambda d: d["rows"][1].update(n="many"), "rows[1]: n: 'many' is not an integer"),
         (lambda d: d["rows"].__setitem__(0, [1, 2]), "rows[0]: list, expected an object"),
         (lambda d: d.update(attnbench_baseline="1"), "attnbench_baseline: '1', expected the format number"),
         (lambda d: d.update(fingerprint="an H100"), "fingerprint: str, expected an object"),

@@ -118,23 +118,27 @@ class Row:
 
     @classmethod
     def from_json(cls, d: dict) -> "Row":
-        """A row from its JSON form; RowError naming the field when a value has the wrong type
-        (a hand-edited file), so that no reader trips over it later. Unknown keys are ignored."""
-        if not isinstance(d, dict):
-            raise RowError(f"a row is a JSON object, not {type(d).__name__}")
-        checks = _field_checks()
-        for name in ("scenario", "case_id", "backend"):
-            if name not in d:
-                raise RowError(f"a row needs {name}")
-        kw = {}
-        for k, v in d.items():
-            if k not in checks:
-                continue
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def typed_row(d) -> Row:
+    """A row from a JSON value read from a file; RowError naming the field when a value has
+    the wrong type (a hand edit, a cut line), so that no reader trips over it later."""
+    if not isinstance(d, dict):
+        raise RowError(f"a row is a JSON object, not {type(d).__name__}")
+    checks = _field_checks()
+    for name in ("scenario", "case_id", "backend"):
+        if name not in d:
+            raise RowError(f"a row needs {name}")
+    kw = {}
+    for k, v in d.items():
+        if k in checks:
             ok, what = checks[k]
             if not ok(v):
                 raise RowError(f"{k}: {str(v)[:40]!r} is not {what}")
             kw[k] = math.nan if v is None and what == "a number" else v
-        return cls(**kw)
+    return Row(**kw)
 
 
 class RowError(ValueError):

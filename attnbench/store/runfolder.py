@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from attnbench.store.rows import Row, RowError, rows_frame
+from attnbench.store.rows import Row, rows_frame, typed_row
 from attnbench.workload.units import safe_name
 
 
@@ -237,10 +237,7 @@ def read_rows(rows_file: Path) -> tuple[list[Row], list[int]]:
             if not raw.strip():
                 continue
             try:
-                d = json.loads(raw)
-                if not isinstance(d, dict):
-                    raise RowError(f"a JSON {type(d).__name__}, not an object")
-                rows.append(Row.from_json(d))
+                rows.append(typed_row(json.loads(raw)))
             except (ValueError, TypeError, RecursionError):
                 broken.append(i)
     if broken:

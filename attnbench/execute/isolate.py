@@ -23,6 +23,7 @@ The child's stdout and stderr go to a temporary file, not to the terminal.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import select

@@ -151,7 +151,7 @@ def test_readers_skip_a_broken_line_loudly_and_keep_the_rows_after_it(tiny, tmp_
     assert r.exit_code == 0, r.output
     assert "skipped 2 line(s)" in r.output and "line 2, 4" in r.output and "the other 2 rows" in r.output
     assert len(json.loads(base.read_text())["rows"]) == 2  # rows 1 and 3: none after line 2 dropped
-    r = cli.invoke(app, ["check", str(out), "--baseline", str(base)])
+    r = cli.invoke(app, ["compare", "runs", str(base), str(out)])
     assert r.exit_code == 0 and "skipped 2 line(s)" in r.output, r.output
 
 
@@ -179,19 +179,19 @@ def test_hand_edited_baselines_and_manifests_are_messages(tiny, tmp_path):
         bad = json.loads(json.dumps(doc))
         edit(bad)
         (tmp_path / "bad.json").write_text(json.dumps(bad))
-        r = cli.invoke(app, ["check", str(out), "--baseline", str(tmp_path / "bad.json")])
+        r = cli.invoke(app, ["compare", "runs", str(tmp_path / "bad.json"), str(out)])
         assert r.exit_code == 2 and words in r.output.replace("\n", ""), r.output
     man = json.loads((out / "manifest.json").read_text())
     man["environment"] = "an H100"  # fingerprints fall back to the rows
     (out / "manifest.json").write_text(json.dumps(man))
-    r = cli.invoke(app, ["check", str(out), "--baseline", str(base)])
+    r = cli.invoke(app, ["compare", "runs", str(base), str(out)])
     assert r.exit_code == 0, r.output
     man.update(status="incomplete", options={"backends": "sdpa"})
     (out / "manifest.json").write_text(json.dumps(man))
     r = cli.invoke(app, ["run", "--resume", str(out), "-q"])
     assert r.exit_code == 2 and "options.backends: 'sdpa' is not a list of names" in r.output, r.output
     (out / "manifest.json").write_text("[1, 2]")
-    r = cli.invoke(app, ["check", str(out), "--baseline", str(base)])
+    r = cli.invoke(app, ["compare", "runs", str(base), str(out)])
     assert r.exit_code == 0 and "not an object; ignored" in r.output, r.output
 
 

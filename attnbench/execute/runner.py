@@ -25,6 +25,7 @@ from attnbench.store.rows import Row, Status, checked
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
+from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
@@ -324,17 +325,20 @@ class Runner:
         if status is not Status.OK:
             row.status, row.reason = status, reason
             return
+        good = checksum(out)
         del out
         # convert (what the library cannot read natively) and plan (the engine's step) apart
         row.convert_ms = Summary.of(time_host(lambda: be.convert(batch), batch.device)).median if be.converts() else 0.0
         row.plan_ms = Summary.of(time_host(lambda: be.plan(converted), batch.device)).median
-        return _Live(row, be, plan, batch, cls.capturable)
+        return _Live(row, be, plan, batch, cls.capturable, good_sum=good)
 
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
         """One timing pass (a round); its samples add to the row's."""
         live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, capturable=live.capturable)
         live.samples += live.last.samples_ms
         live.round_medians.append(Summary.of(live.last.samples_ms).median)
+        bad, checked = count_differing(live.last.checksums, live.good_sum)
+        live.calls_bad, live.calls_checked = live.calls_bad + bad, live.calls_checked + checked
 
     def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:
         """Statistics of all samples, the check of the timed output, roofline, profile."""
@@ -347,6 +351,11 @@ class Runner:
         row.step_ms = row.plan_ms + s.median
         row.timing_method, row.cold_l2, row.timing_note = res.method, res.cold_l2, res.note
         st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
+        if st2 is Status.OK and live.calls_bad:
+            st2, reason2 = Status.MISMATCH, (
+                f"{live.calls_bad} of {live.calls_checked} timed calls returned an output whose checksum "
+                "differs from the checked first output's"
+            )
         if st2 is not Status.OK:
             row.status, row.reason = Status.MISMATCH, f"output under {res.method} timing: {reason2}"
             return
@@ -377,3 +386,6 @@ class _Live:
     samples: list = field(default_factory=list)
     round_medians: list = field(default_factory=list)  # one median per timing round, in order
     last: Optional[TimingResult] = None
+    good_sum: Optional[torch.Tensor] = None  # checksum of the checked first output
+    calls_bad: int = 0  # timed calls whose output checksum differs from it
+    calls_checked: int = 0

@@ -20,6 +20,8 @@ from typing import Callable, Optional
 
 import torch
 
+from attnbench.measure.checksum import checksum
+
 
 
 @dataclass(kw_only=True)  # keywords only: a field added in the middle must not shift callers' values
@@ -42,6 +44,7 @@ class TimingResult:
     cold_l2: bool
     output: Optional[torch.Tensor] = None
     note: str = ""
+    checksums: Optional[torch.Tensor] = None  # [n, 2] per timed call (measure/checksum.py), CPU
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
@@ -76,15 +79,20 @@ def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult
     warm, n = _counts(est, cfg)
     for _ in range(warm):
         out = run()
-    samples = []
+    samples, sums = [], []
     for _ in range(n):
         t0 = clock()
         out = run()
         samples.append((clock() - t0) / 1e6)
+        sums.append(checksum(out))
     _poison(out)
     final = run()
     method = "cpu" if cfg.cpu_clock == "wall" else "cpu-thread"
-    return TimingResult(samples, method, cold_l2=False, output=final)
+    return TimingResult(samples, method, cold_l2=False, output=final, checksums=_stacked(sums))
+
+
+def _stacked(sums: list) -> Optional[torch.Tensor]:
+    return torch.stack(sums).cpu() if sums and all(s is not None for s in sums) else None
 
 
 FLUSH_MODES = ("read", "write", "write+read")
@@ -155,14 +163,18 @@ def time_cuda(
     flush = L2Flusher(device, cfg.flush) if cfg.cold_l2 else (lambda: None)
     stream = torch.cuda.current_stream(device)
 
-    def timed(n: int) -> list[float]:
+    sums: list = []
+
+    def timed(n: int, check: bool = False) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             flush()
             starts[i].record(stream)
-            step()
+            out = step()
             ends[i].record(stream)
+            if check:  # queued after the end event: outside the timed region
+                sums.append(checksum(static_out if static_out is not None else out))
         torch.cuda.synchronize(device)
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
@@ -170,7 +182,7 @@ def time_cuda(
     warm, n = _counts(est, cfg)
     for _ in range(warm):
         step()
-    samples = timed(n)
+    samples = timed(n, check=True)
     # The output of the timed path, after poisoning what the last call wrote.
     if static_out is not None:
         _poison(static_out)
@@ -182,7 +194,7 @@ def time_cuda(
         _poison(last)
         final = run()
         torch.cuda.synchronize(device)
-    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note)
+    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note, checksums=_stacked(sums))
 
 
 def time_run(

@@ -42,7 +42,7 @@ def tree_masks(batch: Batch) -> torch.Tensor:
     per-topology table; dynamic trees: rebuilt from the parent arrays."""
     t = batch.trees
     if t.dynamic:
-        return ancestor_masks(t.parents)
+        return ancestor_masks(t.parents, t.max_depth)
     return topology_masks(t.topologies, t.tmax, str(batch.device))[t.topology_id_t]
 
 

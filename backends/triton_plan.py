@@ -37,9 +37,10 @@ Tree masks
 For every query token of a tree request, ``W = ceil(max_tree_nodes / 64)`` int64 words: bit
 ``k`` of word ``w`` is set iff node ``64 w + k`` is an ancestor of the token's node or the node
 itself. The kernel reads one word per (row, key) of the few tiles that hold tree keys. The
-words of static trees are packed once per topology (cached); dynamic trees' are packed from
-masks rebuilt in every plan (``_metadata.tree_masks``). Each token then takes its row of the
-packed table by one gather (non-tree tokens take an all-zero row).
+words of static trees are packed once per topology (cached); dynamic trees' are rebuilt in
+every plan, as words, by pointer doubling on the device (``ancestor_words``: bit_length(depth)
+steps). Each token then takes its row of the table by one gather (non-tree tokens take an
+all-zero row).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 
-from ._metadata import token_ids, topology_masks, tree_masks
+from ._metadata import token_ids, topology_masks
 
 WAVES = 2
 WAVES_LARGE_M = 1
@@ -129,8 +130,8 @@ def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
     n = max(1, batch.num_tokens)
     if not t.tmax:
         return torch.zeros(n, w, dtype=torch.int64, device=dev), False
-    if t.dynamic:
-        table = _with_zero_row(pack_bits(tree_masks(batch), w))
+    if t.dynamic:  # rebuilt each plan, straight as words
+        table = _with_zero_row(ancestor_words(t.parents, w, t.max_depth))
         row_of_tree = np.arange(len(t.reqs)) * t.tmax
     else:  # static: packed once per topology
         table = _packed_topologies(t.topologies, t.tmax, str(dev))
@@ -140,6 +141,25 @@ def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
     node = np.arange(int(t.sizes.sum())) - np.repeat(first, t.sizes)
     src[token_ids(batch, t.reqs)] = np.repeat(row_of_tree, t.sizes) + node
     return table[torch.from_numpy(src).to(dev)], True
+
+
+def ancestor_words(parents: torch.Tensor, words: int, max_depth: int) -> torch.Tensor:
+    """``[Bt, T]`` parent arrays -> ``[Bt, T, words]`` int64 ancestor bitmasks, by pointer
+    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), on the
+    parents' device. Padding nodes (parent -1) point at the root: their rows are never read."""
+    bt, t = parents.shape
+    dev = parents.device
+    node = torch.arange(t, device=dev)
+    bits = _bit_weights(str(dev))
+    own = bits[node % 64][:, None] if words == 1 else torch.where(
+        torch.arange(words, device=dev) == (node // 64)[:, None], bits[node % 64][:, None], 0)
+    acc = own.expand(bt, t, words).clone()
+    up = parents.long().clamp(min=0)  # the root is its own parent
+    rows = torch.arange(bt, device=dev)[:, None]
+    for _ in range(max_depth.bit_length()):  # 2^steps > the deepest depth
+        acc |= acc[rows, up]
+        up = up[rows, up]
+    return acc
 
 
 def pack_bits(mask: torch.Tensor, words: int) -> torch.Tensor:

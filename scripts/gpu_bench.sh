@@ -18,7 +18,7 @@ OUTDIR=${OUT:-/tmp/gpu_bench}; mkdir -p "$OUTDIR/runs"
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_setup.sh
 export ATTNBENCH_XFORMERS_TRITON_ONLY=1
-SCENARIOS="decode-llama3-8b tree-verify-llama3-8b mixed-llama3-8b prefill-llama3-8b"
+SCENARIOS="decode-llama3-8b tree-verify-llama3-8b tree-random-60-gqa8 mixed-llama3-8b prefill-llama3-8b"
 TIMING="--warmup-ms 10 --measure-ms 60"
 
 if [ "$PHASE" = phase1 ]; then

@@ -18,6 +18,8 @@ BATCHES = {
     "chunked": [Request("prefill", 7, 33), Request("prefill", 3, 5)],
     "tree": [Request("tree", len(TREE), 21, TREE), Request("tree", len(RANDOM_TREE), 0, RANDOM_TREE)],
     "chain": [Request("tree", 5, 13, tuple(chain(4)))],
+    "dynamic-tree": [Request("tree", len(TREE), 21, TREE, True), Request("decode", 1, 7),
+                     Request("tree", len(RANDOM_TREE), 3, RANDOM_TREE, True)],
     "mixed": [
         Request("decode", 1, 37),
         Request("prefill", 13, 20),

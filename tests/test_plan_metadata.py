@@ -16,7 +16,7 @@ from attnbench.backends import triton_plan as tp
 from attnbench.backends._common_libs import build_tree_split
 from attnbench.backends.flex import _row_limits
 from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
-from attnbench.workload.trees import ancestor_mask, ancestor_masks, random_tree
+from attnbench.workload.trees import ancestor_mask, ancestor_masks, depths, random_tree
 
 from . import old_metadata as old
 
@@ -73,6 +73,10 @@ def test_ancestor_masks_equal_the_per_tree_loop(seed):
     for b, t in enumerate(trees):
         parents[b, : len(t)] = torch.tensor(t)
     got = ancestor_masks(parents)
+    deepest = max(max(depths(t)) for t in trees)
+    assert torch.equal(ancestor_masks(parents, deepest), got)  # fewer steps when the depth is known
+    if deepest > 1:  # and the step count matters: one step short misses the deepest ancestors
+        assert not torch.equal(ancestor_masks(parents, (1 << (deepest.bit_length() - 1)) - 1), got)
     for b, t in enumerate(trees):
         want = torch.eye(tmax, dtype=torch.bool)
         want[: len(t), : len(t)] = ancestor_mask(t)

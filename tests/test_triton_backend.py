@@ -79,6 +79,11 @@ CASES = [
     ("tree-random70", [tree(random_tree({"nodes": 70, "max_depth": 6, "max_children": 4, "seed": 3}), 17)], 16,
      "shuffled-within"),
     ("tree-chain", [tree(chain(8), 33)], 1, "contiguous"),
+    # dynamic trees (rebuilt every plan by pointer doubling): two shapes, one past 64 nodes
+    ("tree-dynamic", [Request("tree", len(p), c, tuple(p), True) for p, c in (
+        (random_tree({"nodes": 67, "max_depth": 9, "max_children": 3, "seed": 5}), 20),
+        (random_tree({"nodes": 12, "max_depth": 4, "max_children": 3, "seed": 6}), 0))] + [Request("decode", 1, 9)],
+     16, "shuffled"),
     ("mixed", [Request("prefill", 12, 0), Request("decode", 1, 40), tree(from_choices(CHOICES), 25),
                Request("prefill", 5, 11), Request("decode", 1, 0)], 3, "interleaved"),
 ]

@@ -220,6 +220,7 @@ class TreeInputs:
     reqs: np.ndarray  # [Bt] int64: indices of the tree requests, in batch order
     sizes: np.ndarray  # [Bt] int64: nodes per tree
     tmax: int  # the largest tree (0 when there is none)
+    max_depth: int  # the deepest node's depth (an engine knows its draft depth)
     dynamic: bool  # some tree is dynamic: the batch's tree data is rebuilt each plan
     topologies: tuple  # the distinct parent arrays, in first-seen order
     topology_id: np.ndarray  # [Bt] int64 index into ``topologies``
@@ -255,6 +256,7 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
         reqs=np.array(reqs, dtype=np.int64),
         sizes=sizes,
         tmax=tmax,
+        max_depth=max((max(depths(p)) for p in index), default=0),
         dynamic=any(spec.requests[i].tree_dynamic for i in reqs),
         topologies=tuple(index),
         topology_id=np.array(ids, dtype=np.int64),

@@ -8,7 +8,7 @@ taken as written once it is valid.
 from __future__ import annotations
 
 import random as _random
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -252,20 +252,21 @@ def is_chain(parents: Sequence[int]) -> bool:
     return all(p == i - 1 for i, p in enumerate(parents))
 
 
-def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
+def ancestor_masks(parents: torch.Tensor, max_depth: Optional[int] = None) -> torch.Tensor:
     """``[B, T]`` parent arrays -> ``[B, T, T]`` bool: row i is True at i and at every ancestor.
 
     By tensor ops on ``parents``' device, no loop over trees or nodes: pointer doubling, where
     step k ORs in the rows of each node's 2^k-th ancestor (``ceil(log2 T)`` gathers). A parent
     of -1 marks a root; padding nodes past a tree's end are given -1 too, so they see only
-    themselves."""
+    themselves. ``max_depth`` (the deepest node's depth, if the caller knows it, as an engine
+    knows its draft depth) cuts the gathers to ``bit_length(max_depth)``."""
     b, t = parents.shape
     dev = parents.device
     up = parents.long()
     up = torch.where(up < 0, torch.arange(t, device=dev), up)  # a root is its own ancestor
     anc = torch.eye(t, dtype=torch.bool, device=dev).expand(b, t, t).clone()
     rows = torch.arange(b, device=dev)[:, None]
-    for _ in range((t - 1).bit_length()):  # 2^steps > T - 1 >= the deepest node's depth
+    for _ in range((t - 1 if max_depth is None else max_depth).bit_length()):  # 2^steps > the deepest depth
         anc |= anc[rows, up]
         up = up[rows, up]
     return anc

@@ -22,7 +22,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from attnbench import __version__
 from attnbench import backend as registry
 from attnbench.store.rows import Row
-from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError, environment
+from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError
+from attnbench.execute.dask_cluster import ExecutorError, ExecutorLost
+from attnbench.execute.executors import ExecutorSpec, check_spec, open_runner, parse_resources
 from attnbench.execute.runner import Runner
 from attnbench.workload.scenario import ScenarioError
 
@@ -34,6 +36,9 @@ app = typer.Typer(
 # Logs and CI output are not terminals: give tables room rather than rich's 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
+
+
+_CLOSE_AT_END: list = []  # closers of what a command started (a Dask cluster): handle_errors runs them
 
 
 class UsageError(Exception):
@@ -51,10 +56,17 @@ def handle_errors(fn):
         try:
             with _printed_warnings():
                 return fn(*args, **kwargs)
-        except (ScenarioError, UsageError, registry.UnknownBackend, RunFolderError) as e:
+        except (ScenarioError, UsageError, registry.UnknownBackend, RunFolderError, ExecutorError) as e:
             _error(str(e))
         except OSError as e:  # FileNotFoundError, PermissionError, no space left, read-only...
             _error(_os_error_text(e))
+        except ExecutorLost as e:
+            err.print("[bold red]error:[/] " + escape(f"{e}; the run folder keeps the rows so far: finish it with --resume"),
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+        finally:
+            while _CLOSE_AT_END:  # clusters started for this command
+                _CLOSE_AT_END.pop()()
 
     return wrapper
 
@@ -103,6 +115,42 @@ def print_notes(sf) -> None:
         err.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
 
 
+# --executor and its options: shared by `run` and `compare backends`
+EXECUTOR_OPT = typer.Option(
+    "local", "--executor", help="local: cases run in this process; dask: on Dask workers, one case per worker and device"
+)
+WORKERS_OPT = typer.Option(
+    None, "--workers", help="with --executor dask: start a local cluster of N workers (default: one per visible GPU)"
+)
+SCHEDULER_OPT = typer.Option(None, "--scheduler", help="with --executor dask: use the running cluster at this address")
+RESOURCE_OPT = typer.Option(
+    None, "--resource", help="with --executor dask: run only on workers with this resource, NAME or NAME=AMOUNT (repeatable)"
+)
+
+
+def executor_spec(executor: str, workers, scheduler, resource, *, isolate=False, writes_files=False) -> ExecutorSpec:
+    """The --executor flags, checked (ExecutorError: exit 2 with the reason)."""
+    spec = ExecutorSpec(executor, workers, scheduler, parse_resources(list(resource or [])))
+    check_spec(spec, isolate=isolate, writes_files=writes_files)
+    return spec
+
+
+def start_runner(sf, opts, spec: ExecutorSpec, scenario_path: str, overrides, backend_files):
+    """A runner for the executor; one that holds a cluster is closed when the command ends."""
+    try:
+        runner = open_runner(sf, opts, spec, scenario_path=scenario_path, overrides=list(overrides or []),
+                             backend_files=[str(f) for f in backend_files or []])
+    except ExecutorError:
+        raise
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if hasattr(runner, "close"):
+        _CLOSE_AT_END.append(runner.close)
+        for note in getattr(runner, "notes", []):
+            err.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
+    return runner
+
+
 def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) -> dict:
     """What every run folder's manifest records about the command, scenario and machine."""
     return {
@@ -116,7 +164,7 @@ def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) 
         "seed": sf.scenario.seed,
         "cases": len(sf.cases),
         "backends_requested": runner.backend_names,
-        "environment": environment(runner.device_name, runner.backend_versions()),
+        "environment": runner.environment(),
     }
 
 

@@ -14,7 +14,10 @@ import typer
 from rich.markup import escape
 
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
-from attnbench.cli.app import UsageError, load_backend_files, app, base_manifest, console, err, handle_errors, print_notes, record_rows
+from attnbench.cli.app import (
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, base_manifest, console, err,
+    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, start_runner,
+)
 from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device
 from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
@@ -23,7 +26,7 @@ from attnbench.analyze.compare_tables import (
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
-from attnbench.execute.runner import RunOptions, Runner
+from attnbench.execute.runner import RunOptions
 from attnbench.workload.scenario import load
 
 compare_app = typer.Typer(
@@ -59,7 +62,8 @@ def info_console(fmt: str):
     return console if fmt in ("table", "markdown") else err
 
 
-def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet) -> RunFolder:
+def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet,
+                  spec, backend_file) -> RunFolder:
     """Run a scenario into a run folder, the way ``attnbench run`` does (without its table)."""
     sf = load(scenario, set_ or [])
     print_notes(sf)
@@ -67,12 +71,9 @@ def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, resul
         raise UsageError(f"--measure-ms {measure_ms}: must be > 0")
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
     opts = RunOptions(backends=list(backends), device=device, timing_overrides=overrides)
-    try:
-        runner = Runner(sf, opts)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    runner = start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)
     folder = RunFolder.create(results_dir, sf.name, out)
-    folder.start(base_manifest(sf, runner, str(scenario), set_ or []))
+    folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "executor": spec.to_json()})
     complete = record_rows(folder, runner.rows(), runner.total_rows, sf.name, quiet)
     if not complete:
         raise typer.Exit(130)
@@ -95,19 +96,25 @@ def compare_backends_cmd(
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
     backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    executor: str = EXECUTOR_OPT,
+    workers: Optional[int] = WORKERS_OPT,
+    scheduler: Optional[str] = SCHEDULER_OPT,
+    resource: Optional[List[str]] = RESOURCE_OPT,
 ):
     """Run a scenario for some backends and compare them, case by case.
 
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
     fmt = check_format(format)
+    spec = executor_spec(executor, workers, scheduler, resource)
     load_backend_files(backend_file)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
-    folder = _run_scenario(scenario, set_, names, device, warmup_ms, measure_ms, results_dir, out, quiet)
+    folder = _run_scenario(scenario, set_, names, device, warmup_ms, measure_ms, results_dir, out, quiet,
+                           spec, backend_file)
     comps = compare_backends(folder.rows, baseline)
     dev = (folder.manifest.get("environment") or {}).get("device", "")
     title = f"{folder.manifest.get('scenario', '')} on {dev}: vs {baseline or 'the fastest'}"

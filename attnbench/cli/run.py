@@ -15,12 +15,13 @@ from rich.markup import escape
 from attnbench import backend as registry
 from attnbench.analyze.tables import print_profiles, print_results
 from attnbench.cli.app import (
-    UsageError, app, base_manifest, console, err, handle_errors, load_backend_files, print_notes, record_rows,
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, base_manifest, console, err,
+    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, start_runner,
 )
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.execute.isolate import isolated_rows
 from attnbench.execute.options import options_to_json
-from attnbench.execute.runner import RunOptions, Runner
+from attnbench.execute.runner import RunOptions
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import ScenarioError, json_schema, load
 
@@ -59,28 +60,30 @@ def run(
     ),
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
     timeout: float = typer.Option(300.0, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
+    executor: str = EXECUTOR_OPT,
+    workers: Optional[int] = WORKERS_OPT,
+    scheduler: Optional[str] = SCHEDULER_OPT,
+    resource: Optional[List[str]] = RESOURCE_OPT,
 ):
     """Run a scenario through the backends; write a run folder; print the results table."""
+    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, writes_files=profile or bool(save_tensors))
     load_backend_files(backend_file)
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
     if resume is not None:
-        return _resume(ctx, resume, isolate, allow_env_change, backend_file, quiet)
+        return _resume(ctx, resume, isolate, allow_env_change, backend_file, quiet, spec)
     _check_new_run(ctx, scenario, isolate)
     sf = load(scenario, set_ or [])
     print_notes(sf)
     opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads)
-    try:
-        runner = Runner(sf, opts)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    runner = start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)
     check_writable(save_tensors, "--save-tensors")
     folder = RunFolder.create(results_dir, sf.name, out)
     if profile:
         opts.profile_dir = folder.path / "profiles"
     folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "options": options_to_json(opts),
                   "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
-                  "isolate": isolate, "timeout": timeout if isolate else None})
+                  "isolate": isolate, "timeout": timeout if isolate else None, "executor": spec.to_json()})
     job = dict(scenario_path=str(scenario), overrides=list(set_ or []), backend_files=backend_file, timeout=timeout)
     _execute(runner, folder, frozenset(), isolate, job, quiet, profile)
 
@@ -107,7 +110,7 @@ def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rto
     )
 
 
-def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, quiet: bool) -> None:
+def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, quiet: bool, spec) -> None:
     """``run --resume``: the run's own scenario and options; refuses flags that would change
     them, and a changed attnbench/torch/device unless --allow-env-change. Nothing in the
     folder is rewritten until every check passed."""
@@ -125,14 +128,16 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         if conflicts:
             raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")
-        runner = Runner(prior.sf, opts)
+        if isolate and spec.kind != "local":
+            raise UsageError(f"--resume {path}: the run was isolated (--isolate), which --executor dask does not do")
+        runner = start_runner(prior.sf, opts, spec, prior.scenario_path, prior.overrides, backend_file)
         changes = environment_changes(prior, runner.device_name)
         if changes and not allow_env_change:
             raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
                              "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
                              "(the manifest records the change)")
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
-        note = begin(prior, isolate, changes)
+        note = begin(prior, isolate, changes, spec.to_json())
     except ValueError as e:  # Runner: a recorded device that is not here
         prior.folder.unlock()
         raise UsageError(f"--resume {path}: {e}") from None
@@ -155,7 +160,7 @@ def kept_settings(prior) -> str:
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
 
 
-def _execute(runner: Runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, quiet: bool, profile: bool) -> None:
+def _execute(runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, quiet: bool, profile: bool) -> None:
     """Run the rows not ``done`` (in child processes with ``isolate``) into ``folder``; print
     the table; exit 130 if interrupted, 1 if a row failed."""
     sf = runner.sf

@@ -125,7 +125,7 @@ def environment_changes(prior: Resumed, device_name: str) -> list[str]:
     return changes
 
 
-def begin(prior: Resumed, isolate: bool, env_changes: list[str]) -> Optional[str]:
+def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None) -> Optional[str]:
     """The resume proceeds: set aside broken lines of rows.jsonl (returns a note saying so),
     rewrite results.csv from the rows, and record the resume in the manifest."""
     folder, note = prior.folder, None
@@ -142,7 +142,7 @@ def begin(prior: Resumed, isolate: bool, env_changes: list[str]) -> Optional[str
                 f"{', '.join(map(str, sorted(broken)))}) moved to {folder.path / 'rows.broken.jsonl'}")
     if folder.rows or rows_file.is_file():
         atomic_write(folder.path / "results.csv", rows_frame(folder.rows).to_csv(index=False))
-    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate}
+    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"}}
     if env_changes:
         entry["environment_changes"] = env_changes
     resumed = folder.manifest.get("resumed")

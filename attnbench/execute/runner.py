@@ -17,11 +17,13 @@ import torch
 from attnbench import backend as registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
+from attnbench.execute.cases import backend_names_for, case_base_row, default_backends  # noqa: F401
 from attnbench.execute.options import RunOptions, SaveTensorsError
-from attnbench.workload.batch import Batch, BatchSpec, describe, materialize
-from attnbench.measure.metrics import ceilings_for, device_name, roofline, work_of
+from attnbench.workload.batch import Batch, BatchSpec, materialize
+from attnbench.measure.metrics import ceilings_for, device_identity, device_name, roofline, work_of
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
 from attnbench.store.rows import Row, Status, checked
+from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
@@ -29,18 +31,6 @@ from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
-
-
-def default_backends() -> list[str]:
-    """Every registered backend that is available on this machine."""
-    names = []
-    for n in registry.all_names():
-        try:
-            if registry.get_backend_class(n).unavailable() is None:
-                names.append(n)
-        except Exception:
-            continue
-    return names
 
 
 def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Status, str, float, float]:
@@ -96,12 +86,9 @@ class Runner:
         self.opts = opts
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
+        self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
-        names = opts.backends or sf.scenario.backends or default_backends()
-        self.backend_names = list(dict.fromkeys(names))
-        unknown = [n for n in self.backend_names if n not in registry.all_names()]
-        if unknown:
-            raise registry.unknown_backend(unknown[0])
+        self.backend_names = backend_names_for(sf, opts)
 
     @property
     def total_rows(self) -> int:
@@ -138,19 +125,11 @@ class Runner:
                 yield from self.run_case(case, todo)
 
     def base_row(self, case: Case, spec: BatchSpec, name: str) -> Row:
-        return Row(
-            scenario=self.sf.name,
-            case_id=case.case_id,
-            backend=name,
-            device=self.device_name,
-            dtype=spec.dtype,
-            page_size=spec.page_size,
-            layout=spec.layout,
-            batch=describe(spec),
-            num_requests=len(spec.requests),
-            num_tokens=spec.num_tokens,
-            params=dict(case.params),
-        )
+        return case_base_row(self.sf.name, case, name, self.device_name, self.device_id)
+
+    def environment(self) -> dict:
+        """What the manifest records about this machine (python, torch, device, versions)."""
+        return environment(self.device_name, self.backend_versions())
 
     def run_case(self, case: Case, names: list[str]) -> Iterator[Row]:
         """The rows of one case for the backends ``names``, each through ``checked``."""

@@ -81,6 +81,28 @@ def device_name(device: torch.device) -> str:
     return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} threads)"
 
 
+def device_identity(device: torch.device) -> str:
+    """A stable identity of the physical device: ``GPU-<uuid>`` for a CUDA device (the UUID
+    that nvidia-smi shows, the same whatever CUDA_VISIBLE_DEVICES renumbers), else
+    ``host:cuda:<index>`` when the driver gives no UUID; ``host:cpu`` for the CPU."""
+    import socket
+
+    device = torch.device(device)
+    host = socket.gethostname()
+    if device.type != "cuda":
+        return f"{host}:{device.type}"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except (AttributeError, RuntimeError):
+        uuid = ""
+    if uuid:
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    physical = visible[index] if index < len(visible) else str(index)
+    return f"{host}:cuda:{physical}"
+
+
 def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16",)) -> Ceilings:
     device = torch.device(device)
     cuda = device.type == "cuda"

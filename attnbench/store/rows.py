@@ -55,6 +55,7 @@ class Row:
     backend_version: str = ""
     mode: str = ""
     device: str = ""
+    device_id: str = ""  # GPU-<uuid> or host:cpu: which physical device (rows of a case share one)
     dtype: str = ""
     page_size: int = 0
     layout: str = ""

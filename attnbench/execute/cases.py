@@ -1,0 +1,54 @@
+"""What a run is made of, apart from running it: which backends it measures, and the row of
+a (case, backend) before anything ran (the runner fills it in; an executor whose worker died
+writes its error there)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from attnbench import backend as registry
+from attnbench.execute.options import RunOptions
+from attnbench.store.rows import Row
+from attnbench.workload.batch import describe
+from attnbench.workload.scenario import Case, ScenarioFile
+
+
+def default_backends() -> list[str]:
+    """Every registered backend that is available on this machine."""
+    names = []
+    for n in registry.all_names():
+        try:
+            if registry.get_backend_class(n).unavailable() is None:
+                names.append(n)
+        except Exception:
+            continue
+    return names
+
+
+def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None) -> list[str]:
+    """The backends a run measures: ``-b``, else the scenario's list, else every backend
+    available (``available``, or the ones available on this machine)."""
+    names = opts.backends or sf.scenario.backends or (default_backends() if available is None else available)
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if n not in registry.all_names()]
+    if unknown:
+        raise registry.unknown_backend(unknown[0])
+    return names
+
+
+def case_base_row(scenario: str, case: Case, name: str, device: str = "", device_id: str = "") -> Row:
+    """A case's row for one backend before anything ran: what the case is, on which device."""
+    spec = case.scenario.batch_spec()
+    return Row(
+        scenario=scenario,
+        case_id=case.case_id,
+        backend=name,
+        device=device,
+        device_id=device_id,
+        dtype=spec.dtype,
+        page_size=spec.page_size,
+        layout=spec.layout,
+        batch=describe(spec),
+        num_requests=len(spec.requests),
+        num_tokens=spec.num_tokens,
+        params=dict(case.params),
+    )

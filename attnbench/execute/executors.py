@@ -1,0 +1,86 @@
+"""Where a run's cases execute: ``local`` (this process, or ``--isolate`` children) or ``dask``
+(a local cluster of one worker per GPU, or the cluster behind ``--scheduler``).
+
+``open_runner`` gives the command line a runner for either: ``Runner`` runs here;
+``DaskRunner`` sends each case, with all its backends, to one worker and its one device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from attnbench.execute.dask_cluster import ExecutorError, require_dask
+
+EXECUTORS = ("local", "dask")
+
+
+@dataclass
+class ExecutorSpec:
+    kind: str = "local"
+    workers: Optional[int] = None  # local cluster size (default: one per visible GPU)
+    scheduler: Optional[str] = None  # address of a running scheduler
+    resources: dict = field(default_factory=dict)  # worker resources every case needs
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "workers": self.workers, "scheduler": self.scheduler, "resources": self.resources}
+
+
+def parse_resources(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, _, amount = item.partition("=")
+        try:
+            value = float(amount) if amount else 1.0
+        except ValueError:
+            value = -1.0
+        if not name.strip() or value <= 0:
+            raise ExecutorError(f"--resource {item}: give NAME or NAME=AMOUNT (a positive number), e.g. --resource H200=1")
+        out[name.strip()] = value
+    return out
+
+
+def check_spec(spec: ExecutorSpec, *, isolate: bool = False, writes_files: bool = False) -> None:
+    """Refuse flags that do not go together, before anything starts."""
+    if spec.kind not in EXECUTORS:
+        raise ExecutorError(f"--executor {spec.kind}: choose one of {', '.join(EXECUTORS)}")
+    if spec.kind == "local":
+        extra = [f for f, v in (("--workers", spec.workers), ("--scheduler", spec.scheduler),
+                                ("--resource", spec.resources)) if v]
+        if extra:
+            raise ExecutorError(f"{extra[0]} goes with --executor dask (the local executor runs here, in one process)")
+        return
+    require_dask()
+    if spec.workers is not None and spec.scheduler:
+        raise ExecutorError("--workers starts a local cluster; --scheduler uses a running one: give one of them")
+    if isolate:
+        raise ExecutorError("--isolate runs child processes on this machine; with --executor dask a worker that "
+                            "crashes already becomes error rows (drop --isolate)")
+    if writes_files and spec.scheduler:
+        raise ExecutorError("--profile and --save-tensors write files on the workers' machines: use them with a "
+                            "local cluster (--workers) or --executor local, not with --scheduler")
+
+
+def open_runner(sf, opts, spec: ExecutorSpec, *, scenario_path: str, overrides: list[str], backend_files: list[str]):
+    """A runner for the spec: ``Runner`` (local) or ``DaskRunner`` (which must be closed)."""
+    if spec.kind == "local":
+        from attnbench.execute.runner import Runner
+
+        return Runner(sf, opts)
+    from attnbench.execute.case_task import PluginError, make_job
+    from attnbench.execute.dask_cluster import connect, plan_local_workers, start_local
+    from attnbench.execute.dask_driver import DaskRunner
+
+    try:
+        job = make_job(sf, opts, scenario_path=scenario_path, overrides=overrides, backend_files=backend_files)
+    except PluginError as e:
+        raise ExecutorError(str(e)) from None
+    if spec.scheduler:
+        cluster = connect(spec.scheduler)
+    else:
+        plans = plan_local_workers(opts.device or sf.scenario.device, spec.workers)
+        cluster = start_local(plans, spec.resources)
+    try:
+        return DaskRunner(sf, opts, job, cluster, spec.resources)
+    except BaseException:
+        cluster.close()
+        raise

@@ -6,6 +6,8 @@
 #                                 # exit 1 on a regression or a check of nothing, 2 on bad input
 #   scripts/ci_gate.sh --refresh  # run + rewrite the baseline (commit the result)
 #   scripts/ci_gate.sh --calibrate [RUNS]  # measure this gate's false-alarm rate and power here
+#   CI_GATE_EXECUTOR=dask         # run the cases on a local Dask cluster (default: local);
+#   CI_GATE_WORKERS=2             # its worker count (needs pip install 'attnbench[dask]')
 #
 # Why these settings (docs/ci.md has the method and the measured rates):
 # - One intra-op thread (attnbench's CPU default; OMP_NUM_THREADS=1 for anything else): each
@@ -26,12 +28,16 @@ SCENARIO=scenarios/ci-gate.yaml
 BASELINE=${CI_GATE_BASELINE:-results/baselines/ci-cpu.json}
 OUT=${CI_GATE_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/attnbench-ci-gate.XXXXXX")}
 GATE=(--normalize-by reference --max-slowdown 50% --min-delta-us 5 --confidence 99%)
+EXECUTOR=(--executor "${CI_GATE_EXECUTOR:-local}")
+if [[ "${CI_GATE_EXECUTOR:-local}" == dask ]]; then
+    EXECUTOR+=(--workers "${CI_GATE_WORKERS:-2}")
+fi
 
 if [[ "${1:-}" == "--calibrate" ]]; then
     exec attnbench calibrate "$SCENARIO" --device cpu --runs "${2:-30}" --out "$OUT/calibrate" "${GATE[@]}"
 fi
 
-if ! attnbench run "$SCENARIO" --device cpu --quiet --out "$OUT/run" > "$OUT/run.log" 2>&1; then
+if ! attnbench run "$SCENARIO" --device cpu --quiet --out "$OUT/run" "${EXECUTOR[@]}" > "$OUT/run.log" 2>&1; then
     cat "$OUT/run.log"
     echo "ci-gate: the run itself failed (rows in error/mismatch); run folder: $OUT/run" >&2
     exit 1

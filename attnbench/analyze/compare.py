@@ -45,6 +45,23 @@ def ensure_same_device(current_fp: dict, baseline_fp: dict, allow_cross_device: 
     return diffs
 
 
+def ensure_rows_same_device(current: Sequence[Row], baseline: Sequence[Row], allow_cross_device: bool) -> None:
+    """Raise CompareError when a (case, backend) was measured on another device model in each
+    run. A run spread over several devices (``--executor dask`` on a mixed cluster) can agree
+    with another on the set of devices and still have put a case on another one."""
+    if allow_cross_device:
+        return
+    base = {r.key: r.device for r in baseline if r.device}
+    moved = [(r, base[r.key]) for r in current if r.device and base.get(r.key, r.device) != r.device]
+    if moved:
+        r, was = moved[0]
+        raise CompareError(
+            f"{len(moved)} row(s) were measured on different devices in the two runs, e.g. {r.case_id} · {r.backend}: "
+            f"{was!r} (baseline) vs {r.device!r}; timings across devices are not comparable. "
+            "Pass --allow-cross-device to compare anyway (with --normalize-by BACKEND to cancel the speed difference)"
+        )
+
+
 # ---------------------------------------------------------------------------- matching
 @dataclass
 class Matched:

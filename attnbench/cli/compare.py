@@ -18,7 +18,9 @@ from attnbench.cli.app import (
     EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, base_manifest, console, err,
     executor_spec, handle_errors, load_backend_files, print_notes, record_rows, start_runner,
 )
-from attnbench.analyze.compare import CompareError, Thresholds, check as run_check, compare_backends, ensure_same_device
+from attnbench.analyze.compare import (
+    CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
+)
 from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
     FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
@@ -141,6 +143,7 @@ def compare_backends_cmd(
 def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_rounds: bool = False):
     cur, ref = load_rows(run, need_rounds), load_rows(base, need_rounds)
     diffs = ensure_same_device(cur.fingerprint, ref.fingerprint, allow_cross_device)
+    ensure_rows_same_device(cur.rows, ref.rows, allow_cross_device)
     info = info_console(fmt)
     for d in diffs:
         info.print("[yellow]note:[/] fingerprints differ: " + escape(d), highlight=False)

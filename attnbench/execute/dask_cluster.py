@@ -6,7 +6,8 @@ process when the worker dies:
 - GPUs: one worker per visible GPU (``--workers N``: the first N), each pinned to its GPU
   through ``CUDA_VISIBLE_DEVICES`` (the driver's own ``CUDA_VISIBLE_DEVICES`` is honoured);
   the worker sees it as ``cuda:0``;
-- CPU: N workers (default one per 8 cores, at least 1), each with ``cores / N`` torch threads.
+- CPU: N workers (default one per 8 cores, at least 1), each with ``cores / N`` torch threads
+  (at most ``OMP_NUM_THREADS`` when that is set).
 The scheduler gives a task up after the first worker that dies under it
 (``allowed-failures: 0``) and sends a worker one task at a time (``worker-saturation: 1.0``):
 the driver decides what happens next (attnbench.execute.case_book).
@@ -81,6 +82,9 @@ def plan_local_workers(device: str, workers: Optional[int]) -> list[WorkerPlan]:
                 for g in gpus[:n]]
     n = workers if workers is not None else max(1, cores // 8)
     threads = max(1, cores // n)
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.isdigit() and int(asked) > 0:  # the caller's own limit stands
+        threads = min(threads, int(asked))
     return [WorkerPlan(f"cpu{i}", {"CUDA_VISIBLE_DEVICES": "", "ATTNBENCH_THREADS": str(threads)}, threads)
             for i in range(n)]
 

@@ -210,3 +210,19 @@ def test_resume_on_dask_queues_only_unfinished_cases(cluster, tmp_path, monkeypa
     assert man["status"] == "complete" and man["resumed"][-1]["executor"]["kind"] == "dask"
     df = pd.read_csv(out / "results.csv")
     assert len(df) == 6 and set(df.status) == {"ok"}
+
+
+def test_compare_refuses_a_case_measured_on_another_device_in_each_run():
+    """Two runs over the same two GPU models, but case a on the H100 in one and the H200 in the
+    other: the device sets agree, the rows do not."""
+    from attnbench.analyze.compare import CompareError, ensure_rows_same_device
+
+    def rows(devs):
+        return [Row(scenario="s", case_id=c, backend="sdpa", device=d, median_ms=1.0, n=1, timing_method="events")
+                for c, d in zip("ab", devs)]
+
+    before, after = rows(["H100", "H200"]), rows(["H200", "H100"])
+    with pytest.raises(CompareError, match="2 row.s. were measured on different devices.*--allow-cross-device"):
+        ensure_rows_same_device(after, before, allow_cross_device=False)
+    ensure_rows_same_device(after, before, allow_cross_device=True)
+    ensure_rows_same_device(before, rows(["H100", "H200"]), allow_cross_device=False)

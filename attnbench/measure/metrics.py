@@ -164,7 +164,7 @@ def ceilings_for(device: torch.device, dtype: str, measure: bool = True) -> Opti
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers of one host may write at once
         tmp.write_text(json.dumps(cache, indent=1))
         tmp.replace(path)
     except OSError:

@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 
 pytest.importorskip("distributed")
 
+from attnbench import backend as registry  # noqa: E402
 from attnbench.cli.app import app  # noqa: E402
+from attnbench.execute.cases import default_backends  # noqa: E402
 from attnbench.execute import dask_driver  # noqa: E402
 from attnbench.execute.case_book import MAX_ATTEMPTS, Attempt, CaseBook  # noqa: E402
 from attnbench.execute.dask_cluster import plan_local_workers, start_local  # noqa: E402
@@ -123,12 +125,16 @@ def test_book_setup_death_and_rounds_death_fail_every_backend_involved():
 
 
 # -- a real local cluster ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_local_cluster_of_two_workers_matches_the_local_executor_on_quickstart(tmp_path):
     scen = str(ROOT / "scenarios/quickstart.yaml")
     local, dask = tmp_path / "local", tmp_path / "dask"
-    r = cli.invoke(app, ["run", scen, "--out", str(local), *FAST])
+    # the quickstart's default: every built-in backend available here (plugins that other tests
+    # loaded into this process are not: the workers are fresh processes)
+    names = [a for n in default_backends() if n in registry.BUILTIN for a in ("-b", n)]
+    r = cli.invoke(app, ["run", scen, "--out", str(local), *names, *FAST])
     assert r.exit_code == 0, r.output
-    r = cli.invoke(app, ["run", scen, "--out", str(dask), "--executor", "dask", "--workers", "2", *FAST])
+    r = cli.invoke(app, ["run", scen, "--out", str(dask), "--executor", "dask", "--workers", "2", *names, *FAST])
     assert r.exit_code == 0, r.output
     assert _keys_statuses(dask) == _keys_statuses(local)
     man = json.loads((dask / "manifest.json").read_text())

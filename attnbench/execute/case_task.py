@@ -130,7 +130,7 @@ def preflight(job: dict) -> dict:
         "device": runner.device_name,
         "device_id": runner.device_id,
         "attnbench": __version__,
-        "available": default_backends(),
+        "available": [] if job.get("backends") else default_backends(),  # only what a run without -b needs
         "environment": runner.environment(),
     }
 

@@ -7,9 +7,9 @@ A worker that dies while a case runs:
 - before the task started (it was only queued there): the case is submitted again, as is;
 - while it loaded the scenario and plugins, or built the batch and reference: every
   unfinished row of the case becomes an ``error`` row naming the worker and the stage;
-- while one backend ran: that backend's row is an ``error`` naming the worker; the case's
-  backends that had not started go to a fresh task;
-- while the backends took turns (``timing.rounds``): each of them gets the ``error`` row.
+- while a backend's step ran: that backend's row is an ``error`` naming the worker; the
+  case's other unfinished backends go to a fresh task (in ``timing.rounds`` mode too);
+- between two steps: no backend is blamed; the unfinished ones go to a fresh task.
 A case is submitted at most ``MAX_ATTEMPTS`` times; then its unfinished rows are errors.
 Rows arrive in any order and at most once each: a row already recorded is never replaced.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from attnbench.execute.cases import case_base_row
-from attnbench.store.rows import Row
+from attnbench.store.rows import Row, Status
 from attnbench.workload.scenario import Case
 
 MAX_ATTEMPTS = 3
@@ -78,6 +78,8 @@ class CaseBook:
             attempt.stage, attempt.running = "setup", []
         elif kind == "start":
             attempt.stage, attempt.running = "running", list(msg.get("backends") or [])
+        elif kind == "end":
+            attempt.stage, attempt.running = "running", []  # between steps: nothing to blame
         elif kind == "poisoned":
             attempt.stage = "poisoned"
         elif kind == "row":
@@ -91,7 +93,7 @@ class CaseBook:
 
     def error_row(self, attempt: Attempt, backend: str, reason: str) -> Optional[Row]:
         row = case_base_row(self.scenario, attempt.case, backend, attempt.device, attempt.device_id)
-        row.status, row.reason = "error", reason[:600]
+        row.status, row.reason = Status.ERROR, reason[:600]
         return self.accept(row)
 
     def fail(self, attempt: Attempt, reason: str) -> list[Row]:

@@ -9,9 +9,9 @@ there, and rebuilds the batch from the seed, so its inputs equal a local run's.
 
 While the case runs, the task logs events on the job's topic through the scheduler (each
 call waits for the scheduler's acknowledgement, so what was logged survives the worker):
-``ready`` (the worker, its process and device), ``setup`` (building the batch and the
-reference), ``start`` (the backends now running: one, or all of them when ``timing.rounds``
-has them take turns) and ``row`` (a finished row). The driver records each row as it comes
+``ready`` (the worker, its process), ``device``, ``setup`` (the case begins: building the
+batch and the reference), ``start`` and ``end`` of each backend's step (prepare, a timing
+round, finish, the input check: the runner's ``on_step``) and ``row`` (a finished row). The driver records each row as it comes
 and, if the worker dies, knows which rows were finished and which backend was running.
 After an ``error`` row on a CUDA device the task probes the device; if the CUDA context is
 broken (an illegal memory access poisons it for the process), the worker exits once every
@@ -153,7 +153,9 @@ def run_case(job: dict) -> list[str]:
     runner = _runner(job, backends=job["backends"])
     emit("device", device=runner.device_name, device_id=runner.device_id)
     case = next(c for c in runner.sf.cases if c.case_id == job["case_id"])
-    runner.on_stage = lambda stage, names: emit(stage, backends=list(names))
+    # each backend's step (prepare, a timing round, finish, the input check) as it starts and ends
+    runner.on_step = lambda row, ended: emit("end" if ended else "start", backends=[row.backend])
+    emit("setup", backends=list(job["backends"]))
     rows = []
     for row in runner.run_case(case, list(job["backends"])):
         text = json.dumps(row.to_json(), default=str)

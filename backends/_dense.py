@@ -46,11 +46,10 @@ def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 def padded_mask(batch: Batch) -> torch.Tensor:
     """``[B, 1, Qmax, Lmax]`` bool on the batch's device. Padding rows see key 0 (never all-False)."""
-    m = dense_masks(batch)
-    q = torch.arange(m.shape[1], device=m.device)[None, :, None]
-    k = torch.arange(m.shape[2], device=m.device)[None, None, :]
-    pad = q >= batch.query_lens.long()[:, None, None]
-    return (m | (pad & (k == 0)))[:, None]
+    m = dense_masks(batch)  # a fresh tensor: updated in place
+    q = torch.arange(m.shape[1], device=m.device)[None, :]
+    m[:, :, 0] |= q >= batch.query_lens.long()[:, None]
+    return m[:, None]
 
 
 def token_index(batch: Batch) -> torch.Tensor:

@@ -98,12 +98,11 @@ def hidden_entries(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return req, q, k, hidden
 
 
-def _clear(shape_total: int, index: torch.Tensor, hidden: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-    """``base`` (bool, flat, ``shape_total`` long) with the ``hidden`` entries at ``index``
-    cleared; the others write into a spare slot, so nothing waits on a count from the device."""
-    out = torch.cat([base, base.new_zeros(1)])
-    out[torch.where(hidden, index, shape_total)] = False
-    return out[:shape_total]
+def _clear(base: torch.Tensor, index: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """``base`` (a fresh flat bool tensor) with the ``hidden`` entries at ``index`` cleared, in
+    place (on a GPU the selection waits for the device once, as the library's plan does)."""
+    base[index[hidden]] = False
+    return base
 
 
 def custom_mask_flat(batch: Batch) -> torch.Tensor:
@@ -116,7 +115,7 @@ def custom_mask_flat(batch: Batch) -> torch.Tensor:
     req, q, k, hidden = hidden_entries(batch)
     start = torch.from_numpy(np.cumsum(sizes) - sizes).to(dev)
     flat = start[req] + q * batch.kv_lens.long()[req] + k
-    return _clear(total, flat, hidden, torch.ones(total, dtype=torch.bool, device=dev))
+    return _clear(torch.ones(total, dtype=torch.bool, device=dev), flat, hidden)
 
 
 def dense_masks(batch: Batch) -> torch.Tensor:
@@ -130,7 +129,7 @@ def dense_masks(batch: Batch) -> torch.Tensor:
     inside = (q < batch.query_lens.long()[:, None, None]) & (k < batch.kv_lens.long()[:, None, None])
     req, qi, ki, hidden = hidden_entries(batch)
     flat = (req * qmax + qi) * lmax + ki
-    return _clear(b * qmax * lmax, flat, hidden, inside.reshape(-1)).view(b, qmax, lmax)
+    return _clear(inside.reshape(-1), flat, hidden).view(b, qmax, lmax)
 
 
 def flashinfer_page_layout(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -95,6 +95,20 @@ def test_cases(name, reqs, page, layout, dtype):
     check(reqs, dtype=dtype, page=page, layout=layout)
 
 
+def shared_reqs():
+    """A decode group sharing 2 whole pages and a copied partial one (page 3: 7 of 11 tokens),
+    a tree group sharing its whole context, and a request of its own between them."""
+    t = tuple(from_choices(CHOICES))
+    return ([Request("decode", 1, 11, shared_prefix=7, prefix_group=0)] * 3 + [Request("prefill", 4, 9)]
+            + [Request("tree", len(t), 9, t, shared_prefix=9, prefix_group=2)] * 2)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "shuffled", "shuffled-within", "reversed", "interleaved"])
+def test_shared_prefix_pages(layout):
+    check(shared_reqs(), page=3, layout=layout)
+    check(shared_reqs(), page=3, layout=layout, splits=3, block_n=16)
+
+
 @pytest.mark.parametrize("name,reqs,page,layout", CASES, ids=[c[0] for c in CASES])
 def test_split_kv(name, reqs, page, layout):
     """Small key tiles and forced splits: the partial + LSE merge path, empty splits included."""

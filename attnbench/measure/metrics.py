@@ -2,9 +2,10 @@
 
 FLOPs are exact from the mask: every allowed (query, key) pair costs ``4 * head_dim`` per
 query head (QK^T and PV, a multiply-add each). Bytes are the minimum any backend must move:
-each request's K and V slots (``kv_len`` of them) read once per KV head, q read and out
-written once, the block-table entries in use, the length arrays, and one int32 parent per
-tree node. Ceilings are measured on the device (device-to-device copy, counting read +
+each request's K and V slots (``kv_len`` of them) read once per KV head, the slots on a shared
+prefix's shared pages once for the whole group (SEMANTICS.md, "Shared prefixes": a backend
+that reads them once per request sits above this floor), q read and out written once, the
+block-table entries in use, the length arrays, and one int32 parent per tree node. Ceilings are measured on the device (device-to-device copy, counting read +
 write; a read-only stream; a dense matmul in the batch's dtype) and cached per device name.
 The memory ceiling of the roofline is the faster of copy and read: attention reads far more
 than it writes, and a read stream runs slightly faster than a copy.
@@ -45,7 +46,9 @@ def allowed_pairs(spec: BatchSpec) -> int:
 def work_of(spec: BatchSpec) -> Work:
     el = torch.empty((), dtype=spec.torch_dtype).element_size()
     flops = 4 * spec.head_dim * spec.num_q_heads * allowed_pairs(spec)
-    kv = sum(2 * r.kv_len * spec.num_kv_heads * spec.head_dim * el for r in spec.requests)
+    slots = sum(r.kv_len - spec.shared_pages(r) * spec.page_size for r in spec.requests)
+    slots += sum(spec.shared_pages(spec.requests[m[0]]) * spec.page_size for m in spec.prefix_groups().values())
+    kv = 2 * slots * spec.num_kv_heads * spec.head_dim * el
     qo = 2 * spec.num_tokens * spec.num_q_heads * spec.head_dim * el
     table = sum(4 * spec.pages_of(r) for r in spec.requests)
     lens = 4 * 3 * len(spec.requests)

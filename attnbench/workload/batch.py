@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
 from attnbench.workload.trees import ancestor_mask, depths
 from attnbench.workload.units import format_int
 
@@ -24,13 +25,18 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 @dataclass(frozen=True)
 class Request:
-    """One request of a batch. ``query`` new tokens attend to ``context`` cached ones."""
+    """One request of a batch. ``query`` new tokens attend to ``context`` cached ones.
+
+    Requests with the same ``prefix_group`` share their first ``shared_prefix`` context tokens:
+    the whole pages of it are the same physical pages (SEMANTICS.md, "Shared prefixes")."""
 
     kind: str
     query: int
     context: int
     tree_parents: Optional[tuple[int, ...]] = None
     tree_dynamic: bool = False  # the tree changes every step (trees.tree_is_dynamic)
+    shared_prefix: int = 0
+    prefix_group: Optional[int] = None
 
     @property
     def kv_len(self) -> int:
@@ -50,9 +56,45 @@ class BatchSpec:
     layout: str = "shuffled"
     scale: Optional[float] = None
 
+    def __post_init__(self):
+        size: dict = {}
+        for r in self.requests:
+            if r.prefix_group is None:
+                continue
+            if not 0 <= r.shared_prefix <= r.context:
+                raise ValueError(f"shared_prefix {r.shared_prefix} must be in 0..context ({r.context})")
+            if size.setdefault(r.prefix_group, r.shared_prefix) != r.shared_prefix:
+                raise ValueError(f"prefix group {r.prefix_group}: its requests give different shared_prefix lengths")
+
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    def shared_pages(self, r: Request) -> int:
+        """Whole pages of ``r``'s shared prefix (a partial last page is ``r``'s own copy)."""
+        return r.shared_prefix // self.page_size if r.prefix_group is not None else 0
+
+    def prefix_groups(self) -> dict[int, list[int]]:
+        """Prefix group -> indices of its requests, for groups that share at least one page."""
+        out: dict[int, list[int]] = {}
+        for i, r in enumerate(self.requests):
+            if self.shared_pages(r):
+                out.setdefault(r.prefix_group, []).append(i)
+        return out
+
+    def page_runs(self) -> list[tuple[Optional[int], Optional[int], int]]:
+        """The cache's pages as runs in allocation order: ``(prefix group, None, n)`` for a
+        group's shared pages (just before its first request's own pages) and ``(None, i, n)``
+        for request i's own pages."""
+        runs: list[tuple[Optional[int], Optional[int], int]] = []
+        seen = set()
+        for i, r in enumerate(self.requests):
+            shared = self.shared_pages(r)
+            if shared and r.prefix_group not in seen:
+                seen.add(r.prefix_group)
+                runs.append((r.prefix_group, None, shared))
+            runs.append((None, i, self.pages_of(r) - shared))
+        return runs
 
     @property
     def num_tokens(self) -> int:
@@ -63,8 +105,9 @@ class BatchSpec:
 
     @property
     def num_pages(self) -> int:
-        """Pages in the cache: every request's pages, plus page 0 kept as the null page."""
-        return 1 + sum(self.pages_of(r) for r in self.requests)
+        """Pages in the cache: every request's own pages, each shared page once, and page 0
+        kept as the null page."""
+        return 1 + sum(n for _, _, n in self.page_runs())
 
     def memory_bytes(self) -> int:
         """Bytes the materialized batch takes on its device (q, out, caches, tables)."""
@@ -281,37 +324,6 @@ def request_mask(r: Request) -> torch.Tensor:
     return m
 
 
-def page_assignment(spec: BatchSpec, generator: torch.Generator) -> list[list[int]]:
-    """Physical page ids of each request's logical pages, in the spec's layout. Page 0 stays free."""
-    counts = [spec.pages_of(r) for r in spec.requests]
-    total = sum(counts)
-    layout = spec.layout
-    if layout == "interleaved":
-        out: list[list[int]] = [[] for _ in counts]
-        nxt = 1
-        for j in range(max(counts, default=0)):
-            for r, c in enumerate(counts):
-                if j < c:
-                    out[r].append(nxt)
-                    nxt += 1
-        return out
-    ids = list(range(1, total + 1))
-    if layout == "shuffled":
-        perm = torch.randperm(total, generator=generator).tolist()
-        ids = [ids[p] for p in perm]
-    elif layout == "reversed":
-        ids = ids[::-1]
-    out, start = [], 0
-    for c in counts:
-        chunk = ids[start : start + c]
-        if layout == "shuffled-within":
-            perm = torch.randperm(c, generator=generator).tolist()
-            chunk = [chunk[p] for p in perm]
-        out.append(chunk)
-        start += c
-    return out
-
-
 def _randn(shape: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     # Drawn in float32 on the target device, then cast: deterministic per device and seed.
     return torch.randn(*shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
@@ -337,6 +349,7 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
     q = _randn((spec.num_tokens, spec.num_q_heads, spec.head_dim), dev_gen, dtype, device)
     k_cache = _randn(shape_kv, dev_gen, dtype, device)
     v_cache = _randn(shape_kv, dev_gen, dtype, device)
+    copy_partial_prefix_pages(spec, table, (k_cache, v_cache))
     scale = spec.scale if spec.scale is not None else spec.head_dim ** -0.5
     return Batch(
         spec=spec,
@@ -353,7 +366,8 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
 
 
 def describe(spec: BatchSpec) -> str:
-    """``32 decode@4k + 2 prefill 512 + 8 tree(5)@2k``: groups of consecutive equal requests."""
+    """``32 decode@4.5k sharing 4k + 2 prefill 512 + 8 tree(5)@2k``: runs of equal requests
+    (``sharing N``: their first N context tokens are a shared prefix)."""
     parts: list[tuple[int, object]] = []
     for r in spec.requests:
         if parts and parts[-1][1] == r:
@@ -368,5 +382,5 @@ def describe(spec: BatchSpec) -> str:
             s = f"{count} {'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
         else:
             s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
-        out.append(s)
+        out.append(s + (f" sharing {format_int(r.shared_prefix)}" if r.prefix_group is not None else ""))
     return " + ".join(out)

@@ -15,13 +15,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from attnbench.workload.batch import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
+from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.sweeps import case_id_for, override_sweep
 from attnbench.workload.units import format_int, parse_int, short_repr
-
-
-class ScenarioError(ValueError):
-    """A problem with user input; ``str()`` is the one-line message for the user."""
 
 
 SizeInt = Annotated[int, BeforeValidator(parse_int)]
@@ -34,8 +31,6 @@ class _Strict(BaseModel):
 # Limits that keep a hostile or mistyped scenario from hanging or exhausting the loader
 # (sizes the memory estimate would reject anyway are refused here, with the field named).
 MAX_TEXT_BYTES = 4 << 20  # a scenario file
-MAX_NODES = 200_000  # YAML values after alias expansion
-MAX_DEPTH = 64  # YAML nesting
 MAX_GROUPS = 4096  # request groups in one batch
 MAX_REQUESTS = 65536  # requests in one batch (all groups' counts)
 MAX_QUERY_TOKENS = 1 << 22  # new tokens in one batch
@@ -74,6 +69,15 @@ class Group(_Strict):
         default=None,
         description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..], preset NAME (`attnbench trees`); add dynamic: true for a tree that changes every step",
     )
+    shared_prefix: SizeInt = Field(
+        default=0, ge=0, le=1 << 24,
+        description="the group's requests share their first N context tokens: whole pages are the same pages",
+    )
+    compare_with: list[Literal["chain", "decode"]] = Field(
+        default=[], max_length=2,
+        description="kind: tree only: also run each case with this group as chains of equal node count"
+        " (prefill of the tree's node count) and/or as plain decodes (`attnbench tree-costs` reads them)",
+    )
 
     @model_validator(mode="after")
     def _shape(self):
@@ -95,11 +99,20 @@ class Group(_Strict):
             if self.query is not None and self.query != len(parents):
                 raise ValueError(f"query ({self.query}) must equal the tree's node count ({len(parents)}) or be left out")
             self.query = len(parents)
+        if self.shared_prefix > self.context:
+            raise ValueError(
+                f"shared_prefix ({self.shared_prefix}) is larger than the context ({self.context}): the shared"
+                f" prompt is part of the cached context; lower shared_prefix or raise context"
+            )
+        if self.compare_with and self.kind != "tree":
+            raise ValueError(f"compare_with is only for kind: tree (this group is kind: {self.kind}); remove it here")
         return self
 
-    def requests(self) -> list[Request]:
+    def requests(self, group_id: Optional[int] = None) -> list[Request]:
+        """The group's requests; ``group_id`` names its prefix group when it shares a prefix."""
         parents, dyn = (tuple(parse_tree(self.tree)), tree_is_dynamic(self.tree)) if self.kind == "tree" else (None, False)
-        return [Request(self.kind, self.query, self.context, parents, dyn) for _ in range(self.count)]
+        share = dict(shared_prefix=self.shared_prefix, prefix_group=group_id) if self.shared_prefix else {}
+        return [Request(self.kind, self.query, self.context, parents, dyn, **share) for _ in range(self.count)]
 
 
 class Timing(_Strict):
@@ -161,7 +174,7 @@ class Scenario(_Strict):
         return self
 
     def batch_spec(self) -> BatchSpec:
-        reqs = tuple(r for g in self.batch for r in g.requests())
+        reqs = tuple(r for i, g in enumerate(self.batch) for r in g.requests(i))
         return BatchSpec(
             requests=reqs,
             num_q_heads=self.model.num_q_heads,
@@ -238,50 +251,10 @@ def _parse_override(text: str) -> tuple[str, Any]:
         parsed = yaml.safe_load(value) if value.strip() else ""
     except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: the text as written
         return key.strip(), value
-    _check_shape(parsed, f"--set {short_repr(text)}")
+    check_shape(parsed, f"--set {short_repr(text)}")
     return key.strip(), parsed
 
 
-# -- errors ---------------------------------------------------------------------------------
-def _format_validation_error(err: ValidationError, where: str, prefix: str = "") -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(_loc_part(x) for x in e["loc"] if not str(x).startswith("function-"))
-        loc = re.sub(r"\.?(Annotated|list)\[[^\]]*\]", "", loc)
-        msg = " ".join(e["msg"].removeprefix("Value error, ").split())  # one line
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check the spelling (`attnbench schema` lists the keys)"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        field = f"{prefix}{loc}" if loc else (prefix.rstrip(": ") or "(top level)")
-        lines.append(f"{where}: {field}: {msg}")
-    return "\n".join(lines)
-
-
-def _loc_part(x: Any) -> str:
-    """A field-path part for a message: user keys with odd characters are quoted, long ones cut."""
-    s = str(x)
-    if len(s) > 40 or not s.isprintable() or not s:
-        return short_repr(s, 40)
-    return s
-
-
-def _check_shape(doc: Any, where: str) -> None:
-    """Refuse documents too deep or too big to handle (YAML aliases can make a few lines
-    expand to billions of values): walked without recursion, stopped at the limits."""
-    stack = [(doc, 1)]
-    seen = 0
-    while stack:
-        node, depth = stack.pop()
-        seen += 1
-        if seen > MAX_NODES:
-            raise ScenarioError(f"{where}: more than {MAX_NODES} values (after YAML aliases); a scenario is far smaller")
-        if depth > MAX_DEPTH:
-            raise ScenarioError(f"{where}: nested more than {MAX_DEPTH} levels deep")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, (list, tuple)):
-            stack.extend((v, depth + 1) for v in node)
 
 
 def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
@@ -290,7 +263,7 @@ def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as e:
-        raise ScenarioError(_format_validation_error(e, where, prefix)) from None
+        raise ScenarioError(format_validation_error(e, where, prefix)) from None
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -308,7 +281,7 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
         raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         raise ScenarioError(f"{path}: not valid YAML: {short_repr(str(e), 120)}") from None
-    _check_shape(raw, path)
+    check_shape(raw, path)
     if raw is None:
         raise ScenarioError(f"{path}: the file is empty; it needs at least model: and batch:")
     if not isinstance(raw, dict):
@@ -320,7 +293,7 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
         _set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
         notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
     base = _validate(raw, path)
-    _check_shape(raw, path)
+    check_shape(raw, path)
     cases = expand_sweep(raw, base, path)
     return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases, notes=notes)
 

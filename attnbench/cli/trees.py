@@ -1,7 +1,15 @@
-"""``attnbench trees``: the named draft trees (``tree: {preset: NAME}``) with their sizes."""
+"""``attnbench trees``: the named draft trees (``tree: {preset: NAME}``) with their sizes;
+``attnbench tree-costs``: the tree vs chain vs decode report of a run."""
 from __future__ import annotations
 
-from attnbench.cli.app import app, console
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from attnbench.cli.app import UsageError, app, console, handle_errors
 
 
 @app.command("trees")
@@ -22,3 +30,52 @@ def list_trees():
         kind = "dynamic (seed 0; tree: {preset: {name, seed}})" if p.dynamic else "static"
         t.add_row(p.name, str(len(parents)), str(max(depths(parents))), str(max(kids)), escape(kind), escape(p.source))
     console.print(t)
+
+
+@app.command("tree-costs")
+@handle_errors
+def tree_costs_cmd(
+    run: Path = typer.Argument(..., help="run folder (or baseline file) of a scenario with compare_with"),
+    gain: Optional[float] = typer.Option(
+        None, min=0.0, help="expected accepted tokens of the tree / of the chain: mark where the tree pays"
+    ),
+    format: str = typer.Option("table", "--format", help="table | markdown | csv | json"),
+):
+    """What a tree costs against chains of equal node count and plain decodes, per backend and case.
+
+    Ratios of medians with 95% bootstrap intervals. The tree pays against the chain while
+    tree/chain stays below the tree's acceptance gain (accepted tokens per step, tree over
+    chain); against plain decoding it must accept more than tree/decode tokens per step."""
+    from attnbench.analyze.compare_tables import FORMATS, Column, fmt_ratio, render
+    from attnbench.analyze.tables import fmt_time
+    from attnbench.analyze.tree_costs import TreeCostError, records
+    from attnbench.store.baselines import BaselineError, load_rows
+
+    if format not in FORMATS:
+        raise UsageError(f"--format {format}: choose one of {', '.join(FORMATS)}")
+    try:
+        recs = records(load_rows(run).rows, gain, str(run))
+    except (TreeCostError, BaselineError) as e:
+        raise UsageError(escape(str(e))) from None
+    cols = [
+        Column("case", "backend"), Column("point", "case"), Column("requests", "requests", justify="right"),
+        Column("tree_ms", "tree", fmt_time, "right"), Column("chain_ms", "chain", fmt_time, "right"),
+        Column("decode_ms", "decode", fmt_time, "right"),
+        Column("tree_over_chain", "tree/chain", fmt_ratio, "right"), Column("_chain_ci", "95% interval"),
+        Column("tree_over_decode", "tree/decode", fmt_ratio, "right"), Column("_decode_ci", "95% interval"),
+    ]
+    if gain is not None:
+        cols.append(Column("verdict", f"at gain {gain:g}"))
+    if any(r["missing"] for r in recs):
+        cols.append(Column("missing", "missing"))
+    if format in ("table", "markdown"):  # CSV and JSON keep the raw bounds
+        for r in recs:
+            for side in ("chain", "decode"):
+                lo, hi = r[f"{side}_lo"], r[f"{side}_hi"]
+                r[f"_{side}_ci"] = f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "-"
+    render(recs, cols, format, console, f"tree vs chain vs decode: {run}")
+    if format in ("table", "markdown"):
+        console.print(
+            "tree/chain < the tree's acceptance gain over the chain: the tree pays; tree/decode: tokens per step "
+            "the tree must accept to beat plain decoding (attention time only)", style="dim", highlight=False,
+        )

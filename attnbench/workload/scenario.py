@@ -19,6 +19,7 @@ from attnbench.workload.messages import ScenarioError, check_shape, format_valid
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.sweeps import case_id_for, override_sweep
 from attnbench.workload.units import format_int, parse_int, short_repr
+from attnbench.workload.variants import variant_docs
 
 
 SizeInt = Annotated[int, BeforeValidator(parse_int)]
@@ -340,7 +341,15 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
             _set_path(doc, k, v, f"{path}: sweep.{k}")
         label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")
-        cases.append(Case(case_id_for(params), params, sc))
+        variants = variant_docs(doc, sc.batch)
+        if not variants:
+            cases.append(Case(case_id_for(params), params, sc))
+        for variant, vdoc in variants:  # compare_with: the tree, then the same case as chains / decodes
+            vsc = sc if variant == "tree" else _validate(vdoc, path, prefix=f"[case {label}, variant={variant}] ")
+            vparams = {**params, "variant": variant}
+            cases.append(Case(case_id_for(vparams), vparams, vsc))
+        if len(cases) > MAX_CASES:
+            raise ScenarioError(f"{path}: sweep: more than {MAX_CASES} cases with compare_with; sweep fewer values")
     ids = [c.case_id for c in cases]
     if len(set(ids)) != len(ids):  # two values slugged alike: fall back to numbered ids
         for i, c in enumerate(cases):

@@ -1,0 +1,60 @@
+"""The shipped shared-prefix and tree-cost scenarios run on the CPU through every CPU backend
+against the reference (smaller heads, contexts and batch sizes than on the GPU; the same
+batches' structure: shared pages, presets, variants)."""
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+from attnbench.store.runfolder import RunFolder
+from attnbench.workload.units import parse_int
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+SCALE = 16  # contexts and shared prefixes are cut by this (4608 -> 288, 4k -> 256): the CPU is slow
+
+
+def _cut(value):
+    return parse_int(value) // SCALE
+
+
+def shrink(name: str, tmp_path: Path, **sweep) -> Path:
+    doc = yaml.safe_load((ROOT / "scenarios" / name).read_text())
+    for g in doc["batch"]:
+        for key in ("context", "shared_prefix"):
+            if key in g:
+                g[key] = _cut(g[key])
+    for key, values in doc["sweep"].items():
+        if key.endswith((".context", ".shared_prefix")):
+            doc["sweep"][key] = [_cut(v) for v in values]
+    doc["model"] = {"num_q_heads": 4, "num_kv_heads": 2, "head_dim": 16, "dtype": "float32"}
+    doc["device"] = "cpu"
+    doc["timing"] = {"warmup_ms": 0, "measure_ms": 1, "min_runs": 1, "max_runs": 2}
+    doc["sweep"].update(sweep)
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+@pytest.mark.parametrize(
+    "name, sweep, cases",
+    [
+        ("shared-prefix-decode-llama3-8b.yaml", {}, 2),
+        ("shared-prefix-trees-llama3-8b.yaml", {}, 2),
+        ("tree-costs-llama3-8b.yaml", {"batch.0.count": [1, 3]}, 6),
+    ],
+)
+def test_shipped_scenario_on_cpu(name, sweep, cases, tmp_path):
+    p = shrink(name, tmp_path, **sweep)
+    r = runner.invoke(app, ["run", str(p), "-q", "-b", "reference", "-b", "sdpa", "-b", "flex", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    rows = RunFolder.load(tmp_path / "run").rows
+    assert len(rows) == 3 * cases and all(x.status == "ok" for x in rows), [(x.case_id, x.reason) for x in rows]
+    assert all(x.rel_err < x.tolerance for x in rows)
+    if "shared" in name:  # the shared case moves fewer bytes than the same batch unshared
+        by = {x.params["batch.0.shared_prefix"]: x.bytes for x in rows}
+        assert by[4096 // SCALE] < by[0]

@@ -10,6 +10,9 @@ Routes (the plan's ``mode``, copied into each result row):
 - ``prefill-custom-mask``: batches with trees: the same wrapper with ``custom_mask``, every
   request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
   requests of the batch).
+- ``cascade`` / ``cascade-custom-mask``: batches whose requests share prefix pages: the
+  shared pages read once per group (``flashinfer_cascade.py``; ``ATTNBENCH_FLASHINFER_CASCADE=0``
+  turns it off).
 
 ``plan`` derives FlashInfer's layout from ours by array ops (``indptr`` / ``indices`` /
 ``last_page_len`` from the block table; the custom mask per element from the batch's tree
@@ -39,6 +42,7 @@ from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
 from ._metadata import custom_mask_flat, flashinfer_page_layout
+from .flashinfer_cascade import plan_cascade
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 HEAD_DIMS = (64, 128, 256)
@@ -91,6 +95,9 @@ class FlashInferBackend(Backend):
         hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
         indptr, indices, last = flashinfer_page_layout(batch)
         kv = (batch.k_cache, batch.v_cache)
+        cascade = plan_cascade(batch, _workspace(dev), self.__dict__.setdefault("_cascade_wrappers", {}))
+        if cascade is not None:  # shared prefix pages: the cascade route (flashinfer_cascade.py)
+            return FlashInferPlan(cascade[0], cascade[1], batch.q, kv)
         h = batch.host
         trees = bool(h.is_tree.any())
         if not trees and (h.query_lens == 1).all():

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
-SCALE = 16  # contexts and shared prefixes are cut by this (4608 -> 288, 4k -> 256): the CPU is slow
+SCALE = 16  # contexts, shared prefixes, page sizes are cut by this (4608 -> 288, 4k -> 256): the CPU is slow
 
 
 def _cut(value):
@@ -28,8 +28,9 @@ def shrink(name: str, tmp_path: Path, **sweep) -> Path:
         for key in ("context", "shared_prefix"):
             if key in g:
                 g[key] = _cut(g[key])
+    doc["kv_cache"]["page_size"] = max(1, doc["kv_cache"]["page_size"] // SCALE)
     for key, values in doc["sweep"].items():
-        if key.endswith((".context", ".shared_prefix")):
+        if key.endswith((".context", ".shared_prefix", ".page_size")):
             doc["sweep"][key] = [_cut(v) for v in values]
     doc["model"] = {"num_q_heads": 4, "num_kv_heads": 2, "head_dim": 16, "dtype": "float32"}
     doc["device"] = "cpu"
@@ -43,8 +44,8 @@ def shrink(name: str, tmp_path: Path, **sweep) -> Path:
 @pytest.mark.parametrize(
     "name, sweep, cases",
     [
-        ("shared-prefix-decode-llama3-8b.yaml", {}, 2),
-        ("shared-prefix-trees-llama3-8b.yaml", {}, 2),
+        ("shared-prefix-decode-llama3-8b.yaml", {}, 4),
+        ("shared-prefix-trees-llama3-8b.yaml", {}, 4),
         ("tree-costs-llama3-8b.yaml", {"batch.0.count": [1, 3]}, 6),
     ],
 )
@@ -56,5 +57,6 @@ def test_shipped_scenario_on_cpu(name, sweep, cases, tmp_path):
     assert len(rows) == 3 * cases and all(x.status == "ok" for x in rows), [(x.case_id, x.reason) for x in rows]
     assert all(x.rel_err < x.tolerance for x in rows)
     if "shared" in name:  # the shared case moves fewer bytes than the same batch unshared
-        by = {x.params["batch.0.shared_prefix"]: x.bytes for x in rows}
-        assert by[4096 // SCALE] < by[0]
+        by = {(x.params["batch.0.shared_prefix"], x.params["kv_cache.page_size"]): x.bytes for x in rows}
+        for page in (16 // SCALE, 256 // SCALE):
+            assert by[(4096 // SCALE, page)] < by[(0, page)]

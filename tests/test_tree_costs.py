@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analyze.significance import median
+from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, round_logs
 from attnbench.analyze.tree_costs import verdict
 from attnbench.cli.app import app
 from attnbench.store.runfolder import RunFolder
@@ -27,7 +27,7 @@ SCENARIO = textwrap.dedent(
       - {kind: decode, count: 1, context: 7}
     sweep: {batch.0.count: [1, 3]}
     backends: [reference, sdpa]
-    timing: {warmup_ms: 1, measure_ms: 5, min_runs: 3, max_runs: 20}
+    timing: {warmup_ms: 1, measure_ms: 8, min_runs: 4, max_runs: 20, rounds: 4}
     """
 )
 
@@ -81,10 +81,13 @@ def test_report_on_a_cpu_run(run_folder):
     for x in recs:
         tree, chain, dec = (rows[(x["case"], f"{x['point']},variant={v}")] for v in ("tree", "chain", "decode"))
         assert x["requests"] == tree.num_requests == int(x["point"][-1]) + 1
-        assert x["tree_ms"] == pytest.approx(median(tree.samples_ms))
-        assert x["tree_over_chain"] == pytest.approx(median(tree.samples_ms) / median(chain.samples_ms))
-        assert x["tree_over_decode"] == pytest.approx(median(tree.samples_ms) / median(dec.samples_ms))
-        assert x["chain_lo"] <= x["tree_over_chain"] <= x["chain_hi"]
+        assert x["tree_ms"] == pytest.approx(tree.median_ms)
+        assert len(tree.round_medians_ms) == len(chain.round_medians_ms) == 4
+        want = compare_runs(round_logs(tree), round_logs(chain), REPORT_CONFIDENCE)
+        assert (x["tree_over_chain"], x["chain_lo"], x["chain_hi"]) == pytest.approx((want.ratio, want.lo, want.hi))
+        want = compare_runs(round_logs(tree), round_logs(dec), REPORT_CONFIDENCE)
+        assert x["tree_over_decode"] == pytest.approx(want.ratio)
+        assert 0 < x["chain_lo"] <= x["tree_over_chain"] <= x["chain_hi"] < math.inf  # 4 rounds: a finite interval
         assert x["decode_lo"] <= x["tree_over_decode"] <= x["decode_hi"]
         assert x["verdict"] == verdict(x["chain_lo"], x["chain_hi"], 1.2) != ""
         assert x["missing"] == ""

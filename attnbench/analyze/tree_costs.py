@@ -1,6 +1,8 @@
 """What a tree costs: per backend and case, the tree's time against the same requests as chains
 of equal node count and as plain decodes (the ``variant`` cases of ``compare_with``,
-``workload/variants.py``), as ratios of medians with bootstrap intervals.
+``workload/variants.py``), as ratios with 95% intervals whose replicates are timing rounds
+(``analyze/significance.py``: each variant is its own case, so the two sides are two samples
+of round medians; ``timing.rounds`` of at least 4 gives a finite interval).
 
 Reading it: a tree that accepts ``g`` times the tokens a chain of the same node count accepts
 per step pays (in attention time) while ``tree/chain < g``; against no speculation, the tree
@@ -14,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from attnbench.analyze.significance import bootstrap_ratio, median
+from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, median, round_logs
 from attnbench.store.rows import Row
 
 VARIANT = "variant"
@@ -39,13 +41,16 @@ class Point:
 
 
 def _usable(row: Optional[Row]) -> bool:
-    return row is not None and row.status == "ok" and bool(row.samples_ms)
+    return row is not None and row.status == "ok" and bool(row.round_medians_ms)
 
 
 def _ratio(a: Optional[Row], b: Optional[Row]) -> tuple[float, float, float]:
+    """``a / b`` from their rounds (Hodges-Lehmann shift of the log round medians) and its
+    interval; the interval is unbounded with fewer than 4 rounds a side."""
     if not (_usable(a) and _usable(b)):
         return math.nan, math.nan, math.nan
-    return bootstrap_ratio([a.samples_ms], [b.samples_ms])
+    r = compare_runs(round_logs(a), round_logs(b), REPORT_CONFIDENCE)
+    return r.ratio, r.lo, r.hi
 
 
 def points(rows: Iterable[Row]) -> list[Point]:
@@ -72,8 +77,8 @@ def verdict(lo: float, hi: float, gain: Optional[float]) -> str:
 
 
 def records(rows: Iterable[Row], gain: Optional[float] = None, where: str = "the run") -> list[dict]:
-    """One record per backend and case: times (ms), ``tree/chain`` and ``tree/decode`` with
-    their 95% intervals, the tree case's request count, and the verdict for ``gain``."""
+    """One record per backend and case: median times (ms), ``tree/chain`` and ``tree/decode``
+    with their 95% intervals, the tree case's request count, and the verdict for ``gain``."""
     pts = points(rows)
     if not pts:
         raise TreeCostError(
@@ -91,9 +96,9 @@ def records(rows: Iterable[Row], gain: Optional[float] = None, where: str = "the
             "point": p.label,
             "requests": any_row.num_requests,
             "batch": tree.batch if tree is not None else "",
-            "tree_ms": median(tree.samples_ms) if _usable(tree) else math.nan,
-            "chain_ms": median(chain.samples_ms) if _usable(chain) else math.nan,
-            "decode_ms": median(dec.samples_ms) if _usable(dec) else math.nan,
+            "tree_ms": tree.median_ms if _usable(tree) else math.nan,
+            "chain_ms": chain.median_ms if _usable(chain) else math.nan,
+            "decode_ms": dec.median_ms if _usable(dec) else math.nan,
             "tree_over_chain": c, "chain_lo": c_lo, "chain_hi": c_hi,
             "tree_over_decode": d, "decode_lo": d_lo, "decode_hi": d_hi,
             "verdict": verdict(c_lo, c_hi, gain),

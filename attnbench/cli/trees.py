@@ -43,7 +43,7 @@ def tree_costs_cmd(
 ):
     """What a tree costs against chains of equal node count and plain decodes, per backend and case.
 
-    Ratios of medians with 95% bootstrap intervals. The tree pays against the chain while
+    Ratios with 95% intervals over timing rounds (timing.rounds >= 4). The tree pays against the chain while
     tree/chain stays below the tree's acceptance gain (accepted tokens per step, tree over
     chain); against plain decoding it must accept more than tree/decode tokens per step."""
     from attnbench.analyze.compare_tables import FORMATS, Column, fmt_ratio, render

@@ -13,7 +13,7 @@ TREE = tuple(from_choices([[0], [1], [0, 0], [1, 0], [1, 1]]))
 
 
 def group(kind, n, query, context, prefix, gid, parents=None):
-    return [Request(kind, query, context, parents, prefix, gid) for _ in range(n)]
+    return [Request(kind, query, context, parents, shared_prefix=prefix, prefix_group=gid) for _ in range(n)]
 
 
 DECODES = group("decode", 3, 1, 21, 13, 0) + group("prefill", 2, 4, 9, 8, 1)

@@ -3,12 +3,11 @@ included, SEMANTICS "Paged cache" and "Shared prefixes"), and the per-request co
 shared prefix's partial last page."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from attnbench.workload.batch import BatchSpec
+BatchSpec = Any  # workload.batch.BatchSpec (which imports this module; not imported back)
 
 
 def page_assignment(spec: BatchSpec, generator: torch.Generator) -> list[list[int]]:

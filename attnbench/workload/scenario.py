@@ -18,7 +18,7 @@ from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.sweeps import case_id_for, override_sweep
-from attnbench.workload.units import format_int, parse_int, short_repr
+from attnbench.workload.units import parse_int, short_repr
 from attnbench.workload.variants import variant_docs
 
 

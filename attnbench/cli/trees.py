@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
 
@@ -56,7 +55,7 @@ def tree_costs_cmd(
     try:
         recs = records(load_rows(run).rows, gain, str(run))
     except (TreeCostError, BaselineError) as e:
-        raise UsageError(escape(str(e))) from None
+        raise UsageError(str(e)) from None
     cols = [
         Column("case", "backend"), Column("point", "case"), Column("requests", "requests", justify="right"),
         Column("tree_ms", "tree", fmt_time, "right"), Column("chain_ms", "chain", fmt_time, "right"),

@@ -7,7 +7,8 @@ K/V are read from the paged cache once per KV head, straight through the block t
 slot j lives at ``page = block_table[req, j // PAGE]``, offset ``j % PAGE``. This works for
 any page size (1 to 256); a tile may span pages.
 
-Key tiles below ``full_end`` are visible to every row of the unit and run without a mask;
+Key tiles below ``full_end`` are visible to every row of the unit and run without a mask, in
+steps of ``BLOCK_NF`` keys (>= ``BLOCK_N``, the masked loop's step);
 the remaining tiles (the causal diagonal, or a tree's own nodes) apply the mask:
 prefill/decode ``j <= ctx + i``; tree ``j < ctx`` or bit ``j - ctx`` of the row's ancestor
 bitmask (int64 words, ``ANC[token, w]``).
@@ -17,6 +18,10 @@ not split writes the output directly; a split one writes a float32 partial outpu
 natural-log LSE (``-inf`` when the row saw no key in that split); the last split of a row
 block to finish (an atomic counter per row block and KV head) merges them in the same launch
 (``FUSED_MERGE``), or ``merge_kernel`` does it in a second launch.
+
+``KV_MAJOR`` launches a 1-D grid with the KV head fastest (the KV heads of one unit side by
+side) instead of ``(units, KV heads)``; partial outputs are stored in ``PO``'s dtype (float32,
+or the batch's 16-bit dtype). Both are options, measured no faster (docs/triton_notes.md).
 
 The CPU interpreter (TRITON_INTERPRET=1) is read by ``triton.jit`` when this module is
 imported: ``INTERPRETED`` records which mode the kernels were built for.
@@ -45,12 +50,16 @@ C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TRE
 
 
 @triton.jit
-def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
+def _scores(q, k, qk_scale, IEEE: tl.constexpr):
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    s = s * qk_scale
+    return s * qk_scale
+
+
+@triton.jit
+def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
     if MASKED:
         s = tl.where(allowed, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -68,6 +77,12 @@ def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexp
         pv = tl.dot(p.to(v.dtype), v)
     acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
+
+
+@triton.jit
+def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
+    s = _scores(q, k, qk_scale, IEEE)
+    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE)
 
 
 @triton.jit
@@ -96,12 +111,17 @@ def paged_attention_kernel(
     stride_bt, stride_anc, stride_sem,
     qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NF: tl.constexpr,
     UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
-    FUSED_MERGE: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
 ):
-    unit = tl.program_id(0)
-    kvh = tl.program_id(1)
+    if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
+        # position (every KV head of the same pages) are launched side by side
+        unit = tl.program_id(0) // NUM_KV
+        kvh = tl.program_id(0) % NUM_KV
+    else:
+        unit = tl.program_id(0)
+        kvh = tl.program_id(1)
     meta = UNITS + unit * UNIT_COLS
     req = tl.load(meta + C_REQ)
     q_start = tl.load(meta + C_QSTART)
@@ -118,6 +138,7 @@ def paged_attention_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n = tl.arange(0, BLOCK_N)
+    offs_nf = tl.arange(0, BLOCK_NF)
     qi = offs_m // G
     head = kvh * G + offs_m % G
     row_ok = (qi < q_count) & (offs_m < BLOCK_Q * G)
@@ -135,13 +156,15 @@ def paged_attention_kernel(
     # 1) tiles every row sees in full: no mask. The block-table read for tile i+1 is issued
     # in iteration i (loop-carried offsets), so the K/V loads of a tile depend on no load of
     # the same iteration and Triton's pipeliner can prefetch them stages ahead.
-    mid = tl.maximum(tl.minimum(kv_hi, (full_end // BLOCK_N) * BLOCK_N), kv_lo)
-    koff_n, voff_n = _tile_offsets(bt_row, kv_lo, offs_n, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
+    # Its tiles hold BLOCK_NF keys (BLOCK_NF >= BLOCK_N: fewer, larger steps where no mask word
+    # is read); the masked loop below picks up at ``mid`` in BLOCK_N steps.
+    mid = tl.maximum(kv_lo + ((tl.minimum(kv_hi, full_end) - kv_lo) // BLOCK_NF) * BLOCK_NF, kv_lo)
+    koff_n, voff_n = _tile_offsets(bt_row, kv_lo, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
                                    PAGE, TILE_IN_PAGE)
-    for start in range(kv_lo, mid, BLOCK_N):
+    for start in range(kv_lo, mid, BLOCK_NF):
         koff = koff_n
         voff = voff_n
-        koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_N, offs_n, kv_hi, stride_kp, stride_ks, stride_vp,
+        koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_NF, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp,
                                        stride_vs, PAGE, TILE_IN_PAGE)
         k = tl.load(k_base + koff[:, None] + offs_d[None, :])
         v = tl.load(v_base + voff[:, None] + offs_d[None, :])
@@ -185,7 +208,7 @@ def paged_attention_kernel(
     else:
         prow_m = (prow + qi).to(tl.int64)
         tl.store(PO + split * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
-                 + offs_d[None, :], o, mask=row_ok[:, None])
+                 + offs_d[None, :], o.to(PO.dtype.element_ty), mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
         if FUSED_MERGE:
@@ -205,7 +228,8 @@ def paged_attention_kernel(
                     lse_s = tl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok,
                                     other=float("-inf"), cache_modifier=".cg")
                     o_s = tl.load(PO + sp * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
-                                  + offs_d[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+                                  + offs_d[None, :], mask=row_ok[:, None], other=0.0,
+                                  cache_modifier=".cg").to(tl.float32)
                     m_new = tl.maximum(m_all, lse_s)
                     m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
                     scale_old = tl.exp(m_all - m_sub)
@@ -240,7 +264,7 @@ def merge_kernel(
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp(lse - m)
     o = tl.load(PO + offs_s[:, None] * stride_pos + r * stride_por + h * stride_poh + offs_d[None, :],
-                mask=sm[:, None], other=0.0)
+                mask=sm[:, None], other=0.0).to(tl.float32)
     num = tl.sum(w[:, None] * o, 0)
     den = tl.sum(w, 0)
     den = tl.where(den > 0.0, den, 1.0)

@@ -70,14 +70,21 @@ class TritonBackend(Backend):
     max_page_size = 256
     max_group = 128
 
-    def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, **config: Any) -> None:
+    def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
+                 half_partials: bool = False, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
         a 64-node tree at 16k (428 vs 398 us, docs/triton_notes.md).
+        ``kv_major``: launch the KV heads of a unit side by side (1-D grid, KV head fastest)
+        instead of every unit of one KV head first.
+        ``half_partials``: split partial outputs in the batch's 16-bit dtype instead of float32
+        (half their bytes, at one more rounding of each partial; the LSEs stay float32).
         ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
         self.splits = splits
         self.fused_merge = fused_merge
+        self.kv_major = kv_major
+        self.half_partials = half_partials
         self.config = config
 
     def unsupported(self, batch: Batch) -> list[str]:
@@ -117,12 +124,15 @@ class TritonBackend(Backend):
             anc=anc.to(dev),
             has_tree=has_tree,
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
-            po=torch.empty(s, max(r, 1), hq, d, dtype=torch.float32, device=dev),
+            po=torch.empty(s, max(r, 1), hq, d, dtype=self._partial_dtype(batch), device=dev),
             pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
             splits_p2=tp.next_pow2(max(2, s)),
             sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
             qk_scale=batch.scale * math.log2(math.e),
         )
+
+    def _partial_dtype(self, batch: Batch) -> torch.dtype:
+        return batch.dtype if self.half_partials and batch.q.element_size() == 2 else torch.float32
 
     def run(self, p: TritonPlan) -> torch.Tensor:
         from . import triton_kernels as tk
@@ -131,7 +141,8 @@ class TritonBackend(Backend):
         q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
         g = b.num_q_heads // b.num_kv_heads
         # the compiled kernel (registers, spills, shared memory) is kept for reports
-        self.last_kernel = tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
+        grid = (p.units.shape[0] * b.num_kv_heads,) if self.kv_major else (p.units.shape[0], b.num_kv_heads)
+        self.last_kernel = tk.paged_attention_kernel[grid](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
@@ -142,10 +153,11 @@ class TritonBackend(Backend):
             b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
             p.qk_scale,
             G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
-            BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
+            BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
             UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
-            TILE_IN_PAGE=b.page_size % cfg.block_n == 0, FUSED_MERGE=self.fused_merge,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
+            KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
         )
         if p.num_merge and not self.fused_merge:
             tk.merge_kernel[(p.num_merge, b.num_q_heads)](

@@ -11,26 +11,24 @@ A *row block* is up to ``BLOCK_Q`` consecutive query tokens of one request; the 
 the ``G`` query heads of one KV head times those tokens on the M side of its ``tl.dot``
 (row ``m`` = token ``m // G``, head ``m % G``), so each K/V tile is read once per KV head.
 ``BLOCK_M = clamp(next_pow2(G * max query len), 16, 128)`` (64 for head_dim 256), or 64
-when 64-row blocks pad at least 20% fewer rows than 128-row ones (160 rows: 192 vs 256).
+when 64-row blocks pad at least 20% fewer rows than 128-row ones (160 rows: 192 vs 256) and
+the longest request has at least ``LONG_KEYS`` keys. 64-row blocks of 16-bit d=128 caches
+use 32-key tiles under a 168-register cap: 3 programs per SM instead of 2.
 
 A *unit* is one row block and one contiguous range of key tiles (a KV split); the grid is
 ``(units, num_kv_heads)``. Units are ordered request, split, row block, so the row blocks
 that read the same keys run side by side and share them through L2.
 
-Split-KV heuristic (documented in docs/triton_notes.md)
--------------------------------------------------------
-Let ``base = row_blocks * Hkv`` programs and ``target = waves * SMs``, with 2 waves when
-``BLOCK_M <= 32`` (decode-like, memory-bound, several CTAs per SM) and 1 wave for larger row
-blocks (trees, prefill: compute-bound, one CTA per SM, where every extra split costs partial
-writes; measured on an H200: tree40 115 us at 1 wave vs 140 us at 2). On the CPU
-interpreter ``SMs = 4``. If ``base >= target`` nothing is split. Otherwise the total
-number of key tiles over all row blocks is cut into chunks of
-``chunk = max(MIN_CHUNK_TILES, ceil(total_tiles * Hkv / target))`` tiles, so programs get
-about equal work whatever the lengths (a 16k request gets 4x the splits of a 4k one); a row
-block with more than one chunk is split, at most ``MAX_SPLITS`` ways. A split of a row block
-of ``G * q`` rows covers at least ``PARTIAL_KEYS_PER_ROW * G * q`` keys, so its float32
-partial rows cost at most ~1/8 of the K/V bytes it reads (16-bit caches). Split rows write
-float32 partial outputs and natural-log LSEs; a second kernel merges them.
+Split-KV heuristic (``split_counts``; docs/triton_notes.md, rounds 5-8)
+-----------------------------------------------------------------------
+Row blocks of <= 32 rows (decode-like, memory-bound): enough programs for 2 waves of the
+SMs (4 on the CPU interpreter), the key tiles cut into chunks of about equal size, at most
+``MAX_SPLITS`` per row block, each split at least ``PARTIAL_KEYS_PER_ROW * G * q`` keys so
+its float32 partial rows cost at most ~1/8 of the K/V bytes it reads. Larger row blocks
+(trees, prefill) are latency-bound per program: the heuristic scores each candidate chunk
+by rounds x the longest program (+ start-up) + a cost per split, with the programs that fit
+on an SM at once from the config's shared memory and registers (``ctas_per_sm``). Split
+rows write float32 partial outputs and natural-log LSEs; a second kernel merges them.
 
 Tree masks
 ----------
@@ -57,11 +55,15 @@ from attnbench.workload.batch import Batch
 from ._metadata import token_ids, topology_masks
 
 WAVES = 2
-WAVES_LARGE_M = 1
 MIN_CHUNK_TILES = 4
 MAX_SPLITS = 64
 PARTIAL_KEYS_PER_ROW = 8
 CPU_SMS = 4
+LONG_KEYS = 2048  # keys of the longest request from which 64-row blocks take 3 programs per SM
+PROGRAM_TILES = 4  # start-up of a program (q load, pipeline fill), in key tiles
+SPLIT_TILES = 3  # partial outputs + merge, per split, in key tiles
+SMEM_PER_SM = 228 * 1024  # Hopper (H100/H200)
+REGS_PER_SM = 65536
 # columns of the int32 unit table, in order; the kernel reads them by these names
 # (triton_kernels.py turns each into a constexpr offset), the table is padded to UNIT_COLS
 UNIT_COLUMNS = (
@@ -93,18 +95,28 @@ class Config:
     block_n: int
     num_warps: int
     num_stages: int
+    block_nf: int = 0  # key tile of the unmasked loop (0: block_n); splits start at its multiples
+    maxnreg: Optional[int] = None  # register cap per thread (None: the compiler's choice)
+
+    def __post_init__(self):
+        self.block_nf = self.block_nf or self.block_n
 
 
 def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Optional[int] = None,
-                  num_stages: Optional[int] = None, block_m: Optional[int] = None) -> Config:
+                  num_stages: Optional[int] = None, block_m: Optional[int] = None,
+                  block_nf: Optional[int] = None, maxnreg: Optional[int] = None) -> Config:
     g = batch.num_q_heads // batch.num_kv_heads
     d = batch.head_dim
     wide = batch.q.element_size() > 2  # float32 (interpreter, or exact runs on the GPU): smaller tiles fit smem
     cap = (32 if d >= 256 else 64) if wide else (64 if d >= 256 else 128)
     rows = g * int(batch.host.query_lens.max())
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
-    if block_m is None and bm == 128 and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
-        bm = 64  # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256
+    # long: enough keys per row block that 3 programs per SM pay (below, rounds 6-7)
+    long = wide or d != 128 or max((r.kv_len for r in batch.requests), default=0) >= LONG_KEYS
+    if block_m is None and bm == 128 and long and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
+        # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256;
+        # at 1k keys the two 128-row programs ran faster (36 vs 40-43 us on an H100)
+        bm = 64
     bq = max(1, bm // g)
     if block_n is None:
         # decode-sized row blocks (<= 16 rows): 32-key tiles measured faster on an H100 (54 vs
@@ -112,13 +124,21 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
         block_n = 32 if d >= 256 or bm <= 16 else 64
         if wide:
             block_n = 16 if d >= 256 else 32
+        elif bm == 64 and d == 128 and maxnreg is None and long:
+            # 64-row blocks (a 40-node tree, G=4) are latency-bound per program: 32-key tiles
+            # with at most 168 registers fit 3 programs per SM (64 KB of shared memory each)
+            # instead of 2; with the split heuristic's 2 splits, tree40 at 4k, page 16 ran
+            # 105 us instead of 121 on an H100 (docs/triton_notes.md, round 6)
+            block_n, maxnreg = 32, 168
     if block_n > 64:
         raise ValueError("block_n must be <= 64: a key tile reads at most two 64-node tree-mask words")
     if num_warps is None:
         num_warps = 8 if bm * d >= 128 * 128 else 4
     if num_stages is None:
         num_stages = 2 if d >= 256 or wide else 3
-    return Config(bm, bq, block_n, num_warps, num_stages)
+    if block_nf is not None and (block_nf < block_n or block_nf % block_n):
+        raise ValueError(f"block_nf {block_nf} must be a multiple of block_n {block_n}")
+    return Config(bm, bq, block_n, num_warps, num_stages, block_nf or block_n, maxnreg)
 
 
 def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
@@ -193,12 +213,58 @@ def num_sms(device: torch.device) -> int:
     return CPU_SMS
 
 
+def ctas_per_sm(cfg: Config, head_dim: int, elsize: int = 2) -> int:
+    """Programs of this config that fit on one SM together (H100/H200: 228 KB of shared
+    memory, 64K registers), from the shared memory the pipeline needs (Q + ``num_stages``
+    K and V tiles) and the registers (``maxnreg``, else the 255 Triton reaches here)."""
+    smem = (cfg.block_m + 2 * cfg.num_stages * cfg.block_nf) * head_dim * elsize + 1024
+    regs = (cfg.maxnreg or 255) + 1
+    return max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (32 * cfg.num_warps * regs)))
+
+
+def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) -> np.ndarray:
+    """KV splits per row block (``tiles``: its key tiles, ``rows``: its G*q rows).
+
+    Small row blocks (decode, <= 32 rows) are memory-bound: enough programs for ``WAVES``
+    waves, in chunks of about equal tiles, each split at least ``PARTIAL_KEYS_PER_ROW`` keys
+    per row (its float32 partial rows stay under 1/8 of the K/V bytes it reads).
+    Larger row blocks (trees, prefill) are latency-bound per program (docs/triton_notes.md,
+    rounds 5-6): a program of c key tiles takes ~ c + PROGRAM_TILES (start-up) tile times
+    whether or not others share its SM, so the launch takes ~ rounds x (longest program),
+    rounds = ceil(all programs' tile times / (slots x longest)), slots = SMs x programs per
+    SM; each split adds SPLIT_TILES (partials and their merge). Each candidate (the longest
+    row block cut into 1..MAX_SPLITS chunks) is scored so, in tile times; the lowest score
+    wins, ties to fewer splits. Fitted to the H100 times of 1..4 splits of tree40 at 1k, 4k
+    and 16k; counting work rather than programs keeps causal prefill (short and long row
+    blocks mixed) unsplit."""
+    t = np.asarray(tiles, dtype=np.int64)
+    if cfg.block_m <= 32:
+        if len(t) * hkv >= WAVES * sms:
+            return np.ones_like(t)
+        chunk = max(MIN_CHUNK_TILES, -(-int(t.sum()) * hkv // (WAVES * sms)))
+        floor_tiles = -(-PARTIAL_KEYS_PER_ROW * np.asarray(rows, dtype=np.int64) // cfg.block_nf)
+        return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
+    slots = sms * ctas_per_sm(cfg, head_dim)
+    longest = int(t.max()) if len(t) else 1
+    best = None
+    for n in range(1, MAX_SPLITS + 1):
+        chunk = -(-longest // n)
+        span = chunk + PROGRAM_TILES
+        work = hkv * int((t + PROGRAM_TILES * -(-t // chunk)).sum())
+        score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
+        if best is None or score < best[0]:
+            best = (score, chunk)
+        if chunk <= MIN_CHUNK_TILES:
+            break
+    return np.maximum(1, -(-t // best[1]))
+
+
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None):
     """Returns ``(units [U, UNIT_COLS] int32, merge [R, 2] int32, max_splits, row_blocks)``.
 
     ``splits``: None for the heuristic, or a fixed number of splits for every row block
     (tests use it to force both paths). Numpy array ops over row blocks, no loop."""
-    bn, bq = cfg.block_n, cfg.block_q
+    bn, bq = cfg.block_nf, cfg.block_q  # splits start on the unmasked loop's tiles
     h = batch.host
     nb = -(-h.query_lens // bq)  # row blocks per request
     req = np.repeat(np.arange(len(nb)), nb)
@@ -237,17 +303,8 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
 def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], qc: np.ndarray,
                   tiles: np.ndarray) -> np.ndarray:
     """Splits per row block (``qc`` query tokens, ``tiles`` key tiles each): forced
-    (``splits``), or the heuristic of the module docstring."""
+    (``splits``), or ``split_counts``'s heuristic."""
     if splits is not None:
         return np.maximum(1, np.minimum(splits, tiles))
-    hkv = batch.num_kv_heads
-    g = batch.num_q_heads // hkv
-    # small row blocks (decode) are memory-bound and fit several CTAs per SM: 2 waves;
-    # large ones (trees, prefill) are compute-bound, one CTA per SM: 1 wave (fewer partials)
-    target = (WAVES if cfg.block_m <= 32 else WAVES_LARGE_M) * sms
-    if len(tiles) * hkv >= target:
-        return np.ones_like(tiles)
-    chunk = max(MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // target))
-    # a split writes G*q float32 partial rows: keep that under 1/8 of its K/V bytes
-    floor_tiles = -(-PARTIAL_KEYS_PER_ROW * g * qc // cfg.block_n)
-    return np.maximum(1, np.minimum(MAX_SPLITS, -(-tiles // np.maximum(chunk, floor_tiles))))
+    g = batch.num_q_heads // batch.num_kv_heads
+    return split_counts(tiles, g * qc, cfg, batch.head_dim, sms, batch.num_kv_heads)

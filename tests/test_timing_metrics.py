@@ -96,3 +96,21 @@ def test_roofline():
     assert r.tflops == pytest.approx(250.0) and r.tbps == pytest.approx(0.25)
     r2 = roofline(w, 4.0, None, "bfloat16")
     assert math.isnan(r2.pct_of_ceiling) and r2.tbps == pytest.approx(0.25)
+
+
+def test_runner_timing_config_keeps_each_field():
+    """The scenario's timing settings reach TimingConfig by name (a positional call once put
+    cuda_graphs into the new ``flush`` field, and every GPU row failed in the L2 flusher)."""
+    from attnbench.execute.options import RunOptions
+    from attnbench.execute.runner import Runner
+    from attnbench.workload.scenario import load_text
+
+    text = (
+        "name: t\nseed: 0\ndevice: cpu\nmodel: {num_q_heads: 2, num_kv_heads: 1, head_dim: 8, dtype: float32}\n"
+        "batch:\n  - {kind: decode, count: 1, context: 4}\n"
+        "timing: {warmup_ms: 3, measure_ms: 7, min_runs: 2, max_runs: 9, cold_l2: false, cuda_graphs: false, rounds: 2}\n"
+    )
+    sf = load_text(text)
+    cfg = Runner(sf, RunOptions(measure_ceilings=False, backends=["sdpa"])).timing_config(sf.cases[0])
+    assert (cfg.warmup_ms, cfg.measure_ms, cfg.min_runs, cfg.max_runs) == (3, 7, 2, 9)
+    assert (cfg.cold_l2, cfg.cuda_graphs, cfg.rounds, cfg.flush) == (False, False, 2, "read")

@@ -137,6 +137,22 @@ def test_fused_merge(name, reqs, page, layout):
     check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=True)
 
 
+@pytest.mark.parametrize("name,reqs,page,layout", [CASES[0], CASES[4], CASES[6]], ids=["decode", "tree70", "mixed"])
+def test_kv_major_half_partials(name, reqs, page, layout):
+    """The 1-D grid with the KV head fastest, and split partials kept in float16."""
+    _, plan = check(reqs, page=page, layout=layout, splits=3, block_n=16, dtype="float16", kv_major=True,
+                    half_partials=True)
+    assert plan.po.dtype == torch.float16
+
+
+@pytest.mark.parametrize("page", [16, 3])
+def test_wide_unmasked_tiles(page):
+    """block_nf: the unmasked loop steps 32 keys, the masked one 16; splits start on 32."""
+    reqs = [Request("decode", 1, 150), tree(from_choices(CHOICES), 70), Request("prefill", 20, 50)]
+    _, plan = check(reqs, page=page, block_n=16, block_nf=32, dtype="float16", splits=2)
+    assert plan.cfg.block_nf == 32 and (plan.units[:, 4] % 32 == 0).all()
+
+
 def test_fused_merge_counters_reset():
     """The fused merge's arrival counters return to 0, so a second run (a graph replay) is right."""
     need_interpreter()
@@ -240,3 +256,30 @@ def test_gpu_bf16():
     res = subprocess.run([sys.executable, "-c", GPU_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "WORST" in res.stdout
+
+
+def test_programs_per_sm():
+    """Shared memory and registers decide how many programs share an SM (H100/H200)."""
+    from attnbench.backends import triton_plan as tp
+
+    assert tp.ctas_per_sm(tp.Config(64, 16, 64, 4, 3), 128) == 2  # 112 KB of smem, 255 registers
+    assert tp.ctas_per_sm(tp.Config(64, 16, 32, 4, 3, 32, 168), 128) == 3  # 64 KB, 168 registers
+    assert tp.ctas_per_sm(tp.Config(128, 32, 64, 8, 3), 128) == 1
+    assert tp.ctas_per_sm(tp.Config(64, 16, 64, 4, 4), 128) == 1  # 144 KB
+
+
+def test_split_counts_latency_model():
+    """Large row blocks: split only where fewer rounds of shorter programs win (long uniform
+    trees), never for short trees or a causal prefill; decode keeps its 2-wave chunks."""
+    import math
+
+    from attnbench.backends import triton_plan as tp
+
+    cfg = tp.Config(64, 16, 64, 4, 3)
+    tree = lambda ctx: tp.split_counts([math.ceil((ctx + 40) / 64)] * 24, [160] * 24, cfg, 128, 132, 8)
+    assert set(tree(1024)) == {1} and set(tree(4096)) == {1} and set(tree(16384)) == {4}
+    three = tp.Config(64, 16, 32, 4, 3, 32, 168)  # 3 programs per SM: 2 splits fill them at 4k
+    assert set(tp.split_counts([math.ceil(4136 / 32)] * 24, [160] * 24, three, 128, 132, 8)) == {2}
+    prefill = [math.ceil((q0 + 32) / 64) for _ in range(4) for q0 in range(0, 1024, 32)]
+    assert set(tp.split_counts(prefill, [128] * 128, tp.Config(128, 32, 64, 8, 3), 128, 132, 8)) == {1}
+    assert set(tp.split_counts([128] * 8, [4] * 8, tp.Config(16, 4, 32, 4, 3), 128, 132, 8)) == {4}

@@ -1,0 +1,112 @@
+"""Compile the triton backend's attention kernel for sm_90 on a machine without a GPU and
+print its resources (registers, spills, shared memory) and whether the dots became wgmma.
+
+  python3 scripts/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
+
+Needs triton's bundled ptxas; no device, no torch (run it with the device's triton version:
+`python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`). Used to read a variant's costs before spending
+device time on it (docs/triton_notes.md).
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+PTRS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32",
+        "BT": "*i32", "UNITS": "*i32", "ANC": "*i64", "SEM": "*i32"}
+BACKENDS = __import__("pathlib").Path(__file__).resolve().parent.parent / "backends"
+
+
+def plan_constant(name: str):
+    """A literal module constant of triton_plan.py, read without importing it (it needs torch)."""
+    import ast
+
+    tree = ast.parse((BACKENDS / "triton_plan.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise KeyError(name)
+
+
+def load_kernels():
+    """triton_kernels.py as ``sm90pkg.triton_kernels``, its ``from .triton_plan import`` served
+    by a stub holding the plan's literal constants (this runs in a venv with triton alone)."""
+    import importlib.util
+    import types
+
+    pkg = types.ModuleType("sm90pkg")
+    pkg.__path__ = [str(BACKENDS)]
+    stub = types.ModuleType("sm90pkg.triton_plan")
+    stub.UNIT_COLUMNS, stub.UNIT_COLS = plan_constant("UNIT_COLUMNS"), plan_constant("UNIT_COLS")
+    sys.modules.update({"sm90pkg": pkg, "sm90pkg.triton_plan": stub})
+    spec = importlib.util.spec_from_file_location("sm90pkg.triton_kernels", BACKENDS / "triton_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def resources(cubin: bytes) -> tuple[int, int]:
+    """(registers per thread, spill store bytes) read by cuobjdump from the cubin."""
+    import os
+    import subprocess
+    import tempfile
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    regs = re.search(r"REG:(\d+)", out)
+    stack = re.search(r"STACK:(\d+)", out)
+    return int(regs.group(1)) if regs else -1, int(stack.group(1)) if stack else -1
+
+
+def main(argv: list[str]) -> None:
+    kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_M=64, BLOCK_Q=16, BLOCK_N=64, BLOCK_NF=0,
+              UNIT_COLS=plan_constant("UNIT_COLS"),
+              HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3)
+    for a in argv:
+        k, v = a.split("=")
+        kw[k] = int(v)
+    kw["BLOCK_NF"] = kw["BLOCK_NF"] or kw["BLOCK_N"]
+    kw["TILE_IN_PAGE"] = int(kw["PAGE"] % kw["BLOCK_NF"] == 0)
+    fn = load_kernels().paged_attention_kernel
+    sig, consts = {}, {}
+    for name in fn.arg_names:
+        if name in PTRS:
+            sig[name] = PTRS[name]
+        elif name in kw:
+            sig[name] = "constexpr"
+            consts[name] = kw[name]
+        elif name == "qk_scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    # the JIT marks pointers and integer arguments divisible by 16 (tt.divisibility): the loads'
+    # vector width and whether they can become cp.async depend on it. These are the
+    # arguments that are multiples of 16 in the benchmark shapes (d=128, 8 KV heads).
+    div16 = [n for n in fn.arg_names if n in PTRS or n.startswith("stride_")
+             and n not in ("stride_anc", "stride_bt", "stride_sem", "stride_pls")]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in div16}
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()}, attrs=attrs)
+    opts = {"num_warps": kw["num_warps"], "num_stages": kw["num_stages"]}
+    if kw.get("maxnreg"):
+        opts["maxnreg"] = kw["maxnreg"]
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    ptx = k.asm["ptx"]
+    regs, spills = resources(k.asm["cubin"])
+    print({k2: kw[k2] for k2 in ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages")},
+          "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
+          "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)),
+          "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", ptx)), "bulk", len(re.findall(r"cp.async.bulk", ptx)))
+    if "--ttgir" in sys.argv:
+        print(k.asm["ttgir"])
+
+
+if __name__ == "__main__":
+    main([a for a in sys.argv[1:] if "=" in a])

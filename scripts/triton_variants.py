@@ -1,0 +1,60 @@
+"""Variants of the triton backend for one attnbench run on the device (docs/triton_notes.md):
+
+  attnbench run scenarios/tree-verify-llama3-8b.yaml -b triton -b triton-s2 ... \\
+      --backend-file scripts/triton_variants.py
+
+Each class is the shipped backend with one setting changed, so a single run times them side
+by side, every row checked against the reference. Not used by the tool itself.
+"""
+from __future__ import annotations
+
+from attnbench.backends import triton_plan as tp
+from attnbench.backends.triton_paged import TritonBackend
+
+
+def variant(name: str, waves: int | None = None, **kw):
+    """A TritonBackend subclass named ``name`` built with ``kw`` (and ``waves`` splits-target
+    waves for small row blocks, patched into the plan module while it plans)."""
+
+    def __init__(self):
+        TritonBackend.__init__(self, **kw)
+
+    def plan(self, batch):
+        old = tp.WAVES
+        tp.WAVES = waves or old
+        try:
+            return TritonBackend.plan(self, batch)
+        finally:
+            tp.WAVES = old
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "plan": plan})
+
+
+VARIANTS = [
+    variant("triton-s1", splits=1),
+    variant("triton-s2", splits=2),
+    variant("triton-s3", splits=3),
+    variant("triton-s4", splits=4),
+    variant("triton-s4h", splits=4, half_partials=True),
+    variant("triton-kvm", kv_major=True),
+    variant("triton-w8", num_warps=8),
+    variant("triton-st2", num_stages=2),
+    variant("triton-st4", num_stages=4),
+    variant("triton-m128", block_m=128),
+    variant("triton-bn32", block_n=32),
+    variant("triton-wv4", waves=4),
+    variant("triton-wv1", waves=1),
+    variant("triton-half", half_partials=True),
+    variant("triton-nf128", block_nf=128, num_stages=2),
+    variant("triton-nf128w8", block_nf=128, num_stages=2, num_warps=8),
+    variant("triton-s2w8", splits=2, num_warps=8),
+    variant("triton-n32r3", block_n=32, maxnreg=168),
+    variant("triton-n64", block_n=64),
+    variant("triton-n32r3s1", block_n=32, maxnreg=168, splits=1),
+    variant("triton-n32r4", block_n=32, num_stages=2, maxnreg=128),
+    variant("triton-m64", block_m=64),
+    variant("triton-m64n32r3", block_m=64, block_n=32, maxnreg=168),
+    variant("triton-m128n32r", block_m=128, block_n=32, maxnreg=128),
+]
+for _cls in VARIANTS:
+    globals()[_cls.__name__] = _cls

@@ -91,7 +91,7 @@ def tree_words(batch):
 
 
 def build_units(batch, cfg, sms, splits=None):
-    bn, bq = cfg.block_n, cfg.block_q
+    bn, bq = cfg.block_nf, cfg.block_q
     hkv = batch.num_kv_heads
     blocks = []
     for i, (s, r) in enumerate(zip(batch.query_start, batch.requests)):
@@ -104,17 +104,9 @@ def build_units(batch, cfg, sms, splits=None):
     tiles = [math.ceil(b[4] / bn) for b in blocks]
     if splits is not None:
         nsplit = [max(1, min(splits, t)) for t in tiles]
-    else:
+    else:  # the heuristic itself is tested on its own (test_triton_backend.py)
         g = batch.num_q_heads // hkv
-        target = (tp.WAVES if cfg.block_m <= 32 else tp.WAVES_LARGE_M) * sms
-        if len(blocks) * hkv >= target:
-            nsplit = [1] * len(blocks)
-        else:
-            chunk = max(tp.MIN_CHUNK_TILES, math.ceil(sum(tiles) * hkv / target))
-            nsplit = []
-            for b, t in zip(blocks, tiles):
-                floor_tiles = math.ceil(tp.PARTIAL_KEYS_PER_ROW * g * b[2] / bn)
-                nsplit.append(max(1, min(tp.MAX_SPLITS, math.ceil(t / max(chunk, floor_tiles)))))
+        nsplit = [int(n) for n in tp.split_counts(tiles, [g * b[2] for b in blocks], cfg, batch.head_dim, sms, hkv)]
     nsplit = [math.ceil(t / math.ceil(t / n)) if t else 1 for t, n in zip(tiles, nsplit)]
     units, merge = [], []
     prow = 0

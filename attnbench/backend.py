@@ -30,13 +30,16 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import importlib.util
+import os
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-import torch
+if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
+    import torch
 
-from attnbench.workload.batch import Batch
+    from attnbench.workload.batch import Batch
 
 KINDS = ("prefill", "decode", "tree")  # the request kinds of docs/semantics.md
 
@@ -76,6 +79,8 @@ class Backend(ABC):
     max_page_size: ClassVar[Optional[int]] = None
     #: the kernels run on CUDA tensors only
     cuda_only: ClassVar[bool] = False
+    #: an environment variable that must be "1" for it to run on a CPU (triton's interpreter)
+    cpu_env: ClassVar[Optional[str]] = None
     #: GQA: query heads per KV head at most this (None: any); every backend needs
     #: num_q_heads to be a multiple of num_kv_heads
     max_group: ClassVar[Optional[int]] = None
@@ -100,9 +105,17 @@ class Backend(ABC):
         return None
 
     @classmethod
+    def device_reason(cls, device_type: str) -> Optional[str]:
+        """Why every case would be skipped on this device type (so a default run leaves
+        this backend out; naming it with -b still gives its skipped rows), or None."""
+        return device_reason(cls.name, cls.cuda_only, cls.cpu_env, device_type)
+
+    @classmethod
     def version(cls) -> str:
         dist = cls.distribution or cls.library
         if dist is None:
+            import torch
+
             return f"torch {torch.__version__}"
         try:
             return f"{dist} {md.version(dist)}"
@@ -206,6 +219,47 @@ BUILTIN: dict[str, str] = {
 }
 
 
+def device_reason(name: str, cuda_only: bool, cpu_env: Optional[str], device_type: str) -> Optional[str]:
+    """See :meth:`Backend.device_reason` (a function, so that the listing of built-in
+    backends can say it without importing them)."""
+    if cuda_only and device_type != "cuda":
+        return f"runs on CUDA devices only; this machine runs on {device_type}"
+    if device_type == "cpu" and cpu_env and os.environ.get(cpu_env) != "1":
+        return f"runs on a CPU only under {cpu_env}=1 (or name it with -b {name} to see its skipped rows)"
+    return None
+
+
+@dataclass(frozen=True)
+class BuiltinInfo:
+    """What ``attnbench backends`` says of a built-in backend without importing it (and so
+    torch); tests check it against the classes."""
+
+    library: Optional[str]
+    install_hint: str = ""
+    cuda_only: bool = False
+    cpu_env: Optional[str] = None
+    distribution: Optional[str] = None
+
+
+BUILTIN_INFO: dict[str, BuiltinInfo] = {
+    "reference": BuiltinInfo(None),
+    "sdpa": BuiltinInfo(None),
+    "flex": BuiltinInfo(None),
+    "triton": BuiltinInfo("triton", "pip install attnbench[triton]", False, "TRITON_INTERPRET", "triton"),
+    "flash-attn": BuiltinInfo(
+        "flash_attn", "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, None, "flash-attn"
+    ),
+    "xformers": BuiltinInfo(
+        "xformers", "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, None, "xformers"
+    ),
+    "flashinfer": BuiltinInfo(
+        "flashinfer",
+        "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)",
+        True, None, "flashinfer-python",
+    ),
+}
+
+
 class UnknownBackend(ValueError):
     pass
 
@@ -242,6 +296,11 @@ def _entry_points() -> dict[str, Any]:
         return {ep.name: ep for ep in md.entry_points(group="attnbench.backends")}
     except Exception:  # a broken third-party distribution must not break the tool
         return {}
+
+
+def loaded_names() -> list[str]:
+    """Backends registered from Python (``--backend-file``, tests): their classes are at hand."""
+    return list(_EXTRA)
 
 
 def all_names() -> list[str]:

@@ -44,6 +44,7 @@ class TritonPlan:
     splits_p2: int
     sem: torch.Tensor  # [row blocks, Hkv] int32 arrival counters of the fused merge (kept at 0)
     qk_scale: float
+    mode: str = ""  # "interpreted (...)" under TRITON_INTERPRET=1: rows say so (hundreds of times slower)
 
 
 def _interpret_wanted() -> bool:
@@ -69,6 +70,7 @@ class TritonBackend(Backend):
     head_dims = (32, 64, 128, 256)
     max_page_size = 256
     max_group = 128
+    cpu_env = "TRITON_INTERPRET"  # on a CPU only in its interpreter
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, **config: Any) -> None:
@@ -129,6 +131,7 @@ class TritonBackend(Backend):
             splits_p2=tp.next_pow2(max(2, s)),
             sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
             qk_scale=batch.scale * math.log2(math.e),
+            mode="interpreted (TRITON_INTERPRET=1)" if triton_mode() == "interpreted" else "",
         )
 
     def _partial_dtype(self, batch: Batch) -> torch.dtype:

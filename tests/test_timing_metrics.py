@@ -1,5 +1,6 @@
 """Statistics, the CPU timer and its fallbacks, and FLOP/byte counts against hand-computed batches."""
 import math
+import time
 
 import pytest
 import torch
@@ -38,7 +39,13 @@ def test_cpu_timer_keeps_raw_samples_and_poisons_before_the_final_call():
     assert res.method == "cpu" and res.cold_l2 is False
     assert len(res.samples_ms) == 7 and all(x >= 0 for x in res.samples_ms)
     assert torch.isnan(res.output).all()
-    assert len(calls) == 2 + 7 + 1  # estimate x2, samples, final (no warm-up budget)
+    assert len(calls) == 1 + 7  # the estimate, the samples (the last one poisoned first); no warm-up budget
+    calls.clear()
+    buf.fill_(1.0)
+    # a warm-up budget the estimate call alone covers buys no more calls
+    time_run(lambda: (calls.append(1), time.sleep(0.002), buf)[-1], torch.device("cpu"),
+             TimingConfig(warmup_ms=1, measure_ms=1, min_runs=3, max_runs=3))
+    assert len(calls) == 1 + 3
 
 
 def test_cpu_timer_output_of_an_honest_run():

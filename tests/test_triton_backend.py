@@ -283,3 +283,9 @@ def test_split_counts_latency_model():
     prefill = [math.ceil((q0 + 32) / 64) for _ in range(4) for q0 in range(0, 1024, 32)]
     assert set(tp.split_counts(prefill, [128] * 128, tp.Config(128, 32, 64, 8, 3), 128, 132, 8)) == {1}
     assert set(tp.split_counts([128] * 8, [4] * 8, tp.Config(16, 4, 32, 4, 3), 128, 132, 8)) == {4}
+
+
+def test_interpreted_rows_say_so():
+    """Under TRITON_INTERPRET=1 the plan's mode (copied into each row) names the interpreter."""
+    _, plan = check([Request("decode", 1, 20)])
+    assert plan.mode.startswith("interpreted")

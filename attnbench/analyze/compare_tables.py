@@ -18,10 +18,8 @@ from rich.text import Text
 
 from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult
 from attnbench.analyze.significance import Ratio
-from attnbench.analyze.tables import fmt_time
+from attnbench.analyze.tables import FORMATS, fmt_time  # noqa: F401  (FORMATS re-exported)
 from attnbench.store.rows import Status
-
-FORMATS = ("table", "markdown", "csv", "json")
 
 VERDICT_STYLE = {
     "regressed": "bold red", "broken": "bold red", "slower": "yellow", "same": "dim", "unclear": "yellow",

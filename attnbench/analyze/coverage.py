@@ -9,7 +9,7 @@ A check fails (these are run-level failures, beside the case verdicts) when
 * the scenario differs: another ``scenario_sha256`` or other ``--set`` overrides (unless the
   change is allowed), or either side does not record them;
 * either side is incomplete: its manifest does not say ``complete``, or it has fewer rows
-  than its cases times its backends.
+  than its cases times its backends (than the rows its ``-k`` picked, for a run made with -k).
 """
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def _incomplete(label: str, manifest: dict, rows: Sequence[Row]) -> Optional[str
     if status != "complete":
         return f"{label} is incomplete (manifest status {status!r}, {len(rows)} rows): it did not run every case"
     cases, backends = manifest.get("cases"), manifest.get("backends_requested")
-    if isinstance(cases, int) and isinstance(backends, list) and len(rows) < cases * len(backends):
+    picked = manifest.get("rows_expected") if manifest.get("select") else None  # a run of the rows -k picked
+    if isinstance(picked, int) and len(rows) < picked:
+        return f"{label} has {len(rows)} rows of the {picked} that -k {manifest['select']!r} picked: it did not run them all"
+    if picked is None and isinstance(cases, int) and isinstance(backends, list) and len(rows) < cases * len(backends):
         return (f"{label} has {len(rows)} rows of the {cases} cases x {len(backends)} backends its manifest lists: "
                 "it did not run every case")
     return None

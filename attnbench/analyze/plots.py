@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from attnbench.store.rows import Row, Status, rows_frame
 
@@ -30,8 +32,10 @@ def _matplotlib():
     return plt
 
 
-def _x_values(col: pd.Series) -> tuple[list, bool]:
+def _x_values(col: "pd.Series") -> tuple[list, bool]:
     """Numeric x values as numbers; anything else as categories (in first-seen order)."""
+    import pandas as pd
+
     num = pd.to_numeric(col, errors="coerce")
     if num.notna().all():
         return list(num), True

@@ -8,10 +8,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.store.rows import Row, Status, rows_frame
+from attnbench.measure.stats import quantile
+from attnbench.store.rows import Row, Status
 
 STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "yellow", Status.ERROR: "bold red", Status.MISMATCH: "bold red"}
-SPREAD_WARN = 0.05
+#: the --format choices of every command that prints a table
+FORMATS = ("table", "markdown", "csv", "json")
 
 
 def fmt_time(ms: float) -> str:
@@ -36,89 +38,168 @@ def fmt_num(x: float, spec: str = ".3g") -> str:
     return "-" if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) else format(x, spec)
 
 
-def spread_warning(row: Row) -> str:
-    if row.status is Status.OK and math.isfinite(row.iqr_rel) and row.iqr_rel > SPREAD_WARN:
-        where = "other work on the GPU" if row.timing_method.startswith("cuda") else "other processes on the CPU"
-        tip = f"IQR is {row.iqr_rel:.0%} of the median: lengthen timing.measure_ms, stop {where}"
-        if row.timing_method == "cuda-events" and "capture failed" not in row.timing_note:
-            tip += ", or allow CUDA graphs (launch gaps add noise)"
-        return tip
-    return ""
+COMPACT_FROM = 24  # rows: from here on one line per row
 
 
-def results_table(rows: Iterable[Row], title: str = "") -> tuple[Table, list[str]]:
-    """The results table and its footnotes (reasons, modes, warnings), numbered in the table."""
-    rows = list(rows)
-    df = rows_frame(rows)
-    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
-    t.add_column("case", overflow="fold", max_width=28)
-    t.add_column("backend")
-    t.add_column("status")
-    for col in ("plan", "convert", "kernel", "spread", "rel err", "bandwidth", "roofline", "vs best"):
-        t.add_column(col, justify="right")
-    t.add_column("", justify="left")
-    # backends of each case by timing method: a case that mixes methods gets one note saying so
-    methods_by_case: dict[str, dict[str, list[str]]] = {}
+def quartiles(row: Row) -> tuple[float, float]:
+    """(p25, p75) of the row's samples (p20, p80 when the samples are not kept)."""
+    if row.samples_ms:
+        xs = sorted(row.samples_ms)
+        return quantile(xs, 0.25), quantile(xs, 0.75)
+    return row.p20_ms, row.p80_ms
+
+
+def close_to_best(row: Row, best: Row) -> bool:
+    """The middle half of ``row``'s samples overlaps the fastest's: the order may not hold."""
+    lo, _ = quartiles(row)
+    _, hi = quartiles(best)
+    return row is not best and math.isfinite(lo) and math.isfinite(hi) and lo <= hi
+
+
+def fastest_by_case(rows: list[Row]) -> dict[str, Row]:
+    best: dict[str, Row] = {}
+    for r in rows:
+        if r.status is Status.OK and math.isfinite(r.median_ms):
+            if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
+                best[r.case_id] = r
+    return best
+
+
+def vs_best(row: Row, best: dict[str, Row]) -> str:
+    b = best.get(row.case_id)
+    if row.status is not Status.OK or b is None or not math.isfinite(row.median_ms):
+        return "-"
+    if row is b:
+        return "best"
+    return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "")
+
+
+def row_notes(row: Row, methods: dict[str, list[str]]) -> list[str]:
+    """What the reader must know to read this row: why it is not ok (and how to re-run it),
+    how it ran (mode, timing method), when its case mixes timing methods."""
+    out = [f"{row.backend}: {x}" for x in (row.reason, row.mode and f"ran as: {row.mode}", row.timing_note) if x]
+    if len(methods) > 1 and row.timing_method:
+        out.append("timing methods differ in this case: " + "; ".join(f"{m}: {', '.join(b)}" for m, b in methods.items()))
+    if row.status.failed and row.repro:
+        out.append(f"re-run {row.case_id} · {row.backend}: {row.repro}")
+    return out
+
+
+def _columns(t: Table, compact: bool, case_width: int, convert: bool, noted: bool) -> None:
+    if compact:
+        t.add_column("case", no_wrap=True, min_width=min(case_width, 40), overflow="ellipsis")
+    else:
+        t.add_column("case", overflow="fold", max_width=28)
+    t.add_column("backend", no_wrap=compact)
+    t.add_column("status", no_wrap=compact)
+    cols = ("plan",) + (("convert",) if convert else ()) + (
+        ("kernel", "IQR", "vs best", "roofline") if compact else ("kernel", "IQR", "rel err", "bandwidth", "roofline", "vs best"))
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=compact)
+    if noted:
+        t.add_column("", justify="left", no_wrap=compact)
+
+
+def has_convert(rows: list[Row]) -> bool:
+    """Some backend converted the batch (a convert column is worth showing)."""
+    return any(math.isfinite(r.convert_ms) and r.convert_ms > 0 for r in rows)
+
+
+def numbered_notes(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """The distinct notes of the rows, and each row's note numbers."""
+    methods_by_case: dict[str, dict[str, list[str]]] = {}  # a case that mixes methods gets one note
     for r in rows:
         if r.timing_method:
             methods_by_case.setdefault(r.case_id, {}).setdefault(r.timing_method, []).append(r.backend)
     notes: list[str] = []
-    last_case = None
-    for r, xf in zip(rows, df["x_fastest"]):
-        mine = [f"{r.backend}: {x}" for x in (r.reason, r.mode and f"ran as: {r.mode}", r.timing_note, spread_warning(r)) if x]
-        methods = methods_by_case.get(r.case_id, {})
-        if len(methods) > 1 and r.timing_method:
-            mine.append("timing methods differ in this case: " + "; ".join(f"{m}: {', '.join(b)}" for m, b in methods.items()))
+    refs_of = []
+    for r in rows:
         refs = []
-        for text in mine:
+        for text in row_notes(r, methods_by_case.get(r.case_id, {})):
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))
+        refs_of.append(refs)
+    return notes, refs_of
+
+
+def results_table(rows: Iterable[Row], title: str = "", compact: bool = False) -> tuple[Table, list[str]]:
+    """The results table and its footnotes (reasons, modes, re-run commands), numbered in the table."""
+    rows = list(rows)
+    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
+    convert = has_convert(rows)
+    notes, refs_of = numbered_notes(rows)
+    _columns(t, compact, max((len(r.case_id) for r in rows), default=4), convert, bool(notes))
+    best = fastest_by_case(rows)
+    last_case = None
+    for r, refs in zip(rows, refs_of):
         roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
-        vs = "best" if xf == 1.0 else (f"{xf:.2f}×" if math.isfinite(xf) else "-")
-        spread = f"±{100 * r.iqr_rel / 2:.1f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
-        if r.case_id != last_case and last_case is not None:
+        iqr = f"{100 * r.iqr_rel:.0f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
+        if r.case_id != last_case and last_case is not None and not compact:
             t.add_section()
-        t.add_row(
-            Text(r.case_id if r.case_id != last_case else ""),
-            Text(r.backend),
-            Text(r.status, style=STATUS_STYLE.get(r.status, "")),
-            fmt_time(r.plan_ms),
-            fmt_time(r.convert_ms) if r.convert_ms else "-",
-            fmt_time(r.median_ms),
-            spread,
-            fmt_num(r.rel_err, ".0e"),
-            fmt_bandwidth(r.tbps),
-            roof,
-            vs,
-            ",".join(f"[{x}]" for x in refs),
-        )
+        cells = [Text(r.case_id if r.case_id != last_case else ""), Text(r.backend),
+                 Text(r.status, style=STATUS_STYLE.get(r.status, "")), fmt_time(r.plan_ms)]
+        cells += [fmt_time(r.convert_ms) if r.convert_ms else "-"] if convert else []  # fmt_time(nan) is "-" too
+        cells += [fmt_time(r.median_ms), iqr]
+        if compact:
+            cells += [vs_best(r, best), roof]
+        else:
+            cells += [fmt_num(r.rel_err, ".0e"), fmt_bandwidth(r.tbps), roof, vs_best(r, best)]
+        t.add_row(*cells, *([",".join(f"[{x}]" for x in refs)] if notes else []))
         last_case = r.case_id
     return t, notes
 
 
-def print_results(rows: Iterable[Row], console: Console, title: str = "") -> None:
-    rows = list(rows)
-    table, notes = results_table(rows, title)
-    console.print(table)
-    batches = {}
+CONVERT_LEGEND = ("convert: what attnbench adds because the library cannot read the batch natively "
+                  "(gathered K/V, dense masks; - for none); ")
+LEGEND = (
+    "plan: the engine's per-step metadata work (library plan call included); kernel: median per call; "
+    "IQR: interquartile range of the samples, "
+    "% of the median; vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, "
+    "the order may not hold); roofline: % of the binding ceiling, mem = memory-bound (measured bandwidth), "
+    "com = compute-bound (measured matmul rate)"
+)
+
+
+def batch_lines(rows: list[Row], most: int = 6) -> list[str]:
+    """The batch of every case: one line when all share it; else one line per distinct batch."""
+    by_batch: dict[str, list[str]] = {}
     for r in rows:
-        batches.setdefault(r.case_id, r.batch)
-    if len(set(batches.values())) == 1:
-        console.print(f"batch: {next(iter(batches.values()))}", highlight=False, markup=False)
-    else:
-        for cid, b in batches.items():
-            console.print(f"batch of {cid}: {b}", highlight=False, markup=False)
-    console.print(
-        "plan = the engine's per-step metadata work (library plan call included); convert = what attnbench adds "
-        "because the library cannot read the batch natively (gathered K/V, dense masks; - for none); "
-        "kernel = median per call; spread = half the interquartile range; vs best = kernel time over the "
-        "fastest ok backend of the case; roofline = time at the measured ceiling over kernel time",
-        style="dim",
-        highlight=False,
-    )
+        cases = by_batch.setdefault(r.batch, [])
+        if r.case_id not in cases:
+            cases.append(r.case_id)
+    if len(by_batch) == 1:
+        return [f"batch: {next(iter(by_batch))}"]
+    if len(by_batch) > most:
+        return [f"batch: {len(by_batch)} different batches (column `batch` of results.csv)"]
+    return [f"batch of {cs[0]}" + (f" and {len(cs) - 1} more case(s)" if len(cs) > 1 else "") + f": {b}"
+            for b, cs in by_batch.items()]
+
+
+def print_results(rows: Iterable[Row], console: Console, title: str = "", compact: bool | None = None,
+                  notes_console: Console | None = None) -> None:
+    """The table on ``console``; batch, legend, notes and the per-backend summary after it
+    (on ``notes_console`` when given). ``compact`` None: one line per row from COMPACT_FROM rows."""
+    from attnbench.analyze.summary import backend_summary
+
+    rows = list(rows)
+    info = notes_console or console
+    table, notes = results_table(rows, title, compact=len(rows) >= COMPACT_FROM if compact is None else compact)
+    console.print(table)
+    for line in batch_lines(rows):
+        info.print(line, highlight=False, markup=False, soft_wrap=True)
+    info.print((CONVERT_LEGEND if has_convert(rows) else "") + LEGEND, style="dim", highlight=False)
     for i, n in enumerate(notes, 1):
-        console.print(f"[{i}] {n}", highlight=False, markup=False)
+        info.print(f"[{i}] {n}", highlight=False, markup=False, soft_wrap=True)
+    for line in backend_summary(rows):
+        info.print(line, highlight=False, markup=False)
+
+
+CPU_PROFILE_NOTE = (
+    "on a CPU, 'kernel sum' adds up the wall time of the aten ops each profiled call makes: the profiler "
+    "records every op (its own cost lands inside each op's time) and the calls are few and not warmed up "
+    "as the timed ones are, so it can exceed the timed median; use it for the ops' shares, the median for time"
+)
 
 
 def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
@@ -139,3 +220,5 @@ def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
             tops = "; ".join(f"{k['name'][:48]} ({k['share']:.0%})" for k in ks)
         t.add_row(Text(r.case_id), Text(r.backend), str(r.kernels_per_call), fmt_time(r.kernel_sum_ms), fmt_time(r.median_ms), tops, Path(r.trace).name)
     console.print(t)
+    if any(r.trace and r.timing_method.startswith("cpu") for r in rows):
+        console.print(CPU_PROFILE_NOTE, style="dim", highlight=False)

@@ -12,24 +12,25 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attnbench import __version__
 from attnbench import backend as registry
+from attnbench.cli.progress import progress_for
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError
 from attnbench.execute.dask_cluster import ExecutorError, ExecutorLost
 from attnbench.execute.executors import ExecutorSpec, check_spec, open_runner, parse_resources
-from attnbench.execute.runner import Runner
-from attnbench.workload.scenario import ScenarioError
+
+if TYPE_CHECKING:  # the runner imports torch: commands import it when they run
+    from attnbench.execute.runner import Runner
 
 app = typer.Typer(
-    add_completion=False,
+    rich_markup_mode=None,  # plain click help: flags without a "<bool>" beside them
     no_args_is_help=True,
     help="Benchmark and profile paged and tree attention backends on YAML batch scenarios.",
 )
@@ -39,6 +40,21 @@ err = Console(stderr=True)
 
 
 _CLOSE_AT_END: list = []  # closers of what a command started (a Dask cluster): handle_errors runs them
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"attnbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Benchmark and profile paged and tree attention backends on YAML batch scenarios."""
 
 
 class UsageError(Exception):
@@ -53,6 +69,8 @@ def handle_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from attnbench.workload.scenario import ScenarioError  # pydantic: not for --help
+
         try:
             with _printed_warnings():
                 return fn(*args, **kwargs)
@@ -94,6 +112,19 @@ def _printed_warnings():
         warnings.simplefilter("always", RowsFileWarning)
         warnings.showwarning = show
         yield
+
+
+SELECT_HELP = "pick rows: words matched in 'case_id backend', with and/or/not (like pytest -k)"
+
+
+def selector(text: str):
+    """A parsed -k expression; a malformed one is a usage error (exit 2)."""
+    from attnbench.workload.select import SelectError, parse_selector
+
+    try:
+        return parse_selector(text)
+    except SelectError as e:
+        raise UsageError(str(e)) from None
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:
@@ -151,7 +182,7 @@ def start_runner(sf, opts, spec: ExecutorSpec, scenario_path: str, overrides, ba
     return runner
 
 
-def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) -> dict:
+def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]) -> dict:
     """What every run folder's manifest records about the command, scenario and machine."""
     return {
         "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
@@ -164,12 +195,15 @@ def base_manifest(sf, runner: Runner, scenario_path: str, overrides: List[str]) 
         "seed": sf.scenario.seed,
         "cases": len(sf.cases),
         "backends_requested": runner.backend_names,
+        "select": runner.opts.select,  # -k: the run holds only the rows it picked
+        "rows_expected": sum(rows_per_case(runner).values()),
         "environment": runner.environment(),
     }
 
 
-def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, quiet: bool) -> bool:
-    """Write each row to the run folder as it comes, under a progress bar; mark the folder
+def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], label: str, quiet: bool) -> bool:
+    """Write each row to the run folder as it comes, with progress on stderr (a bar with an ETA
+    on a terminal, a line per finished case elsewhere, ``counts``: rows per case); mark the folder
     complete, or incomplete when interrupted (Ctrl-C: returns False; SIGTERM: exit 143) or
     when a write fails (the error goes on to ``handle_errors``). Returns whether every row
     was recorded. While backends run, what they print goes to stderr, not stdout."""
@@ -179,19 +213,10 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], total: int, label: str, 
     announce_run_folder(folder.path)
     complete = False
     try:
-        with sigterm_as_interrupt(), stdout_to_stderr(), Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=quiet,
-        ) as progress:
-            task = progress.add_task(escape(label), total=total)
+        with sigterm_as_interrupt(), stdout_to_stderr(), progress_for(err, counts, label, quiet) as progress:
             for row in rows:
                 folder.add(row)
-                progress.update(task, advance=1, description=escape(f"{row.case_id} · {row.backend}: {row.status}"))
+                progress.advance(row.case_id, row.backend, getattr(row.status, "value", row.status))
         complete = True
     except Terminated as e:
         _stopped(folder, "terminated (SIGTERM)")
@@ -222,3 +247,11 @@ def _finish_quietly(folder: RunFolder, complete: bool) -> None:
         if complete:
             raise
         err.print(escape(f"note: could not mark {folder.path} incomplete: {e}"), highlight=False)
+
+
+def rows_per_case(runner: "Runner", done: frozenset = frozenset()) -> dict[str, int]:
+    """How many rows each case will yield (for the progress); cases with none are left out."""
+    todo = getattr(runner, "todo", None)  # a Dask runner has no -k: every backend not done
+    counts = {c.case_id: len(todo(c, done)) if todo else sum((c.case_id, b) not in done for b in runner.backend_names)
+              for c in runner.sf.cases}
+    return {cid: n for cid, n in counts.items() if n}

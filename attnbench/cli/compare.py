@@ -15,8 +15,8 @@ from rich.markup import escape
 
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, base_manifest, console, err,
-    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, start_runner,
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, base_manifest, console, err,
+    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, rows_per_case, selector, start_runner,
 )
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
@@ -28,8 +28,7 @@ from attnbench.analyze.compare_tables import (
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
-from attnbench.execute.runner import RunOptions
-from attnbench.workload.scenario import load
+from attnbench.execute.options import RunOptions
 
 compare_app = typer.Typer(
     no_args_is_help=True,
@@ -65,18 +64,22 @@ def info_console(fmt: str):
 
 
 def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet,
-                  spec, backend_file) -> RunFolder:
+                  spec, backend_file, select=None) -> RunFolder:
     """Run a scenario into a run folder, the way ``attnbench run`` does (without its table)."""
+    from attnbench.workload.scenario import load
+
+    if select and spec.kind != "local":
+        raise UsageError("-k runs with --executor local only (a Dask worker runs every backend of its case)")
     sf = load(scenario, set_ or [])
     print_notes(sf)
     if measure_ms is not None and measure_ms <= 0:
         raise UsageError(f"--measure-ms {measure_ms}: must be > 0")
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
-    opts = RunOptions(backends=list(backends), device=device, timing_overrides=overrides)
+    opts = RunOptions(backends=list(backends), device=device, timing_overrides=overrides, select=select)
     runner = start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)
     folder = RunFolder.create(results_dir, sf.name, out)
     folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "executor": spec.to_json()})
-    complete = record_rows(folder, runner.rows(), runner.total_rows, sf.name, quiet)
+    complete = record_rows(folder, runner.rows(), rows_per_case(runner), sf.name, quiet)
     if not complete:
         raise typer.Exit(130)
     return folder
@@ -96,6 +99,7 @@ def compare_backends_cmd(
     results_dir: Path = typer.Option(Path("results"), help="where the run folder goes"),
     out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
     backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     executor: str = EXECUTOR_OPT,
@@ -116,7 +120,7 @@ def compare_backends_cmd(
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
     folder = _run_scenario(scenario, set_, names, device, warmup_ms, measure_ms, results_dir, out, quiet,
-                           spec, backend_file)
+                           spec, backend_file, select)
     comps = compare_backends(folder.rows, baseline)
     dev = (folder.manifest.get("environment") or {}).get("device", "")
     title = f"{folder.manifest.get('scenario', '')} on {dev}: vs {baseline or 'the fastest'}"
@@ -150,6 +154,14 @@ def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_ro
     return cur, ref
 
 
+def pick_rows(rows: list, select: Optional[str], keep: Optional[str] = None) -> list:
+    """The rows -k picks (all without -k), and those of ``keep`` (the normalizer)."""
+    if not select:
+        return rows
+    picks = selector(select)
+    return [r for r in rows if picks(r.case_id, r.backend) or r.backend == keep]
+
+
 @compare_app.command("runs")
 @handle_errors
 @user_errors
@@ -159,6 +171,7 @@ def compare_runs_cmd(
     normalize_by: Optional[str] = typer.Option(None, help="divide each time by this backend's, same case, same run"),
     allow_cross_device: bool = typer.Option(False, "--allow-cross-device", help="compare runs from different devices"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
 ):
     """The same rows of two runs side by side, with ratios and intervals.
 
@@ -166,6 +179,7 @@ def compare_runs_cmd(
     a 95% bootstrap interval; rows on one side only are listed."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
+    b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)
     # no thresholds: this is a report, not a gate
     th = Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=REPORT_CONFIDENCE)
     res = run_check(b.rows, a.rows, th, normalize_by, gate=False)

@@ -17,10 +17,9 @@ from attnbench.analyze.compare import CheckResult, Thresholds, check as run_chec
 from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE
-from attnbench.cli.app import UsageError, app, console, err, handle_errors
-from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, user_errors
+from attnbench.cli.app import SELECT_HELP, UsageError, app, console, err, handle_errors
+from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
-from attnbench.workload.scenario import load
 from attnbench.workload.units import safe_name
 
 
@@ -113,6 +112,7 @@ def check_cmd(
     strict: bool = typer.Option(False, "--strict", help="new cases (not in the baseline) fail too"),
     all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
 ):
     """The regression gate: exit 1 on a real slowdown, a broken case, or a check of nothing.
 
@@ -123,7 +123,8 @@ def check_cmd(
     fmt = check_format(format)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by, strict, allow_scenario_change)
     cur, ref = load_pair(run, baseline, allow_cross_device, fmt, need_rounds=True)
-    res = run_check(cur.rows, ref.rows, opts.thresholds, normalize_by)
+    res = run_check(pick_rows(cur.rows, select, normalize_by), pick_rows(ref.rows, select, normalize_by),
+                    opts.thresholds, normalize_by)
     res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
     _report(res, opts, fmt, all_, (cur.label, ref.label))
     if res.failed:
@@ -152,6 +153,8 @@ def _collect_runs(scenario: Path, out: Path, count: int, sets: List[str], backen
                   device: Optional[str]) -> list:
     """``count`` complete runs under ``out`` (run-001, ...): those already there are reused
     when they ran the same scenario text with the same overrides; the rest are made."""
+    from attnbench.workload.scenario import load  # pydantic: not for --help
+
     sf = load(scenario, sets)
     out.mkdir(parents=True, exist_ok=True)
     runs = []

@@ -1,4 +1,4 @@
-"""Commands ``run``, ``validate``, ``schema`` and ``backends``: parse, call, render, exit code.
+"""Commands ``run``, ``validate`` and ``schema``: parse, call, render, exit code.
 
 Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regression);
 2 bad input (scenario, flags), with one message naming the file, the field and the fix.
@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.markup import escape
 
 from attnbench import backend as registry
-from attnbench.analyze.tables import print_profiles, print_results
+from attnbench.analyze.run_formats import render_run
+from attnbench.analyze.tables import FORMATS, print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, base_manifest, console, err,
-    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, start_runner,
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, base_manifest, console,
+    err, executor_spec, handle_errors, load_backend_files, print_notes, record_rows, rows_per_case, start_runner,
 )
+from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.execute.isolate import isolated_rows
 from attnbench.execute.options import options_to_json
-from attnbench.execute.runner import RunOptions
+from attnbench.execute.options import RunOptions
 from attnbench.store.runfolder import RunFolder
-from attnbench.workload.scenario import ScenarioError, json_schema, load
+
+if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them, not for --help
+    from attnbench.execute.runner import Runner
 
 
 @app.command()
@@ -32,9 +36,15 @@ def run(
     ctx: typer.Context,
     scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
     set_: Optional[List[str]] = typer.Option(
-        None, "--set", help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)"
+        None, "--set", metavar="KEY=VALUE", help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)"
     ),
-    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backend to run (repeatable)"),
+    backend: Optional[List[str]] = typer.Option(
+        None, "--backend", "-b", metavar="NAME", help="backend to run (repeatable; default: those that can run here)"
+    ),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
+    list_: bool = typer.Option(False, "--list", help="print the cases (and backends) the scenario expands to; run nothing"),
+    format: str = typer.Option("table", "--format", help="results on stdout as table | markdown | csv | json"),
+    compact: Optional[bool] = typer.Option(None, "--compact/--full", show_default=False, help="one line per row (default: from 24 rows)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
     out: Optional[Path] = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)"),
     results_dir: Path = typer.Option(Path("results"), help="where new run folders go"),
@@ -48,10 +58,8 @@ def run(
         None, "--threads", help="CPU rows: intra-op threads while backends run (default 1: steady medians)"
     ),
     profile: bool = typer.Option(False, "--profile", help="one torch.profiler pass per row (kernel table, trace)"),
-    backend_file: Optional[List[Path]] = typer.Option(
-        None, help="Python file defining Backend subclasses (RUNS that file's code)"
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    backend_file: Optional[List[Path]] = typer.Option(None, metavar="FILE", help="Python file defining Backend subclasses (RUNS it)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="finish an incomplete run folder with its own scenario and options, skipping rows done"
     ),
@@ -65,30 +73,72 @@ def run(
     scheduler: Optional[str] = SCHEDULER_OPT,
     resource: Optional[List[str]] = RESOURCE_OPT,
 ):
-    """Run a scenario through the backends; write a run folder; print the results table."""
+    """Run a scenario through the backends; write a run folder; print the results.
+
+    Results on stdout (--format); progress on stderr (one line per case off a terminal)."""
+    show = dict(fmt=check_format(format), compact=compact, quiet=quiet)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, writes_files=profile or bool(save_tensors))
     load_backend_files(backend_file)
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
     if resume is not None:
-        return _resume(ctx, resume, isolate, allow_env_change, backend_file, quiet, spec)
-    _check_new_run(ctx, scenario, isolate)
-    sf = load(scenario, set_ or [])
-    print_notes(sf)
-    opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads)
-    runner = start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)
-    check_writable(save_tensors, "--save-tensors")
-    folder = RunFolder.create(results_dir, sf.name, out)
+        return _resume(ctx, resume, isolate, allow_env_change, backend_file, show, spec)
+    _check_new_run(ctx, scenario, isolate, select, spec)
+    opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads, select)
+    runner = _new_runner(scenario, set_, opts, spec, backend_file)
+    if list_:
+        return _print_cases(runner, show["fmt"])
+    _ensure_selected(runner, str(scenario))
+    folder = _new_folder(runner, scenario, set_, backend_file, results_dir, out, profile, isolate, timeout, spec)
+    job = dict(scenario_path=str(scenario), overrides=list(set_ or []), backend_files=backend_file, timeout=timeout)
+    _execute(runner, folder, frozenset(), isolate, job, show, profile)
+
+
+def _new_folder(runner: "Runner", scenario, set_, backend_file, results_dir, out, profile: bool, isolate: bool,
+                timeout: float, spec) -> RunFolder:
+    """A new run folder with its manifest (profiles go inside it, with --profile)."""
+    opts = runner.opts
+    check_writable(opts.save_tensors, "--save-tensors")
+    folder = RunFolder.create(results_dir, runner.sf.name, out)
     if profile:
         opts.profile_dir = folder.path / "profiles"
-    folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "options": options_to_json(opts),
+    folder.start({**base_manifest(runner.sf, runner, str(scenario), set_ or []), "options": options_to_json(opts),
                   "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
                   "isolate": isolate, "timeout": timeout if isolate else None, "executor": spec.to_json()})
-    job = dict(scenario_path=str(scenario), overrides=list(set_ or []), backend_files=backend_file, timeout=timeout)
-    _execute(runner, folder, frozenset(), isolate, job, quiet, profile)
+    return folder
 
 
-def _check_new_run(ctx, scenario: Optional[Path], isolate: bool) -> None:
+def _new_runner(scenario: Path, set_, opts: RunOptions, spec, backend_file) -> "Runner":
+    from attnbench.workload.scenario import load
+
+    sf = load(scenario, set_ or [])
+    print_notes(sf)
+    return start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)  # bad device, -k: UsageError
+
+
+def _print_cases(runner: "Runner", fmt: str) -> None:
+    from attnbench.cli.caselist import print_case_list
+
+    print_case_list(runner, fmt, console)
+
+
+def _ensure_selected(runner: "Runner", path: str) -> None:
+    if runner.opts.select and not rows_per_case(runner):
+        raise UsageError(
+            f"-k {runner.opts.select!r} picks no row of {path} ({len(runner.sf.cases)} case(s) x "
+            f"{', '.join(runner.backend_names)}); see them with: attnbench run {path} --list"
+        )
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optional[str], spec) -> None:
+    if select and spec.kind != "local":
+        raise UsageError("-k runs with --executor local only (a Dask worker runs every backend of its case)")
     if scenario is None:
         raise UsageError("give a scenario file (attnbench run SCENARIO.yaml), or --resume RUN_DIR")
     if not isolate and flags_given(ctx, ("timeout",)):
@@ -96,7 +146,8 @@ def _check_new_run(ctx, scenario: Optional[Path], isolate: bool) -> None:
                          "cannot be); add --isolate, or drop --timeout")
 
 
-def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads) -> RunOptions:
+def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads,
+                 select=None) -> RunOptions:
     """The run options of the flags, checked (a bad value is a UsageError)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
@@ -106,11 +157,11 @@ def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rto
     overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
     return RunOptions(
         backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
-        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads,
+        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads, select=select,
     )
 
 
-def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, quiet: bool, spec) -> None:
+def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, show: dict, spec) -> None:
     """``run --resume``: the run's own scenario and options; refuses flags that would change
     them, and a changed attnbench/torch/device unless --allow-env-change. Nothing in the
     folder is rewritten until every check passed."""
@@ -148,7 +199,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         err.print(escape(n), highlight=False, soft_wrap=True)
     job = dict(scenario_path=prior.scenario_path, overrides=prior.overrides, backend_files=backend_file,
                timeout=prior.timeout or 300.0)
-    _execute(runner, prior.folder, prior.done, isolate, job, quiet, opts.profile_dir is not None)
+    _execute(runner, prior.folder, prior.done, isolate, job, show, opts.profile_dir is not None)
 
 
 def kept_settings(prior) -> str:
@@ -160,28 +211,37 @@ def kept_settings(prior) -> str:
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
 
 
-def _execute(runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, quiet: bool, profile: bool) -> None:
-    """Run the rows not ``done`` (in child processes with ``isolate``) into ``folder``; print
-    the table; exit 130 if interrupted, 1 if a row failed."""
+def _execute(runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, show: dict, profile: bool) -> None:
+    """Run the rows not ``done`` (in child processes with ``isolate``) into ``folder``, each
+    stamped with its re-run command; print the results; exit 130 if interrupted, 1 if a row failed."""
     sf = runner.sf
-    todo = runner.total_rows - sum(1 for c in sf.cases for b in runner.backend_names if (c.case_id, b) in done)
+    files = [str(f) for f in job["backend_files"] or []]
     if isolate:
         rows = isolated_rows(
             runner, scenario_text=sf.text, scenario_path=job["scenario_path"], overrides=job["overrides"],
-            backend_files=[str(f) for f in job["backend_files"] or []], timeout=job["timeout"], done=done,
+            backend_files=files, timeout=job["timeout"], done=done,
         )
     else:
         rows = runner.rows(done=done)
-    complete = record_rows(folder, rows, todo, sf.name, quiet)
-    print_results(folder.rows, console, title=f"{sf.name} on {runner.device_name}")
+    base = repro_base(job["scenario_path"], job["overrides"], runner.opts, files, isolate)
+    rows = with_repro(rows, base, [c.case_id for c in sf.cases])
+    complete = record_rows(folder, rows, rows_per_case(runner, done), sf.name, show["quiet"])
+    _render_and_exit(folder, show["fmt"], show["compact"], f"{sf.name} on {runner.device_name}", profile, complete)
+
+
+def _render_and_exit(folder: RunFolder, fmt: str, compact: Optional[bool], title: str, profile: bool,
+                     complete: bool) -> None:
+    """Results on stdout in the asked format, notes beside them (stderr for csv/json)."""
+    info = console if fmt in ("table", "markdown") else err
+    render_run(folder.rows, fmt, console, info, title=title, compact=compact)
     if profile:
-        print_profiles(folder.rows, console)
-    console.print(escape(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)"), highlight=False)
-    bad = [r for r in folder.rows if r.status in ("error", "mismatch")]
+        print_profiles(folder.rows, info)
+    info.print(escape(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)"), highlight=False)
+    bad = [r for r in folder.rows if r.status.failed]
     if not complete:
         raise typer.Exit(130)
     if bad:
-        console.print(f"[red]{len(bad)} row(s) failed (error or mismatch)[/]")
+        info.print(f"[red]{len(bad)} row(s) failed (error or mismatch)[/]")
         raise typer.Exit(1)
 
 
@@ -194,6 +254,8 @@ def validate(
     ),
 ):
     """Check scenario files (and the backend names they ask for) without running anything."""
+    from attnbench.workload.scenario import ScenarioError, load
+
     load_backend_files(backend_file)
     failed = 0
     for f in files:
@@ -212,6 +274,8 @@ def validate(
 
 def check_backend_names(sf) -> None:
     """The scenario's ``backends:`` are all registered (ScenarioError naming the file if not)."""
+    from attnbench.workload.scenario import ScenarioError
+
     known = registry.all_names()
     for i, name in enumerate(sf.scenario.backends or []):
         if name not in known:
@@ -221,25 +285,6 @@ def check_backend_names(sf) -> None:
 @app.command()
 def schema():
     """Print the JSON Schema of scenario files (for editor completion)."""
+    from attnbench.workload.scenario import json_schema
+
     console.print_json(json.dumps(json_schema()))
-
-
-@app.command("backends")
-@handle_errors
-def list_backends(
-    backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
-):
-    """List the backends and whether each can run here."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    load_backend_files(backend_file)
-    t = Table("backend", "available", "version / reason")
-    for n in registry.all_names():
-        try:
-            cls = registry.get_backend_class(n)
-            why = cls.unavailable()
-            t.add_row(n, "yes" if why is None else "no", escape(cls.version() if why is None else why))
-        except Exception as e:
-            t.add_row(n, "no", f"{type(e).__name__}: {e}")
-    console.print(t)

@@ -12,22 +12,25 @@ from attnbench.workload.batch import describe
 from attnbench.workload.scenario import Case, ScenarioFile
 
 
-def default_backends() -> list[str]:
-    """Every registered backend that is available on this machine."""
+def default_backends(device_type: Optional[str] = None) -> list[str]:
+    """Every registered backend that is available on this machine (and, given a device type,
+    can run some case there: not triton on a CPU without its interpreter; -b still runs it)."""
     names = []
     for n in registry.all_names():
         try:
-            if registry.get_backend_class(n).unavailable() is None:
+            cls = registry.get_backend_class(n)
+            if cls.unavailable() is None and (device_type is None or cls.device_reason(device_type) is None):
                 names.append(n)
         except Exception:
             continue
     return names
 
 
-def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None) -> list[str]:
+def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None,
+                      device_type: Optional[str] = None) -> list[str]:
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
-    available (``available``, or the ones available on this machine)."""
-    names = opts.backends or sf.scenario.backends or (default_backends() if available is None else available)
+    available (``available``, or the ones available on this machine for ``device_type``)."""
+    names = opts.backends or sf.scenario.backends or (default_backends(device_type) if available is None else available)
     names = list(dict.fromkeys(names))
     unknown = [n for n in names if n not in registry.all_names()]
     if unknown:

@@ -164,7 +164,7 @@ def isolated_rows(
         "options": options_to_json(runner.opts),
     }
     for case in runner.sf.cases:
-        remaining = [b for b in runner.backend_names if (case.case_id, b) not in done]
+        remaining = runner.todo(case, done)
         while remaining:
             job = dict(base_job, case_id=case.case_id, backends=list(remaining))
             for row in _run_child(runner, case, remaining, job, timeout):

@@ -28,6 +28,7 @@ class RunOptions:
     rtol: Optional[float] = None
     measure_ceilings: bool = True
     threads: Optional[int] = None  # CPU rows: intra-op threads while backends run (None: 1)
+    select: Optional[str] = None  # a -k expression over "case_id backend" (workload.select)
 
 
 def options_to_json(opts) -> dict:

@@ -167,7 +167,7 @@ def write_baseline(run: Path, to: Path) -> dict:
     to.parent.mkdir(parents=True, exist_ok=True)
     # one row per line: reviewable diffs when a committed baseline is refreshed
     head = {k: v for k, v in doc.items() if k != "rows"}
-    body = ",\n".join("  " + json.dumps(r, default=str) for r in doc["rows"])
+    body = ",\n".join("  " + json.dumps(r, default=str, allow_nan=False) for r in doc["rows"])
     text = json.dumps(head, indent=1, default=str)[:-2] + ',\n "rows": [\n' + body + "\n ]\n}\n"
     json.loads(text)  # the hand-joined document must parse
     atomic_write(to, text)  # a temporary file of this writer's own, removed if the write fails

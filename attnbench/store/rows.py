@@ -21,9 +21,10 @@ import math
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Status(str, Enum):
@@ -88,6 +89,7 @@ class Row:
     kernels_per_call: Optional[int] = None  # from the --profile pass
     kernel_sum_ms: float = math.nan  # summed device time of the run's kernels, per call (--profile)
     trace: str = ""
+    repro: str = ""  # the one command that re-runs just this row (scenario, -k, -b, shaping options)
     params: dict = field(default_factory=dict)
     samples_ms: list = field(default_factory=list)
     # the median of each timing round (timing.rounds), in order: the unit that `check` and
@@ -115,12 +117,32 @@ class Row:
         return (self.scenario, self.case_id, self.backend)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """Strict JSON: NaN and infinities become null (``from_json`` reads either back)."""
+        return strict_json(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, d: dict) -> "Row":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        kw = {k: v for k, v in d.items() if k in _FIELDS}
+        for k in _FLOAT_FIELDS:
+            if k in kw and kw[k] is None:
+                kw[k] = math.nan
+        return cls(**kw)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Row)}
+_FLOAT_FIELDS = {f.name for f in dataclasses.fields(Row) if f.type in ("float", float)}
+
+
+def strict_json(obj):
+    """``obj`` with every non-finite float replaced by None, so that ``json.dumps(...,
+    allow_nan=False)`` succeeds and any JSON parser reads the result."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
 
 
 def typed_row(d) -> Row:
@@ -184,9 +206,11 @@ def checked(row: Row) -> Row:
 CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms", "round_medians_ms")]
 
 
-def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
+def rows_frame(rows: Iterable[Row]) -> "pd.DataFrame":
     """Rows as a DataFrame: sweep values as columns (after case_id), plus ``x_fastest``
     (median over the fastest ok backend's median in the same case)."""
+    import pandas as pd  # here: pandas takes a third of a second to import
+
     rows = list(rows)
     param_cols: list[str] = []
     for r in rows:

@@ -2,8 +2,10 @@
 
 A run folder holds ``manifest.json`` (what ran, where, when, complete or not),
 ``rows.jsonl`` (one JSON object per finished row, raw timing samples included, appended and
-flushed as each row finishes) and ``results.csv`` (the same rows without the samples, the
-sweep values as columns, rewritten atomically after each row, so it is never half-written).
+flushed as each row finishes: a crash of the process loses no finished row) and
+``results.csv`` (the same rows without the samples, the sweep values as columns, rewritten
+atomically, so it is never half-written: at most every ``CSV_EVERY_S`` seconds while the
+run goes, and when it finishes or is interrupted).
 
 A run folder belongs to one run: ``create`` refuses a folder that already holds files, and
 the writer holds an exclusive lock on ``.lock`` (``flock``; released by the kernel when the
@@ -17,17 +19,22 @@ import datetime as _dt
 import hashlib
 import contextlib
 import json
+import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 from attnbench.store.rows import Row, rows_frame, typed_row
 from attnbench.workload.units import safe_name
+
+
+CSV_EVERY_S = 10.0  # rewriting results.csv after every row made a 300-row sweep quadratic
 
 
 class RunFolderError(ValueError):
@@ -151,6 +158,7 @@ class RunFolder:
         self.manifest: dict[str, Any] = {}
         self.broken_lines: list[int] = []  # 1-based numbers of rows.jsonl lines that are not rows
         self._lock = None
+        self._csv_written = -math.inf
 
     @classmethod
     def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None) -> "RunFolder":
@@ -197,18 +205,24 @@ class RunFolder:
         self.rows.append(row)
         path = self.path / "rows.jsonl"
         with open(path, "a+b") as f:
-            line = json.dumps(row.to_json(), default=str).encode() + b"\n"
+            line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
             if f.tell() > 0:  # a line a crash cut short must not swallow this one
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":
                     line = b"\n" + line
             f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            f.flush()  # in the OS's hands: a crash of this process loses no finished row
+        if time.monotonic() - self._csv_written >= CSV_EVERY_S:
+            self.write_csv()
+
+    def write_csv(self) -> None:
         atomic_write(self.path / "results.csv", rows_frame(self.rows).to_csv(index=False))
+        self._csv_written = time.monotonic()
 
     def finish(self, complete: bool, **extra) -> None:
-        """Mark the folder complete (or not) and let go of its lock."""
+        """Mark the folder complete (or not) and let go of its lock (results.csv written first)."""
+        with contextlib.suppress(OSError):  # a full disk: the manifest below says what matters
+            self.write_csv()
         self.manifest.update(status="complete" if complete else "incomplete", end_time=utc_now(), **extra)
         try:
             self.write_manifest()

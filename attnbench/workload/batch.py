@@ -8,7 +8,6 @@ pages is deterministic from the seed. See docs/semantics.md.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -16,105 +15,11 @@ import numpy as np
 import torch
 
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
+from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request  # noqa: F401  (re-exported)
 from attnbench.workload.trees import ancestor_mask, depths
 from attnbench.workload.units import format_int
 
-LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request of a batch. ``query`` new tokens attend to ``context`` cached ones.
-
-    Requests with the same ``prefix_group`` share their first ``shared_prefix`` context tokens:
-    the whole pages of it are the same physical pages (SEMANTICS.md, "Shared prefixes")."""
-
-    kind: str
-    query: int
-    context: int
-    tree_parents: Optional[tuple[int, ...]] = None
-    tree_dynamic: bool = False  # the tree changes every step (trees.tree_is_dynamic)
-    shared_prefix: int = 0
-    prefix_group: Optional[int] = None
-
-    @property
-    def kv_len(self) -> int:
-        return self.context + self.query
-
-
-@dataclass(frozen=True)
-class BatchSpec:
-    """Everything needed to materialize a batch: shapes, layout and the requests."""
-
-    requests: tuple[Request, ...]
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: str = "bfloat16"
-    page_size: int = 16
-    layout: str = "shuffled"
-    scale: Optional[float] = None
-
-    def __post_init__(self):
-        size: dict = {}
-        for r in self.requests:
-            if r.prefix_group is None:
-                continue
-            if not 0 <= r.shared_prefix <= r.context:
-                raise ValueError(f"shared_prefix {r.shared_prefix} must be in 0..context ({r.context})")
-            if size.setdefault(r.prefix_group, r.shared_prefix) != r.shared_prefix:
-                raise ValueError(f"prefix group {r.prefix_group}: its requests give different shared_prefix lengths")
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    def shared_pages(self, r: Request) -> int:
-        """Whole pages of ``r``'s shared prefix (a partial last page is ``r``'s own copy)."""
-        return r.shared_prefix // self.page_size if r.prefix_group is not None else 0
-
-    def prefix_groups(self) -> dict[int, list[int]]:
-        """Prefix group -> indices of its requests, for groups that share at least one page."""
-        out: dict[int, list[int]] = {}
-        for i, r in enumerate(self.requests):
-            if self.shared_pages(r):
-                out.setdefault(r.prefix_group, []).append(i)
-        return out
-
-    def page_runs(self) -> list[tuple[Optional[int], Optional[int], int]]:
-        """The cache's pages as runs in allocation order: ``(prefix group, None, n)`` for a
-        group's shared pages (just before its first request's own pages) and ``(None, i, n)``
-        for request i's own pages."""
-        runs: list[tuple[Optional[int], Optional[int], int]] = []
-        seen = set()
-        for i, r in enumerate(self.requests):
-            shared = self.shared_pages(r)
-            if shared and r.prefix_group not in seen:
-                seen.add(r.prefix_group)
-                runs.append((r.prefix_group, None, shared))
-            runs.append((None, i, self.pages_of(r) - shared))
-        return runs
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(r.query for r in self.requests)
-
-    def pages_of(self, r: Request) -> int:
-        return math.ceil(r.kv_len / self.page_size)
-
-    @property
-    def num_pages(self) -> int:
-        """Pages in the cache: every request's own pages, each shared page once, and page 0
-        kept as the null page."""
-        return 1 + sum(n for _, _, n in self.page_runs())
-
-    def memory_bytes(self) -> int:
-        """Bytes the materialized batch takes on its device (q, out, caches, tables)."""
-        el = torch.empty((), dtype=self.torch_dtype).element_size()
-        kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * el
-        qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
-        return kv + qo
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from attnbench.workload.batch import BatchSpec, Request
+from attnbench.workload.spec import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic

@@ -8,9 +8,10 @@ taken as written once it is valid.
 from __future__ import annotations
 
 import random as _random
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from attnbench.workload.units import short_repr
 
@@ -239,6 +240,8 @@ def depths(parents: Sequence[int]) -> list[int]:
 
 def ancestor_mask(parents: Sequence[int]) -> torch.Tensor:
     """``[T, T]`` bool: row i is True at i and at every ancestor of i."""
+    import torch  # here, not at module level: scenarios are parsed without torch
+
     t = len(parents)
     m = torch.zeros(t, t, dtype=torch.bool)
     for i in range(t):
@@ -260,6 +263,8 @@ def ancestor_masks(parents: torch.Tensor, max_depth: Optional[int] = None) -> to
     of -1 marks a root; padding nodes past a tree's end are given -1 too, so they see only
     themselves. ``max_depth`` (the deepest node's depth, if the caller knows it, as an engine
     knows its draft depth) cuts the gathers to ``bit_length(max_depth)``."""
+    import torch
+
     b, t = parents.shape
     dev = parents.device
     up = parents.long()

@@ -1,0 +1,53 @@
+"""The closing lines of a results table: per backend, in how many cases it was the fastest
+and its geometric-mean speed against one baseline backend."""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+from attnbench.store.rows import Row
+
+
+def ok_times(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
+    """case -> backend -> median of the ok rows."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.status == "ok" and math.isfinite(r.median_ms) and r.median_ms > 0:
+            out.setdefault(r.case_id, {})[r.backend] = r.median_ms
+    return out
+
+
+def pick_baseline(backends: list[str]) -> Optional[str]:
+    """sdpa (the torch baseline every library is measured against) when it ran, else the first."""
+    return "sdpa" if "sdpa" in backends else (backends[0] if backends else None)
+
+
+def geo_mean_speedup(times: dict[str, dict[str, float]], backend: str, baseline: str) -> tuple[float, int]:
+    """(geometric mean of baseline time / backend time over the cases both ran ok, cases)."""
+    logs = [math.log(t[baseline] / t[backend]) for t in times.values() if backend in t and baseline in t]
+    return (math.exp(sum(logs) / len(logs)) if logs else math.nan), len(logs)
+
+
+def backend_summary(rows: Iterable[Row]) -> list[str]:
+    """``triton fastest in 14 of 18 cases, geo-mean 1.90x faster than sdpa (18 cases)``, one
+    line per backend; nothing when fewer than two backends ran ok."""
+    rows = list(rows)
+    times = ok_times(rows)
+    backends = list(dict.fromkeys(b for t in times.values() for b in t))
+    if len(backends) < 2:
+        return []
+    base = pick_baseline(backends)
+    lines = ["summary (over the cases with an ok row; geo-mean = geometric mean of the time ratios):"]
+    for b in backends:
+        ran = sum(1 for t in times.values() if b in t)
+        won = sum(1 for t in times.values() if b in t and t[b] == min(t.values()))
+        text = f"  {b} fastest in {won} of {len(times)} cases"
+        if ran < len(times):
+            text += f" (ok in {ran})"
+        if b != base:
+            g, n = geo_mean_speedup(times, b, base)
+            if n:
+                how = f"{g:.2f}× faster than" if g >= 1 else f"{1 / g:.2f}× slower than"
+                text += f", geo-mean {how} {base}" + (f" ({n} shared cases)" if n < ran else "")
+        lines.append(text)
+    return lines

@@ -1,0 +1,114 @@
+"""Progress of a run on stderr: a bar with an ETA on a terminal; elsewhere (CI logs, pipes)
+one plain line per finished case, so that a log shows the run moving.
+
+    [ 12/100] 0:14 elapsed, ETA 1:42  context=128,page_size=16,seed=2: reference ok, sdpa ok, flex ok
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
+
+
+def clock(seconds: float) -> str:
+    """``75.2`` -> ``1:15``; ``3725`` -> ``1:02:05``."""
+    s = int(round(max(seconds, 0.0)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def eta(elapsed: float, done: int, total: int) -> Optional[float]:
+    """Seconds left, from the mean time per row so far (None before the first row)."""
+    if done <= 0:
+        return None
+    return elapsed / done * max(total - done, 0)
+
+
+class CaseLines:
+    """Non-terminal progress: one line per finished case on stderr."""
+
+    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str):
+        self.console = console
+        self.expected = dict(rows_per_case)
+        self.total_rows = sum(self.expected.values())
+        self.total_cases = len(self.expected)
+        self.rows_done = 0
+        self.cases_done = 0
+        self.pending: dict[str, list[str]] = {}
+        self.t0 = time.monotonic()
+        console.print(f"{label}: {self.total_cases} case(s), {self.total_rows} row(s)", highlight=False)
+
+    def __enter__(self) -> "CaseLines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def advance(self, case_id: str, backend: str, status: str) -> None:
+        self.rows_done += 1
+        got = self.pending.setdefault(case_id, [])
+        got.append(f"{backend} {status}")
+        if len(got) >= self.expected.get(case_id, 1):
+            self.cases_done += 1
+            self.console.print(self.line(case_id, self.pending.pop(case_id)), highlight=False, markup=False,
+                               soft_wrap=True)
+
+    def line(self, case_id: str, rows: list[str]) -> str:
+        elapsed = time.monotonic() - self.t0
+        left = eta(elapsed, self.rows_done, self.total_rows)
+        width = len(str(self.total_cases))
+        when = f"{clock(elapsed)} elapsed" + (f", ETA {clock(left)}" if left is not None else "")
+        return f"[{self.cases_done:>{width}}/{self.total_cases}] {when}  {case_id}: {', '.join(rows)}"
+
+
+class CaseBar:
+    """Terminal progress: a transient bar with done/total, elapsed time and ETA."""
+
+    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str):
+        self.progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task = self.progress.add_task(escape(label), total=sum(rows_per_case.values()))
+
+    def __enter__(self) -> "CaseBar":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def advance(self, case_id: str, backend: str, status: str) -> None:
+        self.progress.update(self.task, advance=1, description=escape(f"{case_id} · {backend}: {status}"))
+
+
+class Silent:
+    def __enter__(self) -> "Silent":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def advance(self, case_id: str, backend: str, status: str) -> None:
+        return None
+
+
+def progress_for(console: Console, rows_per_case: dict[str, int], label: str, quiet: bool):
+    """The bar on a terminal, lines elsewhere, nothing with --quiet."""
+    if quiet:
+        return Silent()
+    if console.is_terminal:
+        return CaseBar(console, rows_per_case, label)
+    return CaseLines(console, rows_per_case, label)

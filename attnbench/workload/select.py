@@ -1,0 +1,125 @@
+"""``-k EXPR``: pick rows by case id and backend, the way pytest's ``-k`` picks tests.
+
+An expression is words joined by ``and``, ``or``, ``not`` and parentheses; a word matches a
+row when it is a substring (case-insensitive) of ``"<case_id> <backend>"``:
+
+    -k sdpa                        every case, backend sdpa
+    -k "page_size=16 and not flex" the page-16 cases, every backend but flex
+    -k "context=4k or tree"        cases whose id has context=4k, or any backend named *tree*
+
+Words are anything without spaces or parentheses (``=``, ``,``, ``.`` and ``-`` included).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+KEYWORDS = ("and", "or", "not")
+
+
+class SelectError(ValueError):
+    """A malformed -k expression; ``str()`` says where."""
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A parsed -k expression: ``selector(case_id, backend)`` says whether the row is picked."""
+
+    text: str
+    test: Callable[[str], bool]
+
+    def __call__(self, case_id: str, backend: str) -> bool:
+        return self.test(f"{case_id} {backend}".lower())
+
+
+def _tokens(text: str) -> list[str]:
+    out, pos = [], 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:  # pragma: no cover  (the pattern matches any non-space run)
+            raise SelectError(f"-k {text!r}: cannot read it at {text[pos:]!r}")
+        out.append(m.group(1))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    """expr := or ; or := and ('or' and)* ; and := not ('and' not)* ; not := 'not' not | atom."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.toks = _tokens(text)
+        self.i = 0
+
+    def fail(self, what: str) -> SelectError:
+        where = " ".join(self.toks[: self.i]) or "the start"
+        return SelectError(f"-k {self.text!r}: {what} after {where!r}; "
+                           "write words joined by and / or / not, with parentheses")
+
+    def peek(self) -> str | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise self.fail("the expression ends too early")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Callable[[str], bool]:
+        if not self.toks:
+            raise SelectError("-k '': give words to match, e.g. -k sdpa or -k 'page_size=16 and not flex'")
+        f = self.or_()
+        if self.peek() is not None:
+            raise self.fail(f"unexpected {self.peek()!r}")
+        return f
+
+    def or_(self):
+        parts = [self.and_()]
+        while self.peek() == "or":
+            self.take()
+            parts.append(self.and_())
+        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): any(p(s) for p in ps))
+
+    def and_(self):
+        parts = [self.not_()]
+        while self.peek() == "and":
+            self.take()
+            parts.append(self.not_())
+        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): all(p(s) for p in ps))
+
+    def not_(self):
+        if self.peek() == "not":
+            self.take()
+            inner = self.not_()
+            return lambda s: not inner(s)
+        return self.atom()
+
+    def atom(self):
+        tok = self.take()
+        if tok == "(":
+            inner = self.or_()
+            if self.peek() != ")":
+                raise self.fail("a missing ')'")
+            self.take()
+            return inner
+        if tok == ")" or tok in KEYWORDS:
+            self.i -= 1
+            raise self.fail(f"unexpected {tok!r}")
+        word = tok.lower()
+        return lambda s: word in s
+
+
+def parse_selector(text: str) -> Selector:
+    """Parse a -k expression; :class:`SelectError` names what is wrong."""
+    return Selector(text, _Parser(text).parse())
+
+
+def unique_selector(case_id: str, all_ids: Iterable[str]) -> str:
+    """A -k expression that picks ``case_id`` and no other of ``all_ids`` (a case id that is a
+    substring of others, ``seed=1`` of ``seed=10``, gets ``and not`` clauses for those)."""
+    others = [o for o in all_ids if o != case_id and case_id.lower() in o.lower()]
+    return " and not ".join([case_id, *others])

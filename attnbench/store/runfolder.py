@@ -80,10 +80,10 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 def environment(device_name: str, backend_versions: dict[str, str]) -> dict:
     import torch
 
-    try:
-        import triton  # noqa: F401
+    try:  # the installed version, without importing triton (its import is slow and noisy at exit)
+        import importlib.metadata as md
 
-        triton_v = triton.__version__
+        triton_v = md.version("triton")
     except Exception:
         triton_v = None
     return {

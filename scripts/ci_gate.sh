@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's CPU regression gate: run scenarios/ci-gate.yaml on the CPU and check it
+# The project's CPU regression gate: run attnbench/scenarios/ci-gate.yaml on the CPU and check it
 # against the committed baseline results/baselines/ci-cpu.json.
 #
 #   scripts/ci_gate.sh [ARGS]     # run + check (ARGS go to `attnbench check`, e.g. --all);
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-SCENARIO=scenarios/ci-gate.yaml
+SCENARIO=attnbench/scenarios/ci-gate.yaml
 BASELINE=${CI_GATE_BASELINE:-results/baselines/ci-cpu.json}
 OUT=${CI_GATE_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/attnbench-ci-gate.XXXXXX")}
 GATE=(--normalize-by reference --max-slowdown 50% --min-delta-us 5 --confidence 99%)

@@ -30,7 +30,7 @@ if [ "$PHASE" = phase1 ]; then
   python3 -m attnbench backends
   for s in $SCENARIOS; do
     el "$s: sdpa flex triton xformers"
-    python3 -m attnbench run scenarios/$s.yaml -b sdpa -b flex -b triton -b xformers \
+    python3 -m attnbench run attnbench/scenarios/$s.yaml -b sdpa -b flex -b triton -b xformers \
       --out "$OUTDIR/runs/$s-a" -q $TIMING > "$OUTDIR/runs/$s-a.log" 2>&1
     el "$s: rc=$?"; tail -n 40 "$OUTDIR/runs/$s-a.log" | grep -E "│|\[[0-9]+\]"
   done
@@ -40,7 +40,7 @@ else
   export PYTHONPATH=/tmp/fa2site:${PYTHONPATH:-} ATTNBENCH_FA2_HDIM128_ONLY=1
   for s in $SCENARIOS; do
     el "$s: flash-attn flashinfer"
-    python3 -m attnbench run scenarios/$s.yaml -b flash-attn -b flashinfer \
+    python3 -m attnbench run attnbench/scenarios/$s.yaml -b flash-attn -b flashinfer \
       --out "$OUTDIR/runs/$s-b" -q $TIMING > "$OUTDIR/runs/$s-b.log" 2>&1
     el "$s: rc=$?"; tail -n 40 "$OUTDIR/runs/$s-b.log" | grep -E "│|\[[0-9]+\]"
   done

@@ -37,7 +37,7 @@ from attnbench.store.rows import Row, Status
 from attnbench.workload.scenario import load
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "scenarios"
+SCENARIOS = ROOT / "attnbench" / "scenarios"
 
 # name -> (shipped scenario, overrides): one case each ("sweep={}" keeps the base case)
 CASES = {

@@ -17,7 +17,7 @@
 #   bash scripts/gpu_dask.sh                      # all three
 #   MEASURE_MS=500 CONTEXTS='[1k, 4k, 16k, 64k]' bash scripts/gpu_dask.sh   # a smaller sweep
 #   # a dry run of the script's logic on a CPU machine:
-#   SCENARIO=scenarios/ci-gate.yaml CONTEXTS='[64, 256]' BACKENDS='sdpa reference' MEASURE_MS=20 bash scripts/gpu_dask.sh
+#   SCENARIO=attnbench/scenarios/ci-gate.yaml CONTEXTS='[64, 256]' BACKENDS='sdpa reference' MEASURE_MS=20 bash scripts/gpu_dask.sh
 set -u
 cd "$(dirname "$0")/.."
 OUTDIR=${OUT:-/tmp/gpu_dask}; mkdir -p "$OUTDIR"

@@ -12,7 +12,7 @@ for job in "$@"; do
   s=${job%%:*}; bs=${job#*:}
   args=(); for b in ${bs//,/ }; do args+=(-b "$b"); done
   el "$s: $bs"
-  python3 -m attnbench run "scenarios/$s.yaml" "${args[@]}" --backend-file scripts/triton_variants.py \
+  python3 -m attnbench run "attnbench/scenarios/$s.yaml" "${args[@]}" --backend-file scripts/triton_variants.py \
     --out "$RUNS/$s" -q --warmup-ms 10 --measure-ms 60 > "$RUNS/$s.log" 2>&1
   el "$s: rc=$?"; grep -E "Error|error|Traceback" "$RUNS/$s.log" | head -5
   python3 scripts/triton_summary.py /tmp/attnbench-cache/ceilings.json "$RUNS/$s" | tee -a "$OUTDIR/summary.txt"

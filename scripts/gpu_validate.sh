@@ -8,8 +8,8 @@
 #    too, starts the head-dim-128 flash-attn build in the background (about 6 minutes);
 # 2. runs scripts/gpu_checks.py alone on the GPU (the timer against the profiler, repeatability,
 #    cold vs warm L2, the L2 flush kinds, decode bandwidth against the measured ceiling);
-# 3. then, side by side: `pytest -m gpu`, and every shipped scenario (scenarios/*.yaml and
-#    scenarios/gpu/*.yaml) through every backend with `attnbench run` (no --save-tensors), in
+# 3. then, side by side: `pytest -m gpu`, and every shipped scenario (attnbench/scenarios/*.yaml and
+#    attnbench/scenarios/gpu/*.yaml) through every backend with `attnbench run` (no --save-tensors), in
 #    lanes of backends that compile separately (reference+sdpa+triton | flex | xformers+flashinfer;
 #    flash-attn last, if its build finished). The lanes share the GPU: their statuses are the
 #    point, not their times (docs/benchmarks.md comes from scripts/gpu_bench.sh);
@@ -48,7 +48,7 @@ else
   echo "gpu_checks skipped (CHECKS_S=0)" > "$WORK/logs/gpu_checks.log"
 fi
 
-SCENARIOS=$(ls scenarios/*.yaml scenarios/gpu/*.yaml)
+SCENARIOS=$(ls attnbench/scenarios/*.yaml attnbench/scenarios/gpu/*.yaml)
 lane() {  # lane NAME BACKEND...: every scenario through these backends, one after another
   local name=$1; shift
   local bs=(); for b in "$@"; do bs+=(-b "$b"); done

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Shared prefixes and what a tree costs, on the GPU, in one command (issue 17):
 #   bash scripts/gpu_workloads.sh
-# 1. runs scenarios/shared-prefix-{decode,trees}-llama3-8b.yaml and tree-costs-llama3-8b.yaml
+# 1. runs attnbench/scenarios/shared-prefix-{decode,trees}-llama3-8b.yaml and tree-costs-llama3-8b.yaml
 #    through every backend available here (FlashInfer takes its cascade route on the shared
 #    cases), with --save-tensors;
 # 2. runs the shared-prefix scenarios once more through FlashInfer with the cascade off
@@ -27,13 +27,13 @@ SAVE=/tmp/gpu_workloads_tensors  # GBs of caches: kept off $OUT
 python3 -m attnbench backends
 for s in shared-prefix-decode-llama3-8b shared-prefix-trees-llama3-8b tree-costs-llama3-8b; do
   el "$s: every backend"
-  python3 -m attnbench run scenarios/$s.yaml --out "$OUTDIR/$s" --save-tensors "$SAVE/$s" -q $TIMING \
+  python3 -m attnbench run attnbench/scenarios/$s.yaml --out "$OUTDIR/$s" --save-tensors "$SAVE/$s" -q $TIMING \
     > "$OUTDIR/$s.log" 2>&1
   el "$s: rc=$?"
 done
 for s in shared-prefix-decode-llama3-8b shared-prefix-trees-llama3-8b; do
   el "$s: flashinfer without the cascade"
-  ATTNBENCH_FLASHINFER_CASCADE=0 python3 -m attnbench run scenarios/$s.yaml -b flashinfer \
+  ATTNBENCH_FLASHINFER_CASCADE=0 python3 -m attnbench run attnbench/scenarios/$s.yaml -b flashinfer \
     --out "$OUTDIR/$s-nocascade" -q $TIMING > "$OUTDIR/$s-nocascade.log" 2>&1
   el "$s (no cascade): rc=$?"
 done

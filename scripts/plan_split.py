@@ -23,8 +23,8 @@ from attnbench.measure.timing import time_host
 from attnbench.workload.batch import materialize
 from attnbench.workload.scenario import load
 
-DEFAULT = [("scenarios/tree-verify-llama3-8b.yaml", ["sweep={batch.0.context: [4k], kv_cache.page_size: [16, 256]}"]),
-           ("scenarios/tree-random-60-gqa8.yaml", [])]
+DEFAULT = [("attnbench/scenarios/tree-verify-llama3-8b.yaml", ["sweep={batch.0.context: [4k], kv_cache.page_size: [16, 256]}"]),
+           ("attnbench/scenarios/tree-random-60-gqa8.yaml", [])]
 
 
 def median_ms(fn, device) -> float:

@@ -18,7 +18,7 @@ COMMANDS = [
     ["--help"],
     ["--version"],
     ["schema"],
-    ["validate", str(ROOT / "scenarios" / "quickstart.yaml")],
+    ["validate", str(ROOT / "attnbench" / "scenarios" / "quickstart.yaml")],
     ["backends"],
     ["backends", "--probe"],
 ]

@@ -13,7 +13,7 @@ runner's steps wrapped in clocks, then prints the wall time and its split:
 - record: writing rows to the run folder; the rest: startup, table, Python between steps
 
 harness overhead = wall - (timing + plan timing + reference), per case and as a share of
-those. Default scenario: scenarios/cpu-sweep.yaml (100 cases; reference, sdpa, flex;
+those. Default scenario: attnbench/scenarios/cpu-sweep.yaml (100 cases; reference, sdpa, flex;
 budgets 2 + 10 ms). Not a test: the numbers depend on the machine and its load, so the
 script prints the load average before and after.
 """
@@ -58,7 +58,7 @@ def _instrument() -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", nargs="?", default=str(ROOT / "scenarios" / "cpu-sweep.yaml"))
+    ap.add_argument("scenario", nargs="?", default=str(ROOT / "attnbench" / "scenarios" / "cpu-sweep.yaml"))
     ap.add_argument("--set", action="append", default=[], help="override a scenario key")
     ap.add_argument("-b", "--backend", action="append", default=[])
     ap.add_argument("-k", dest="select", help="only the rows this -k expression picks")

@@ -1,6 +1,6 @@
 """Variants of the triton backend for one attnbench run on the device (docs/triton_notes.md):
 
-  attnbench run scenarios/tree-verify-llama3-8b.yaml -b triton -b triton-s2 ... \\
+  attnbench run attnbench/scenarios/tree-verify-llama3-8b.yaml -b triton -b triton-s2 ... \\
       --backend-file scripts/triton_variants.py
 
 Each class is the shipped backend with one setting changed, so a single run times them side

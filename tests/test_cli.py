@@ -108,7 +108,7 @@ def test_bad_flags(tiny, tmp_path):
 
 
 def test_validate_and_schema(tiny):
-    r = runner.invoke(app, ["validate", str(tiny), "scenarios/quickstart.yaml"])
+    r = runner.invoke(app, ["validate", str(tiny), "attnbench/scenarios/quickstart.yaml"])
     assert r.exit_code == 0 and "2 case(s)" in r.output
     r = runner.invoke(app, ["schema"])
     schema = json.loads(r.output)

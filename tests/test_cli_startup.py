@@ -14,7 +14,7 @@ from attnbench.cli.backends import probed_status, quick_status
 from attnbench.execute.runner import default_backends
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+QUICKSTART = ROOT / "attnbench" / "scenarios" / "quickstart.yaml"
 
 
 def _imported_by(args: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """compare / check / baseline / plot: matching, statistics, thresholds, exit codes, and the
-CPU gate catching an injected 2x slowdown (real runs of scenarios/ci-gate.yaml)."""
+CPU gate catching an injected 2x slowdown (real runs of attnbench/scenarios/ci-gate.yaml)."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
-GATE = ROOT / "scenarios" / "ci-gate.yaml"
+GATE = ROOT / "attnbench" / "scenarios" / "ci-gate.yaml"
 cli = CliRunner()
 
 
@@ -366,7 +366,7 @@ class Victim(Backend):
 
 @pytest.fixture
 def gate(tmp_path, monkeypatch):
-    """Runs of scenarios/ci-gate.yaml with sdpa and the victim (one intra-op thread, as
+    """Runs of attnbench/scenarios/ci-gate.yaml with sdpa and the victim (one intra-op thread, as
     scripts/ci_gate.sh), checked with the script's thresholds, normalized by sdpa: the same
     work in calls of the same length, so load from other processes cancels out."""
     registry.register(Victim)

@@ -51,7 +51,7 @@ def _keys_statuses(folder: Path) -> dict:
 # -- flags ------------------------------------------------------------------------------------
 def test_without_dask_the_dask_executor_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
-    r = cli.invoke(app, ["run", str(ROOT / "scenarios/ci-gate.yaml"), "--executor", "dask", "--out", str(tmp_path / "x")])
+    r = cli.invoke(app, ["run", str(ROOT / "attnbench/scenarios/ci-gate.yaml"), "--executor", "dask", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2, r.output
     assert "pip install 'attnbench[dask]'" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "x").exists()  # refused before anything started
@@ -66,7 +66,7 @@ def test_without_dask_the_dask_executor_says_how_to_install_it(monkeypatch, tmp_
     (["--executor", "dask", "--resource", "=2"], "NAME=AMOUNT"),
 ])
 def test_executor_flags_that_do_not_go_together_exit_2(tmp_path, args, words):
-    r = cli.invoke(app, ["run", str(ROOT / "scenarios/ci-gate.yaml"), "--out", str(tmp_path / "x"), "-q", *args])
+    r = cli.invoke(app, ["run", str(ROOT / "attnbench/scenarios/ci-gate.yaml"), "--out", str(tmp_path / "x"), "-q", *args])
     assert r.exit_code == 2, r.output
     assert words in r.output and "Traceback" not in r.output
 
@@ -127,7 +127,7 @@ def test_book_setup_death_and_rounds_death_fail_every_backend_involved():
 # -- a real local cluster ---------------------------------------------------------------------
 @pytest.mark.slow
 def test_local_cluster_of_two_workers_matches_the_local_executor_on_quickstart(tmp_path):
-    scen = str(ROOT / "scenarios/quickstart.yaml")
+    scen = str(ROOT / "attnbench/scenarios/quickstart.yaml")
     local, dask = tmp_path / "local", tmp_path / "dask"
     # the quickstart's default: every built-in backend available here (plugins that other tests
     # loaded into this process are not: the workers are fresh processes)
@@ -146,7 +146,7 @@ def test_local_cluster_of_two_workers_matches_the_local_executor_on_quickstart(t
 
 
 def test_dask_matches_local_on_the_ci_gate_scenario(cluster, tmp_path):
-    scen = str(ROOT / "scenarios/ci-gate.yaml")
+    scen = str(ROOT / "attnbench/scenarios/ci-gate.yaml")
     local, dask = tmp_path / "local", tmp_path / "dask"
     assert cli.invoke(app, ["run", scen, "--out", str(local), "-q"]).exit_code == 0
     r = cli.invoke(app, ["run", scen, "--out", str(dask), "-q", "--executor", "dask", "--scheduler", cluster.client.scheduler.address])

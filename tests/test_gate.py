@@ -1,5 +1,5 @@
 """`attnbench check` never passes on nothing, refuses broken baselines, and `calibrate`
-counts false alarms and catches; on real runs of scenarios/ci-gate.yaml (short budgets)."""
+counts false alarms and catches; on real runs of attnbench/scenarios/ci-gate.yaml (short budgets)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ from attnbench.cli.app import app
 from attnbench.store.baselines import load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-GATE = ROOT / "scenarios" / "ci-gate.yaml"
+GATE = ROOT / "attnbench" / "scenarios" / "ci-gate.yaml"
 # short budgets, enough rounds for a 99% interval to exist (5 per side)
 QUICK = ["--set", "timing.measure_ms=30", "--set", "timing.rounds=6", "--set", "timing.min_runs=6"]
 cli = CliRunner()

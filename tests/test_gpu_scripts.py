@@ -1,4 +1,4 @@
-"""What the GPU validation runs, exercised on the CPU: every shipped scenario (scenarios/gpu/
+"""What the GPU validation runs, exercised on the CPU: every shipped scenario (attnbench/scenarios/gpu/
 included) loads, the GPU ones run through a real backend at small head counts with every row
 ok, and each check of scripts/gpu_checks.py runs to its verdicts (their thresholds are for a GPU)."""
 import importlib.util
@@ -13,8 +13,8 @@ from attnbench.cli.app import app
 from attnbench.workload.scenario import load
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
-GPU_SCENARIOS = sorted((ROOT / "scenarios" / "gpu").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "attnbench" / "scenarios").rglob("*.yaml"))
+GPU_SCENARIOS = sorted((ROOT / "attnbench" / "scenarios" / "gpu").glob("*.yaml"))
 SMALL = ["model.num_q_heads=4", "model.num_kv_heads=2", "model.head_dim=16"]
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK = {"workload": 0, "backend": 1, "measure": 1, "backends": 1.5, "store": 2, "execute": 3, "analyze": 3, "cli": 4}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-KERNEL_FILES = {"backends/triton_kernels.py"}
+KERNEL_FILES = {"attnbench/backends/triton_kernels.py"}
 
 
 def _modules() -> dict[str, Path]:
@@ -25,8 +25,6 @@ def _modules() -> dict[str, Path]:
     for f in sorted((ROOT / "attnbench").rglob("*.py")):
         parts = f.relative_to(ROOT).with_suffix("").parts
         out[".".join(p for p in parts if p != "__init__")] = f
-    for f in sorted((ROOT / "backends").glob("*.py")):
-        out["attnbench.backends" + ("" if f.stem == "__init__" else "." + f.stem)] = f
     return out
 
 

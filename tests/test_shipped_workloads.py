@@ -23,7 +23,7 @@ def _cut(value):
 
 
 def shrink(name: str, tmp_path: Path, **sweep) -> Path:
-    doc = yaml.safe_load((ROOT / "scenarios" / name).read_text())
+    doc = yaml.safe_load((ROOT / "attnbench" / "scenarios" / name).read_text())
     for g in doc["batch"]:
         for key in ("context", "shared_prefix"):
             if key in g:

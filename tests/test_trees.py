@@ -43,7 +43,7 @@ def test_chain_full_branching():
     assert chain(3) == [-1, 0, 1, 2]
     assert is_chain(chain(5))
     t = full({"depth": 3, "branching": 3})
-    assert len(t) == 40  # the tree of scenarios/tree-verify-llama3-8b.yaml
+    assert len(t) == 40  # the tree of attnbench/scenarios/tree-verify-llama3-8b.yaml
     assert depths(t).count(3) == 27
     b = from_branching([2, 3])
     assert len(b) == 1 + 2 + 6 and b[:3] == [-1, 0, 0]

@@ -83,7 +83,7 @@ def records(rows: Iterable[Row], gain: Optional[float] = None, where: str = "the
     if not pts:
         raise TreeCostError(
             f"{where}: no tree/chain/decode cases; run a scenario whose tree groups have"
-            " compare_with: [chain, decode] (e.g. scenarios/tree-costs-llama3-8b.yaml)"
+            " compare_with: [chain, decode] (e.g. attnbench/scenarios/tree-costs-llama3-8b.yaml)"
         )
     out = []
     for p in pts:

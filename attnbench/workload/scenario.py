@@ -300,9 +300,15 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
 
 
 def load(path: str | Path, overrides: Optional[list[str]] = None) -> ScenarioFile:
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"{path}: no such scenario file")
+    """Load a scenario file, or a built-in scenario by name (``attnbench scenarios``)."""
+    from attnbench.workload.builtin import builtin_names, resolve
+
+    p = resolve(path)
+    if p is None:
+        hint = ", ".join(builtin_names()[:6])
+        raise ScenarioError(
+            f"{path}: no such scenario file or built-in scenario (built-in: {hint}, ...; `attnbench scenarios` lists them)"
+        )
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -106,7 +106,7 @@ def from_branching(branching: Any, field: str = "tree.branching") -> list[int]:
 def full(spec: Any, field: str = "tree.full") -> list[int]:
     """A full tree: ``depth`` levels below the root, each node with ``branching`` children.
 
-    ``{depth: 3, branching: 3}`` is the 40-node tree of scenarios/tree-verify-llama3-8b.yaml (1 + 3 + 9 + 27).
+    ``{depth: 3, branching: 3}`` is the 40-node tree of attnbench/scenarios/tree-verify-llama3-8b.yaml (1 + 3 + 9 + 27).
     """
     if not isinstance(spec, dict) or set(spec) != {"depth", "branching"}:
         raise TreeError(f"{field}: expected {{depth: D, branching: B}}, got {short_repr(spec)}")

@@ -21,6 +21,10 @@ backend times itself; a backend that needs no conversion, or a plugin written be
 ``convert`` existed, implements plan/run only and gets ``convert_ms = 0``; and ``plan`` cannot
 redo a conversion by accident, because it is handed the converted inputs.
 
+Options: a backend declares ``options`` (``BackendOption``: choices or a type, a default, an
+environment variable that may set it); ``-b NAME:key=value,...`` picks them, the instance reads
+``self.option(key)``, and the row's backend is the canonical spec (``attnbench.backend_options``).
+
 Backends are found by name in the built-in table below (imported lazily, so importing
 attnbench never imports a GPU library), in the ``attnbench.backends`` entry-point group, or
 in a file named with ``--backend-file`` (which runs that file's code).
@@ -35,6 +39,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+from attnbench.backend_options import BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve
 
 if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
     import torch
@@ -90,6 +96,17 @@ class Backend(ABC):
     max_tree_shapes: ClassVar[Optional[int]] = None
     #: every tree request needs a prefix (context >= 1)
     trees_need_context: ClassVar[bool] = False
+    #: declared options (``-b NAME:key=value``); see attnbench.backend_options
+    options: ClassVar[dict[str, BackendOption]] = {}
+
+    def option(self, key: str) -> str:
+        """The value of option ``key`` for this instance (its canonical text: a choice, a
+        number, ``on``/``off``): as given in the spec, else the environment's or the declared
+        default. An instance made without a spec (``cls()``) sees the defaults."""
+        values = self.__dict__.get("_option_values")
+        if values is None:
+            values = self.__dict__["_option_values"] = resolve(type(self).name, {}, type(self).options).values
+        return values[key]
 
     @classmethod
     def unavailable(cls) -> Optional[str]:
@@ -122,6 +139,10 @@ class Backend(ABC):
         except md.PackageNotFoundError:
             mod = importlib.import_module(cls.library) if cls.library else None
             return f"{dist} {getattr(mod, '__version__', 'unknown')}"
+
+    def why_unavailable(self) -> Optional[str]:
+        """:meth:`unavailable` for this instance's options (an option may make it runnable)."""
+        return type(self).unavailable()
 
     def reasons(self, batch: Batch) -> list[str]:
         """Every reason this backend cannot compute ``batch`` exactly ([] means it can): the
@@ -261,7 +282,7 @@ BUILTIN_INFO: dict[str, BuiltinInfo] = {
 
 
 class UnknownBackend(ValueError):
-    pass
+    """A backend name or spec no backend has (or an option it does not declare): exit 2."""
 
 
 _EXTRA: dict[str, type[Backend]] = {}
@@ -311,6 +332,8 @@ def all_names() -> list[str]:
 
 
 def get_backend_class(name: str) -> type[Backend]:
+    """The class of a registered name, or of a spec ``name:key=value`` (options ignored here)."""
+    name = backend_name(name)
     if name in _EXTRA:
         return _EXTRA[name]
     if name in BUILTIN:
@@ -343,6 +366,34 @@ def suggest(name: str, names: list[str]) -> list[str]:
 def unknown_backend(name: str) -> UnknownBackend:
     """The error for a name no backend has: what it may have meant, and every valid name."""
     names = all_names()
-    guesses = suggest(name, names)
+    guesses = suggest(backend_name(name), names)
     hint = f"; did you mean {' or '.join(repr(g) for g in guesses)}?" if guesses else ""
     return UnknownBackend(f"unknown backend {name!r}{hint} (valid names: {', '.join(names)})")
+
+
+def resolve_spec(spec: str) -> ResolvedSpec:
+    """Validate a spec ``NAME[:key=value,...]`` against its backend's declared options
+    (UnknownBackend naming the backend, the key and the allowed values otherwise)."""
+    try:
+        name, given = parse_spec(spec)
+    except OptionError as e:
+        raise UnknownBackend(str(e)) from None
+    cls = get_backend_class(name)
+    try:
+        return resolve(name, given, dict(getattr(cls, "options", {}) or {}))
+    except OptionError as e:
+        raise UnknownBackend(str(e)) from None
+
+
+def canonical_spec(spec: str) -> str:
+    """The identity string of a spec: the name plus the options that differ from the declared
+    defaults (environment included), sorted: ``flashinfer:route=fa3``, or ``flashinfer``."""
+    return resolve_spec(spec).canonical
+
+
+def make_backend(spec: str) -> Backend:
+    """An instance of the spec's backend with its options set."""
+    rs = resolve_spec(spec)
+    be = get_backend_class(rs.name)()
+    be.__dict__["_option_values"] = dict(rs.values)
+    return be

@@ -4,7 +4,8 @@ bottom-right causal rule or the custom mask) and merged by LSE, equal the refere
 import pytest
 import torch
 
-from attnbench.backends.flashinfer_cascade import CASCADE_ENV, cascade_enabled, cascade_layout, unique_mask_flat
+from attnbench.backend import canonical_spec, make_backend
+from attnbench.backends.flashinfer_cascade import CASCADE_ENV, cascade_layout, unique_mask_flat
 from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
 from attnbench.workload.reference import merge_attention_states, reference_attention
 from attnbench.workload.trees import from_choices
@@ -89,7 +90,9 @@ def test_cascade_applies_only_where_every_request_shares_pages(monkeypatch):
     assert cascade_layout(spec(split)) is None  # a group's requests not consecutive
     assert cascade_layout(spec(group("decode", 2, 1, 21, 3, 0))) is None  # a prefix shorter than a page
     assert cascade_layout(spec(DECODES)) is not None
-    monkeypatch.setenv(CASCADE_ENV, "0")
-    assert not cascade_enabled()
+    monkeypatch.setenv(CASCADE_ENV, "0")  # the option's default, recorded in the identity
+    assert make_backend("flashinfer").option("cascade") == "off"
+    assert canonical_spec("flashinfer") == "flashinfer:cascade=off"
     monkeypatch.setenv(CASCADE_ENV, "1")
-    assert cascade_enabled()
+    assert make_backend("flashinfer").option("cascade") == "on"
+    assert canonical_spec("flashinfer") == "flashinfer"

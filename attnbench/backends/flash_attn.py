@@ -18,9 +18,9 @@ tree route's K/V gather of ``T`` rows per tree request is part of run, as it rea
 
 Capabilities (declared on the class): CUDA, float16/bfloat16, ``page_size % 256 == 0``
 (flash-attn 2's paged kernels: "Paged KV cache block size must be divisible by 256"), head_dim
-a multiple of 8 up to 256. ``ATTNBENCH_FA2_HDIM128_ONLY=1`` declares a minimal build with
-head dim 128 only: other head dims are then skipped with that reason instead of computing
-garbage. Where it was validated: docs/backends.md.
+a multiple of 8 up to 256. Option ``hdim128_only=on`` (``-b flash-attn:hdim128_only=on``;
+default from ``ATTNBENCH_FA2_HDIM128_ONLY``) declares a minimal build with head dim 128 only:
+other head dims are then skipped with that reason instead of computing garbage. Where it was validated: docs/backends.md.
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
-from ._common_libs import TreeSplit, build_tree_split, dense_tree_part, env_flag, merge_tree_split
+from ._common_libs import TreeSplit, build_tree_split, dense_tree_part, merge_tree_split
 from ._metadata import cu_seqlens, token_ids
 
 HDIM128_ENV = "ATTNBENCH_FA2_HDIM128_ONLY"
@@ -87,10 +87,15 @@ class FlashAttnBackend(Backend):
     page_size_multiple = 256
     head_dim_multiple = 8
     max_head_dim = 256
+    options = {
+        "hdim128_only": BackendOption(
+            "hdim128_only", False, type=bool, env=HDIM128_ENV,
+            help="the installed build has head dim 128 only (a minimal build): skip other head dims"),
+    }
 
     def unsupported(self, batch: Batch) -> list[str]:
-        if env_flag(HDIM128_ENV) and batch.head_dim != 128:
-            return [f"this flash-attn build has head_dim 128 only ({HDIM128_ENV}=1), got {batch.head_dim}"]
+        if self.option("hdim128_only") == "on" and batch.head_dim != 128:
+            return [f"this flash-attn build has head_dim 128 only (hdim128_only=on), got {batch.head_dim}"]
         return []
 
     # -- plan -----------------------------------------------------------------------------

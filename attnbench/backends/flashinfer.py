@@ -11,8 +11,8 @@ Routes (the plan's ``mode``, copied into each result row):
   request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
   requests of the batch).
 - ``cascade`` / ``cascade-custom-mask``: batches whose requests share prefix pages: the
-  shared pages read once per group (``flashinfer_cascade.py``; ``ATTNBENCH_FLASHINFER_CASCADE=0``
-  turns it off).
+  shared pages read once per group (``flashinfer_cascade.py``; option ``cascade=off``, default
+  from ``ATTNBENCH_FLASHINFER_CASCADE``, turns it off).
 
 ``plan`` derives FlashInfer's layout from ours by array ops (``indptr`` / ``indices`` /
 ``last_page_len`` from the block table; the custom mask per element from the batch's tree
@@ -22,9 +22,10 @@ the plan time includes FlashInfer's own scheduling (as an engine's step does). T
 are made once per backend instance (an engine makes them at start-up), on the first plan. FlashInfer's LSE is base 2; this backend
 does not use it.
 
-The prefill wrapper's kernel is pinned to FlashInfer's ``fa2`` backend (its ``fa3`` one has
-no custom masks and takes far longer to JIT-compile); ``ATTNBENCH_FLASHINFER_BACKEND=auto``
-(or ``fa3``) overrides that for mask-free batches.
+Option ``route`` (``-b flashinfer:route=fa3``; default from ``ATTNBENCH_FLASHINFER_BACKEND``):
+``auto`` as above (the prefill wrapper on FlashInfer's ``fa2`` kernels); ``fa2`` / ``fa3``: every
+batch through the prefill wrapper on that kernel family (``fa3`` has no custom mask: batches
+with trees are skipped, naming the route).
 
 Kernels are JIT-compiled by FlashInfer on first use (needs nvcc), unless a matching
 ``flashinfer-jit-cache`` / ``flashinfer-cubin`` is installed. Not captured in CUDA graphs
@@ -32,17 +33,16 @@ Kernels are JIT-compiled by FlashInfer on first use (needs nvcc), unless a match
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
 from ._metadata import custom_mask_flat, flashinfer_page_layout
-from .flashinfer_cascade import plan_cascade
+from .flashinfer_cascade import CASCADE_ENV, plan_cascade
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 HEAD_DIMS = (64, 128, 256)
@@ -77,6 +77,19 @@ class FlashInferBackend(Backend):
     cuda_only = True
     dtypes = (torch.float16, torch.bfloat16)
     head_dims = HEAD_DIMS
+    options = {
+        "route": BackendOption(
+            "route", "auto", choices=("auto", "fa2", "fa3"), env=BACKEND_ENV,
+            help="auto: per batch (decode wrapper, prefill wrapper fa2); fa2/fa3: the prefill wrapper on that kernel"),
+        "cascade": BackendOption(
+            "cascade", True, type=bool, env=CASCADE_ENV,
+            help="read shared prefix pages once per group (MultiLevelCascadeAttentionWrapper) where a batch has them"),
+    }
+
+    def unsupported(self, batch: Batch) -> list[str]:
+        if self.option("route") == "fa3" and bool(batch.host.is_tree.any()):
+            return ["route fa3: FlashInfer's fa3 prefill kernels take no custom mask, and this batch has trees"]
+        return []
 
     def _wrapper(self, kind: str, device: torch.device, **kw) -> Any:
         """The wrapper of ``kind`` ("decode" or "prefill"), made once and reused by every plan."""
@@ -95,23 +108,27 @@ class FlashInferBackend(Backend):
         hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
         indptr, indices, last = flashinfer_page_layout(batch)
         kv = (batch.k_cache, batch.v_cache)
-        cascade = plan_cascade(batch, _workspace(dev), self.__dict__.setdefault("_cascade_wrappers", {}))
+        cascade = None
+        if self.option("cascade") == "on":
+            cascade = plan_cascade(batch, _workspace(dev), self.__dict__.setdefault("_cascade_wrappers", {}))
         if cascade is not None:  # shared prefix pages: the cascade route (flashinfer_cascade.py)
             return FlashInferPlan(cascade[0], cascade[1], batch.q, kv)
         h = batch.host
         trees = bool(h.is_tree.any())
-        if not trees and (h.query_lens == 1).all():
+        route = self.option("route")
+        if route == "auto" and not trees and (h.query_lens == 1).all():
             w = self._wrapper("decode", dev, use_tensor_cores=hq // hkv > 4)
             w.plan(indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
                    q_data_type=batch.dtype, kv_data_type=batch.dtype, sm_scale=batch.scale)
             return FlashInferPlan("decode", w, batch.q, kv)
         qo_indptr = torch.from_numpy(h.query_start_loc.astype("int32"))
-        kind = os.environ.get(BACKEND_ENV, "fa2") if not trees else "fa2"
+        kind = "fa2" if route == "auto" else route
         w = self._wrapper("prefill", dev, backend=kind)
         extra: dict = {"custom_mask": custom_mask_flat(batch)} if trees else {"causal": True}
         w.plan(qo_indptr.to(dev), indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
                sm_scale=batch.scale, q_data_type=batch.dtype, kv_data_type=batch.dtype, **extra)
-        return FlashInferPlan("prefill-custom-mask" if trees else "prefill-causal", w, batch.q, kv)
+        mode = "prefill-custom-mask" if trees else "prefill-causal"
+        return FlashInferPlan(mode if route == "auto" else f"{route}:{mode}", w, batch.q, kv)
 
     def run(self, p: FlashInferPlan) -> torch.Tensor:
         return p.wrapper.run(p.q, p.kv)

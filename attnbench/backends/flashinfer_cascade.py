@@ -21,12 +21,11 @@ Routes (the mode of the ``flashinfer`` backend):
 
 It applies when every request of the batch belongs to a prefix group with at least one shared
 page and each group's requests are consecutive (``cascade_layout`` returns None otherwise; the
-backend then takes its usual route). ``ATTNBENCH_FLASHINFER_CASCADE=0`` turns it off, to
-measure the same batch without it.
+backend then takes its usual route). The backend's option ``cascade=off`` (default from
+``ATTNBENCH_FLASHINFER_CASCADE``) turns it off, to measure the same batch without it.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -53,10 +52,6 @@ class CascadeLayout:
     shared: Level  # one segment per prefix group
     unique: Level  # one segment per request
     unique_start: list[int]  # first slot of each request's level-1 keys (S * page_size)
-
-
-def cascade_enabled() -> bool:
-    return os.environ.get(CASCADE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _indptr(counts: list[int]) -> torch.Tensor:
@@ -130,7 +125,7 @@ def _made(cache: dict, key: tuple, make: Any) -> Any:
 def plan_cascade(batch: Batch, workspace: torch.Tensor, wrappers: dict) -> Optional[tuple[str, Any]]:
     """``(mode, wrapper with .run(q, (k_cache, v_cache)))``, or None when the cascade does not
     apply. ``wrappers``: the backend's cache of FlashInfer wrappers, filled on first use."""
-    layout = cascade_layout(batch) if cascade_enabled() else None
+    layout = cascade_layout(batch)
     if layout is None:
         return None
     import flashinfer

@@ -17,11 +17,12 @@ Routes (the plan's ``mode``, copied into each result row):
 Capabilities (declared on the class): CUDA, ``page_size % 64 == 0`` (the split-K kernel's key
 block, required by the paged biases), one tree shape per batch, tree requests with a prefix.
 
-Triton-only mode (opt-in): ``ATTNBENCH_XFORMERS_TRITON_ONLY=1``.
+Triton-only mode (opt-in): option ``triton_only=on`` (``-b xformers:triton_only=on``; default
+from ``ATTNBENCH_XFORMERS_TRITON_ONLY``).
 xformers' C++/CUDA extension is built for one torch version. When it does not load (e.g. the
 0.0.35 wheel, built for torch 2.10, under torch 2.11), xformers refuses even its Triton
 kernels, and this backend is unavailable with that reason. With
-``ATTNBENCH_XFORMERS_TRITON_ONLY=1`` the backend sets
+``triton_only=on`` the backend sets
 ``xformers.ops.fmha.common._built_with_cuda = True`` before its first call, which lets the
 Triton split-K kernel (``triton_splitk.FwOp``) run, and uses that kernel explicitly for every
 call. Every row then says ``triton-only`` in its mode. That kernel takes causal query blocks
@@ -37,7 +38,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
 from ._common_libs import env_flag
@@ -59,9 +60,9 @@ def _extension_error() -> Optional[str]:
     return " ".join(line.strip() for line in first[:3])
 
 
-def triton_only() -> bool:
+def triton_only(opted_in: bool) -> bool:
     """True when xformers runs in Triton-only mode: its extension failed and the user opted in."""
-    return env_flag(TRITON_ONLY_ENV) and _extension_error() is not None
+    return opted_in and _extension_error() is not None
 
 
 def _enable_triton_only() -> None:
@@ -108,15 +109,26 @@ class XformersBackend(Backend):
         if err is not None and not env_flag(TRITON_ONLY_ENV):
             return (
                 f"xformers' C++/CUDA extension does not load with torch {torch.__version__} ({err}); "
-                f"set {TRITON_ONLY_ENV}=1 to run its Triton split-K kernels only"
+                f"run -b xformers:triton_only=on (or set {TRITON_ONLY_ENV}=1) for its Triton split-K kernels only"
             )
         return None
+
+    def why_unavailable(self) -> Optional[str]:
+        why = Backend.unavailable.__func__(type(self))  # the library itself
+        if why or self.option("triton_only") == "on":
+            return why
+        return type(self).unavailable()
 
     label = "xformers"
     cuda_only = True
     page_size_multiple = PAGE_MULTIPLE
     max_tree_shapes = 1  # tree_attention's spec bias is one [T, T] tensor
     trees_need_context = True
+    options = {
+        "triton_only": BackendOption(
+            "triton_only", False, type=bool, env=TRITON_ONLY_ENV,
+            help="when xformers' C++/CUDA extension does not load, run its Triton split-K kernels only"),
+    }
 
     def unsupported(self, batch: Batch) -> list[str]:
         reasons = []
@@ -134,17 +146,16 @@ class XformersBackend(Backend):
                 )
         return reasons
 
-    @staticmethod
-    def _triton_only_reason_check() -> bool:
+    def _triton_only_reason_check(self) -> bool:
         try:
-            return triton_only()
+            return triton_only(self.option("triton_only") == "on")
         except Exception:
             return False
 
     def plan(self, batch: Batch) -> XformersPlan:
         import xformers.ops as xops
 
-        tonly = triton_only()
+        tonly = triton_only(self.option("triton_only") == "on")
         op = None
         if tonly:
             _enable_triton_only()

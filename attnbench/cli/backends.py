@@ -103,3 +103,20 @@ def list_backends(
         "a backend named with -b always runs (or gives skipped rows saying why)",
         highlight=False, style="dim",
     )
+    if probe:
+        _print_options()
+    else:
+        console.print("options (-b NAME:key=value): --probe lists them", highlight=False, style="dim")
+
+
+def _print_options() -> None:
+    """Each backend's declared options (``-b NAME:key=value``), with defaults and env vars."""
+    from attnbench.backend_options import describe_options
+
+    for n in registry.all_names():
+        try:
+            lines = describe_options(dict(getattr(registry.get_backend_class(n), "options", {}) or {}))
+        except Exception:
+            continue
+        for line in lines:
+            console.print(f"  -b {n}:{line}", highlight=False, markup=False)

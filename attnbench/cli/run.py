@@ -278,8 +278,12 @@ def check_backend_names(sf) -> None:
 
     known = registry.all_names()
     for i, name in enumerate(sf.scenario.backends or []):
-        if name not in known:
+        if registry.backend_name(name) not in known:
             raise ScenarioError(f"{sf.path}: backends.{i}: {registry.unknown_backend(name)}")
+        try:
+            registry.canonical_spec(name)  # its options, validated against the backend's declaration
+        except registry.UnknownBackend as e:
+            raise ScenarioError(f"{sf.path}: backends.{i}: {e}") from None
 
 
 @app.command()

@@ -30,12 +30,15 @@ def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[li
                       device_type: Optional[str] = None) -> list[str]:
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
     available (``available``, or the ones available on this machine for ``device_type``)."""
+    from_file = not opts.backends and bool(sf.scenario.backends)
     names = opts.backends or sf.scenario.backends or (default_backends(device_type) if available is None else available)
-    names = list(dict.fromkeys(names))
-    unknown = [n for n in names if n not in registry.all_names()]
-    if unknown:
-        raise registry.unknown_backend(unknown[0])
-    return names
+    out = []
+    for i, n in enumerate(names):
+        try:  # each spec as its canonical identity (its options validated against the backend's declaration)
+            out.append(registry.canonical_spec(n))
+        except registry.UnknownBackend as e:
+            raise registry.UnknownBackend(f"{sf.path}: backends.{i}: {e}" if from_file else str(e)) from None
+    return list(dict.fromkeys(out))
 
 
 def case_base_row(scenario: str, case: Case, name: str, device: str = "", device_id: str = "") -> Row:

@@ -85,7 +85,7 @@ def _check(folder: RunFolder) -> Resumed:
         opts = _options(man)
     except ValueError as e:
         raise ResumeError(f"--resume {path}: manifest.json: {e} (edited by hand?); start a new run instead") from None
-    missing = [b for b in (opts.backends or []) if b not in registry.all_names()]
+    missing = [b for b in (opts.backends or []) if registry.backend_name(b) not in registry.all_names()]
     if missing:
         files = man.get("backend_files") or []
         files = [str(f) for f in files] if isinstance(files, list) else []

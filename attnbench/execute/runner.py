@@ -236,7 +236,7 @@ class Runner:
     def _reference(self, batch: Batch, oracle: str) -> torch.Tensor:
         if oracle == "reference":
             return reference_attention(batch)[0]
-        be = registry.get_backend_class(oracle)()
+        be = registry.make_backend(oracle)
         return be.run(be.prepare(batch)).float()
 
     def _guard(self, row: Row, step):
@@ -285,12 +285,12 @@ class Runner:
         timing needs, or None when the row is already finished (skipped or mismatch)."""
         name = row.backend
         cls = registry.get_backend_class(name)
-        why = cls.unavailable()
+        be = registry.make_backend(name)  # the spec's options, validated when the run began
+        why = be.why_unavailable()
         row.backend_version = "" if why else cls.version()
         if why:
             row.status, row.reason = Status.SKIPPED, why
             return
-        be = cls()
         reasons = be.reasons(batch)
         if reasons:
             row.status, row.reason = Status.SKIPPED, "; ".join(reasons)
@@ -317,7 +317,8 @@ class Runner:
         # convert (what the library cannot read natively) and plan (the engine's step) apart
         row.convert_ms = Summary.of(time_host(lambda: be.convert(batch), batch.device)).median if be.converts() else 0.0
         row.plan_ms = Summary.of(time_host(lambda: be.plan(converted), batch.device)).median
-        return _Live(row, be, plan, batch, cls.capturable, good_sum=good)
+        # a plan may say whether its route is graph-capturable (FlashInfer's routes differ)
+        return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good)
 
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
         """One timing pass (a round); its samples add to the row's."""

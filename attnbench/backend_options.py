@@ -1,0 +1,137 @@
+"""Backend options: knobs that change what a backend computes, declared on its class, given as
+``NAME:key=value,key=value`` (``-b flashinfer:route=fa3``, or in a scenario's ``backends:``).
+
+A backend declares ``options: ClassVar[dict[str, BackendOption]]``. The registry parses a spec
+(:func:`parse_spec`), checks each key and value against the declaration (:func:`resolve`:
+an unknown key or value is an :class:`OptionError` naming the backend, the key and what is
+allowed) and gives the spec's canonical string: the name plus every option whose value differs
+from its declared default, sorted by key (``flashinfer:route=fa3``; ``flashinfer`` when all are
+defaults). An environment variable declared as an option's ``env`` sets the default the
+instance sees, and is resolved once, when the spec is resolved: a value it changes shows in the
+canonical string exactly as if it had been written after the colon. The canonical string is
+the row's ``backend``, so tables, CSV, repro commands, manifests, ``compare runs`` and ``check``
+tell rows apart by their options without knowing about them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class OptionError(ValueError):
+    """A backend spec that does not parse or names an undeclared key or value (exit 2)."""
+
+
+@dataclass(frozen=True)
+class BackendOption:
+    """One declared option. ``choices``: the allowed values (texts), or ``type`` (``int``,
+    ``float``, ``bool``, ``str``) for a free value; ``env``: an environment variable that may
+    set the default. Values are kept as their canonical texts (bools as ``on``/``off``)."""
+
+    name: str
+    default: Any
+    choices: tuple[str, ...] = ()
+    type: type = str
+    env: Optional[str] = None
+    help: str = ""
+
+    def allowed(self) -> str:
+        if self.choices:
+            return "|".join(self.choices)
+        return "on|off" if self.type is bool else f"a {self.type.__name__}"
+
+    def parse(self, text: str) -> str:
+        """The canonical text of ``text`` (ValueError with what is allowed, if it is not)."""
+        raw = str(text).strip()
+        if self.choices:
+            if raw not in self.choices:
+                raise ValueError(f"allowed: {self.allowed()}")
+            return raw
+        if self.type is bool:
+            if raw.lower() in _TRUE:
+                return "on"
+            if raw.lower() in _FALSE:
+                return "off"
+            raise ValueError("allowed: on|off (or 1/0, true/false, yes/no)")
+        try:
+            return str(self.type(raw)) if self.type is not str else raw
+        except ValueError:
+            raise ValueError(f"allowed: {self.allowed()}") from None
+
+    def declared_default(self) -> str:
+        return self.parse("on" if self.default is True else "off" if self.default is False else str(self.default))
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A backend spec after validation: ``values`` holds every declared option (defaults and
+    environment included), ``canonical`` the identity string of the rows."""
+
+    name: str
+    values: dict[str, str] = field(default_factory=dict)
+    canonical: str = ""
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"name:key=value,key=value"`` -> ``(name, {key: value})``, syntax only."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise OptionError(f"backend spec {spec!r}: empty (write NAME or NAME:key=value,...)")
+    name, _, rest = spec.strip().partition(":")
+    pairs: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise OptionError(f"backend spec {spec!r}: {part!r} is not key=value (write {name}:key=value,key=value)")
+        if key.strip() in pairs:
+            raise OptionError(f"backend spec {spec!r}: option {key.strip()!r} given twice")
+        pairs[key.strip()] = value.strip()
+    return name.strip(), pairs
+
+
+def backend_name(spec: str) -> str:
+    """The registered name of a spec (what comes before the colon)."""
+    return spec.partition(":")[0].strip() if isinstance(spec, str) else spec
+
+
+def _env_default(name: str, opt: BackendOption) -> str:
+    raw = os.environ.get(opt.env) if opt.env else None
+    if raw is None or raw.strip() == "":
+        return opt.declared_default()
+    try:
+        return opt.parse(raw)
+    except ValueError as e:
+        raise OptionError(f"backend {name!r}: environment variable {opt.env}={raw!r} (sets option {opt.name!r}): {e}") from None
+
+
+def resolve(name: str, given: dict[str, str], options: dict[str, BackendOption]) -> ResolvedSpec:
+    """Validate ``given`` against ``options`` (the class's declaration); defaults and declared
+    environment variables fill the rest. The canonical string lists the values that differ from
+    the declared defaults, sorted by key."""
+    unknown = sorted(set(given) - set(options))
+    if unknown:
+        keys = ", ".join(f"{k} ({o.allowed()})" for k, o in sorted(options.items())) or "none"
+        raise OptionError(f"backend {name!r} has no option {unknown[0]!r} (its options: {keys})")
+    values = {}
+    for key, opt in options.items():
+        if key in given:
+            try:
+                values[key] = opt.parse(given[key])
+            except ValueError as e:
+                raise OptionError(f"backend {name!r}: option {key}={given[key]!r} is not valid; {e}") from None
+        else:
+            values[key] = _env_default(name, opt)
+    changed = [f"{k}={values[k]}" for k in sorted(values) if values[k] != options[k].declared_default()]
+    return ResolvedSpec(name, values, f"{name}:{','.join(changed)}" if changed else name)
+
+
+def describe_options(options: dict[str, BackendOption]) -> list[str]:
+    """One line per option: ``key=ALLOWED (default D; env VAR): help``, for listings."""
+    out = []
+    for key, o in sorted(options.items()):
+        env = f"; env {o.env}" if o.env else ""
+        out.append(f"{key}={o.allowed()} (default {o.declared_default()}{env}): {o.help}".rstrip(": "))
+    return out

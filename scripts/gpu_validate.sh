@@ -95,7 +95,7 @@ for p in sorted(Path(sys.argv[1]).iterdir()):
         cut.append(f"{p.name}: no rows (see logs/{p.name}.log)")
         continue
     rf = RunFolder.load(p)
-    if rf.manifest.get("status") != "complete":
+    if not rf.manifest.complete:
         cut.append(f"{p.name}: incomplete ({len(rf.rows)} rows)")
     for r in rf.rows:
         table[(r.scenario, r.backend)][r.status.value] += 1

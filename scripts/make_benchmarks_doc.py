@@ -35,10 +35,10 @@ def main() -> int:
         manifests.append(rf.manifest)
         for r in rf.rows:
             by_scenario.setdefault(r.scenario, []).append(r)
-    env = manifests[0].get("environment", {})
+    env = manifests[0].environment
     versions: dict[str, str] = {}
     for m in manifests:
-        for k, v in m.get("environment", {}).get("backends", {}).items():
+        for k, v in (m.environment.get("backends") or {}).items():
             if v and v != "unavailable":
                 versions[k] = v
     lines = [
@@ -70,7 +70,7 @@ def main() -> int:
         order = {c: i for i, c in enumerate(dict.fromkeys(r.case_id for r in rows))}
         rows = sorted(rows, key=lambda r: order[r.case_id])  # each case's rows together (stable)
         df = rows_frame(rows)
-        desc = next((m.get("scenario_text", "") for m in manifests if m.get("scenario") == scen), "")
+        desc = next((m.scenario_text or "" for m in manifests if m.scenario == scen), "")
         about = next((ln.split(":", 1)[1].strip() for ln in desc.splitlines() if ln.startswith("description:")), "")
         lines += [f"## {scen}", "", about, "", f"Batch of the first case: {rows[0].batch}", ""]
         lines += [

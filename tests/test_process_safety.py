@@ -68,7 +68,7 @@ def test_sigterm_exits_143_with_a_message_and_keeps_the_rows(tiny, tmp_path):
     assert p.returncode == 143, stderr
     assert "terminated (SIGTERM)" in stderr and f"--resume {out}" in stderr
     rf = RunFolder.load(out)
-    assert rf.manifest["status"] == "incomplete" and 2 <= len(rf.rows) < 12
+    assert rf.manifest.status == "incomplete" and 2 <= len(rf.rows) < 12
 
 
 def _descendants(pid: int) -> list[int]:

@@ -113,7 +113,7 @@ def test_concurrent_runs_on_one_folder_one_wins(tiny, tmp_path):
     assert codes == [0, 2, 2], results
     assert all("another attnbench process" in e or "already a run folder" in e for rc, e in results if rc == 2)
     rf = RunFolder.load(out)
-    assert len(rf.rows) == 2 and rf.manifest["status"] == "complete"  # one run's rows, once
+    assert len(rf.rows) == 2 and rf.manifest.status == "complete"  # one run's rows, once
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -224,8 +224,8 @@ def test_a_refused_resume_changes_nothing(tiny, tmp_path):
     assert r.exit_code == 0, r.output
     assert "moved to" in r.output and (out / "rows.broken.jsonl").read_text().startswith('{"scenario": "tiny", "case_')
     rf = RunFolder.load(out)
-    assert len(rf.rows) == 4 and not rf.broken_lines and rf.manifest["status"] == "complete"
-    assert "torch 1.0.0 then" in rf.manifest["resumed"][-1]["environment_changes"][1]
+    assert len(rf.rows) == 4 and not rf.broken_lines and rf.manifest.status == "complete"
+    assert "torch 1.0.0 then" in rf.manifest.resumed[-1]["environment_changes"][1]
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -259,3 +259,43 @@ def test_resume_keeps_isolate_from_the_manifest(tiny, tmp_path):
     assert "--isolate with --timeout 60 s" in p.stderr
     rows = {r.backend: r for r in RunFolder.load(out).rows}
     assert rows["segfault"].status == "error" and "SIGSEGV" in rows["segfault"].reason and rows["reference"].status == "ok"
+
+
+def test_a_compare_backends_folder_resumes_with_its_options(tiny, tmp_path):
+    """compare backends records its options as run does: --resume keeps --warmup-ms, --measure-ms,
+    --device and --warm-l2 (they were dropped when the folder recorded no options)."""
+    out = tmp_path / "cmp"
+    r = cli.invoke(app, ["compare", "backends", str(tiny), "-b", "sdpa", "-b", "reference", "--device", "cpu",
+                         "--warmup-ms", "0.5", "--measure-ms", "2", "--warm-l2", "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    opts = json.loads((out / "manifest.json").read_text())["options"]
+    assert opts["device"] == "cpu" and opts["warm_l2"] is True, opts
+    assert opts["timing_overrides"] == {"warmup_ms": 0.5, "measure_ms": 2.0}, opts
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    (out / "rows.jsonl").write_text("\n".join(lines[:1]) + "\n")
+    man = json.loads((out / "manifest.json").read_text())
+    man["status"] = "incomplete"
+    (out / "manifest.json").write_text(json.dumps(man))
+    r = cli.invoke(app, ["run", "--resume", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    text = r.output.replace("\n", "")
+    assert "device cpu" in text and "timing warmup_ms 0.5, measure_ms 2" in text, text
+    rf = RunFolder.load(out)
+    assert len(rf.rows) == 4 and rf.manifest.status == "complete"
+    for row in rf.rows:  # each row's re-run command has the options, the resumed ones too
+        assert "--device cpu --warmup-ms 0.5 --measure-ms 2 --warm-l2" in row.repro, row.repro
+
+
+def test_manifest_round_trip_keeps_unknown_keys_and_names_wrong_types():
+    from attnbench.store.manifest import Manifest
+    from attnbench.store.options import RunOptions
+
+    man = Manifest(scenario="s", overrides=["a=1"], options=RunOptions(backends=["sdpa"], timing_overrides={"warmup_ms": 2}))
+    man.update(status="complete", added_later={"x": 1})
+    back = Manifest.from_json(json.loads(json.dumps(man.to_json())))
+    assert back == man and back.extra == {"added_later": {"x": 1}} and back.options.backends == ["sdpa"]
+    bad = Manifest.from_json({"overrides": "a=1", "cases": "2", "options": {"warm_l2": "yes"}, "scenario": "s"})
+    assert bad.scenario == "s" and bad.overrides == [] and bad.cases is None and bad.options is None
+    assert bad.problem("overrides").startswith("overrides: 'a=1' is not a list") and bad.problem("cases")
+    assert "options.warm_l2" in bad.problem("options") and bad.problem("seed") is None
+    assert Manifest.from_json([1, 2]) == Manifest() and Manifest.from_json({}).to_json()["status"] is None

@@ -15,39 +15,39 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
 
 
-def _incomplete(label: str, manifest: dict, rows: Sequence[Row]) -> Optional[str]:
-    status = manifest.get("status")
-    if status != "complete":
-        return f"{label} is incomplete (manifest status {status!r}, {len(rows)} rows): it did not run every case"
-    cases, backends = manifest.get("cases"), manifest.get("backends_requested")
-    picked = manifest.get("rows_expected") if manifest.get("select") else None  # a run of the rows -k picked
-    if isinstance(picked, int) and len(rows) < picked:
-        return f"{label} has {len(rows)} rows of the {picked} that -k {manifest['select']!r} picked: it did not run them all"
-    if picked is None and isinstance(cases, int) and isinstance(backends, list) and len(rows) < cases * len(backends):
+def _incomplete(label: str, manifest: Manifest, rows: Sequence[Row]) -> Optional[str]:
+    if not manifest.complete:
+        return (f"{label} is incomplete (manifest status {manifest.status!r}, {len(rows)} rows): "
+                "it did not run every case")
+    cases, backends = manifest.cases, manifest.backends_requested
+    picked = manifest.rows_expected if manifest.select else None  # a run of the rows -k picked
+    if picked is not None and len(rows) < picked:
+        return f"{label} has {len(rows)} rows of the {picked} that -k {manifest.select!r} picked: it did not run them all"
+    if picked is None and cases is not None and backends and len(rows) < cases * len(backends):
         return (f"{label} has {len(rows)} rows of the {cases} cases x {len(backends)} backends its manifest lists: "
                 "it did not run every case")
     return None
 
 
-def _scenario_change(current: dict, baseline: dict) -> Optional[str]:
-    cur_sha, base_sha = current.get("scenario_sha256"), baseline.get("scenario_sha256")
+def _scenario_change(current: Manifest, baseline: Manifest) -> Optional[str]:
+    cur_sha, base_sha = current.scenario_sha256, baseline.scenario_sha256
     if not cur_sha or not base_sha:
         side = "the run" if not cur_sha else "the baseline"
         return f"{side} does not record its scenario_sha256, so the scenario cannot be compared"
     if cur_sha != base_sha:
-        return (f"the scenario text differs from the baseline's ({current.get('scenario_path') or '?'} "
-                f"sha256 {cur_sha[:12]}, baseline {baseline.get('scenario_path') or '?'} sha256 {base_sha[:12]})")
-    if list(current.get("overrides") or []) != list(baseline.get("overrides") or []):
-        return (f"the run's --set overrides {current.get('overrides') or []} differ from the baseline's "
-                f"{baseline.get('overrides') or []}")
+        return (f"the scenario text differs from the baseline's ({current.scenario_path or '?'} "
+                f"sha256 {cur_sha[:12]}, baseline {baseline.scenario_path or '?'} sha256 {base_sha[:12]})")
+    if current.overrides != baseline.overrides:
+        return f"the run's --set overrides {current.overrides} differ from the baseline's {baseline.overrides}"
     return None
 
 
 def run_problems(
-    current: Sequence[Row], current_manifest: dict, baseline: Sequence[Row], baseline_manifest: dict,
+    current: Sequence[Row], current_manifest: Manifest, baseline: Sequence[Row], baseline_manifest: Manifest,
     allow_scenario_change: bool = False,
 ) -> list[str]:
     """Run-level failures of checking ``current`` against ``baseline`` (empty: none)."""

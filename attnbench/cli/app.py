@@ -7,6 +7,7 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import shlex
 import sys
@@ -21,6 +22,7 @@ from rich.markup import escape
 from attnbench import __version__
 from attnbench import backend as registry
 from attnbench.cli.progress import progress_for
+from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError
 from attnbench.execute.dask_cluster import ExecutorError, ExecutorLost
@@ -182,23 +184,24 @@ def start_runner(sf, opts, spec: ExecutorSpec, scenario_path: str, overrides, ba
     return runner
 
 
-def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]) -> dict:
-    """What every run folder's manifest records about the command, scenario and machine."""
-    return {
-        "command": " ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
-        "attnbench": __version__,
-        "scenario": sf.name,
-        "scenario_path": scenario_path,
-        "scenario_sha256": sf.sha256,
-        "scenario_text": sf.text,
-        "overrides": list(overrides),
-        "seed": sf.scenario.seed,
-        "cases": len(sf.cases),
-        "backends_requested": runner.backend_names,
-        "select": runner.opts.select,  # -k: the run holds only the rows it picked
-        "rows_expected": sum(rows_per_case(runner).values()),
-        "environment": runner.environment(),
-    }
+def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]) -> Manifest:
+    """What every run folder's manifest records about the command, scenario, options and machine."""
+    return Manifest(
+        command=" ".join(shlex.quote(a) for a in ["attnbench", *sys.argv[1:]]),
+        attnbench=__version__,
+        scenario=sf.name,
+        scenario_path=scenario_path,
+        scenario_sha256=sf.sha256,
+        scenario_text=sf.text,
+        overrides=list(overrides),
+        seed=sf.scenario.seed,
+        cases=len(sf.cases),
+        backends_requested=list(runner.backend_names),
+        select=runner.opts.select,  # -k: the run holds only the rows it picked
+        rows_expected=sum(rows_per_case(runner).values()),
+        environment=runner.environment(),
+        options=copy.deepcopy(runner.opts),  # as they are now (a runner may change its own later)
+    )
 
 
 def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], label: str, quiet: bool) -> bool:

@@ -15,8 +15,11 @@ from rich.markup import escape
 
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, base_manifest, console, err,
-    executor_spec, handle_errors, load_backend_files, print_notes, record_rows, rows_per_case, selector, start_runner,
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
+    executor_spec, handle_errors, load_backend_files, selector,
+)
+from attnbench.cli.pipeline import (
+    DEFAULT_TIMEOUT_S, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
@@ -28,7 +31,7 @@ from attnbench.analyze.compare_tables import (
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
-from attnbench.execute.options import RunOptions
+from attnbench.store.options import RunOptions
 
 compare_app = typer.Typer(
     no_args_is_help=True,
@@ -63,24 +66,15 @@ def info_console(fmt: str):
     return console if fmt in ("table", "markdown") else err
 
 
-def _run_scenario(scenario, set_, backends, device, warmup_ms, measure_ms, results_dir, out, quiet,
-                  spec, backend_file, select=None) -> RunFolder:
-    """Run a scenario into a run folder, the way ``attnbench run`` does (without its table)."""
-    from attnbench.workload.scenario import load
-
-    if select and spec.kind != "local":
+def _run_scenario(scenario, set_, opts: RunOptions, launch: Launch, results_dir, out, quiet, spec,
+                  backend_file) -> RunFolder:
+    """Run a scenario into a run folder through the pipeline of ``attnbench run`` (without its table)."""
+    if opts.select and spec.kind != "local":
         raise UsageError("-k runs with --executor local only (a Dask worker runs every backend of its case)")
-    sf = load(scenario, set_ or [])
-    print_notes(sf)
-    if measure_ms is not None and measure_ms <= 0:
-        raise UsageError(f"--measure-ms {measure_ms}: must be > 0")
-    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
-    opts = RunOptions(backends=list(backends), device=device, timing_overrides=overrides, select=select)
-    runner = start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)
-    folder = RunFolder.create(results_dir, sf.name, out)
-    folder.start({**base_manifest(sf, runner, str(scenario), set_ or []), "executor": spec.to_json()})
-    complete = record_rows(folder, runner.rows(), rows_per_case(runner), sf.name, quiet)
-    if not complete:
+    runner = new_runner(scenario, set_, opts, spec, backend_file)
+    ensure_selected(runner, str(scenario))
+    folder = new_folder(runner, launch, results_dir, out, False, spec)
+    if not run_rows(runner, folder, frozenset(), launch, quiet):
         raise typer.Exit(130)
     return folder
 
@@ -96,6 +90,11 @@ def compare_backends_cmd(
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
     warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
     measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
+    no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
+    isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout",
+                                  help="with --isolate: seconds a backend may run before it is killed"),
     results_dir: Path = typer.Option(Path("results"), help="where the run folder goes"),
     out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
@@ -112,18 +111,20 @@ def compare_backends_cmd(
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
     fmt = check_format(format)
-    spec = executor_spec(executor, workers, scheduler, resource)
+    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate)
     load_backend_files(backend_file)
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout}: must be > 0")
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
-    folder = _run_scenario(scenario, set_, names, device, warmup_ms, measure_ms, results_dir, out, quiet,
-                           spec, backend_file, select)
+    opts = new_options(names, device, warm_l2, no_graphs, warmup_ms, measure_ms, None, None, None, select)
+    launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
+    folder = _run_scenario(scenario, set_, opts, launch, results_dir, out, quiet, spec, backend_file)
     comps = compare_backends(folder.rows, baseline)
-    dev = (folder.manifest.get("environment") or {}).get("device", "")
-    title = f"{folder.manifest.get('scenario', '')} on {dev}: vs {baseline or 'the fastest'}"
+    title = f"{folder.manifest.scenario or ''} on {folder.manifest.device}: vs {baseline or 'the fastest'}"
     render(backend_records(comps), backend_columns(REPORT_CONFIDENCE), fmt, console, title)
     info = info_console(fmt)
     info.print(

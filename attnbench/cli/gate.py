@@ -165,10 +165,10 @@ def _collect_runs(scenario: Path, out: Path, count: int, sets: List[str], backen
             err.print(f"run {k}/{count}: {secs:.1f} s", highlight=False)
         loaded = load_rows(folder, need_rounds=True)
         m = loaded.manifest
-        if m.get("scenario_sha256") != sf.sha256 or list(m.get("overrides") or []) != list(sets):
+        if m.scenario_sha256 != sf.sha256 or m.overrides != list(sets):
             raise UsageError(f"{folder}: a run of another scenario text or other --set overrides; "
                              f"calibrate into another --out, or delete {out}")
-        if m.get("status") != "complete":
+        if not m.complete:
             raise UsageError(f"{folder}: incomplete run (interrupted?); delete it and calibrate again")
         runs.append(loaded.rows)
     return runs

@@ -16,14 +16,13 @@ from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import FORMATS, print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, base_manifest, console,
-    err, executor_spec, handle_errors, load_backend_files, print_notes, record_rows, rows_per_case, start_runner,
+    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
+    executor_spec, handle_errors, load_backend_files, start_runner,
 )
-from attnbench.cli.repro import repro_base, with_repro
+from attnbench.cli.pipeline import (
+    DEFAULT_TIMEOUT_S, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+)
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
-from attnbench.execute.isolate import isolated_rows
-from attnbench.execute.options import options_to_json
-from attnbench.execute.options import RunOptions
 from attnbench.store.runfolder import RunFolder
 
 if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them, not for --help
@@ -67,7 +66,7 @@ def run(
         False, "--allow-env-change", help="with --resume: go on although attnbench, torch or the device changed"
     ),
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
-    timeout: float = typer.Option(300.0, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
     executor: str = EXECUTOR_OPT,
     workers: Optional[int] = WORKERS_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,
@@ -84,50 +83,20 @@ def run(
     if resume is not None:
         return _resume(ctx, resume, isolate, allow_env_change, backend_file, show, spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
-    opts = _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads, select)
-    runner = _new_runner(scenario, set_, opts, spec, backend_file)
+    opts = new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads, select)
+    runner = new_runner(scenario, set_, opts, spec, backend_file)
     if list_:
         return _print_cases(runner, show["fmt"])
-    _ensure_selected(runner, str(scenario))
-    folder = _new_folder(runner, scenario, set_, backend_file, results_dir, out, profile, isolate, timeout, spec)
-    job = dict(scenario_path=str(scenario), overrides=list(set_ or []), backend_files=backend_file, timeout=timeout)
-    _execute(runner, folder, frozenset(), isolate, job, show, profile)
-
-
-def _new_folder(runner: "Runner", scenario, set_, backend_file, results_dir, out, profile: bool, isolate: bool,
-                timeout: float, spec) -> RunFolder:
-    """A new run folder with its manifest (profiles go inside it, with --profile)."""
-    opts = runner.opts
-    check_writable(opts.save_tensors, "--save-tensors")
-    folder = RunFolder.create(results_dir, runner.sf.name, out)
-    if profile:
-        opts.profile_dir = folder.path / "profiles"
-    folder.start({**base_manifest(runner.sf, runner, str(scenario), set_ or []), "options": options_to_json(opts),
-                  "backend_files": [str(Path(f).resolve()) for f in backend_file or []],
-                  "isolate": isolate, "timeout": timeout if isolate else None, "executor": spec.to_json()})
-    return folder
-
-
-def _new_runner(scenario: Path, set_, opts: RunOptions, spec, backend_file) -> "Runner":
-    from attnbench.workload.scenario import load
-
-    sf = load(scenario, set_ or [])
-    print_notes(sf)
-    return start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)  # bad device, -k: UsageError
+    ensure_selected(runner, str(scenario))
+    launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
+    folder = new_folder(runner, launch, results_dir, out, profile, spec)
+    _execute(runner, folder, frozenset(), launch, show, profile)
 
 
 def _print_cases(runner: "Runner", fmt: str) -> None:
     from attnbench.cli.caselist import print_case_list
 
     print_case_list(runner, fmt, console)
-
-
-def _ensure_selected(runner: "Runner", path: str) -> None:
-    if runner.opts.select and not rows_per_case(runner):
-        raise UsageError(
-            f"-k {runner.opts.select!r} picks no row of {path} ({len(runner.sf.cases)} case(s) x "
-            f"{', '.join(runner.backend_names)}); see them with: attnbench run {path} --list"
-        )
 
 
 def check_format(fmt: str) -> str:
@@ -144,21 +113,6 @@ def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optiona
     if not isolate and flags_given(ctx, ("timeout",)):
         raise UsageError("--timeout: only an --isolate child can be stopped when a backend overruns (in this process it "
                          "cannot be); add --isolate, or drop --timeout")
-
-
-def _new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads,
-                 select=None) -> RunOptions:
-    """The run options of the flags, checked (a bad value is a UsageError)."""
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads {threads}: must be >= 1")
-    for name, v in (("--measure-ms", measure_ms), ("--rtol", rtol)):
-        if v is not None and v <= 0:
-            raise UsageError(f"{name} {v}: must be > 0")
-    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
-    return RunOptions(
-        backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
-        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads, select=select,
-    )
 
 
 def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, show: dict, spec) -> None:
@@ -197,36 +151,25 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         raise
     for n in ([note] if note else []) + [f"resuming {path}: {len(prior.done)} row(s) done; kept: {kept_settings(prior)}"]:
         err.print(escape(n), highlight=False, soft_wrap=True)
-    job = dict(scenario_path=prior.scenario_path, overrides=prior.overrides, backend_files=backend_file,
-               timeout=prior.timeout or 300.0)
-    _execute(runner, prior.folder, prior.done, isolate, job, show, opts.profile_dir is not None)
+    launch = launch_of(prior.scenario_path, prior.overrides, backend_file, isolate, prior.timeout)
+    _execute(runner, prior.folder, prior.done, launch, show, opts.profile_dir is not None)
 
 
 def kept_settings(prior) -> str:
     """The settings a resumed run keeps from its manifest, in words."""
     o = prior.options
-    iso = f"--isolate with --timeout {prior.timeout or 300.0:g} s" if prior.isolate else "in process (add --isolate to isolate the rest)"
+    iso = f"--isolate with --timeout {prior.timeout or DEFAULT_TIMEOUT_S:g} s" if prior.isolate else "in process (add --isolate to isolate the rest)"
     timing = ", ".join(f"{k} {v:g}" for k, v in o.timing_overrides.items()) or "the scenario's"
     return (f"backends {', '.join(o.backends) if o.backends else 'as the scenario says'}; device {o.device or 'as the scenario says'}; "
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
 
 
-def _execute(runner, folder: RunFolder, done: frozenset, isolate: bool, job: dict, show: dict, profile: bool) -> None:
-    """Run the rows not ``done`` (in child processes with ``isolate``) into ``folder``, each
-    stamped with its re-run command; print the results; exit 130 if interrupted, 1 if a row failed."""
-    sf = runner.sf
-    files = [str(f) for f in job["backend_files"] or []]
-    if isolate:
-        rows = isolated_rows(
-            runner, scenario_text=sf.text, scenario_path=job["scenario_path"], overrides=job["overrides"],
-            backend_files=files, timeout=job["timeout"], done=done,
-        )
-    else:
-        rows = runner.rows(done=done)
-    base = repro_base(job["scenario_path"], job["overrides"], runner.opts, files, isolate)
-    rows = with_repro(rows, base, [c.case_id for c in sf.cases])
-    complete = record_rows(folder, rows, rows_per_case(runner, done), sf.name, show["quiet"])
-    _render_and_exit(folder, show["fmt"], show["compact"], f"{sf.name} on {runner.device_name}", profile, complete)
+def _execute(runner, folder: RunFolder, done: frozenset, launch: Launch, show: dict, profile: bool) -> None:
+    """Run the rows not ``done`` into ``folder``; print the results; exit 130 if interrupted,
+    1 if a row failed."""
+    complete = run_rows(runner, folder, done, launch, show["quiet"])
+    title = f"{runner.sf.name} on {runner.device_name}"
+    _render_and_exit(folder, show["fmt"], show["compact"], title, profile, complete)
 
 
 def _render_and_exit(folder: RunFolder, fmt: str, compact: Optional[bool], title: str, profile: bool,

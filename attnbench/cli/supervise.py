@@ -103,9 +103,11 @@ def _forward(pid: int, sig: int) -> None:
 
 
 def _status(folder: str) -> str:
+    from attnbench.store.manifest import Manifest  # small: dataclasses only
+
     try:
-        man = json.loads(open(os.path.join(folder, "manifest.json")).read())
-        return str(man.get("status", "")) if isinstance(man, dict) else ""
+        man = Manifest.from_json(json.loads(open(os.path.join(folder, "manifest.json")).read()))
+        return man.status or ""
     except (OSError, ValueError):
         return ""
 

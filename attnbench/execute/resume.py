@@ -20,9 +20,9 @@ from typing import Optional
 
 from attnbench import __version__
 from attnbench import backend as registry
-from attnbench.execute.options import RunOptions, options_from_json
-from attnbench.store.runfolder import RunFolder, atomic_write, read_manifest, read_rows, scenario_hash, utc_now
-from attnbench.store.rows import rows_frame
+from attnbench.store.manifest import Manifest
+from attnbench.store.options import RunOptions
+from attnbench.store.runfolder import RunFolder, scenario_hash, utc_now
 from attnbench.workload.scenario import ScenarioError, ScenarioFile, load_text
 
 
@@ -47,15 +47,10 @@ def open_run(path: Path) -> Resumed:
     path = Path(path)
     if not path.is_dir():
         raise ResumeError(f"--resume {path}: no such run folder")
-    rows_file, man_file = path / "rows.jsonl", path / "manifest.json"
-    if not rows_file.is_file() and not man_file.is_file():
+    if not (path / "rows.jsonl").is_file() and not (path / "manifest.json").is_file():
         raise ResumeError(f"--resume {path}: not a run folder (no manifest.json, no rows.jsonl)")
-    folder = RunFolder(path)
-    folder.lock()  # RunFolderError when another process writes it
+    folder = RunFolder.open_locked(path)  # RunFolderError when another process writes it
     try:
-        if rows_file.is_file():  # absent: interrupted before the first row
-            folder.rows, folder.broken_lines = read_rows(rows_file)
-        folder.manifest = read_manifest(man_file)
         return _check(folder)
     except BaseException:
         folder.unlock()
@@ -64,47 +59,33 @@ def open_run(path: Path) -> Resumed:
 
 def _check(folder: RunFolder) -> Resumed:
     path, man = folder.path, folder.manifest
-    if not man:
+    if man == Manifest():
         raise ResumeError(f"--resume {path}: manifest.json is missing or unreadable; start a new run instead")
-    text = man.get("scenario_text")
+    text = man.scenario_text
     if not isinstance(text, str):
         raise ResumeError(f"--resume {path}: the manifest holds no scenario_text; start a new run instead")
-    if man.get("scenario_sha256") and scenario_hash(text) != man["scenario_sha256"]:
+    if man.scenario_sha256 and scenario_hash(text) != man.scenario_sha256:
         raise ResumeError(f"--resume {path}: scenario_text does not match scenario_sha256 (edited manifest?)")
-    scenario_path = str(man.get("scenario_path") or "<manifest>")
-    overrides = man.get("overrides") or []
-    if not (isinstance(overrides, list) and all(isinstance(o, str) for o in overrides)):
-        raise ResumeError(f"--resume {path}: manifest.json: overrides: not a list of KEY=VALUE texts (edited by hand?)")
+    for key in ("overrides", "options", "backends_requested"):
+        if man.problem(key):
+            raise ResumeError(f"--resume {path}: manifest.json: {man.problem(key)} (edited by hand?); "
+                              "start a new run instead")
+    scenario_path = man.scenario_path or "<manifest>"
     try:
-        sf = load_text(text, scenario_path, overrides)
+        sf = load_text(text, scenario_path, man.overrides)
     except ScenarioError as e:
         raise ResumeError(f"--resume {path}: the recorded scenario no longer loads: {e}") from None
-    if man.get("scenario") and sf.name != man["scenario"]:
-        raise ResumeError(f"--resume {path}: scenario name {sf.name!r} differs from the manifest's {man['scenario']!r}")
-    try:
-        opts = _options(man)
-    except ValueError as e:
-        raise ResumeError(f"--resume {path}: manifest.json: {e} (edited by hand?); start a new run instead") from None
+    if man.scenario and sf.name != man.scenario:
+        raise ResumeError(f"--resume {path}: scenario name {sf.name!r} differs from the manifest's {man.scenario!r}")
+    # a folder written before options were recorded: the backends it asked for
+    opts = man.options if man.options is not None else RunOptions(backends=list(man.backends_requested) or None)
     missing = [b for b in (opts.backends or []) if registry.backend_name(b) not in registry.all_names()]
     if missing:
-        files = man.get("backend_files") or []
-        files = [str(f) for f in files] if isinstance(files, list) else []
+        files = man.backend_files
         hint = f" pass --backend-file {' --backend-file '.join(files)} again" if files else " pass its --backend-file again"
         raise ResumeError(f"--resume {path}: backend {missing[0]!r} is unknown here;{hint} (it runs that file's code)")
-    timeout = man.get("timeout")
-    timeout = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None
     done = frozenset((r.case_id, r.backend) for r in folder.rows if r.scenario == sf.name)
-    return Resumed(folder, sf, opts, list(overrides), scenario_path, done, bool(man.get("isolate") is True), timeout)
-
-
-def _options(man: dict) -> RunOptions:
-    if "options" in man:
-        return options_from_json(man["options"])
-    # a folder written before options were recorded: the backends it asked for
-    asked = man.get("backends_requested") or []
-    if not (isinstance(asked, list) and all(isinstance(b, str) for b in asked)):
-        raise ValueError("backends_requested: not a list of names")
-    return RunOptions(backends=list(asked) or None)
+    return Resumed(folder, sf, opts, list(man.overrides), scenario_path, done, man.isolate, man.timeout)
 
 
 def environment_changes(prior: Resumed, device_name: str) -> list[str]:
@@ -113,12 +94,11 @@ def environment_changes(prior: Resumed, device_name: str) -> list[str]:
     import torch
 
     man = prior.folder.manifest
-    env = man.get("environment") if isinstance(man.get("environment"), dict) else {}
     changes = []
     for what, then, now in (
-        ("attnbench", man.get("attnbench"), __version__),
-        ("torch", env.get("torch"), torch.__version__),
-        ("device", env.get("device"), device_name),
+        ("attnbench", man.attnbench, __version__),
+        ("torch", man.environment.get("torch"), torch.__version__),
+        ("device", man.environment.get("device"), device_name),
     ):
         if then != now:
             changes.append(f"{what} {then if then is not None else '(not recorded)'} then, {now} now")
@@ -128,25 +108,12 @@ def environment_changes(prior: Resumed, device_name: str) -> list[str]:
 def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None) -> Optional[str]:
     """The resume proceeds: set aside broken lines of rows.jsonl (returns a note saying so),
     rewrite results.csv from the rows, and record the resume in the manifest."""
-    folder, note = prior.folder, None
-    rows_file = folder.path / "rows.jsonl"
-    if folder.broken_lines:
-        broken = set(folder.broken_lines)
-        lines = rows_file.read_bytes().splitlines(keepends=True)
-        kept = [ln for i, ln in enumerate(lines, 1) if i not in broken and ln.strip()]
-        with open(folder.path / "rows.broken.jsonl", "ab") as f:
-            for i in sorted(broken):
-                f.write(lines[i - 1].rstrip(b"\n") + b"\n")
-        atomic_write(rows_file, b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in kept).decode())
-        note = (f"{len(broken)} line(s) of rows.jsonl that were not rows (line "
-                f"{', '.join(map(str, sorted(broken)))}) moved to {folder.path / 'rows.broken.jsonl'}")
-    if folder.rows or rows_file.is_file():
-        atomic_write(folder.path / "results.csv", rows_frame(folder.rows).to_csv(index=False))
+    folder = prior.folder
+    note = folder.set_aside_broken_lines()
     entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"}}
     if env_changes:
         entry["environment_changes"] = env_changes
-    resumed = folder.manifest.get("resumed")
-    folder.manifest["resumed"] = (resumed if isinstance(resumed, list) else []) + [entry]
-    folder.manifest["status"] = "incomplete"
+    folder.manifest.resumed.append(entry)
+    folder.manifest.status = "incomplete"
     folder.write_manifest()
     return note

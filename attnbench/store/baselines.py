@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from attnbench.store.fingerprint import clean_fingerprint, fingerprint
+from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder, atomic_write, utc_now
 
@@ -39,7 +40,7 @@ class Loaded:
 
     label: str
     rows: list[Row]
-    manifest: dict
+    manifest: Manifest
     fingerprint: dict
 
 
@@ -138,6 +139,7 @@ def _load(path: Path) -> Loaded:
     manifest = data.get("manifest") or {}
     if not isinstance(manifest, dict):
         raise BaselineError(f"{path}: manifest: a {type(manifest).__name__}, not a mapping")
+    manifest = Manifest.from_json(manifest)
     fp = data.get("fingerprint") or fingerprint(manifest, rows)
     if not isinstance(fp, dict):
         raise BaselineError(f"{path}: fingerprint: a {type(fp).__name__}, not a mapping")
@@ -154,7 +156,7 @@ def make_baseline(run: Path) -> dict:
         "created": utc_now(),
         "source": str(run),
         "fingerprint": fingerprint(rf.manifest, rf.rows),
-        "manifest": {k: rf.manifest[k] for k in MANIFEST_KEYS if k in rf.manifest},
+        "manifest": {k: v for k, v in rf.manifest.to_json().items() if k in MANIFEST_KEYS},
         "rows": [{k: v for k, v in r.to_json().items() if k != "trace"} for r in rf.rows],
     }
 

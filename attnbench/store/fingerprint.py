@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
 
 
-def fingerprint(manifest: dict, rows: Iterable[Row] = ()) -> dict:
+def fingerprint(manifest: Manifest, rows: Iterable[Row] = ()) -> dict:
     """Device, torch and backend versions of a run (from its manifest, else its rows)."""
-    env = manifest.get("environment") if isinstance(manifest, dict) else None
-    env = env if isinstance(env, dict) else {}  # a hand-edited manifest: use what has the right type
+    env = manifest.environment  # a hand-edited manifest: {} (Manifest.from_json), fields checked below
     rows = list(rows)
     device = _text(env.get("device")) or next((r.device for r in rows if r.device), "")
     listed = env.get("backends") if isinstance(env.get("backends"), dict) else {}

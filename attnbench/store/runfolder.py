@@ -28,8 +28,9 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row, rows_frame, typed_row
 from attnbench.workload.units import safe_name
 
@@ -155,7 +156,7 @@ class RunFolder:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[Row] = []
-        self.manifest: dict[str, Any] = {}
+        self.manifest = Manifest()
         self.broken_lines: list[int] = []  # 1-based numbers of rows.jsonl lines that are not rows
         self._lock = None
         self._csv_written = -math.inf
@@ -194,12 +195,14 @@ class RunFolder:
             self._lock.close()
             self._lock = None
 
-    def start(self, manifest: dict) -> None:
-        self.manifest = {"status": "incomplete", "start_time": utc_now(), **manifest}
+    def start(self, manifest: Manifest | dict) -> None:
+        """Write the manifest of a new run (marked incomplete, with its start time)."""
+        self.manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_json(manifest)
+        self.manifest.update(status="incomplete", start_time=utc_now())
         self.write_manifest()
 
     def write_manifest(self) -> None:
-        atomic_write(self.path / "manifest.json", json.dumps(self.manifest, indent=2, default=str))
+        atomic_write(self.path / "manifest.json", json.dumps(self.manifest.to_json(), indent=2, default=str))
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
@@ -229,17 +232,53 @@ class RunFolder:
         finally:
             self.unlock()
 
+    def set_aside_broken_lines(self) -> Optional[str]:
+        """Move the lines of rows.jsonl that are not rows (``broken_lines``: a line a crash cut
+        short) to ``rows.broken.jsonl`` and rewrite results.csv from the rows; returns a note
+        saying what moved (None: nothing did). Call it holding the lock."""
+        rows_file, note = self.path / "rows.jsonl", None
+        if self.broken_lines:
+            broken = set(self.broken_lines)
+            lines = rows_file.read_bytes().splitlines(keepends=True)
+            kept = [ln for i, ln in enumerate(lines, 1) if i not in broken and ln.strip()]
+            with open(self.path / "rows.broken.jsonl", "ab") as f:
+                for i in sorted(broken):
+                    f.write(lines[i - 1].rstrip(b"\n") + b"\n")
+            atomic_write(rows_file, b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in kept).decode())
+            note = (f"{len(broken)} line(s) of rows.jsonl that were not rows (line "
+                    f"{', '.join(map(str, sorted(broken)))}) moved to {self.path / 'rows.broken.jsonl'}")
+            self.broken_lines = []
+        if self.rows or rows_file.is_file():
+            self.write_csv()
+        return note
+
+    @classmethod
+    def open_locked(cls, path: Path) -> "RunFolder":
+        """An existing run folder, locked for writing (RunFolderError when another process
+        holds it), with its rows (if any yet) and manifest read back; writes nothing."""
+        rf = cls(Path(path))
+        rf.lock()
+        try:
+            rows_file = rf.path / "rows.jsonl"
+            if rows_file.is_file():  # absent: interrupted before the first row
+                rf.rows, rf.broken_lines = read_rows(rows_file)
+            rf.manifest = Manifest.from_json(read_manifest(rf.path / "manifest.json"))
+        except BaseException:
+            rf.unlock()
+            raise
+        return rf
+
     @classmethod
     def load(cls, path: Path) -> "RunFolder":
         """Read a run folder: every well-typed row of rows.jsonl (the others are counted in
-        ``broken_lines`` and named in a RowsFileWarning) and its manifest ({} if unreadable)."""
+        ``broken_lines`` and named in a RowsFileWarning) and its manifest (empty if unreadable)."""
         path = Path(path)
         rf = cls(path)
         rows_file = path / "rows.jsonl"
         if not rows_file.is_file():
             raise FileNotFoundError(f"{path}: not a run folder (no rows.jsonl)")
         rf.rows, rf.broken_lines = read_rows(rows_file)
-        rf.manifest = read_manifest(path / "manifest.json")
+        rf.manifest = Manifest.from_json(read_manifest(path / "manifest.json"))
         return rf
 
 

@@ -1,0 +1,99 @@
+"""One pipeline for every command that runs a scenario (``run``, ``run --resume``,
+``compare backends``): the options of the flags, the runner, the run folder and its manifest,
+the rows (in this process, in ``--isolate`` children, or on Dask workers) each stamped with
+its re-run command, written as they finish."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
+from attnbench.cli.repro import repro_base, with_repro
+from attnbench.cli.safety import check_writable
+from attnbench.execute.isolate import isolated_rows
+from attnbench.store.options import RunOptions
+from attnbench.store.runfolder import RunFolder
+
+if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --help
+    from attnbench.execute.runner import Runner
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Launch:
+    """What a run's rows come from, as the command line gave it: recorded in the manifest,
+    handed to ``--isolate`` children, and written into each row's re-run command."""
+
+    scenario_path: str
+    overrides: list[str] = field(default_factory=list)
+    backend_files: list[str] = field(default_factory=list)
+    isolate: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S  # with isolate: seconds a backend may run
+
+
+def new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads,
+                select=None) -> RunOptions:
+    """The run options of the flags, checked (a bad value is a UsageError)."""
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads {threads}: must be >= 1")
+    for name, v in (("--measure-ms", measure_ms), ("--rtol", rtol)):
+        if v is not None and v <= 0:
+            raise UsageError(f"{name} {v}: must be > 0")
+    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
+    return RunOptions(
+        backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
+        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads, select=select,
+    )
+
+
+def new_runner(scenario: Path, set_, opts: RunOptions, spec, backend_file) -> "Runner":
+    from attnbench.workload.scenario import load
+
+    sf = load(scenario, set_ or [])
+    print_notes(sf)
+    return start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)  # bad device, -k: UsageError
+
+
+def ensure_selected(runner: "Runner", path: str) -> None:
+    if runner.opts.select and not rows_per_case(runner):
+        raise UsageError(
+            f"-k {runner.opts.select!r} picks no row of {path} ({len(runner.sf.cases)} case(s) x "
+            f"{', '.join(runner.backend_names)}); see them with: attnbench run {path} --list"
+        )
+
+
+def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool, spec) -> RunFolder:
+    """A new run folder with its manifest (profiles go inside it, with --profile)."""
+    opts = runner.opts
+    check_writable(opts.save_tensors, "--save-tensors")
+    folder = RunFolder.create(results_dir, runner.sf.name, out)
+    if profile:
+        opts.profile_dir = folder.path / "profiles"
+    man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
+    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files], isolate=launch.isolate,
+               timeout=launch.timeout if launch.isolate else None, executor=spec.to_json())
+    folder.start(man)
+    return folder
+
+
+def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, quiet: bool) -> bool:
+    """Run the rows not ``done`` (in child processes with ``launch.isolate``) into ``folder``,
+    each stamped with its re-run command; returns whether every row was recorded."""
+    sf = runner.sf
+    if launch.isolate:
+        rows = isolated_rows(
+            runner, scenario_text=sf.text, scenario_path=launch.scenario_path, overrides=launch.overrides,
+            backend_files=launch.backend_files, timeout=launch.timeout, done=done,
+        )
+    else:
+        rows = runner.rows(done=done)
+    base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, launch.isolate)
+    rows = with_repro(rows, base, [c.case_id for c in sf.cases])
+    return record_rows(folder, rows, rows_per_case(runner, done), sf.name, quiet)
+
+
+def launch_of(scenario_path: str, overrides, backend_file, isolate: bool, timeout: Optional[float]) -> Launch:
+    return Launch(str(scenario_path), list(overrides or []), [str(f) for f in backend_file or []], isolate,
+                  timeout or DEFAULT_TIMEOUT_S)

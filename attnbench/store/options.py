@@ -1,0 +1,69 @@
+"""The options of a run (what the command line adds to a scenario), and their JSON form
+in the manifest (``store.manifest``), which ``--resume`` and ``--isolate`` children read back."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class RunOptions:
+    backends: Optional[list[str]] = None  # None: the scenario's list, else every available one
+    device: Optional[str] = None  # overrides the scenario's device
+    warm_l2: bool = False
+    no_graphs: bool = False
+    timing_overrides: dict = field(default_factory=dict)  # warmup_ms, measure_ms, ...
+    profile_dir: Optional[Path] = None  # set: one torch.profiler pass per row, traces here
+    save_tensors: Optional[Path] = None
+    rtol: Optional[float] = None
+    measure_ceilings: bool = True
+    threads: Optional[int] = None  # CPU rows: intra-op threads while backends run (None: 1)
+    select: Optional[str] = None  # a -k expression over "case_id backend" (workload.select)
+
+
+def options_to_json(opts) -> dict:
+    d = dataclasses.asdict(opts)
+    for k in ("profile_dir", "save_tensors"):
+        if d.get(k) is not None:
+            d[k] = str(d[k])
+    return d
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# what each recorded option may hold (a hand-edited manifest is checked before it is used)
+_ACCEPTS = {
+    "backends": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)), "a list of names or null"),
+    "device": (lambda v: v is None or isinstance(v, str), "a device name or null"),
+    "warm_l2": (lambda v: isinstance(v, bool), "true or false"),
+    "no_graphs": (lambda v: isinstance(v, bool), "true or false"),
+    "timing_overrides": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and _num(x) for k, x in v.items()),
+                         "a mapping of timing keys to numbers"),
+    "profile_dir": (lambda v: v is None or isinstance(v, str), "a path or null"),
+    "save_tensors": (lambda v: v is None or isinstance(v, str), "a path or null"),
+    "rtol": (lambda v: v is None or _num(v), "a number or null"),
+    "measure_ceilings": (lambda v: isinstance(v, bool), "true or false"),
+    "threads": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
+}
+
+
+def options_from_json(d: dict):
+    """RunOptions from a manifest's ``options``; ValueError naming the field that has the wrong type."""
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise ValueError(f"options: a {type(d).__name__}, not a mapping")
+    names = {f.name for f in dataclasses.fields(RunOptions)}
+    kw = {k: v for k, v in d.items() if k in names}
+    for k, v in kw.items():
+        ok, what = _ACCEPTS.get(k, (lambda v: True, ""))
+        if not ok(v):
+            raise ValueError(f"options.{k}: {str(v)[:40]!r} is not {what}")
+    for k in ("profile_dir", "save_tensors"):
+        if kw.get(k) is not None:
+            kw[k] = Path(kw[k])
+    return RunOptions(**kw)

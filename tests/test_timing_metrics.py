@@ -121,3 +121,41 @@ def test_runner_timing_config_keeps_each_field():
     cfg = Runner(sf, RunOptions(measure_ceilings=False, backends=["sdpa"])).timing_config(sf.cases[0])
     assert (cfg.warmup_ms, cfg.measure_ms, cfg.min_runs, cfg.max_runs) == (3, 7, 2, 9)
     assert (cfg.cold_l2, cfg.cuda_graphs, cfg.rounds, cfg.flush) == (False, False, 2, "read")
+
+
+def test_one_timing_model_scenario_cli_manifest_rows(tmp_path):
+    """timing.flush is settable in the scenario and with --flush; the override is recorded in
+    the manifest and each row's re-run command and read back by --resume's checks; the
+    scenario's defaults are the timer's (written once, in workload.timing_spec)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnbench.cli.app import app
+    from attnbench.execute.options import RunOptions
+    from attnbench.execute.runner import Runner
+    from attnbench.store.options import options_from_json
+    from attnbench.workload.scenario import Timing, load_text
+    from attnbench.workload.timing_spec import DEFAULTS
+
+    assert Timing().config() == DEFAULTS
+    text = (
+        "name: t\nseed: 0\ndevice: cpu\nmodel: {num_q_heads: 2, num_kv_heads: 1, head_dim: 8, dtype: float32}\n"
+        "batch:\n  - {kind: decode, count: 1, context: 4}\ntiming: {flush: write, measure_ms: 2}\n"
+    )
+    sf = load_text(text)
+    assert Runner(sf, RunOptions(measure_ceilings=False, backends=["sdpa"])).timing_config(sf.cases[0]).flush == "write"
+    opts = RunOptions(measure_ceilings=False, backends=["sdpa"], timing_overrides={"flush": "write+read"})
+    assert Runner(sf, opts).timing_config(sf.cases[0]).flush == "write+read"
+    (tmp_path / "t.yaml").write_text(text)
+    cli = CliRunner()
+    r = cli.invoke(app, ["run", str(tmp_path / "t.yaml"), "-b", "sdpa", "--flush", "read", "--out", str(tmp_path / "o"), "-q"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert man["options"]["timing_overrides"] == {"flush": "read"}
+    row = json.loads((tmp_path / "o" / "rows.jsonl").read_text().splitlines()[0])
+    assert "--flush read" in row["repro"] and row["flush"] == ""  # a CPU row: no L2 was flushed
+    r = cli.invoke(app, ["run", str(tmp_path / "t.yaml"), "--flush", "zero", "--out", str(tmp_path / "p"), "-q"])
+    assert r.exit_code == 2 and "--flush zero" in r.output and "read, write, write+read" in r.output, r.output
+    with pytest.raises(ValueError, match="timing_overrides"):
+        options_from_json({"timing_overrides": {"flush": 3}})

@@ -19,7 +19,7 @@ from attnbench.cli.app import (
     executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_timeout, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
@@ -90,6 +90,7 @@ def compare_backends_cmd(
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
     warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
     measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    flush: Optional[str] = FLUSH_OPT,
     warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
@@ -113,16 +114,21 @@ def compare_backends_cmd(
     fmt = check_format(format)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate)
     load_backend_files(backend_file)
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout}: must be > 0")
+    check_timeout(timeout)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
-    opts = new_options(names, device, warm_l2, no_graphs, warmup_ms, measure_ms, None, None, None, select)
+    timing = dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush)
+    opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select)
     launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
     folder = _run_scenario(scenario, set_, opts, launch, results_dir, out, quiet, spec, backend_file)
+    _report_backends(folder, baseline, fmt)
+
+
+def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> None:
+    """The comparison table, its legend and notes; exit 1 when a row failed."""
     comps = compare_backends(folder.rows, baseline)
     title = f"{folder.manifest.scenario or ''} on {folder.manifest.device}: vs {baseline or 'the fastest'}"
     render(backend_records(comps), backend_columns(REPORT_CONFIDENCE), fmt, console, title)

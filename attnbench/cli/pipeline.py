@@ -8,17 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+import typer
+
 from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
 from attnbench.execute.isolate import isolated_rows
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder
+from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
 
 if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --help
     from attnbench.execute.runner import Runner
 
 DEFAULT_TIMEOUT_S = 300.0
+FLUSH_OPT = typer.Option(None, "--flush", metavar="MODE",
+                         help="how the L2 is emptied before each timed call: read | write | write+read (default: the scenario's)")
 
 
 @dataclass
@@ -33,15 +38,24 @@ class Launch:
     timeout: float = DEFAULT_TIMEOUT_S  # with isolate: seconds a backend may run
 
 
-def new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads,
+def check_timeout(timeout: float) -> None:
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout}: must be > 0")
+
+
+def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_tensors, threads,
                 select=None) -> RunOptions:
     """The run options of the flags, checked (a bad value is a UsageError)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
-    for name, v in (("--measure-ms", measure_ms), ("--rtol", rtol)):
-        if v is not None and v <= 0:
-            raise UsageError(f"{name} {v}: must be > 0")
-    overrides = {k: v for k, v in (("warmup_ms", warmup_ms), ("measure_ms", measure_ms)) if v is not None}
+    for name, v in (("--measure-ms", timing.get("measure_ms")), ("--warmup-ms", timing.get("warmup_ms")), ("--rtol", rtol)):
+        if v is not None and (v <= 0 if name != "--warmup-ms" else v < 0):
+            raise UsageError(f"{name} {v}: must be {'>= 0' if name == '--warmup-ms' else '> 0'}")
+    overrides = {k: v for k, v in timing.items() if v is not None}
+    for k, v in overrides.items():
+        why = override_problem(k, v)
+        if why:
+            raise UsageError(f"{TIMING_FLAGS.get(k, k)} {v}: {why.split(': ', 1)[-1]}")
     return RunOptions(
         backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
         timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads, select=select,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import shlex
 from typing import Iterable, Iterator, Optional, Sequence
 
-from attnbench.execute.options import RunOptions
+from attnbench.store.options import RunOptions
+from attnbench.workload.timing_spec import TIMING_FLAGS, flag_text
 from attnbench.store.rows import Row
 from attnbench.workload.select import unique_selector
 
@@ -24,9 +25,9 @@ def repro_base(
         args += ["--set", o]
     if opts.device:
         args += ["--device", opts.device]
-    for key, flag in (("warmup_ms", "--warmup-ms"), ("measure_ms", "--measure-ms")):
+    for key, flag in TIMING_FLAGS.items():
         if key in opts.timing_overrides:
-            args += [flag, f"{opts.timing_overrides[key]:g}"]
+            args += [flag, flag_text(key, opts.timing_overrides[key])]
     if opts.rtol is not None:
         args += ["--rtol", f"{opts.rtol:g}"]
     if opts.warm_l2:

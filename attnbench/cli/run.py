@@ -20,9 +20,10 @@ from attnbench.cli.app import (
     executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_timeout, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
+from attnbench.workload.timing_spec import flag_text
 from attnbench.store.runfolder import RunFolder
 
 if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them, not for --help
@@ -52,6 +53,7 @@ def run(
     no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
     warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
     measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    flush: Optional[str] = FLUSH_OPT,
     rtol: Optional[float] = typer.Option(None, help="relative-error tolerance vs the reference"),
     threads: Optional[int] = typer.Option(
         None, "--threads", help="CPU rows: intra-op threads while backends run (default 1: steady medians)"
@@ -78,19 +80,18 @@ def run(
     show = dict(fmt=check_format(format), compact=compact, quiet=quiet)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, writes_files=profile or bool(save_tensors))
     load_backend_files(backend_file)
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout}: must be > 0")
+    check_timeout(timeout)
     if resume is not None:
         return _resume(ctx, resume, isolate, allow_env_change, backend_file, show, spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
-    opts = new_options(backend, device, warm_l2, no_graphs, warmup_ms, measure_ms, rtol, save_tensors, threads, select)
+    opts = new_options(backend, device, warm_l2, no_graphs, dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush),
+                       rtol, save_tensors, threads, select)
     runner = new_runner(scenario, set_, opts, spec, backend_file)
     if list_:
         return _print_cases(runner, show["fmt"])
     ensure_selected(runner, str(scenario))
     launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
-    folder = new_folder(runner, launch, results_dir, out, profile, spec)
-    _execute(runner, folder, frozenset(), launch, show, profile)
+    _execute(runner, new_folder(runner, launch, results_dir, out, profile, spec), frozenset(), launch, show, profile)
 
 
 def _print_cases(runner: "Runner", fmt: str) -> None:
@@ -159,7 +160,7 @@ def kept_settings(prior) -> str:
     """The settings a resumed run keeps from its manifest, in words."""
     o = prior.options
     iso = f"--isolate with --timeout {prior.timeout or DEFAULT_TIMEOUT_S:g} s" if prior.isolate else "in process (add --isolate to isolate the rest)"
-    timing = ", ".join(f"{k} {v:g}" for k, v in o.timing_overrides.items()) or "the scenario's"
+    timing = ", ".join(f"{k} {flag_text(k, v)}" for k, v in o.timing_overrides.items()) or "the scenario's"
     return (f"backends {', '.join(o.backends) if o.backends else 'as the scenario says'}; device {o.device or 'as the scenario says'}; "
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
 

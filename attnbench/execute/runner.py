@@ -107,11 +107,7 @@ class Runner:
         return out
 
     def timing_config(self, case: Case) -> TimingConfig:
-        t = case.scenario.timing
-        cfg = TimingConfig(
-            warmup_ms=t.warmup_ms, measure_ms=t.measure_ms, min_runs=t.min_runs, max_runs=t.max_runs,
-            cold_l2=t.cold_l2, cuda_graphs=t.cuda_graphs, rounds=t.rounds,
-        )
+        cfg = case.scenario.timing.config()
         if self.opts.warm_l2:
             cfg.cold_l2 = False
         if self.opts.no_graphs:
@@ -337,7 +333,7 @@ class Runner:
         row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
         row.iqr_rel, row.n = s.iqr_rel, s.n
         row.step_ms = row.plan_ms + s.median
-        row.timing_method, row.cold_l2, row.timing_note = res.method, res.cold_l2, res.note
+        row.timing_method, row.cold_l2, row.timing_note, row.flush = res.method, res.cold_l2, res.note, res.flush
         st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
         if st2 is Status.OK and live.calls_bad:
             st2, reason2 = Status.MISMATCH, (

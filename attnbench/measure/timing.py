@@ -1,8 +1,10 @@
 """One timer for every backend: CUDA graphs, CUDA events, or the CPU clock.
 
 Follows triton's ``do_bench``: warm-up and measurement are time budgets turned into call
-counts from a quick estimate; on a GPU, the L2 cache is flushed (a write of at least twice
-its size) before every timed call, outside the timed region; every per-call sample is kept.
+counts from a quick estimate; on a GPU, the L2 cache is flushed before every timed call,
+outside the timed region (by default a read of a buffer twice its size: ``L2Flusher``, the
+mode is ``timing.flush``); every per-call sample is kept. The settings are
+``workload.timing_spec.TimingConfig``, importable from here.
 Under CUDA graphs, the backend's ``run`` is captured once and each sample times one replay.
 If capture fails the timer falls back to events and says so in ``note``.
 
@@ -21,20 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from attnbench.measure.checksum import checksum
-
-
-
-@dataclass(kw_only=True)  # keywords only: a field added in the middle must not shift callers' values
-class TimingConfig:
-    warmup_ms: float = 25.0
-    measure_ms: float = 100.0
-    min_runs: int = 5
-    max_runs: int = 2000
-    cold_l2: bool = True
-    cuda_graphs: bool = True
-    flush: str = "read"  # how the L2 is emptied before each timed call (see L2Flusher)
-    cpu_clock: str = "wall"  # CPU rows: "wall" or "thread" (see time_cpu)
-    rounds: int = 1  # the runner splits the budgets into rounds taken in turn by a case's backends
+from attnbench.workload.timing_spec import FLUSH_MODES, TimingConfig
 
 
 @dataclass
@@ -45,6 +34,7 @@ class TimingResult:
     output: Optional[torch.Tensor] = None
     note: str = ""
     checksums: Optional[torch.Tensor] = None  # [n, 2] per timed call (measure/checksum.py), CPU
+    flush: str = ""  # how the L2 was emptied before each timed call ("": it was not, warm L2 or a CPU)
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
@@ -98,8 +88,6 @@ def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult
 def _stacked(sums: list) -> Optional[torch.Tensor]:
     return torch.stack(sums).cpu() if sums and all(s is not None for s in sums) else None
 
-
-FLUSH_MODES = ("read", "write", "write+read")
 
 
 class L2Flusher:
@@ -198,7 +186,8 @@ def time_cuda(
         _poison(last)
         final = run()
         torch.cuda.synchronize(device)
-    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note, checksums=_stacked(sums))
+    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note, checksums=_stacked(sums),
+                        flush=cfg.flush if cfg.cold_l2 else "")
 
 
 def time_run(

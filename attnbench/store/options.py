@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from attnbench.workload.timing_spec import override_problem
+
 
 @dataclass
 class RunOptions:
@@ -14,7 +16,7 @@ class RunOptions:
     device: Optional[str] = None  # overrides the scenario's device
     warm_l2: bool = False
     no_graphs: bool = False
-    timing_overrides: dict = field(default_factory=dict)  # warmup_ms, measure_ms, ...
+    timing_overrides: dict = field(default_factory=dict)  # fields of TimingConfig: warmup_ms, measure_ms, flush
     profile_dir: Optional[Path] = None  # set: one torch.profiler pass per row, traces here
     save_tensors: Optional[Path] = None
     rtol: Optional[float] = None
@@ -41,13 +43,14 @@ _ACCEPTS = {
     "device": (lambda v: v is None or isinstance(v, str), "a device name or null"),
     "warm_l2": (lambda v: isinstance(v, bool), "true or false"),
     "no_graphs": (lambda v: isinstance(v, bool), "true or false"),
-    "timing_overrides": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and _num(x) for k, x in v.items()),
-                         "a mapping of timing keys to numbers"),
+    "timing_overrides": (lambda v: isinstance(v, dict) and not any(override_problem(k, x) for k, x in v.items()),
+                         "a mapping of timing settings to their values (warmup_ms: 25, flush: read, ...)"),
     "profile_dir": (lambda v: v is None or isinstance(v, str), "a path or null"),
     "save_tensors": (lambda v: v is None or isinstance(v, str), "a path or null"),
     "rtol": (lambda v: v is None or _num(v), "a number or null"),
     "measure_ceilings": (lambda v: isinstance(v, bool), "true or false"),
     "threads": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
+    "select": (lambda v: v is None or isinstance(v, str), "a -k expression or null"),
 }
 
 

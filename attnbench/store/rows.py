@@ -75,6 +75,7 @@ class Row:
     timing_method: str = ""
     threads: int = 0  # intra-op threads of a CPU row's backend (0: a GPU row)
     cold_l2: Optional[bool] = None
+    flush: str = ""  # how the L2 was emptied before each timed call (timing.flush); "": not flushed (warm L2, CPU)
     timing_note: str = ""
     rel_err: float = math.nan
     max_abs_err: float = math.nan

@@ -18,6 +18,7 @@ from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.sweeps import case_id_for, override_sweep
+from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
 from attnbench.workload.variants import variant_docs
 
@@ -117,19 +118,29 @@ class Group(_Strict):
 
 
 class Timing(_Strict):
-    warmup_ms: float = Field(default=25.0, ge=0, le=3_600_000, description="warm-up budget per row, ms")
-    measure_ms: float = Field(default=100.0, gt=0, le=3_600_000, description="measurement budget per row, ms")
-    min_runs: int = Field(default=5, ge=1, le=1_000_000)
-    max_runs: int = Field(default=2000, ge=1, le=1_000_000)
-    cold_l2: bool = Field(default=True, description="flush the GPU's L2 before every timed call")
-    cuda_graphs: bool = Field(default=True, description="time CUDA-graph replays where the backend allows")
+    """The scenario's ``timing:``; defaults and meaning from ``timing_spec.TimingConfig`` (``config()``)."""
+
+    warmup_ms: float = Field(default=_T.warmup_ms, ge=0, le=3_600_000, description="warm-up budget per row, ms")
+    measure_ms: float = Field(default=_T.measure_ms, gt=0, le=3_600_000, description="measurement budget per row, ms")
+    min_runs: int = Field(default=_T.min_runs, ge=1, le=1_000_000)
+    max_runs: int = Field(default=_T.max_runs, ge=1, le=1_000_000)
+    cold_l2: bool = Field(default=_T.cold_l2, description="flush the GPU's L2 before every timed call")
+    cuda_graphs: bool = Field(default=_T.cuda_graphs, description="time CUDA-graph replays where the backend allows")
+    flush: Literal[FLUSH_MODES] = Field(
+        default=_T.flush,
+        description="how the L2 is emptied before each timed call: read (a buffer twice its size), write, or"
+        " write+read; each row records it",
+    )
     rounds: int = Field(
-        default=1,
+        default=_T.rounds,
         ge=1,
         le=1000,
         description="split the budgets into this many rounds, taken in turn by the case's backends, so a slow"
         " spell of a shared machine falls on all of them alike (what `check --normalize-by` relies on)",
     )
+
+    def config(self) -> TimingConfig:
+        return TimingConfig(**self.model_dump())
 
 
 class Check(_Strict):

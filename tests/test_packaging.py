@@ -34,8 +34,10 @@ def _install(dist: Path, where: Path) -> Path:
     py = env_dir / "bin" / "python"
     # --no-deps: the dependencies come from the system site packages; --no-build-isolation for
     # the sdist would need setuptools>=68 here, so the sdist builds isolated like a user's does.
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(dist)], capture_output=True, text=True,
-                       timeout=600)
+    # without PYTHONPATH (a checkout on it made pip take attnbench as installed already and skip the wheel)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(dist)],
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return env_dir / "bin"
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+from attnbench.backend_reasons import head_dim_reasons, request_reasons, variant_reasons
 from attnbench.backend_options import BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve
 
 if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
@@ -96,6 +97,20 @@ class Backend(ABC):
     max_tree_shapes: ClassVar[Optional[int]] = None
     #: every tree request needs a prefix (context >= 1)
     trees_need_context: ClassVar[bool] = False
+    # Attention variants (docs/semantics.md). Unlike the shapes above, these default to "no":
+    # a backend that declares nothing gives a skipped row for a batch that uses them rather
+    # than a wrong answer; each owner turns a feature on with its real route.
+    supports_window: ClassVar[bool] = False  # model.window (sliding window on positions)
+    supports_sinks: ClassVar[bool] = False  # model.sinks (a sink logit per query head)
+    supports_softcap: ClassVar[bool] = False  # model.softcap
+    supports_alibi: ClassVar[bool] = False  # model.alibi
+    supports_noncausal: ClassVar[bool] = False  # prefill groups with causal: false
+    #: FP8 cache dtypes read ("fp8_e4m3", "fp8_e5m2"); a cache in the model dtype always is
+    kv_dtypes: ClassVar[tuple[str, ...]] = ()
+    #: FP8 scale granularities read with them ("per-tensor", "per-head")
+    kv_scales: ClassVar[tuple[str, ...]] = ("per-tensor",)
+    #: cache storage orders read ("NHD", "HND")
+    kv_orders: ClassVar[tuple[str, ...]] = ("NHD",)
     #: declared options (``-b NAME:key=value``); see attnbench.backend_options
     options: ClassVar[dict[str, BackendOption]] = {}
 
@@ -159,7 +174,7 @@ class Backend(ABC):
         if cls.dtypes and batch.dtype not in cls.dtypes:
             names = "/".join(_dtype_name(d) for d in cls.dtypes)
             out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
-        out += _head_dim_reasons(cls, label, batch.head_dim)
+        out += head_dim_reasons(cls, label, batch.head_dim)
         ps = batch.page_size
         if ps % cls.page_size_multiple:
             out.append(f"{label} needs page_size divisible by {cls.page_size_multiple}, got {ps}")
@@ -170,7 +185,8 @@ class Backend(ABC):
             out.append(f"num_q_heads {hq} is not a multiple of num_kv_heads {hkv}")
         elif cls.max_group is not None and hq // hkv > cls.max_group:
             out.append(f"{label} takes at most {cls.max_group} query heads per KV head, got {hq // hkv}")
-        out += _request_reasons(cls, label, batch)
+        out += request_reasons(cls, label, batch)
+        out += variant_reasons(cls, label, batch.spec)
         return out
 
     def unsupported(self, batch: Batch) -> list[str]:
@@ -200,32 +216,6 @@ class Backend(ABC):
     def converts(cls) -> bool:
         """True when the backend overrides :meth:`convert` (its rows report convert_ms)."""
         return cls.convert is not Backend.convert
-
-
-def _head_dim_reasons(cls: type[Backend], label: str, d: int) -> list[str]:
-    if cls.head_dims:
-        if d not in cls.head_dims:
-            return [f"{label} supports head_dim {', '.join(map(str, cls.head_dims))}, got {d}"]
-        return []
-    if d % cls.head_dim_multiple or (cls.max_head_dim is not None and d > cls.max_head_dim):
-        most = f" and at most {cls.max_head_dim}" if cls.max_head_dim is not None else ""
-        return [f"{label} needs head_dim a multiple of {cls.head_dim_multiple}{most}, got {d}"]
-    return []
-
-
-def _request_reasons(cls: type[Backend], label: str, batch: Batch) -> list[str]:
-    out = []
-    kinds = sorted({r.kind for r in batch.requests} - set(cls.kinds))
-    if kinds:
-        out.append(f"{label} does not compute {'/'.join(kinds)} requests")
-    trees = [r for r in batch.requests if r.tree_parents is not None]
-    shapes = len({r.tree_parents for r in trees})
-    if cls.max_tree_shapes is not None and shapes > cls.max_tree_shapes:
-        allowed = "one tree" if cls.max_tree_shapes == 1 else f"at most {cls.max_tree_shapes} tree shapes"
-        out.append(f"{label} takes {allowed} for the whole batch; this batch has {shapes} tree shapes")
-    if cls.trees_need_context and any(r.context == 0 for r in trees):
-        out.append(f"{label} needs a prefix (context >= 1) for every tree request")
-    return out
 
 
 # name -> "module:Class", imported only when asked for.

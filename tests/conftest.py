@@ -8,8 +8,10 @@ os.environ.setdefault("ATTNBENCH_CACHE_DIR", os.path.join(os.path.dirname(__file
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 
 
-def make_batch(requests, *, hq=4, hkv=2, d=32, dtype="float32", page_size=4, layout="shuffled", seed=0, device="cpu"):
-    spec = BatchSpec(tuple(requests), hq, hkv, d, dtype, page_size, layout)
+def make_batch(requests, *, hq=4, hkv=2, d=32, dtype="float32", page_size=4, layout="shuffled", seed=0, device="cpu",
+               **variants):
+    """A materialized batch; ``variants``: BatchSpec's window, sinks, softcap, alibi, kv_dtype, kv_scale, kv_order."""
+    spec = BatchSpec(tuple(requests), hq, hkv, d, dtype, page_size, layout, **variants)
     return materialize(spec, seed, device)
 
 

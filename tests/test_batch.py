@@ -65,4 +65,4 @@ def test_masks():
 
 def test_positions_of_tree_nodes():
     b = make_batch([Request("tree", 6, 10, (-1, 0, 0, 1, 1, 2))])
-    assert b.positions(0) == [10, 11, 11, 12, 12, 12]
+    assert b.positions(0).tolist() == [10, 11, 11, 12, 12, 12]

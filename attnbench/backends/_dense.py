@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
+from attnbench.workload.kvcache import dequantize
 
 from ._metadata import dense_masks
 
@@ -33,15 +34,19 @@ class Dense:
 
 
 def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``k, v`` as ``[B, Hkv, Lmax, D]``; rows past each kv_len are left as gathered garbage."""
+    """Returns ``k, v`` as ``[B, Hkv, Lmax, D]`` in the model dtype (an FP8 cache dequantized
+    with its scales: ``fp8.float() * scale``, then cast); rows past each kv_len are left as
+    gathered garbage. Reads either cache order through the NHD-indexable view."""
     b = batch.num_requests
     lmax = int(batch.host.kv_lens.max())
     ps = batch.page_size
     npages = -(-lmax // ps)
     pages = batch.block_table[:, :npages].long()  # [B, npages]
-    k = batch.k_cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]
-    v = batch.v_cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]
-    return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    out = []
+    for cache, scale in ((batch.k_cache, batch.k_scale), (batch.v_cache, batch.v_scale)):
+        x = cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]
+        out.append(dequantize(x, scale).to(batch.dtype).transpose(1, 2).contiguous())
+    return out[0], out[1]
 
 
 def padded_mask(batch: Batch) -> torch.Tensor:

@@ -82,7 +82,7 @@ def hidden_entries(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
         ctx = batch.context_lens.long()[t.reqs_t][:, None, None]
         hidden = (j[None, :, None] < size) & (j[None, None, :] < size) & ~tree_masks(batch)
         parts.append((t.reqs_t[:, None, None], j[None, :, None], ctx + j[None, None, :], hidden))
-    sel = np.flatnonzero(~h.is_tree & (h.query_lens > 1))  # prefills: their causal triangles
+    sel = np.flatnonzero(~h.is_tree & (h.query_lens > 1) & h.causal)  # causal prefills: their triangles
     if len(sel):
         qm = int(h.query_lens[sel].max())
         j = torch.arange(qm, device=dev)
@@ -119,8 +119,9 @@ def custom_mask_flat(batch: Batch) -> torch.Tensor:
 
 
 def dense_masks(batch: Batch) -> torch.Tensor:
-    """``[B, Qmax, Lmax]`` bool on the batch's device: which logical key slots each query sees,
-    False past a request's query or kv length."""
+    """``[B, Qmax, Lmax]`` bool on the batch's device: which logical key slots each query sees
+    (the causal / non-causal / tree rule and the window), False past a request's query or kv
+    length."""
     h = batch.host
     dev = batch.device
     b, qmax, lmax = batch.num_requests, int(h.query_lens.max()), int(h.kv_lens.max())
@@ -129,7 +130,31 @@ def dense_masks(batch: Batch) -> torch.Tensor:
     inside = (q < batch.query_lens.long()[:, None, None]) & (k < batch.kv_lens.long()[:, None, None])
     req, qi, ki, hidden = hidden_entries(batch)
     flat = (req * qmax + qi) * lmax + ki
-    return _clear(inside.reshape(-1), flat, hidden).view(b, qmax, lmax)
+    m = _clear(inside.reshape(-1), flat, hidden).view(b, qmax, lmax)
+    if batch.window is not None:
+        qpos, kpos = padded_positions(batch, qmax, lmax)
+        m &= kpos[:, None, :] > qpos[:, :, None] - batch.window
+    return m
+
+
+def padded_positions(batch: Batch, qmax: int, lmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(query positions [B, qmax], key positions [B, lmax])`` int64 on the batch's device
+    (docs/semantics.md "Positions"): a prefill/decode token at C + i, a tree node at C + its
+    depth (the ancestor-mask row's count - 1), a context slot j at j; a key slot C + i holds
+    query token i, so it has that token's position. Padding entries hold arbitrary values."""
+    dev = batch.device
+    ctx = batch.context_lens.long()[:, None]
+    depth = torch.arange(qmax, device=dev)[None, :].expand(batch.num_requests, qmax).clone()
+    t = batch.trees
+    if t.tmax:
+        d = tree_masks(batch).sum(-1) - 1  # [Bt, Tmax]
+        n = min(t.tmax, qmax)
+        depth[t.reqs_t, :n] = d[:, :n]
+    qpos = ctx + depth
+    j = torch.arange(lmax, device=dev)[None, :]
+    own = (j - ctx).clamp(0, qmax - 1)
+    kpos = torch.where(j < ctx, j, qpos.gather(1, own))
+    return qpos, kpos
 
 
 def flashinfer_page_layout(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

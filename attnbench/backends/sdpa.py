@@ -3,10 +3,15 @@
 One SDPA call for the whole batch, padded to ``[B, H, Qmax/Lmax, D]``. Uniform batches need no
 mask (equal-length decode) or a plain causal one (equal-length prefill without context),
 which lets PyTorch pick its flash kernel; any other batch (mixed lengths, chunked prefill,
-trees) passes a boolean mask, which PyTorch runs with its memory-efficient or math kernel.
+trees, a window, non-causal prefills) passes a boolean mask, which PyTorch runs with its
+memory-efficient or math kernel. ALiBi and sinks go in as a float bias (``_bias.py``: a sink
+is one more key whose K and V are zero and whose bias is the sink logit). SDPA has no
+soft-cap: a soft-capped batch runs an eager path (matmul, tanh, bias, softmax, matmul; mode
+``eager-softcap``), as model code without a fused kernel does.
 
-SDPA cannot read a paged, packed batch: ``convert`` pads the queries, gathers K/V and builds
-the dense mask (convert_ms); ``plan`` has nothing left to do (plan_ms ~ 0).
+SDPA cannot read a paged, packed batch: ``convert`` pads the queries, gathers K/V (an FP8
+cache dequantized to the model dtype) and builds the dense mask or bias (convert_ms); ``plan``
+has nothing left to do (plan_ms ~ 0).
 """
 from __future__ import annotations
 
@@ -19,22 +24,27 @@ import torch.nn.functional as F
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
+from ._bias import float_bias, needs_bias, with_sink_column
 from ._dense import Dense, gather_padded_kv, padded_mask, padded_queries, unpad_output
 
 
 @dataclass
 class SdpaPlan:
     q: torch.Tensor  # [B, Hq, Qmax, D]
-    k: torch.Tensor  # [B, Hkv, Lmax, D]
+    k: torch.Tensor  # [B, Hkv, Lmax(+1 with sinks), D]
     v: torch.Tensor
-    mask: Optional[torch.Tensor]  # [B, 1, Qmax, Lmax] bool, or None
+    mask: Optional[torch.Tensor]  # [B, 1, Qmax, Lmax] bool, [B, Hq|1, Qmax, Lmax(+1)] float, or None
     is_causal: bool
     index: Optional[torch.Tensor]  # real tokens in [B*Qmax], or None when unpadded
     scale: float
+    softcap: Optional[float] = None  # set: the eager path (SDPA has no soft-cap)
+    mode: str = ""
 
 
 def _uniform(batch: Batch) -> Optional[str]:
     h = batch.host
+    if batch.window is not None or not h.causal.all() or needs_bias(batch) or batch.softcap is not None:
+        return None
     if h.is_tree.any() or (h.query_lens != h.query_lens[0]).any() or (h.kv_lens != h.kv_lens[0]).any():
         return None
     if h.query_lens[0] == 1:
@@ -46,6 +56,10 @@ def _uniform(batch: Batch) -> Optional[str]:
 
 class SdpaBackend(Backend):
     name = "sdpa"
+    supports_window = supports_sinks = supports_softcap = supports_alibi = supports_noncausal = True
+    kv_dtypes = ("fp8_e4m3", "fp8_e5m2")  # dequantized in convert
+    kv_scales = ("per-tensor", "per-head")
+    kv_orders = ("NHD", "HND")
 
     def convert(self, batch: Batch) -> Dense:
         k, v = gather_padded_kv(batch)
@@ -55,14 +69,43 @@ class SdpaBackend(Backend):
             q = batch.q.reshape(b, -1, hq, d).transpose(1, 2)
             return Dense(batch, q, k, v, None, None, kind == "causal")
         q, index = padded_queries(batch)
-        return Dense(batch, q, k, v, index, padded_mask(batch))
+        mask = padded_mask(batch)
+        if needs_bias(batch) or batch.softcap is not None:
+            mask = float_bias(batch, mask, torch.float32 if batch.softcap is not None else batch.dtype)
+            if batch.sinks is not None:
+                k, v = with_sink_column(k), with_sink_column(v)
+        return Dense(batch, q, k, v, index, mask)
 
     def plan(self, dense: Dense) -> SdpaPlan:
         d = dense if isinstance(dense, Dense) else self.convert(dense)  # plan(batch) converts first
-        return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale)
+        cap = d.batch.softcap
+        return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale, cap, "eager-softcap" if cap else "")
 
     def run(self, p: SdpaPlan) -> torch.Tensor:
+        if p.softcap is not None:
+            return unpad_output(_eager(p), p.index)
         o = F.scaled_dot_product_attention(
             p.q, p.k, p.v, attn_mask=p.mask, is_causal=p.is_causal, scale=p.scale, enable_gqa=True
         )  # [B, Hq, Qmax, D]
         return unpad_output(o, p.index)
+
+
+def _eager(p: SdpaPlan) -> torch.Tensor:
+    """Soft-capped attention by plain torch ops: scores in float32 from the model-dtype
+    matmul, ``c * tanh(s / c)``, the float bias (mask, ALiBi, sink column), softmax, then
+    the PV matmul in the model dtype. ``[B, Hq, Qmax, D]``."""
+    b, hq, qmax, d = p.q.shape
+    hkv = p.k.shape[1]
+    g = hq // hkv
+    q = p.q.reshape(b, hkv, g * qmax, d)
+    s = torch.matmul(q, p.k.transpose(-1, -2)).float().view(b, hkv, g, qmax, -1) * p.scale
+    s = p.softcap * torch.tanh(s / p.softcap)
+    s = s + _heads(p.mask, hkv, g)
+    w = torch.softmax(s, dim=-1).to(p.v.dtype).view(b, hkv, g * qmax, -1)
+    return torch.matmul(w, p.v).view(b, hq, qmax, d)
+
+
+def _heads(mask: torch.Tensor, hkv: int, g: int) -> torch.Tensor:
+    """A ``[B, Hq|1, Qmax, L]`` float bias as ``[B, Hkv|1, G|1, Qmax, L]`` (query head h = kv * G + j)."""
+    b, h, qmax, l = mask.shape
+    return mask.view(b, 1, 1, qmax, l) if h == 1 else mask.view(b, hkv, g, qmax, l)

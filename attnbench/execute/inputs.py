@@ -22,13 +22,14 @@ from attnbench.workload.batch import Batch
 #: the tensor fields of a Batch that backends read (the metadata a backend must not change too)
 INPUT_FIELDS = (
     "q", "k_cache", "v_cache", "block_table", "query_start_loc", "query_lens", "context_lens", "kv_lens",
+    "k_scale", "v_scale", "sinks", "alibi_slopes",  # None unless the batch uses FP8 / sinks / ALiBi
 )
 
 
 def clone_batch(batch: Batch) -> Batch:
     """A deep copy of the batch's tensors on the same device; host metadata is shared
     (it is immutable: the spec and its requests are frozen dataclasses)."""
-    fields = {f: getattr(batch, f).clone() for f in INPUT_FIELDS}
+    fields = {f: getattr(batch, f).clone() for f in INPUT_FIELDS if getattr(batch, f) is not None}
     return dataclasses.replace(batch, **fields, _masks={})
 
 
@@ -37,6 +38,10 @@ def modified_inputs(pristine: Batch, used: Batch) -> list[str]:
     out = []
     for f in INPUT_FIELDS:
         a, b = getattr(pristine, f), getattr(used, f)
+        if a is None or b is None:
+            if a is not b:
+                out.append(f)
+            continue
         if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or not torch.equal(_bits(a), _bits(b)):
             out.append(f)
     return out
@@ -62,7 +67,7 @@ def aliased_inputs(out, batch: Batch) -> list[str]:
     names = []
     for f in INPUT_FIELDS:
         t = getattr(batch, f)
-        if not t.untyped_storage().nbytes():
+        if t is None or not t.untyped_storage().nbytes():
             continue
         i0, i1 = _span(t)
         if o0 < i1 and i0 < o1:

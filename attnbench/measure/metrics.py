@@ -1,8 +1,11 @@
 """FLOPs and bytes of a batch, measured device ceilings, and the roofline of a row.
 
 FLOPs are exact from the mask: every allowed (query, key) pair costs ``4 * head_dim`` per
-query head (QK^T and PV, a multiply-add each). Bytes are the minimum any backend must move:
-each request's K and V slots (``kv_len`` of them) read once per KV head, the slots on a shared
+query head (QK^T and PV, a multiply-add each; with a window only the keys inside it).
+Bytes are the minimum any backend must move:
+each request's K and V slots (``kv_len`` of them, or with a window only those from the first
+slot a query sees) read once per KV head at the cache's element size (1 byte for FP8, plus the
+float32 scales), the slots on a shared
 prefix's shared pages once for the whole group (SEMANTICS.md, "Shared prefixes": a backend
 that reads them once per request sits above this floor), q read and out written once, the
 block-table entries in use, the length arrays, and one int32 parent per tree node. Ceilings are measured on the device (device-to-device copy, counting read +
@@ -22,6 +25,7 @@ import torch
 
 from attnbench.measure.timing import median_seconds
 from attnbench.workload.batch import BatchSpec
+from attnbench.workload.masks import first_needed_slot, visible_pairs
 
 
 @dataclass(frozen=True)
@@ -31,29 +35,37 @@ class Work:
 
 
 def allowed_pairs(spec: BatchSpec) -> int:
-    total = 0
-    for r in spec.requests:
-        if r.tree_parents is None:
-            # query i sees context + i + 1 keys
-            total += r.query * r.context + r.query * (r.query + 1) // 2
-        else:
-            from attnbench.workload.trees import depths
+    """(query, key) pairs the masks allow: causal, non-causal, tree, and the window."""
+    return sum(visible_pairs(r, spec.window) for r in spec.requests)
 
-            total += r.query * r.context + sum(d + 1 for d in depths(r.tree_parents))
-    return total
+
+def kv_slots(spec: BatchSpec) -> int:
+    """K/V slots (per KV head) a backend must read at least once: each request's slots from
+    the first one a query sees (a window leaves the older ones unread) to kv_len, with the
+    slots on a prefix group's shared pages counted once for the group."""
+    total = 0
+    shared_from: dict = {}  # prefix group -> (lowest needed slot, shared slots)
+    for r in spec.requests:
+        lo = first_needed_slot(r, spec.window)
+        sh = spec.shared_pages(r) * spec.page_size
+        total += r.kv_len - max(lo, sh)
+        if sh:
+            low, _ = shared_from.get(r.prefix_group, (sh, sh))
+            shared_from[r.prefix_group] = (min(low, lo), sh)
+    return total + sum(sh - low for low, sh in shared_from.values())
 
 
 def work_of(spec: BatchSpec) -> Work:
     el = torch.empty((), dtype=spec.torch_dtype).element_size()
     flops = 4 * spec.head_dim * spec.num_q_heads * allowed_pairs(spec)
-    slots = sum(r.kv_len - spec.shared_pages(r) * spec.page_size for r in spec.requests)
-    slots += sum(spec.shared_pages(spec.requests[m[0]]) * spec.page_size for m in spec.prefix_groups().values())
-    kv = 2 * slots * spec.num_kv_heads * spec.head_dim * el
+    kv = 2 * kv_slots(spec) * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
+    kv += 2 * 4 * spec.kv_scale_count  # FP8 scales, float32
     qo = 2 * spec.num_tokens * spec.num_q_heads * spec.head_dim * el
     table = sum(4 * spec.pages_of(r) for r in spec.requests)
     lens = 4 * 3 * len(spec.requests)
     trees = sum(4 * r.query for r in spec.requests if r.tree_parents is not None)
-    return Work(flops=flops, bytes=kv + qo + table + lens + trees)
+    per_head = 4 * spec.num_q_heads * (int(spec.sinks) + int(spec.alibi))  # float32 sinks / slopes
+    return Work(flops=flops, bytes=kv + qo + table + lens + trees + per_head)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
+from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
 from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request  # noqa: F401  (re-exported)
-from attnbench.workload.trees import ancestor_mask, depths
+from attnbench.workload.trees import depths
 from attnbench.workload.units import format_int
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -28,8 +30,12 @@ class Batch:
 
     Shapes (N = total query tokens, B = requests, P = pages):
       q            [N, Hq, D]            dtype
-      k_cache      [P, page_size, Hkv, D] dtype (NHD)
-      v_cache      [P, page_size, Hkv, D] dtype
+      k_cache      [P, page_size, Hkv, D] kv_dtype, NHD-indexable (with kv_order HND a permuted
+                                         view of the contiguous [P, Hkv, page_size, D] storage)
+      v_cache      [P, page_size, Hkv, D] kv_dtype
+      k_scale, v_scale [1] or [Hkv]      float32 FP8 scales (None without FP8)
+      sinks        [Hq]                  float32 sink logits (None without sinks)
+      alibi_slopes [Hq]                  float32 (None without ALiBi)
       block_table  [B, max_pages]        int32; unused entries are 0 (the null page)
       query_start_loc [B + 1]            int32
       query_lens, context_lens, kv_lens [B] int32
@@ -46,6 +52,10 @@ class Batch:
     context_lens: torch.Tensor
     kv_lens: torch.Tensor
     scale: float
+    k_scale: Optional[torch.Tensor] = None
+    v_scale: Optional[torch.Tensor] = None
+    sinks: Optional[torch.Tensor] = None
+    alibi_slopes: Optional[torch.Tensor] = None
     _masks: dict = field(default_factory=dict, repr=False)
 
     # -- host-side views ------------------------------------------------------------------
@@ -95,6 +105,37 @@ class Batch:
     def page_size(self) -> int:
         return self.spec.page_size
 
+    # -- attention variants (docs/semantics.md) -------------------------------------------
+    @property
+    def window(self) -> Optional[int]:
+        return self.spec.window
+
+    @property
+    def softcap(self) -> Optional[float]:
+        return self.spec.softcap
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The cache's torch dtype (a float8 dtype for an FP8 cache, else the model dtype)."""
+        return self.k_cache.dtype
+
+    @property
+    def kv_order(self) -> str:
+        return self.spec.kv_order
+
+    @property
+    def k_storage(self) -> torch.Tensor:
+        """The K cache in its storage order: ``[P, page, Hkv, D]`` (NHD) or ``[P, Hkv, page, D]`` (HND)."""
+        return storage_of(self.k_cache, self.spec.kv_order)
+
+    @property
+    def v_storage(self) -> torch.Tensor:
+        return storage_of(self.v_cache, self.spec.kv_order)
+
+    @property
+    def causal(self) -> list[bool]:
+        return [r.causal for r in self.spec.requests]
+
     @property
     def kinds(self) -> list[str]:
         return [r.kind for r in self.spec.requests]
@@ -119,26 +160,26 @@ class Batch:
         return max(r.kv_len for r in self.spec.requests)
 
     def mask(self, i: int) -> torch.Tensor:
-        """``[Q, L]`` bool on the CPU: which keys (logical slots) each query token of request i sees."""
+        """``[Q, L]`` bool on the CPU: which keys (logical slots) each query token of request i
+        sees: the causal / non-causal / tree rule AND the window."""
         if i not in self._masks:
-            self._masks[i] = request_mask(self.spec.requests[i])
+            self._masks[i] = request_mask(self.spec.requests[i], self.spec.window)
         return self._masks[i]
 
-    def positions(self, i: int) -> list[int]:
-        """RoPE positions of request i's query tokens (slot != position inside a tree)."""
-        r = self.spec.requests[i]
-        if r.tree_parents is not None:
-            return [r.context + d for d in depths(r.tree_parents)]
-        return [r.context + j for j in range(r.query)]
+    def positions(self, i: int) -> torch.Tensor:
+        """``[Q]`` int64 on the CPU: absolute positions of request i's query tokens (context
+        C..; a prefill's j-th token at C + j; a tree node at C + its depth: slot != position)."""
+        return query_positions(self.spec.requests[i])
 
     def gather_kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Request i's keys and values in logical order: two ``[L, Hkv, D]`` tensors."""
+        """Request i's keys and values in logical order: two ``[L, Hkv, D]`` tensors in NHD
+        order, dequantized (float32) when the cache is FP8, else in the model dtype."""
         r = self.spec.requests[i]
         n = self.spec.pages_of(r)
         pages = self.block_table[i, :n].long()
         k = self.k_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
         v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
-        return k, v
+        return dequantize(k, self.k_scale), dequantize(v, self.v_scale)
 
 
 
@@ -152,6 +193,7 @@ class HostLens:
     kv_lens: np.ndarray  # [B]
     query_start_loc: np.ndarray  # [B + 1]
     is_tree: np.ndarray  # [B] bool
+    causal: np.ndarray  # [B] bool: False for a non-causal (bidirectional) prefill
 
 
 @dataclass(frozen=True)
@@ -186,7 +228,8 @@ def host_lens(spec: BatchSpec) -> HostLens:
     start = np.zeros(len(q) + 1, dtype=np.int64)
     np.cumsum(q, out=start[1:])
     tree = np.array([r.tree_parents is not None for r in spec.requests], dtype=bool)
-    return HostLens(q, c, q + c, start, tree)
+    causal = np.array([r.causal for r in spec.requests], dtype=bool)
+    return HostLens(q, c, q + c, start, tree, causal)
 
 
 def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
@@ -217,18 +260,6 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
     )
 
 
-def request_mask(r: Request) -> torch.Tensor:
-    """``[Q, L]`` bool: causal bottom-right for prefill/decode; prefix + ancestors for trees."""
-    q_idx = torch.arange(r.query).unsqueeze(1)
-    k_idx = torch.arange(r.kv_len).unsqueeze(0)
-    if r.tree_parents is None:
-        return k_idx <= r.context + q_idx
-    m = torch.zeros(r.query, r.kv_len, dtype=torch.bool)
-    m[:, : r.context] = True
-    m[:, r.context :] = ancestor_mask(r.tree_parents)
-    return m
-
-
 def _randn(shape: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     # Drawn in float32 on the target device, then cast: deterministic per device and seed.
     return torch.randn(*shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
@@ -250,17 +281,18 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
     clens = torch.tensor([r.context for r in reqs], dtype=torch.int32)
     qsl = torch.zeros(len(reqs) + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(qlens, 0)
-    shape_kv = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
     q = _randn((spec.num_tokens, spec.num_q_heads, spec.head_dim), dev_gen, dtype, device)
-    k_cache = _randn(shape_kv, dev_gen, dtype, device)
-    v_cache = _randn(shape_kv, dev_gen, dtype, device)
-    copy_partial_prefix_pages(spec, table, (k_cache, v_cache))
+    (k_cache, k_scale), (v_cache, v_scale) = _caches(spec, table, dev_gen, device)
     scale = spec.scale if spec.scale is not None else spec.head_dim ** -0.5
     return Batch(
         spec=spec,
         q=q,
         k_cache=k_cache,
         v_cache=v_cache,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        sinks=_sinks(spec, seed, device),
+        alibi_slopes=alibi_slopes(spec.num_q_heads).to(device) if spec.alibi else None,
         block_table=table.to(device),
         query_start_loc=qsl.to(device),
         query_lens=qlens.to(device),
@@ -268,6 +300,36 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
         kv_lens=(qlens + clens).to(device),
         scale=float(scale),
     )
+
+
+#: sink logits are drawn uniform in [0, SINK_MAX): over the windows and contexts benchmarks
+#: use, a head's sink then takes from a negligible to a dominant share of the denominator,
+#: so a backend that drops the sinks fails the check
+SINK_MAX = 8.0
+_SINK_SEED = 0x5E1F_51A7  # mixed into the seed: the sinks' own stream, leaving q/K/V as before
+
+
+def _caches(spec: BatchSpec, table: torch.Tensor, gen: torch.Generator, device: torch.device):
+    """``((k_cache, k_scale), (v_cache, v_scale))`` in the spec's dtype and order. Values are
+    drawn in float32 (identical to the model-dtype cache's draws), the shared prefixes' partial
+    pages copied, then quantized to FP8 with scales from the data (docs/semantics.md)."""
+    shape_kv = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
+    out = []
+    for _ in range(2):
+        x = _randn(shape_kv, gen, torch.float32 if spec.fp8 else spec.torch_dtype, device)
+        copy_partial_prefix_pages(spec, table, (x,))
+        scale = None
+        if spec.fp8:
+            x, scale = quantize_fp8(x, spec.kv_dtype, spec.kv_scale == "per-head")
+        out.append((to_order(x, spec.kv_order)[1], scale))
+    return out
+
+
+def _sinks(spec: BatchSpec, seed: int, device: torch.device) -> Optional[torch.Tensor]:
+    if not spec.sinks:
+        return None
+    gen = torch.Generator().manual_seed((seed ^ _SINK_SEED) % (1 << 63))
+    return (torch.rand(spec.num_q_heads, generator=gen, dtype=torch.float32) * SINK_MAX).to(device)
 
 
 def describe(spec: BatchSpec) -> str:
@@ -286,6 +348,26 @@ def describe(spec: BatchSpec) -> str:
         elif r.kind == "tree":
             s = f"{count} {'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
         else:
-            s = f"{count} prefill {format_int(r.query)}" + (f"@{format_int(r.context)}" if r.context else "")
+            s = f"{count} {'' if r.causal else 'non-causal '}prefill {format_int(r.query)}"
+            s += f"@{format_int(r.context)}" if r.context else ""
         out.append(s + (f" sharing {format_int(r.shared_prefix)}" if r.prefix_group is not None else ""))
-    return " + ".join(out)
+    return " + ".join(out) + "".join(f"; {v}" for v in variant_words(spec))
+
+
+def variant_words(spec: BatchSpec) -> list[str]:
+    """The attention variants of ``spec`` in words (``fp8_e4m3 KV per-head``, ``window 128``,
+    ...); [] for plain attention in the model dtype, NHD."""
+    words = []
+    if spec.fp8:
+        words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
+    if spec.kv_order != "NHD":
+        words.append(f"{spec.kv_order} cache")
+    if spec.window is not None:
+        words.append(f"window {format_int(spec.window)}")
+    if spec.sinks:
+        words.append("sinks")
+    if spec.softcap is not None:
+        words.append(f"softcap {spec.softcap:g}")
+    if spec.alibi:
+        words.append("alibi")
+    return words

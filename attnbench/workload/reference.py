@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnbench.workload.batch import Batch
+from attnbench.workload.masks import key_positions, query_positions
 
 # Above this many score elements per chunk the reference computes in float32 (docs/semantics.md
 # allows it on large cases); float64 stays for everything a test or a CPU run uses.
@@ -16,9 +17,11 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
     """Returns ``(out [N, Hq, D] float32, lse [N, Hq] float32, natural log)``.
 
     The output stays in float32 (not rounded to the batch's dtype), so that the error of a
-    16-bit backend is measured against the exact value."""
-    hq, hkv, d = batch.num_q_heads, batch.num_kv_heads, batch.head_dim
-    g = hq // hkv
+    16-bit backend is measured against the exact value. Follows docs/semantics.md: scores
+    ``(q . k) * scale``, then soft-cap, then ALiBi, then the mask (causal / tree / non-causal
+    and the window), then softmax with the sink logit in the denominator (and in the LSE).
+    An FP8 cache is read dequantized (``batch.gather_kv``)."""
+    hq = batch.num_q_heads
     out = torch.empty(batch.q.shape, dtype=torch.float32, device=batch.device)
     lse = torch.empty(batch.num_tokens, hq, dtype=torch.float32, device=batch.device)
     starts = batch.query_start
@@ -27,25 +30,50 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
         if cdt is None:
             big = r.query * r.kv_len * hq > FLOAT64_LIMIT
             cdt = torch.float32 if big else torch.float64
-        k, v = batch.gather_kv(i)
-        k = k.to(cdt).permute(1, 0, 2)  # [Hkv, L, D]
-        v = v.to(cdt).permute(1, 0, 2)
-        mask = batch.mask(i).to(batch.device)  # [Q, L]
-        q = batch.q[starts[i] : starts[i + 1]].to(cdt)  # [Q, Hq, D]
-        # Chunk over query rows so a long prefill never builds a huge score matrix.
-        rows = max(1, CHUNK_ELEMENTS // max(1, r.kv_len * hq))
-        for s in range(0, r.query, rows):
-            e = min(r.query, s + rows)
-            qc = q[s:e].reshape(e - s, hkv, g, d).permute(1, 2, 0, 3)  # [Hkv, G, q, D]
-            scores = torch.einsum("hgqd,hld->hgql", qc, k) * batch.scale
-            scores = scores.masked_fill(~mask[s:e], float("-inf"))
-            m = scores.amax(-1, keepdim=True)
-            p = torch.exp(scores - m)
-            denom = p.sum(-1, keepdim=True)
-            o = torch.einsum("hgql,hld->hgqd", p / denom, v)
-            out[starts[i] + s : starts[i] + e] = o.permute(2, 0, 1, 3).reshape(e - s, hq, d).to(out.dtype)
-            l = (m + torch.log(denom)).squeeze(-1)  # [Hkv, G, q]
-            lse[starts[i] + s : starts[i] + e] = l.permute(2, 0, 1).reshape(e - s, hq).float()
+        o, l = _request(batch, i, cdt)
+        out[starts[i] : starts[i + 1]] = o
+        lse[starts[i] : starts[i + 1]] = l
+    return out, lse
+
+
+def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Request i's ``(out [Q, Hq, D], lse [Q, Hq])`` in float32, computed in ``cdt``."""
+    r = batch.requests[i]
+    hq, hkv, d = batch.num_q_heads, batch.num_kv_heads, batch.head_dim
+    g = hq // hkv
+    dev = batch.device
+    k, v = batch.gather_kv(i)
+    k = k.to(cdt).permute(1, 0, 2)  # [Hkv, L, D]
+    v = v.to(cdt).permute(1, 0, 2)
+    mask = batch.mask(i).to(dev)  # [Q, L]
+    qpos = query_positions(r).to(dev, cdt)
+    kpos = key_positions(r).to(dev, cdt)
+    heads = lambda t: None if t is None else t.to(dev, cdt).reshape(hkv, g, 1, 1)  # noqa: E731
+    slopes, sinks = heads(batch.alibi_slopes), heads(batch.sinks)
+    q = batch.q[batch.query_start[i] : batch.query_start[i + 1]].to(cdt)  # [Q, Hq, D]
+    out = torch.empty(r.query, hq, d, dtype=torch.float32, device=dev)
+    lse = torch.empty(r.query, hq, dtype=torch.float32, device=dev)
+    # Chunk over query rows so a long prefill never builds a huge score matrix.
+    rows = max(1, CHUNK_ELEMENTS // max(1, r.kv_len * hq))
+    for s in range(0, r.query, rows):
+        e = min(r.query, s + rows)
+        qc = q[s:e].reshape(e - s, hkv, g, d).permute(1, 2, 0, 3)  # [Hkv, G, q, D]
+        scores = torch.einsum("hgqd,hld->hgql", qc, k) * batch.scale
+        if batch.softcap is not None:
+            scores = batch.softcap * torch.tanh(scores / batch.softcap)
+        if slopes is not None:
+            scores = scores + slopes * (kpos[None, :] - qpos[s:e, None])
+        scores = scores.masked_fill(~mask[s:e], float("-inf"))
+        m = scores.amax(-1, keepdim=True)
+        if sinks is not None:
+            m = torch.maximum(m, sinks)
+        p = torch.exp(scores - m)
+        denom = p.sum(-1, keepdim=True)
+        if sinks is not None:
+            denom = denom + torch.exp(sinks - m)  # the sink has a logit but no value
+        o = torch.einsum("hgql,hld->hgqd", p / denom, v)
+        out[s:e] = o.permute(2, 0, 1, 3).reshape(e - s, hq, d).float()
+        lse[s:e] = (m + torch.log(denom)).squeeze(-1).permute(2, 0, 1).reshape(e - s, hq).float()
     return out, lse
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -17,6 +16,7 @@ from attnbench.workload.spec import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
+from attnbench.workload.dotted import parse_override, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
@@ -45,6 +45,12 @@ class ModelShape(_Strict):
     head_dim: SizeInt = Field(ge=1, le=1024)
     dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
     scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5")
+    window: Optional[SizeInt] = Field(
+        default=None, description="sliding window W >= 1: a query at position p sees keys at positions > p - W"
+    )
+    sinks: bool = Field(default=False, description="one seeded sink logit per query head in every softmax denominator")
+    softcap: Optional[float] = Field(default=None, description="logit soft-cap c > 0: scores -> c * tanh(scores / c)")
+    alibi: bool = Field(default=False, description="ALiBi: scores += slope_h * (key position - query position)")
 
     @model_validator(mode="after")
     def _gqa(self):
@@ -52,12 +58,28 @@ class ModelShape(_Strict):
             raise ValueError(
                 f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
+        if self.window is not None and self.window < 1:
+            raise ValueError(
+                f"window must be >= 1 (got {self.window}): a window of W keys lets a query at position p see keys"
+                " at positions > p - W; leave `window` out for full attention"
+            )
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap must be > 0 (got {self.softcap}), e.g. softcap: 50; leave it out for no soft-capping")
         return self
 
 
 class KVCache(_Strict):
     page_size: SizeInt = Field(default=16, ge=1, le=4096)
     layout: Literal["contiguous", "shuffled", "shuffled-within", "reversed", "interleaved"] = "shuffled"
+    dtype: Optional[Literal["fp8_e4m3", "fp8_e5m2", "float32", "float16", "bfloat16"]] = Field(
+        default=None, description="cache dtype: fp8_e4m3 or fp8_e5m2 (scales from the data), else the model dtype"
+    )
+    scale: Literal["per-tensor", "per-head"] = Field(
+        default="per-tensor", description="FP8 scales: one per K/V cache (per-tensor) or one per KV head (per-head)"
+    )
+    order: Literal["NHD", "HND"] = Field(
+        default="NHD", description="page storage order: NHD [page, head, dim] or HND [head, page, dim]"
+    )
 
 
 class Group(_Strict):
@@ -74,6 +96,9 @@ class Group(_Strict):
     shared_prefix: SizeInt = Field(
         default=0, ge=0, le=1 << 24,
         description="the group's requests share their first N context tokens: whole pages are the same pages",
+    )
+    causal: bool = Field(
+        default=True, description="kind: prefill only: false makes it bidirectional (every query sees every key of its request)"
     )
     compare_with: list[Literal["chain", "decode"]] = Field(
         default=[], max_length=2,
@@ -106,6 +131,10 @@ class Group(_Strict):
                 f"shared_prefix ({self.shared_prefix}) is larger than the context ({self.context}): the shared"
                 f" prompt is part of the cached context; lower shared_prefix or raise context"
             )
+        if not self.causal and self.kind != "prefill":
+            raise ValueError(
+                f"causal: false is for kind: prefill only (a {self.kind} attends causally to its cache); remove it here"
+            )
         if self.compare_with and self.kind != "tree":
             raise ValueError(f"compare_with is only for kind: tree (this group is kind: {self.kind}); remove it here")
         return self
@@ -114,7 +143,8 @@ class Group(_Strict):
         """The group's requests; ``group_id`` names its prefix group when it shares a prefix."""
         parents, dyn = (tuple(parse_tree(self.tree)), tree_is_dynamic(self.tree)) if self.kind == "tree" else (None, False)
         share = dict(shared_prefix=self.shared_prefix, prefix_group=group_id) if self.shared_prefix else {}
-        return [Request(self.kind, self.query, self.context, parents, dyn, **share) for _ in range(self.count)]
+        return [Request(self.kind, self.query, self.context, parents, dyn, causal=self.causal, **share)
+                for _ in range(self.count)]
 
 
 class Timing(_Strict):
@@ -183,7 +213,13 @@ class Scenario(_Strict):
         kv = sum(g.count * (g.context + g.query) for g in self.batch)
         if kv > MAX_KV_TOKENS:
             raise ValueError(f"the batch has {kv} KV tokens; at most {MAX_KV_TOKENS} are allowed")
+        _check_kv_cache(self.model, self.kv_cache)
         return self
+
+    def kv_dtype(self) -> Optional[str]:
+        """The FP8 cache dtype name, or None for a cache in the model dtype."""
+        d = self.kv_cache.dtype
+        return d if d is not None and d.startswith("fp8") else None
 
     def batch_spec(self) -> BatchSpec:
         reqs = tuple(r for i, g in enumerate(self.batch) for r in g.requests(i))
@@ -196,7 +232,30 @@ class Scenario(_Strict):
             page_size=self.kv_cache.page_size,
             layout=self.kv_cache.layout,
             scale=self.model.scale,
+            window=self.model.window,
+            sinks=self.model.sinks,
+            softcap=self.model.softcap,
+            alibi=self.model.alibi,
+            kv_dtype=self.kv_dtype(),
+            kv_scale=self.kv_cache.scale,
+            kv_order=self.kv_cache.order,
         )
+
+
+def _check_kv_cache(model: ModelShape, kv: KVCache) -> None:
+    d = kv.dtype
+    if d is not None and d.startswith("fp8") and model.dtype == "float32":
+        raise ValueError(
+            f"kv_cache.dtype {d} needs a 16-bit model: set model.dtype to bfloat16 or float16 (FP8 caches"
+            " serve 16-bit models), or leave kv_cache.dtype out"
+        )
+    if d is not None and not d.startswith("fp8") and d != model.dtype:
+        raise ValueError(
+            f"kv_cache.dtype {d} differs from model.dtype {model.dtype}: a cache that is not FP8 has the model's"
+            " dtype; leave kv_cache.dtype out, or use fp8_e4m3 / fp8_e5m2"
+        )
+    if "scale" in kv.model_fields_set and kv.scale != "per-tensor" and not (d or "").startswith("fp8"):
+        raise ValueError(f"kv_cache.scale {kv.scale} is for an FP8 cache only: set kv_cache.dtype to fp8_e4m3 or fp8_e5m2")
 
 
 @dataclass
@@ -224,49 +283,6 @@ class ScenarioFile:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
-
-
-# -- dotted paths ---------------------------------------------------------------------------
-def _set_path(doc: Any, path: str, value: Any, where: str) -> None:
-    parts = path.split(".")
-    if not path or any(p == "" for p in parts):
-        raise ScenarioError(f"{where}: {short_repr(path)} is not a dotted path such as model.head_dim or batch.0.context")
-    node = doc
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        here = ".".join(parts[: i + 1])
-        if isinstance(node, list):
-            if not re.fullmatch(r"[0-9]{1,9}", part) or int(part) >= len(node):
-                raise ScenarioError(
-                    f"{where}: {short_repr(here)}: no item {short_repr(part)} (the list has {len(node)} items, 0..{len(node) - 1})"
-                )
-            if last:
-                node[int(part)] = value
-            else:
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-        else:
-            raise ScenarioError(f"{where}: {short_repr(here)}: cannot set a key inside a {type(node).__name__}")
-
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise ScenarioError(f"--set {short_repr(text)}: expected KEY=VALUE, e.g. --set model.head_dim=64")
-    key, value = text.split("=", 1)
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: the text as written
-        return key.strip(), value
-    check_shape(parsed, f"--set {short_repr(text)}")
-    return key.strip(), parsed
-
-
 
 
 def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
@@ -301,8 +317,8 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
     raw = copy.deepcopy(raw)
     notes: list[str] = []
     for text_ov in overrides or []:
-        key, value = _parse_override(text_ov)
-        _set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
+        key, value = parse_override(text_ov)
+        set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
         notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
     base = _validate(raw, path)
     check_shape(raw, path)
@@ -355,7 +371,7 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
                 raise ScenarioError(f"{path}: batch: {e}") from None
         params = dict(zip(keys, combo))
         for k, v in params.items():
-            _set_path(doc, k, v, f"{path}: sweep.{k}")
+            set_path(doc, k, v, f"{path}: sweep.{k}")
         label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")
         variants = variant_docs(doc, sc.batch)

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
 #: dtype name -> bytes per element (the torch dtypes are in ``batch.DTYPES``)
 DTYPE_NAMES = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: FP8 KV-cache dtype name -> (torch dtype name, largest finite value); 1 byte per element
+FP8_DTYPES = {"fp8_e4m3": ("float8_e4m3fn", 448.0), "fp8_e5m2": ("float8_e5m2", 57344.0)}
+KV_SCALES = ("per-tensor", "per-head")
+KV_ORDERS = ("NHD", "HND")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Request:
     tree_dynamic: bool = False  # the tree changes every step (trees.tree_is_dynamic)
     shared_prefix: int = 0
     prefix_group: Optional[int] = None
+    causal: bool = True  # False: a bidirectional prefill (every query sees every key of its request)
 
     @property
     def kv_len(self) -> int:
@@ -47,8 +52,17 @@ class BatchSpec:
     page_size: int = 16
     layout: str = "shuffled"
     scale: Optional[float] = None
+    # Attention variants (docs/semantics.md); the defaults are plain causal attention.
+    window: Optional[int] = None  # W >= 1: a query at position p sees keys at positions > p - W
+    sinks: bool = False  # one seeded sink logit per query head in every softmax denominator
+    softcap: Optional[float] = None  # c > 0: scores -> c * tanh(scores / c)
+    alibi: bool = False  # scores += slope_h * (key position - query position)
+    kv_dtype: Optional[str] = None  # None: the model dtype; "fp8_e4m3" | "fp8_e5m2"
+    kv_scale: str = "per-tensor"  # FP8 scales: "per-tensor" | "per-head"
+    kv_order: str = "NHD"  # storage order of the cache pages: "NHD" | "HND"
 
     def __post_init__(self):
+        self._check_variants()
         size: dict = {}
         for r in self.requests:
             if r.prefix_group is None:
@@ -57,6 +71,45 @@ class BatchSpec:
                 raise ValueError(f"shared_prefix {r.shared_prefix} must be in 0..context ({r.context})")
             if size.setdefault(r.prefix_group, r.shared_prefix) != r.shared_prefix:
                 raise ValueError(f"prefix group {r.prefix_group}: its requests give different shared_prefix lengths")
+
+    def _check_variants(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1 (got {self.window}); None means no window")
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap must be > 0 (got {self.softcap}); None means no soft-capping")
+        if self.kv_dtype is not None and self.kv_dtype not in FP8_DTYPES:
+            raise ValueError(f"kv_dtype must be None (the model dtype) or one of {', '.join(FP8_DTYPES)}, got {self.kv_dtype!r}")
+        if self.kv_dtype is not None and self.dtype == "float32":
+            raise ValueError(f"an {self.kv_dtype} KV cache needs a 16-bit model dtype (float16 or bfloat16), not float32")
+        if self.kv_scale not in KV_SCALES:
+            raise ValueError(f"kv_scale must be one of {', '.join(KV_SCALES)}, got {self.kv_scale!r}")
+        if self.kv_order not in KV_ORDERS:
+            raise ValueError(f"kv_order must be one of {', '.join(KV_ORDERS)}, got {self.kv_order!r}")
+        for r in self.requests:
+            if not r.causal and r.kind != "prefill":
+                raise ValueError(f"causal=False is for prefill requests only, not {r.kind}")
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype is not None
+
+    @property
+    def kv_element_bytes(self) -> int:
+        """Bytes per K or V element in the cache (1 for FP8)."""
+        return 1 if self.fp8 else DTYPE_NAMES[self.dtype]
+
+    @property
+    def kv_scale_count(self) -> int:
+        """float32 scales per K (and per V) cache: 0 without FP8, 1 per tensor, Hkv per head."""
+        if not self.fp8:
+            return 0
+        return 1 if self.kv_scale == "per-tensor" else self.num_kv_heads
+
+    @property
+    def kv_torch_dtype(self) -> "torch.dtype":
+        import torch
+
+        return getattr(torch, FP8_DTYPES[self.kv_dtype][0]) if self.fp8 else self.torch_dtype
 
     @property
     def torch_dtype(self) -> "torch.dtype":
@@ -106,6 +159,6 @@ class BatchSpec:
     def memory_bytes(self) -> int:
         """Bytes the materialized batch takes on its device (q, out, caches, tables)."""
         el = DTYPE_NAMES[self.dtype]
-        kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * el
+        kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * self.kv_element_bytes
         qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
         return kv + qo

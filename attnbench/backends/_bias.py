@@ -1,0 +1,40 @@
+"""Dense float biases for backends that take an additive attention mask (SDPA): the boolean
+mask as 0 / -inf, plus ALiBi's ``slope_h * (key position - query position)``, plus one more
+key column for the sinks (docs/semantics.md "Sinks": a key with a logit and no value is a
+zero K row, a zero V row and a bias equal to the sink logit, since q . 0 = 0).
+"""
+from __future__ import annotations
+
+import torch
+
+from attnbench.workload.batch import Batch
+
+from ._metadata import padded_positions
+
+
+def needs_bias(batch: Batch) -> bool:
+    """True when the batch has ALiBi or sinks (a boolean mask cannot say it)."""
+    return batch.alibi_slopes is not None or batch.sinks is not None
+
+
+def float_bias(batch: Batch, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, Hq|1, Qmax, Lmax (+1 with sinks)]`` in ``dtype`` from the boolean ``mask``
+    ``[B, 1, Qmax, Lmax]``: 0 where allowed, -inf where not, ALiBi added (then one row per
+    query head), the sink logit as the last column. Built in float32, cast once."""
+    b, _, qmax, lmax = mask.shape
+    bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, float("-inf"))
+    hq = batch.num_q_heads
+    if batch.alibi_slopes is not None:
+        qpos, kpos = padded_positions(batch, qmax, lmax)
+        dist = (kpos[:, None, :] - qpos[:, :, None]).float()  # [B, Qmax, Lmax]
+        bias = bias + batch.alibi_slopes.float().view(1, hq, 1, 1) * dist[:, None]
+    if batch.sinks is not None:
+        bias = bias.expand(b, hq, qmax, lmax)
+        sink = batch.sinks.float().view(1, hq, 1, 1).expand(b, hq, qmax, 1)
+        bias = torch.cat([bias, sink], dim=-1)
+    return bias.to(dtype)
+
+
+def with_sink_column(x: torch.Tensor) -> torch.Tensor:
+    """``[B, H, L, D]`` -> ``[B, H, L + 1, D]`` with a zero row last (the sink's K or V)."""
+    return torch.cat([x, x.new_zeros(x.shape[0], x.shape[1], 1, x.shape[3])], dim=2)

@@ -1,0 +1,51 @@
+"""Dotted paths into a scenario document (``--set model.head_dim=64``, ``sweep:`` keys): set a
+value at a path, parse a ``KEY=VALUE`` override. Errors are :class:`ScenarioError` naming the path."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from attnbench.workload.messages import ScenarioError, check_shape
+from attnbench.workload.units import short_repr
+
+
+def set_path(doc: Any, path: str, value: Any, where: str) -> None:
+    parts = path.split(".")
+    if not path or any(p == "" for p in parts):
+        raise ScenarioError(f"{where}: {short_repr(path)} is not a dotted path such as model.head_dim or batch.0.context")
+    node = doc
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        here = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not re.fullmatch(r"[0-9]{1,9}", part) or int(part) >= len(node):
+                raise ScenarioError(
+                    f"{where}: {short_repr(here)}: no item {short_repr(part)} (the list has {len(node)} items, 0..{len(node) - 1})"
+                )
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ScenarioError(f"{where}: {short_repr(here)}: cannot set a key inside a {type(node).__name__}")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ScenarioError(f"--set {short_repr(text)}: expected KEY=VALUE, e.g. --set model.head_dim=64")
+    key, value = text.split("=", 1)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: the text as written
+        return key.strip(), value
+    check_shape(parsed, f"--set {short_repr(text)}")
+    return key.strip(), parsed

@@ -1,0 +1,111 @@
+"""The variants in the scenario language: fields reach the BatchSpec, bad combinations are one
+message naming the field and the fix (exit 2), a run with every feature checks and saves what
+scripts/check_saved.py needs to recompute it from the file alone."""
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+from attnbench.workload.messages import ScenarioError
+from attnbench.workload.scenario import load_text
+
+runner = CliRunner()
+HEAD = "model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: bfloat16"
+
+FULL = textwrap.dedent(
+    """
+    name: variants
+    seed: 5
+    device: cpu
+    model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float16, window: 6, sinks: true, softcap: 3, alibi: true}
+    kv_cache: {page_size: 3, layout: shuffled, dtype: fp8_e4m3, scale: per-head, order: HND}
+    batch:
+      - {kind: decode, count: 2, context: 19}
+      - {kind: prefill, count: 1, query: 5, context: 3, causal: false}
+      - {kind: prefill, count: 1, query: 4, context: 8}
+      - {kind: tree, count: 1, context: 7, tree: {choices: [[0], [1], [0, 0], [0, 0, 0]]}}
+    sweep:
+      model.window: [2, 6]
+    backends: [reference, sdpa, flex]
+    timing: {warmup_ms: 1, measure_ms: 5, min_runs: 3}
+    """
+)
+
+
+def test_fields_reach_the_spec():
+    sf = load_text(FULL, "v.yaml")
+    spec = sf.cases[0].scenario.batch_spec()
+    assert (spec.window, spec.sinks, spec.softcap, spec.alibi) == (2, True, 3.0, True)
+    assert (spec.kv_dtype, spec.kv_scale, spec.kv_order) == ("fp8_e4m3", "per-head", "HND")
+    assert [r.causal for r in spec.requests] == [True, True, False, True, True]
+    plain = load_text(f"{HEAD}}}\nbatch: '2q1s8'", "p.yaml").scenario.batch_spec()
+    assert (plain.window, plain.sinks, plain.softcap, plain.alibi, plain.kv_dtype, plain.kv_order) == (
+        None, False, None, False, None, "NHD")
+    same = load_text(f"{HEAD}}}\nkv_cache: {{dtype: bfloat16}}\nbatch: '2q1s8'", "p.yaml").scenario.batch_spec()
+    assert same.kv_dtype is None
+
+
+BAD = [
+    (f"{HEAD}, window: 0}}\nbatch: '1q4'", "model", "window must be >= 1"),
+    (f"{HEAD}, softcap: 0}}\nbatch: '1q4'", "model", "softcap must be > 0"),
+    (f"{HEAD}, softcap: -3}}\nbatch: '1q4'", "model", "softcap must be > 0"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}\nkv_cache: {dtype: fp8_e4m3}\nbatch: '1q4'",
+     "kv_cache.dtype fp8_e4m3", "set model.dtype to bfloat16 or float16"),
+    (f"{HEAD}}}\nkv_cache: {{dtype: float16}}\nbatch: '1q4'", "kv_cache.dtype float16", "differs from model.dtype"),
+    (f"{HEAD}}}\nkv_cache: {{dtype: fp8}}\nbatch: '1q4'", "kv_cache.dtype", "fp8_e4m3"),
+    (f"{HEAD}}}\nkv_cache: {{scale: per-head}}\nbatch: '1q4'", "kv_cache.scale", "FP8 cache only"),
+    (f"{HEAD}}}\nkv_cache: {{order: NDH}}\nbatch: '1q4'", "kv_cache.order", "HND"),
+    (f"{HEAD}}}\nbatch: [{{kind: decode, context: 4, causal: false}}]", "batch.0", "causal: false is for kind: prefill only"),
+    (f"{HEAD}}}\nbatch: [{{kind: tree, context: 4, tree: {{chain: 2}}, causal: false}}]", "batch.0", "kind: prefill only"),
+    (f"{HEAD}, window: 4}}\nbatch: '1q4'\nsweep: {{model.window: [8, 0]}}", "model", "window must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("text, field, needle", BAD)
+def test_bad_combinations_are_one_message_exit_2(tmp_path, text, field, needle):
+    with pytest.raises(ScenarioError, match=needle):
+        load_text(text, "bad.yaml")
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    r = runner.invoke(app, ["validate", str(p)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert str(p) in r.output and field in r.output and needle in r.output
+
+
+def _check_saved():
+    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    spec = importlib.util.spec_from_file_location("check_saved", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_run_with_every_feature_checks_skips_and_saves(tmp_path, capsys):
+    p = tmp_path / "v.yaml"
+    p.write_text(FULL)
+    out, saved = tmp_path / "run", tmp_path / "tensors"
+    r = runner.invoke(app, ["run", str(p), "--out", str(out), "--save-tensors", str(saved), "-q"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out / "results.csv")
+    ok = df[df.backend.isin(["reference", "sdpa"])]
+    assert set(ok.status) == {"ok"} and (ok.rel_err < 5e-3).all()
+    assert (df[df.backend == "sdpa"]["mode"] == "eager-softcap").all()
+    flex = df[df.backend == "flex"]
+    if (flex.status == "skipped").any():  # until its owner turns the features on
+        assert flex.reason.str.contains("does not").all()
+    assert "fp8_e4m3 KV per-head" in df.batch.iloc[0] and "non-causal prefill" in df.batch.iloc[0]
+    blob = torch.load(saved / "window=2.pt", weights_only=True)
+    assert blob["k_cache"].dtype == torch.float8_e4m3fn and blob["k_scale"].shape == (2,)
+    assert blob["window"] == 2 and blob["softcap"] == 3 and blob["sinks"].shape == (4,) and blob["causal"][2] is False
+    assert _check_saved().main([str(saved)]) == 0
+    assert "every saved output matches" in capsys.readouterr().out
+    # the independent check fails a saved output that ignores a feature
+    blob["outputs"]["sdpa"] = blob["outputs"]["sdpa"] * 1.05
+    torch.save(blob, saved / "window=2.pt")
+    assert _check_saved().main([str(saved)]) == 1

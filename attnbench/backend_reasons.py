@@ -50,5 +50,5 @@ def variant_reasons(cls: Any, label: str, spec: Any) -> list[str]:
         elif spec.kv_scale not in cls.kv_scales:
             out.append(f"{label} takes {'/'.join(cls.kv_scales)} FP8 scales, not {spec.kv_scale} (kv_cache.scale)")
     if spec.kv_order not in cls.kv_orders:
-        out.append(f"{label} reads a {'/'.join(cls.kv_orders)} cache, not {spec.kv_order} (kv_cache.order)")
+        out.append(f"{label} reads only {'/'.join(cls.kv_orders)} caches, not {spec.kv_order} (kv_cache.order)")
     return out

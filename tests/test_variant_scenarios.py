@@ -58,7 +58,6 @@ BAD = [
      "kv_cache.dtype fp8_e4m3", "set model.dtype to bfloat16 or float16"),
     (f"{HEAD}}}\nkv_cache: {{dtype: float16}}\nbatch: '1q4'", "kv_cache.dtype float16", "differs from model.dtype"),
     (f"{HEAD}}}\nkv_cache: {{dtype: fp8}}\nbatch: '1q4'", "kv_cache.dtype", "fp8_e4m3"),
-    (f"{HEAD}}}\nkv_cache: {{scale: per-head}}\nbatch: '1q4'", "kv_cache.scale", "FP8 cache only"),
     (f"{HEAD}}}\nkv_cache: {{order: NDH}}\nbatch: '1q4'", "kv_cache.order", "HND"),
     (f"{HEAD}}}\nbatch: [{{kind: decode, context: 4, causal: false}}]", "batch.0", "causal: false is for kind: prefill only"),
     (f"{HEAD}}}\nbatch: [{{kind: tree, context: 4, tree: {{chain: 2}}, causal: false}}]", "batch.0", "kind: prefill only"),

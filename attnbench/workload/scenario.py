@@ -75,7 +75,8 @@ class KVCache(_Strict):
         default=None, description="cache dtype: fp8_e4m3 or fp8_e5m2 (scales from the data), else the model dtype"
     )
     scale: Literal["per-tensor", "per-head"] = Field(
-        default="per-tensor", description="FP8 scales: one per K/V cache (per-tensor) or one per KV head (per-head)"
+        default="per-tensor",
+        description="FP8 scales: one per K/V cache (per-tensor) or one per KV head (per-head); unused by a cache in the model dtype",
     )
     order: Literal["NHD", "HND"] = Field(
         default="NHD", description="page storage order: NHD [page, head, dim] or HND [head, page, dim]"
@@ -254,8 +255,6 @@ def _check_kv_cache(model: ModelShape, kv: KVCache) -> None:
             f"kv_cache.dtype {d} differs from model.dtype {model.dtype}: a cache that is not FP8 has the model's"
             " dtype; leave kv_cache.dtype out, or use fp8_e4m3 / fp8_e5m2"
         )
-    if "scale" in kv.model_fields_set and kv.scale != "per-tensor" and not (d or "").startswith("fp8"):
-        raise ValueError(f"kv_cache.scale {kv.scale} is for an FP8 cache only: set kv_cache.dtype to fp8_e4m3 or fp8_e5m2")
 
 
 @dataclass

@@ -108,3 +108,60 @@ def test_a_run_with_every_feature_checks_skips_and_saves(tmp_path, capsys):
     blob["outputs"]["sdpa"] = blob["outputs"]["sdpa"] * 1.05
     torch.save(blob, saved / "window=2.pt")
     assert _check_saved().main([str(saved)]) == 1
+
+
+SHIPPED = ["gpt-oss-sliding-layer", "gpt-oss-full-layer", "gemma2-local-layer", "llama3-70b-tp8-fp8-decode",
+           "tree-eagle-fp8", "head-dim-sweep"]
+SCALE = 16  # contexts and windows cut by this for the CPU (32k -> 2k, window 128 -> 8)
+
+
+def _small(name: str, tmp_path: Path) -> Path:
+    import yaml
+
+    from attnbench.workload.builtin import builtin_path
+    from attnbench.workload.units import parse_int
+
+    doc = yaml.safe_load(builtin_path(name).read_text())
+    for g in doc["batch"]:
+        g["context"] = parse_int(g["context"]) // SCALE
+        g["count"] = min(g.get("count", 1), 2)
+    for key, values in doc.get("sweep", {}).items():
+        if key.endswith(".context"):
+            doc["sweep"][key] = [parse_int(v) // SCALE for v in values]
+    m = doc["model"]
+    if m.get("window"):
+        m["window"] = m["window"] // SCALE
+    group = m["num_q_heads"] // m["num_kv_heads"]
+    m["num_kv_heads"] = min(m["num_kv_heads"], 2)
+    m["num_q_heads"] = m["num_kv_heads"] * min(group, 4)
+    doc.update(device="cpu", timing={"warmup_ms": 0, "measure_ms": 1, "min_runs": 1, "max_runs": 2})
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_variant_scenarios_on_cpu(name, tmp_path):
+    """Each GPU scenario at CPU sizes (contexts and windows / 16, 2 requests a group, few heads):
+    the reference and sdpa agree on every case, with the scenario's variants in force."""
+    from attnbench.store.runfolder import RunFolder
+    from attnbench.workload.scenario import load
+
+    p = _small(name, tmp_path)
+    r = runner.invoke(app, ["run", str(p), "-q", "-b", "reference", "-b", "sdpa", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    rows = RunFolder.load(tmp_path / "run").rows
+    assert len(rows) == 2 * len(load(p).cases)
+    assert all(x.status.value == "ok" and x.rel_err < x.tolerance for x in rows), [(x.case_id, x.reason) for x in rows]
+    spec = load(p).cases[0].scenario.batch_spec()
+    assert spec.window or spec.sinks or spec.softcap or spec.kv_dtype or name == "head-dim-sweep"
+
+
+def test_the_cpu_variants_scenario_runs_every_cpu_backend(tmp_path):
+    r = runner.invoke(app, ["run", "variants-cpu", "--device", "cpu", "-b", "reference", "-b", "sdpa", "-b", "flex",
+                            "--out", str(tmp_path / "run"), "-q", "--warmup-ms", "0", "--measure-ms", "1"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "run" / "results.csv", keep_default_na=False)
+    assert len(df) == 3 * 4
+    assert set(df[df.backend != "flex"].status) == {"ok"}
+    assert set(df[df.backend == "flex"].status) <= {"ok", "skipped"}

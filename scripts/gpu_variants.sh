@@ -18,17 +18,17 @@ export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=${ATTNBENCH_CACHE_DIR:-/tmp/attnbe
 SCENARIOS=${SCENARIOS:-"variants-cpu llama3-70b-tp8-fp8-decode tree-eagle-fp8 gpt-oss-sliding-layer gpt-oss-full-layer gemma2-local-layer head-dim-sweep"}
 BFLAGS=""; for b in ${BACKENDS:-}; do BFLAGS="$BFLAGS -b $b"; done
 TIMING="--warmup-ms 10 --measure-ms 60"
-PYSEL=""
+PYSEL=()
 if [ "${FAST:-0}" = 1 ]; then
   TIMING="--warmup-ms 5 --measure-ms 20"
-  PYSEL="-k (sdpa or reference) and (128 or 64)"
+  PYSEL=(-k "(sdpa or reference) and (128 or 64)")
 fi
 small() { case $1 in variants-cpu) echo window;; head-dim-sweep) echo head_dim;; llama3-70b*) echo 16k;; *) echo "context=4k or context=2k";; esac; }
 SAVE=/tmp/gpu_variants_tensors  # GBs of caches: kept off $OUT
 rm -rf "$SAVE"
 python3 -m attnbench backends
 el "pytest -m gpu tests/test_variants_gpu.py"
-python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_variants_gpu.py ${PYSEL:+-k "$PYSEL"} > "$OUTDIR/pytest_gpu.log" 2>&1
+python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_variants_gpu.py "${PYSEL[@]}" > "$OUTDIR/pytest_gpu.log" 2>&1
 el "pytest rc=$?"; grep -E "passed|failed" "$OUTDIR/pytest_gpu.log" | tail -n 3; grep -E "^FAILED" "$OUTDIR/pytest_gpu.log" | head -n 20
 for s in $SCENARIOS; do
   el "$s: run"

@@ -144,10 +144,11 @@ def test_bytes_count_fp8_and_the_window():
 CPU = ["reference", "sdpa", "flex"]
 
 
+@pytest.mark.parametrize("page_size", [1, 3])
 @pytest.mark.parametrize("name", CPU)
 @pytest.mark.parametrize("feature", list(FEATURES))
-def test_cpu_backends_match_the_reference_or_skip(name, feature):
-    b = batch_for(feature, seed=7)
+def test_cpu_backends_match_the_reference_or_skip(name, feature, page_size):
+    b = batch_for(feature, seed=7 + page_size, page_size=page_size)
     be = get_backend_class(name)()
     reasons = be.reasons(b)
     if reasons:  # a feature the backend has not turned on: a clear reason, never a wrong answer

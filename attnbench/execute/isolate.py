@@ -183,6 +183,7 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
     current: Optional[str] = None  # the backend whose step is running
     last: Optional[str] = None  # the backend that started a step last
     ready = False
+    restarting = False  # the child said it exits on purpose (a CUDA error): a fresh one goes on
     failure: Optional[str] = None
     try:
         deadline = time.monotonic() + timeout + SETUP_GRACE_S
@@ -198,7 +199,7 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                 failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
                 break
             if ev is None:
-                if remaining:
+                if remaining and not (restarting and child.proc.wait() == 0):
                     failure = _describe(child, f"child process {child.exit_text()}")
                 break
             kind = ev.get("event")
@@ -222,7 +223,9 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
                 ready = False
-            elif kind in ("done", "restart"):
+            elif kind == "restart":
+                restarting, current = True, None  # the end of stream follows; the backends left are not to blame
+            elif kind == "done":
                 pass  # the end of stream follows
     finally:
         child.close()

@@ -44,7 +44,7 @@ def real(tmp_path_factory):
 
 
 def _check(run, bl, *extra):
-    return cli.invoke(app, ["check", str(run), "--baseline", str(bl), "--normalize-by", "reference", *extra])
+    return cli.invoke(app, ["check", str(run), "--baseline", str(bl), *extra])
 
 
 def _copy_run(src: Path, dst: Path, keep_rows: int | None = None, status: str | None = None) -> Path:
@@ -66,7 +66,7 @@ def test_a_run_checked_against_its_own_baseline_passes(real):
     assert "PASS" in r.output and "2 cases compared" in r.output
     doc = json.loads(bl.read_text())
     assert all(len(row["round_medians_ms"]) == 6 for row in doc["rows"])  # the baseline keeps the rounds
-    assert doc["manifest"]["cases"] == 2 and doc["manifest"]["backends_requested"] == ["sdpa", "reference"]
+    assert doc["manifest"]["cases"] == 2 and doc["manifest"]["backends_requested"] == ["sdpa"]
 
 
 def test_renamed_scenario_fails(real):
@@ -87,12 +87,12 @@ def test_empty_rows_fails(real):
 
 
 @pytest.mark.parametrize("status", ["incomplete", "complete"])
-def test_interrupted_run_with_two_rows_fails(real, status):
+def test_interrupted_run_with_one_row_fails(real, status):
     tmp, run, bl = real
-    r = _check(_copy_run(run, tmp / f"cut-{status}", keep_rows=2, status=status), bl)
+    r = _check(_copy_run(run, tmp / f"cut-{status}", keep_rows=1, status=status), bl)
     assert r.exit_code == 1, r.output
     assert "vanished" in r.output
-    assert ("is incomplete" if status == "incomplete" else "has 2 rows of the 2 cases x 2 backends") in r.output
+    assert ("is incomplete" if status == "incomplete" else "has 1 rows of the 2 cases x 1 backends") in r.output
 
 
 def test_changed_sweep_values_fail(real):
@@ -171,16 +171,18 @@ def test_too_few_rounds_is_refused(real):
 
 def test_calibration_counts_false_alarms_and_catches(real):
     """Scaled A/B checks: a run checked against itself never fails; scaled by 3x it fails in
-    every case but the normalizer's; unscaled pairs of distinct runs are A/A checks."""
+    every case; unscaled pairs of distinct runs are A/A checks. (The normalizer's rows are not
+    scaled: ``scaled``'s ``keep``.)"""
     tmp, run, bl = real
     rows = load_rows(run, need_rounds=True).rows
-    cal = calib.calibrate([rows, rows, rows], Thresholds(max_slowdown=0.1), "reference", [3.0])
+    cal = calib.calibrate([rows, rows, rows], Thresholds(max_slowdown=0.1), None, [3.0])
     assert cal.runs == 3 and cal.aa.checks == 6 and cal.aa.checks_failed == 0 and cal.aa.cases == 12
     assert cal.ab[3.0].checks_failed == 6 and cal.ab[3.0].cases_failed == 12
-    slowed = calib.scaled(rows, 2.0, "reference")
-    for a, b in zip(rows, slowed):
-        f = 1.0 if a.backend == "reference" else 2.0
-        assert b.round_medians_ms == [x * f for x in a.round_medians_ms] and b.median_ms == a.median_ms * f
+    slowed = calib.scaled(rows, 2.0, None)
+    kept = calib.scaled(rows, 2.0, "sdpa")
+    for a, b, k in zip(rows, slowed, kept):
+        assert b.round_medians_ms == [x * 2.0 for x in a.round_medians_ms] and b.median_ms == a.median_ms * 2.0
+        assert k.round_medians_ms == a.round_medians_ms
     recs = calib.summary_records(cal)
     assert [r["slowdown"] for r in recs] == ["none (A/A)", "3×"] and recs[1]["case_rate"] == 1.0
 
@@ -191,7 +193,7 @@ def test_calibrate_command_reuses_runs_and_prints_rates(real):
     for k in (1, 2):
         shutil.copytree(run, out / f"run-{k:03d}")
     r = cli.invoke(app, ["calibrate", str(GATE), "--runs", "2", "--out", str(out), *QUICK,
-                         "--normalize-by", "reference", "--slowdown", "4", "--format", "json"])
+                         "--slowdown", "4", "--format", "json"])
     assert r.exit_code == 0, r.output
     first = json.loads(r.stdout[: r.stdout.index("]") + 1])
     assert first[0]["slowdown"] == "none (A/A)" and first[0]["checks"] == 2 and first[0]["checks_failed"] == 0

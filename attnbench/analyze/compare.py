@@ -26,6 +26,7 @@ from attnbench.analyze.significance import (
     rounds_needed,
 )
 from attnbench.analyze import ranks
+from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
 from attnbench.store.fingerprint import fingerprint_differences
 
 
@@ -128,9 +129,11 @@ class CaseResult:
     current_status: str = ""
     baseline_ms: float = math.nan
     current_ms: float = math.nan
-    ratio: Optional[Ratio] = None
+    ratio: Optional[Ratio] = None  # normalized when the check is (the one the verdict follows)
     delta_ms: float = math.nan  # current - baseline as it would be on this machine (ratio applied)
     note: str = ""
+    raw_ratio: Optional[Ratio] = None  # with a normalizer: the ratio of the times themselves
+    normalized_by: str = ""  # with a normalizer: what each round was divided by, its times in both runs
 
 
 @dataclass
@@ -202,6 +205,9 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     if gate:
         _enough_rounds(cur, x, y, th.confidence)
     r = res.ratio = compare_runs(x, y, th.confidence)
+    if norm:
+        res.raw_ratio = compare_runs(round_logs(cur), round_logs(base), th.confidence)
+        res.normalized_by = normalizer_note(norm, cn, bn)
     res.delta_ms = cur.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
     if r.slower_for_sure:
         if r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms:
@@ -216,7 +222,16 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     else:
         res.verdict = "unclear"
         res.note = f"p={r.p:.2g}, not significant; more rounds narrow the interval"
+    if res.raw_ratio is not None and _disagree(r, res.raw_ratio):
+        how = "faster" if res.raw_ratio.ratio < 1 else "slower"
+        res.note = (f"{res.note}; " if res.note else "") + (
+            f"the times themselves are {res.raw_ratio.ratio:.3f}× ({how}): the verdict comes from {norm}, {res.normalized_by}")
     return res
+
+
+def _disagree(norm: Ratio, raw: Ratio) -> bool:
+    """The normalized and the raw ratio point opposite ways (one above 1, the other below)."""
+    return (norm.ratio > 1) != (raw.ratio > 1) and (norm.significant or raw.significant)
 
 
 def check(
@@ -232,6 +247,10 @@ def check(
     if normalize_by and not any(r.backend == normalize_by for r in baseline):
         have = ", ".join(sorted({r.backend for r in baseline})) or "none"
         raise CompareError(f"--normalize-by {normalize_by}: the baseline has no rows of that backend (it has: {have})")
+    try:
+        refuse_normalizer(normalize_by, current, baseline)
+    except NormalizerError as e:
+        raise CompareError(str(e)) from None
     m = match_rows(current, baseline)
     cn, bn = _norm_rows(current, normalize_by), _norm_rows(baseline, normalize_by)
     out = []

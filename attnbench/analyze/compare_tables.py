@@ -76,25 +76,35 @@ def check_records(cases: Sequence[CaseResult]) -> list[dict]:
             "failed": c.failed, "baseline_status": c.baseline_status, "current_status": c.current_status,
             "baseline_ms": c.baseline_ms, "current_ms": c.current_ms, **_ratio_fields(c.ratio),
             "delta_ms": c.delta_ms, "note": c.note,
+            "raw_ratio": c.raw_ratio.ratio if c.raw_ratio else math.nan, "normalized_by": c.normalized_by,
         })
     return out
 
 
 def check_columns(normalized: bool, confidence: float) -> list[Column]:
+    """With a normalizer, the verdict's ratio is the normalized one: the table shows it beside
+    the ratio of the times themselves and what each round was divided by, so that times that
+    fell next to a "slower" verdict explain themselves."""
     rel = " (normalized)" if normalized else ""
-    return [
+    cols = [
         Column("case", "case"),
         Column("backend", "backend"),
         Column("verdict", "verdict"),
         Column("baseline_ms", "baseline", fmt_time, "right"),
         Column("current_ms", "current", fmt_time, "right"),
+    ]
+    if normalized:
+        cols.append(Column("raw_ratio", "raw ratio", fmt_ratio, "right"))
+    cols += [
         Column("ratio", "ratio" + rel, fmt_ratio, "right"),
         Column("_interval", f"{confidence:.0%} interval", justify="right"),
         Column("p", "p", fmt_p, "right"),
         Column("rounds", "rounds", justify="right"),
-        Column("delta_ms", "Δ", fmt_delta, "right"),
-        Column("note", "note"),
+        Column("delta_ms", "Δ" + rel, fmt_delta, "right"),
     ]
+    if normalized:
+        cols.append(Column("normalized_by", "normalized by"))
+    return cols + [Column("note", "note")]
 
 
 def backend_verdict(status: str, r: Optional[Ratio]) -> str:

@@ -7,6 +7,10 @@ import torch
 from attnbench.workload.batch import Batch
 from attnbench.workload.masks import key_positions, query_positions
 
+# The backend that runs this oracle: never a competitor (kept out of ranks, bests and summaries,
+# refused as a check's normalizer), since it is written to be right, not fast.
+ORACLE_BACKEND = "reference"
+
 # Above this many score elements per chunk the reference computes in float32 (docs/semantics.md
 # allows it on large cases); float64 stays for everything a test or a CPU run uses.
 FLOAT64_LIMIT = 1 << 26

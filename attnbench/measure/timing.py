@@ -33,7 +33,7 @@ class TimingResult:
     cold_l2: bool
     output: Optional[torch.Tensor] = None
     note: str = ""
-    checksums: Optional[torch.Tensor] = None  # [n, 2] per timed call (measure/checksum.py), CPU
+    checksums: Optional[torch.Tensor] = None  # [n, 4] per timed call (measure/checksum.py), CPU
     flush: str = ""  # how the L2 was emptied before each timed call ("": it was not, warm L2 or a CPU)
 
 

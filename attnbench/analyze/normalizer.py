@@ -23,8 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from attnbench.store.rows import Row, Status
-from attnbench.workload.reference import ORACLE_BACKEND
+from attnbench.store.rows import ORACLE_BACKEND, Row, Status
 
 NOISIER = 2.0  # refused when its rounds scatter over twice as much as the rows it normalizes
 

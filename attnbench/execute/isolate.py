@@ -223,15 +223,11 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
                 ready = False
-            elif kind == "restart":
-                restarting, current = True, None  # the end of stream follows; the backends left are not to blame
-            elif kind == "done":
-                pass  # the end of stream follows
+            elif kind == "restart":  # ("done" too: the end of stream follows)
+                restarting, current = True, None  # the backends left are not to blame
     finally:
         child.close()
-    if failure is None and not remaining:
-        return
-    if failure is None:  # the child ended cleanly with backends left: only after "restart"
+    if failure is None:  # every backend done, or a restart: a fresh child takes the ones left
         return
     if current is not None and ready:
         remaining.remove(current)

@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
+# The backend that runs the oracle (workload/reference.py): never a competitor. It is kept out
+# of ranks, bests and summaries unless asked for, and refused as a check's normalizer: it is
+# written to be right (float64, per request), not fast.
+ORACLE_BACKEND = "reference"
+
 if TYPE_CHECKING:
     import pandas as pd
 

@@ -31,7 +31,7 @@ from rich.table import Table
 from attnbench.analyze.tables import print_results
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner
-from attnbench.measure.metrics import ceilings_for
+from attnbench.measure.ceilings import ceilings_for
 from attnbench.measure.timing import FLUSH_MODES
 from attnbench.store.rows import Row, Status
 from attnbench.workload.scenario import load

@@ -9,7 +9,9 @@ import math
 from rich.console import Console
 
 from attnbench.analyze.summary import backend_summary
-from attnbench.analyze.tables import LEGEND, batch_lines, fastest_by_case, fmt_time, print_results, row_notes, vs_best
+from attnbench.analyze.tables import (
+    LEGEND, batch_lines, fastest_by_case, fmt_roofline, fmt_time, print_results, row_notes, vs_best,
+)
 from attnbench.store.rows import Row, rows_frame, strict_json
 
 
@@ -37,7 +39,7 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))
-        roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
+        roof = fmt_roofline(r)
         iqr = f"{100 * r.iqr_rel:.0f}%" if r.status == "ok" and math.isfinite(r.iqr_rel) else "-"
         cells = [r.case_id, r.backend, r.status.value, fmt_time(r.plan_ms), fmt_time(r.median_ms), iqr,
                  vs_best(r, best), roof, " ".join(f"[{x}]" for x in refs)]

@@ -74,10 +74,30 @@ def vs_best(row: Row, best: dict[str, Row]) -> str:
     return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "")
 
 
+def above_ceiling(row: Row) -> bool:
+    """Faster than its measured ceiling allows: the ceiling is wrong (measured low), not the row."""
+    return math.isfinite(row.pct_of_ceiling) and row.pct_of_ceiling > 100
+
+
+def fmt_roofline(row: Row) -> str:
+    """``54% mem``; ``ceiling?`` above 100% (the ceiling is wrong: a note says so); ``-``."""
+    if not math.isfinite(row.pct_of_ceiling):
+        return "-"
+    return "ceiling?" if above_ceiling(row) else f"{row.pct_of_ceiling:.0f}% {row.bound[:3]}"
+
+
+def _ceiling_note(row: Row) -> str:
+    if not above_ceiling(row):
+        return ""
+    return (f"{row.pct_of_ceiling:.0f}% of the measured {row.bound} ceiling: the ceiling is wrong (measured low, e.g. "
+            "on a busy machine), not the row; see and re-measure it with `attnbench ceilings --measure`")
+
+
 def row_notes(row: Row, methods: dict[str, list[str]]) -> list[str]:
     """What the reader must know to read this row: why it is not ok (and how to re-run it),
     how it ran (mode, timing method), when its case mixes timing methods."""
-    out = [f"{row.backend}: {x}" for x in (row.reason, row.mode and f"ran as: {row.mode}", row.timing_note) if x]
+    out = [f"{row.backend}: {x}" for x in (row.reason, row.mode and f"ran as: {row.mode}", row.timing_note,
+                                           _ceiling_note(row)) if x]
     if len(methods) > 1 and row.timing_method:
         out.append("timing methods differ in this case: " + "; ".join(f"{m}: {', '.join(b)}" for m, b in methods.items()))
     if row.status.failed and row.repro:
@@ -133,7 +153,7 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False) -
     best = fastest_by_case(rows)
     last_case = None
     for r, refs in zip(rows, refs_of):
-        roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
+        roof = fmt_roofline(r)
         iqr = f"{100 * r.iqr_rel:.0f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
         if r.case_id != last_case and last_case is not None and not compact:
             t.add_section()

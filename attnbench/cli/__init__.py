@@ -1,5 +1,5 @@
 """The ``attnbench`` command line. Importing this package registers every command on ``app``."""
 from attnbench.cli.app import app
-from attnbench.cli import backends, compare, gate, run, scenarios, trees  # noqa: F401  (register their commands on app)
+from attnbench.cli import backends, ceilings, compare, gate, run, scenarios, trees  # noqa: F401  (register their commands on app)
 
 __all__ = ["app"]

@@ -20,7 +20,8 @@ from attnbench.execute.device import resolve_device
 from attnbench.execute.cases import backend_names_for, case_base_row, default_backends  # noqa: F401
 from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
-from attnbench.measure.metrics import ceilings_for, device_identity, device_name, roofline, work_of
+from attnbench.measure.ceilings import ceilings_for
+from attnbench.measure.metrics import device_identity, device_name, roofline, work_of
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
 from attnbench.store.rows import Row, Status, checked
 from attnbench.store.runfolder import environment
@@ -225,7 +226,8 @@ class Runner:
         if not self.opts.measure_ceilings:
             return None
         try:
-            return ceilings_for(self.device, dtype)
+            with cpu_threads(self.device, self.threads):  # a CPU's ceilings at the rows' thread count
+                return ceilings_for(self.device, dtype, threads=self.threads)
         except Exception:
             return None  # no roofline columns, the row stands
 

@@ -9,21 +9,19 @@ float32 scales), the slots on a shared
 prefix's shared pages once for the whole group (SEMANTICS.md, "Shared prefixes": a backend
 that reads them once per request sits above this floor), q read and out written once, the
 block-table entries in use, the length arrays, and one int32 parent per tree node. Ceilings are measured on the device (device-to-device copy, counting read +
-write; a read-only stream; a dense matmul in the batch's dtype) and cached per device name.
+write; a read-only stream; a dense matmul in the batch's dtype) and kept per device
+(``measure/ceilings.py``).
 The memory ceiling of the roofline is the faster of copy and read: attention reads far more
 than it writes, and a read stream runs slightly faster than a copy.
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
-from attnbench.measure.timing import median_seconds
 from attnbench.workload.batch import BatchSpec
 from attnbench.workload.masks import first_needed_slot, visible_pairs
 
@@ -70,21 +68,19 @@ def work_of(spec: BatchSpec) -> Work:
 
 @dataclass(frozen=True)
 class Ceilings:
+    """Measured ceilings of one device (``measure/ceilings.py`` measures and keeps them)."""
+
     device_name: str
     copy_tbps: float  # TB/s, bytes read + written
     matmul_tflops: dict  # dtype name -> TFLOP/s
     read_tbps: float = 0.0  # TB/s of a read-only stream (a sum over the same buffer)
+    measured_at: dict = field(default_factory=dict)  # "memory" / dtype -> UTC time of the measurement
 
     @property
     def memory_tbps(self) -> float:
         """The memory ceiling of a read-dominated kernel such as attention: the faster of a
         copy and a read-only stream (on an H100 a read stream runs a little above a copy)."""
         return max(self.copy_tbps, self.read_tbps)
-
-
-def _cache_path() -> Path:
-    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
-    return Path(root) / "ceilings.json"
 
 
 def device_name(device: torch.device) -> str:
@@ -116,75 +112,6 @@ def device_identity(device: torch.device) -> str:
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     physical = visible[index] if index < len(visible) else str(index)
     return f"{host}:cuda:{physical}"
-
-
-def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("bfloat16",)) -> Ceilings:
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    nbytes = (1 << 30) if cuda else (1 << 27)
-    a = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    a.random_(0, 255)
-    b = torch.empty_like(a)
-    copy_s = median_seconds(lambda: b.copy_(a), device, 10 if cuda else 3)
-    del b
-    # A float32 sum reads every byte once (an int32 sum runs far below bandwidth on an H200).
-    # Read-only streams: the faster of a full float32 sum and a row-wise 16-bit sum (many
-    # independent rows keep more loads in flight). Neither is a true peak; attention kernels
-    # can read a little faster still, so % of ceiling can exceed 100 by a few points.
-    words = a.view(torch.float32)
-    rows = a.view(torch.bfloat16).view(-1, 1 << 14)
-    read_s = min(
-        median_seconds(lambda: words.sum(), device, 10 if cuda else 3),
-        median_seconds(lambda: rows.sum(dim=1, dtype=torch.float32), device, 10 if cuda else 3),
-    )
-    del a, words, rows
-    mm = {}
-    for name in dtypes:
-        dt = getattr(torch, name)
-        n = 8192 if cuda else 1024
-        if not cuda and dt != torch.float32:
-            dt, name = torch.float32, name  # CPU 16-bit matmul rates mean little; use fp32's
-        x = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
-        y = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
-        s = median_seconds(lambda: x @ y, device, 10 if cuda else 2)
-        mm[name] = 2 * n**3 / s / 1e12
-        del x, y
-    return Ceilings(device_name(device), 2 * nbytes / copy_s / 1e12, mm, nbytes / read_s / 1e12)
-
-
-# Bump when the way ceilings are measured changes, so cached values measured the old way are not reused.
-CEILINGS_METHOD = 3
-
-
-def ceilings_for(device: torch.device, dtype: str, measure: bool = True) -> Optional[Ceilings]:
-    """Cached ceilings of this device (measured on first use, then read from the cache)."""
-    key = f"{device_name(device)} | torch {torch.__version__} | method {CEILINGS_METHOD}"
-    path = _cache_path()
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    entry = cache.get(key)
-    if entry and dtype in entry.get("matmul_tflops", {}) and "read_tbps" in entry:
-        return Ceilings(entry["device_name"], entry["copy_tbps"], entry["matmul_tflops"], entry["read_tbps"])
-    if not measure:
-        return None
-    dtypes = tuple(sorted(set((entry or {}).get("matmul_tflops", {})) | {dtype}))
-    c = measure_ceilings(device, dtypes)
-    cache[key] = {
-        "device_name": c.device_name,
-        "copy_tbps": c.copy_tbps,
-        "read_tbps": c.read_tbps,
-        "matmul_tflops": c.matmul_tflops,
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers of one host may write at once
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home only costs a re-measurement next time
-    return c
 
 
 @dataclass(frozen=True)

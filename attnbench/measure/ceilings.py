@@ -1,0 +1,162 @@
+"""Measured device ceilings (memory bandwidth, matmul rate per dtype), kept once per device.
+
+A row's % of roofline divides by these, so they must not move between runs: the same kernel
+at the same speed read ``54% mem`` and then ``43% mem`` when a run needing a new dtype
+re-measured every ceiling and overwrote the cache (issue 24). Here
+
+* the memory ceilings (a device-to-device copy counting read + write; a read-only stream) are
+  measured once per device, and each dtype's matmul rate once, when first needed; a later
+  need adds what is missing and never replaces a value already kept;
+* the cache file is re-read just before each write and only missing values are added, so
+  processes measuring at once do not overwrite each other;
+* only ``attnbench ceilings --measure`` (``remeasure``) replaces values, on request.
+
+CPU ceilings are kept per intra-op thread count (rows run with one thread by default); the
+16-bit matmul rates of a CPU are measured in float32 (its 16-bit rates say little about an
+attention kernel that computes in float32).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from attnbench.measure.metrics import Ceilings, device_name
+from attnbench.measure.timing import median_seconds
+
+# Bump when the way ceilings are measured changes, so cached values measured the old way are not reused.
+CEILINGS_METHOD = 4
+
+
+def cache_path() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
+    return Path(root) / "ceilings.json"
+
+
+def cache_key(device: torch.device, threads: Optional[int] = None) -> str:
+    key = f"{device_name(device)} | torch {torch.__version__} | method {CEILINGS_METHOD}"
+    if torch.device(device).type == "cpu":
+        key += f" | threads {threads or torch.get_num_threads()}"
+    return key
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def measure_memory(device: torch.device) -> dict:
+    """``{"copy_tbps", "read_tbps"}`` of ``device``."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    nbytes = (1 << 30) if cuda else (1 << 27)
+    reps = 10 if cuda else 3
+    a = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    a.random_(0, 255)
+    b = torch.empty_like(a)
+    copy_s = median_seconds(lambda: b.copy_(a), device, reps)
+    del b
+    # A float32 sum reads every byte once (an int32 sum runs far below bandwidth on an H200).
+    # Read-only streams: the faster of a full float32 sum and a row-wise 16-bit sum (many
+    # independent rows keep more loads in flight). Neither is a true peak; attention kernels
+    # can read a little faster still (a row above 100% says so).
+    words = a.view(torch.float32)
+    rows = a.view(torch.bfloat16).view(-1, 1 << 14)
+    read_s = min(median_seconds(lambda: words.sum(), device, reps),
+                 median_seconds(lambda: rows.sum(dim=1, dtype=torch.float32), device, reps))
+    return {"copy_tbps": 2 * nbytes / copy_s / 1e12, "read_tbps": nbytes / read_s / 1e12}
+
+
+def measure_matmul(device: torch.device, dtype: str) -> float:
+    """TFLOP/s of a dense square matmul in ``dtype`` (float32 on a CPU, see the module)."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    dt = getattr(torch, dtype) if cuda else torch.float32
+    n = 8192 if cuda else 1024
+    x = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
+    y = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
+    s = median_seconds(lambda: x @ y, device, 10 if cuda else 2)
+    return 2 * n**3 / s / 1e12
+
+
+def _load(path: Path) -> dict:
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _save(path: Path, key: str, entry: dict, replace: bool) -> dict:
+    """Merge ``entry`` into the file's entry for ``key`` as it is on disk now: only missing
+    values are added unless ``replace``. Returns the merged entry (what the file now holds)."""
+    cache = _load(path)
+    old = cache.get(key) if isinstance(cache.get(key), dict) else {}
+    merged = dict(entry) if replace else {**entry, **old}
+    merged["matmul_tflops"] = {**old.get("matmul_tflops", {}), **entry.get("matmul_tflops", {})} if replace else \
+        {**entry.get("matmul_tflops", {}), **old.get("matmul_tflops", {})}
+    merged["measured_at"] = {**old.get("measured_at", {}), **entry.get("measured_at", {})} if replace else \
+        {**entry.get("measured_at", {}), **old.get("measured_at", {})}
+    cache[key] = merged
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers of one host may write at once
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home only costs a re-measurement next time
+    return merged
+
+
+def _from_entry(entry: dict) -> Ceilings:
+    return Ceilings(entry["device_name"], entry["copy_tbps"], dict(entry["matmul_tflops"]), entry["read_tbps"],
+                    dict(entry.get("measured_at", {})))
+
+
+def ceilings_for(device: torch.device, dtype: str, measure: bool = True, threads: Optional[int] = None
+                 ) -> Optional[Ceilings]:
+    """This device's ceilings with ``dtype``'s matmul rate: from the cache, measuring (and
+    adding) only what it lacks; None when something is missing and ``measure`` is False."""
+    path, key = cache_path(), cache_key(device, threads)
+    entry = _load(path).get(key) or {}
+    have_mem = "copy_tbps" in entry and "read_tbps" in entry
+    have_mm = dtype in entry.get("matmul_tflops", {})
+    if have_mem and have_mm:
+        return _from_entry(entry)
+    if not measure:
+        return None
+    new: dict = {"device_name": device_name(device), "matmul_tflops": {}, "measured_at": {}}
+    if not have_mem:
+        new.update(measure_memory(device))
+        new["measured_at"]["memory"] = _now()
+    if not have_mm:
+        new["matmul_tflops"][dtype] = measure_matmul(device, dtype)
+        new["measured_at"][dtype] = _now()
+    return _from_entry(_save(path, key, {**entry, **new}, replace=False))
+
+
+def remeasure(device: torch.device, dtypes: list[str], threads: Optional[int] = None) -> tuple[Optional[Ceilings], Ceilings]:
+    """Measure the memory ceilings and ``dtypes``' matmul rates again and replace the kept
+    values (``attnbench ceilings --measure``). Returns (before, after)."""
+    path, key = cache_path(), cache_key(device, threads)
+    old = _load(path).get(key)
+    before = _from_entry(old) if old and "copy_tbps" in old else None
+    t = _now()
+    entry = {"device_name": device_name(device), **measure_memory(device),
+             "matmul_tflops": {d: measure_matmul(device, d) for d in dtypes},
+             "measured_at": {"memory": t, **{d: t for d in dtypes}}}
+    return before, _from_entry(_save(path, key, entry, replace=True))
+
+
+def kept_ceilings() -> dict[str, Ceilings]:
+    """Every kept entry of the cache file (any device, torch and method), by key."""
+    out = {}
+    for key, entry in _load(cache_path()).items():
+        try:
+            out[key] = _from_entry(entry)
+        except (KeyError, TypeError):
+            continue  # an entry of an older format: shown by nothing, replaced by nothing
+    return out

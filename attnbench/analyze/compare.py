@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from attnbench.store.rows import Row, Status
+from attnbench.store.rows import Row, Status, is_oracle
 from attnbench.analyze.significance import (
     GATE_CONFIDENCE, REPORT_CONFIDENCE, Ratio, RoundsError, compare_paired, compare_runs, round_logs,
     rounds_needed,
@@ -280,8 +280,9 @@ class BackendComparison:
 def compare_backends(
     rows: Sequence[Row], baseline: Optional[str] = None, confidence: float = REPORT_CONFIDENCE
 ) -> list[BackendComparison]:
-    """Per case, each backend against ``baseline`` (or the case's fastest ok backend), the
-    two paired round by round (they took turns in the same rounds)."""
+    """Per case, each backend against ``baseline`` (or the case's fastest ok backend, the
+    oracle left out unless it is the ``baseline`` asked for), the two paired round by round
+    (they took turns in the same rounds)."""
     by_case: dict[str, list[Row]] = {}
     for r in rows:
         by_case.setdefault(r.case_id, []).append(r)
@@ -289,8 +290,9 @@ def compare_backends(
     for case_id, rs in by_case.items():
         ok = [r for r in rs if _usable(r)]
         ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
-        if ref is None and ok:
-            ref = min(ok, key=lambda r: r.median_ms)
+        rivals = [r for r in ok if not is_oracle(r.backend)] or ok
+        if ref is None and rivals:
+            ref = min(rivals, key=lambda r: r.median_ms)
         for r in rs:
             ratio = None
             if ref is not None and _usable(r) and r is not ref:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from attnbench.store.rows import Row
+from attnbench.store.rows import Row, is_oracle
 
 
 def ok_times(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
@@ -28,10 +28,11 @@ def geo_mean_speedup(times: dict[str, dict[str, float]], backend: str, baseline:
     return (math.exp(sum(logs) / len(logs)) if logs else math.nan), len(logs)
 
 
-def backend_summary(rows: Iterable[Row]) -> list[str]:
+def backend_summary(rows: Iterable[Row], rank_oracle: bool = False) -> list[str]:
     """``triton fastest in 14 of 18 cases, geo-mean 1.90x faster than sdpa (18 cases)``, one
-    line per backend; nothing when fewer than two backends ran ok."""
-    rows = list(rows)
+    line per backend; nothing when fewer than two backends ran ok. The oracle is no
+    competitor: left out unless ``rank_oracle``."""
+    rows = [r for r in rows if rank_oracle or not is_oracle(r.backend)]
     times = ok_times(rows)
     backends = list(dict.fromkeys(b for t in times.values() for b in t))
     if len(backends) < 2:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnbench.measure.stats import quantile
-from attnbench.store.rows import Row, Status
+from attnbench.store.rows import Row, Status, is_oracle
 
 STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "yellow", Status.ERROR: "bold red", Status.MISMATCH: "bold red"}
 #: the --format choices of every command that prints a table
@@ -56,10 +56,12 @@ def close_to_best(row: Row, best: Row) -> bool:
     return row is not best and math.isfinite(lo) and math.isfinite(hi) and lo <= hi
 
 
-def fastest_by_case(rows: list[Row]) -> dict[str, Row]:
+def fastest_by_case(rows: list[Row], rank_oracle: bool = False) -> dict[str, Row]:
+    """Each case's fastest ok row; the oracle (float64, there to be right) is no competitor
+    unless ``rank_oracle``."""
     best: dict[str, Row] = {}
     for r in rows:
-        if r.status is Status.OK and math.isfinite(r.median_ms):
+        if r.status is Status.OK and math.isfinite(r.median_ms) and (rank_oracle or not is_oracle(r.backend)):
             if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
                 best[r.case_id] = r
     return best
@@ -71,6 +73,8 @@ def vs_best(row: Row, best: dict[str, Row]) -> str:
         return "-"
     if row is b:
         return "best"
+    if is_oracle(row.backend):  # not ranked: the column compares competitors
+        return "oracle"
     return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "")
 
 

@@ -131,7 +131,8 @@ class TritonBackend(Backend):
             splits_p2=tp.next_pow2(max(2, s)),
             sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
             qk_scale=batch.scale * math.log2(math.e),
-            mode="interpreted (TRITON_INTERPRET=1)" if triton_mode() == "interpreted" else "",
+            # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
+            mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
 
     def _partial_dtype(self, batch: Batch) -> torch.dtype:

@@ -29,6 +29,7 @@ from attnbench.analyze.compare_tables import (
     FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
+from attnbench.cli.rounds import with_enough_rounds
 from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
 from attnbench.store.options import RunOptions
@@ -120,6 +121,9 @@ def compare_backends_cmd(
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
+    set_, rounds_note = with_enough_rounds(scenario, list(set_ or []), rounds_needed(REPORT_CONFIDENCE, paired=True))
+    if rounds_note:
+        err.print(f"note: {rounds_note}", highlight=False, markup=False)
     timing = dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush)
     opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select)
     launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)

@@ -16,8 +16,9 @@ from attnbench.analyze.calibration import calibrate, summary_records, wander_rec
 from attnbench.analyze.compare import CheckResult, Thresholds, check as run_check, parse_fraction
 from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
 from attnbench.analyze.coverage import run_problems
-from attnbench.analyze.significance import GATE_CONFIDENCE
+from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, err, handle_errors
+from attnbench.cli.rounds import with_enough_rounds
 from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.workload.units import safe_name
@@ -150,11 +151,15 @@ def _spawn_run(scenario: Path, folder: Path, sets: List[str], backends: List[str
 
 
 def _collect_runs(scenario: Path, out: Path, count: int, sets: List[str], backends: List[str],
-                  device: Optional[str]) -> list:
+                  device: Optional[str], need_rounds: int = 1) -> list:
     """``count`` complete runs under ``out`` (run-001, ...): those already there are reused
-    when they ran the same scenario text with the same overrides; the rest are made."""
+    when they ran the same scenario text with the same overrides; the rest are made. With
+    fewer than ``need_rounds`` timing rounds in the scenario, the runs take 10 (a note says so)."""
     from attnbench.workload.scenario import load  # pydantic: not for --help
 
+    sets, note = with_enough_rounds(scenario, sets, need_rounds)
+    if note:
+        err.print(f"note: {note}", highlight=False, markup=False)
     sf = load(scenario, sets)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -225,7 +230,8 @@ def calibrate_cmd(
     if bad:
         raise UsageError(f"--slowdown {bad[0]}: must be a factor > 1 (1.3 = 30% slower)")
     folder = out or Path("results") / f"calibrate-{safe_name(scenario.stem)}"
-    rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device)
+    rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device,
+                         rounds_needed(opts.thresholds.confidence))
     cal = calibrate(rows, opts.thresholds, normalize_by, factors)
     info = info_console(fmt)
     info.print(f"gate: {opts.describe()}", style="dim", highlight=False)

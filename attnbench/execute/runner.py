@@ -30,6 +30,7 @@ from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.workload.select import parse_selector
 from attnbench.measure.stats import Summary
 from attnbench.measure.checksum import checksum, count_differing
+from attnbench.measure.graph_check import GraphCheck
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
@@ -313,14 +314,20 @@ class Runner:
         good = checksum(out)
         del out
         # convert (what the library cannot read natively) and plan (the engine's step) apart
-        row.convert_ms = Summary.of(time_host(lambda: be.convert(batch), batch.device)).median if be.converts() else 0.0
-        row.plan_ms = Summary.of(time_host(lambda: be.plan(converted), batch.device)).median
+        # each timed call is one engine step: what a step rebuilds is not reused from the last (Batch.new_step)
+        row.convert_ms = Summary.of(time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device)
+                                    ).median if be.converts() else 0.0
+        row.plan_ms = Summary.of(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device)).median
         # a plan may say whether its route is graph-capturable (FlashInfer's routes differ)
-        return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good)
+        check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
+        return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)
 
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
         """One timing pass (a round); its samples add to the row's."""
-        live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, capturable=live.capturable)
+        check = live.graph_check if not live.graph_checked else None  # once per row
+        live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, live.capturable, check)
+        live.graph_checked = live.graph_checked or live.last.method == "cuda-graph"
+        live.graph_problem = live.graph_problem or live.last.graph_problem
         live.samples += live.last.samples_ms
         live.round_medians.append(Summary.of(live.last.samples_ms).median)
         bad, checked = count_differing(live.last.checksums, live.good_sum)
@@ -336,7 +343,11 @@ class Runner:
         row.iqr_rel, row.n = s.iqr_rel, s.n
         row.step_ms = row.plan_ms + s.median
         row.timing_method, row.cold_l2, row.timing_note, row.flush = res.method, res.cold_l2, res.note, res.flush
+        if live.graph_check is not None and live.graph_check.note:
+            row.timing_note = "; ".join(x for x in (row.timing_note, live.graph_check.note) if x)
         st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
+        if st2 is Status.OK and live.graph_problem:
+            st2, reason2 = Status.MISMATCH, live.graph_problem
         if st2 is Status.OK and live.calls_bad:
             st2, reason2 = Status.MISMATCH, (
                 f"{live.calls_bad} of {live.calls_checked} timed calls returned an output whose checksum "
@@ -374,4 +385,7 @@ class _Live:
     last: Optional[TimingResult] = None
     good_sum: Optional[torch.Tensor] = None  # checksum of the checked first output
     calls_bad: int = 0  # timed calls whose output checksum differs from it
+    graph_check: Optional[GraphCheck] = None  # is its captured graph stale? (measure/graph_check.py)
+    graph_checked: bool = False
+    graph_problem: str = ""
     calls_checked: int = 0

@@ -35,6 +35,7 @@ class TimingResult:
     note: str = ""
     checksums: Optional[torch.Tensor] = None  # [n, 4] per timed call (measure/checksum.py), CPU
     flush: str = ""  # how the L2 was emptied before each timed call ("": it was not, warm L2 or a CPU)
+    graph_problem: str = ""  # what measure/graph_check.py found wrong with the captured graph
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
@@ -118,6 +119,54 @@ class L2Flusher:
             torch.sum(self.buf, 0, dtype=torch.int64, out=self.sink)
 
 
+class GpuWait:
+    """A GPU-side wait queued before each timed call's flush and start event (issue 24).
+
+    The start event is recorded when the GPU reaches it; if the GPU ran out of work before the
+    host queued the call (a Python-heavy ``run``, a busy host, a warm-L2 row with no flush
+    to cover the host's time), the gap up to the call's first kernel was counted: a warm 8x4k
+    decode read 63.6 µs against 56.1 µs cold with the host busy. So the GPU spins
+    (``torch.cuda._sleep``) before each of them, outside the timed region, for twice the
+    median host time of queueing the flush, the start event and the call (what the timer saw
+    so far: ``saw_host``), plus 20 µs, at most 2 ms: they are queued while it spins. The clock
+    rate of the spin is measured once per device."""
+
+    _cycles_per_us: dict = {}
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.seen: list[float] = []
+        self.host_us = 20.0
+        self.cycles_per_us(device)
+
+    def saw_host(self, us: float) -> None:
+        if len(self.seen) < 16:  # the first iterations (the estimate) size the wait of the rest
+            self.seen.append(us)
+            self.host_us = sorted(self.seen)[len(self.seen) // 2]
+
+    @classmethod
+    def cycles_per_us(cls, device: torch.device) -> float:
+        key = str(device)
+        if key not in cls._cycles_per_us:
+            cycles = 1 << 20
+            with torch.cuda.device(device):
+                torch.cuda._sleep(cycles)  # once untimed: the spin kernel's first launch loads it
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                torch.cuda._sleep(cycles)
+                e.record()
+                e.synchronize()
+            cls._cycles_per_us[key] = cycles / max(s.elapsed_time(e) * 1e3, 1.0)
+        return cls._cycles_per_us[key]
+
+    @staticmethod
+    def wait_us(host_us: float) -> float:
+        return min(2 * host_us + 20.0, 2000.0)
+
+    def __call__(self) -> None:
+        torch.cuda._sleep(int(self.wait_us(self.host_us) * self.cycles_per_us(self.device)))
+
+
 def _capture(run: Callable[[], torch.Tensor], device: torch.device):
     """Capture ``run`` in a CUDA graph; returns (graph, static output)."""
     side = torch.cuda.Stream(device)
@@ -135,8 +184,11 @@ def _capture(run: Callable[[], torch.Tensor], device: torch.device):
 
 
 def time_cuda(
-    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True
+    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True,
+    graph_check: Optional[Callable] = None,
 ) -> TimingResult:
+    """``graph_check(run, replay, static_out, device) -> problem`` runs once on a captured graph,
+    after the samples (measure/graph_check.py)."""
     device = torch.device(device)
     note = ""
     method = "cuda-events"
@@ -154,17 +206,20 @@ def time_cuda(
         note = "backend is not graph-capturable; timed with events"
     flush = L2Flusher(device, cfg.flush) if cfg.cold_l2 else (lambda: None)
     stream = torch.cuda.current_stream(device)
-
+    wait = GpuWait(device)
     sums: list = []
 
     def timed(n: int, check: bool = False) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
+            t0 = time.perf_counter()
+            wait()  # the GPU waits while the host queues the flush, the start event and the call
             flush()
             starts[i].record(stream)
             out = step()
             ends[i].record(stream)
+            wait.saw_host((time.perf_counter() - t0) * 1e6)
             if check:  # queued after the end event: outside the timed region
                 sums.append(checksum(static_out if static_out is not None else out))
         torch.cuda.synchronize(device)
@@ -175,27 +230,33 @@ def time_cuda(
     for _ in range(warm):
         step()
     samples = timed(n, check=True)
-    # The output of the timed path, after poisoning what the last call wrote.
+    graph_problem = graph_check(run, step, static_out, device) if graph_check and static_out is not None else ""
+    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=_final_output(run, step, static_out, device),
+                        note=note, checksums=_stacked(sums), flush=cfg.flush if cfg.cold_l2 else "",
+                        graph_problem=graph_problem)
+
+
+def _final_output(run: Callable[[], torch.Tensor], step: Callable[[], object], static_out, device) -> torch.Tensor:
+    """The output of the timed path, after poisoning what the last call wrote."""
     if static_out is not None:
         _poison(static_out)
         step()
         torch.cuda.synchronize(device)
-        final = static_out.clone()
-    else:
-        last = run()
-        _poison(last)
-        final = run()
-        torch.cuda.synchronize(device)
-    return TimingResult(samples, method, cold_l2=cfg.cold_l2, output=final, note=note, checksums=_stacked(sums),
-                        flush=cfg.flush if cfg.cold_l2 else "")
+        return static_out.clone()
+    last = run()
+    _poison(last)
+    final = run()
+    torch.cuda.synchronize(device)
+    return final
 
 
 def time_run(
-    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True
+    run: Callable[[], torch.Tensor], device: torch.device, cfg: TimingConfig, capturable: bool = True,
+    graph_check: Optional[Callable] = None,
 ) -> TimingResult:
     """Time ``run`` on ``device``: the GPU path when it is a CUDA device, the CPU clock otherwise."""
     if torch.device(device).type == "cuda":
-        return time_cuda(run, device, cfg, capturable)
+        return time_cuda(run, device, cfg, capturable, graph_check)
     return time_cpu(run, cfg)
 
 

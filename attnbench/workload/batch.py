@@ -66,8 +66,21 @@ class Batch:
 
     @functools.cached_property
     def trees(self) -> "TreeInputs":
-        """The tree requests' engine-native inputs, made once per batch."""
+        """The tree requests' engine-native inputs (host arrays and their device copies),
+        made once per step: ``new_step`` drops them."""
         return tree_inputs(self.spec, self.device)
+
+    def new_step(self) -> None:
+        """Forget what an engine builds in every step, before a timed plan or convert (issue
+        24: these lived on the batch, so every timed plan after the first reused them): the
+        tree requests' inputs and their upload to the device (``trees``: which requests are
+        trees, their topology or, for dynamic trees, their parents), and the request masks
+        (``mask``: a request's keys change with its length every step). Kept: the host
+        lengths (``host``: the engine's scheduler hands them over, they are the plan's input),
+        and what the backends cache per tree topology (built once, at start-up, by an engine
+        whose tree shapes are static). docs/semantics.md, "What a row's times hold"."""
+        self.__dict__.pop("trees", None)
+        self._masks.clear()
 
     @property
     def requests(self) -> tuple[Request, ...]:

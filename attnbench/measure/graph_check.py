@@ -1,0 +1,135 @@
+"""Is a captured CUDA graph stale? Checked once per row for every backend timed by graph replay.
+
+A kernel missing from a capture (a launch the capture did not record: flashinfer-bench#414
+saw it with CuTe-DSL kernels) leaves the graph's output as the capture wrote it: every replay
+returns that output, the per-call checksums agree with it, and the final reference check
+passes because the inputs never changed. Two checks catch it (``GraphCheck``):
+
+1. kernel count: one eager call and one replay under the profiler; a replay that launches
+   fewer kernels than the eager call may be missing some. The count alone is no verdict (a
+   library may launch less under capture on purpose; some CUPTI versions report no graph
+   kernels): with check 2 failing it is named in the reason, with check 2 passing it is a
+   note on the row.
+2. the output follows its inputs: the plan's q-sized float tensors (the queries, the plan's
+   own copies of them, small caches) are changed (random factors in [0.5, 1.5)), then one replay (first, into an
+   output filled with NaN) and one eager call must agree; the tensors are restored exactly
+   afterwards (from copies), so the row's input check and final reference check see the
+   pristine inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+
+def _tensors(obj, depth: int = 2, seen: Optional[set] = None) -> list[torch.Tensor]:
+    """Floating tensors reachable from ``obj`` (dataclass fields, items, attributes of
+    attnbench's own objects), ``depth`` levels down, one per storage."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.numel():
+            key = obj.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                return [obj]
+        return []
+    if depth < 0 or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        return []
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        children = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        children = list(obj)
+    elif type(obj).__module__.startswith("attnbench") and hasattr(obj, "__dict__") and not callable(obj):
+        children = list(vars(obj).values())  # our own plan objects; never a library's (or a module's) globals
+    else:
+        return []
+    return [t for c in children for t in _tensors(c, depth - 1, seen)]
+
+
+def perturb_small_inputs(plan, limit: int) -> Callable[[], None]:
+    """Multiply each float tensor of ``plan`` with at most ``limit`` elements, in place, by its
+    own random factors in [0.5, 1.5) (one per element: a uniform scale would leave an
+    intermediate that copies an input equal to the scaled input, so a stale copy would pass);
+    returns the function that restores them exactly."""
+    picked = [t for t in _tensors(plan) if t.numel() <= limit]
+    saved = [t.clone() for t in picked]
+    with torch.no_grad():
+        for k, t in enumerate(picked):
+            gen = torch.Generator(device=t.device).manual_seed(1234 + k)
+            t.mul_((torch.rand(t.shape, generator=gen, device=t.device) + 0.5).to(t.dtype))
+
+    def restore() -> None:
+        with torch.no_grad():
+            for t, s in zip(picked, saved):
+                t.copy_(s)
+
+    return restore
+
+
+def kernels_launched(fn: Callable[[], object], device: torch.device) -> int:
+    """GPU kernels (memcpy/memset left out) one call of ``fn`` launches, seen by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize(device)
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset", "cudaMem")))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / (b.norm() + 1e-300))
+
+
+@dataclass
+class GraphCheck:
+    """Run once per row by the timer on its captured graph (``time_cuda``'s ``graph_check``)."""
+
+    plan: object
+    limit: int  # the largest tensor (elements) the input change scales: q-sized, not the KV cache
+    tol: float  # how closely the replay must agree with the eager call (the row's tolerance)
+    count: Callable[[Callable[[], object], torch.device], int] = kernels_launched
+    note: str = ""  # fewer kernels in a replay than in an eager call, with an output that follows
+
+    def __call__(self, run: Callable[[], torch.Tensor], replay: Callable[[], object], static_out: torch.Tensor,
+                 device: torch.device) -> str:
+        """A problem (the row's mismatch reason), or ""."""
+        eager_n, graph_n = self.count(run, device), self.count(replay, device)
+        fewer = (f"a replay launches {graph_n} kernel(s), one eager call {eager_n}"
+                 if 0 < graph_n < eager_n else "")
+        follows = self._follows(run, replay, static_out)
+        if follows:
+            return "stale CUDA graph: " + "; ".join(x for x in (follows, fewer) if x)
+        # fewer kernels but an output that follows its inputs: a library may launch less under
+        # capture on purpose (a check, a lazy init); said in the row's notes, not a mismatch
+        self.note = f"{fewer} (its output follows its inputs like the eager call's)" if fewer else ""
+        return ""
+
+    def _follows(self, run: Callable[[], torch.Tensor], replay: Callable[[], object], static_out: torch.Tensor) -> str:
+        """What is wrong with the replay's output after a change of inputs, or ""."""
+        replay()
+        before = static_out.detach().clone()
+        restore = perturb_small_inputs(self.plan, self.limit)
+        try:
+            # the replay first: the buffers between its kernels still hold the last replay's values, as
+            # they would in a stale graph (an eager call first would write them fresh); what it leaves
+            # unwritten shows as NaN
+            static_out.fill_(float("nan"))
+            replay()
+            after = static_out.detach().clone()
+            eager = run().detach().clone()
+        finally:
+            restore()
+        if not _rel(after, eager) <= self.tol:  # NaN (unwritten) fails too
+            moved = ("left values unwritten" if not torch.isfinite(after).all() else
+                     "did not change" if _rel(after, before) <= self.tol else "changed, but not like the eager call's")
+            return (f"after the inputs changed between replays, the replay's output {moved} "
+                    f"(relative difference to one eager call {_rel(after, eager):.3g})")
+        return ""

@@ -202,3 +202,22 @@ def test_bad_specs_are_refused(kw, needle):
         BatchSpec(tuple(MIXED[:1]), 2, 1, 8, dtype, 4, **kw)
     with pytest.raises(ValueError, match="prefill requests only"):
         BatchSpec((Request("decode", 1, 3, causal=False),), 2, 1, 8)
+
+
+@pytest.mark.parametrize("layout", ["shuffled", "interleaved"])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_sdpa_gathers_only_the_window(layout, page_size):
+    from attnbench.backends._window import window_columns
+
+    reqs = [Request("decode", 1, 90), Request("tree", len(TREE), 61, TREE), Request("prefill", 5, 40, causal=False),
+            Request("prefill", 7, 3)]
+    b = make_batch(reqs, dtype="float16", window=6, sinks=True, alibi=True, layout=layout, page_size=page_size,
+                   kv_dtype="fp8_e4m3", kv_order="HND")
+    cols = window_columns(b)
+    assert cols is not None and cols.shape == (4, 12)  # the tree's 5 context slots + 7 nodes are the widest
+    assert cols[:, 0].tolist() == [85, 56, 35, 0]
+    be = get_backend_class("sdpa")()
+    conv = be.convert(b)
+    assert conv.k.shape[2] == conv.mask.shape[-1] == 12 + 1  # the window, then the sink column
+    ref, _ = reference_attention(b)
+    assert compare(be.run(be.plan(conv)), ref)[0] < default_tolerance(b.dtype)

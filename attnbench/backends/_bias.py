@@ -5,6 +5,8 @@ zero K row, a zero V row and a bias equal to the sink logit, since q . 0 = 0).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from attnbench.workload.batch import Batch
@@ -17,15 +19,21 @@ def needs_bias(batch: Batch) -> bool:
     return batch.alibi_slopes is not None or batch.sinks is not None
 
 
-def float_bias(batch: Batch, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def float_bias(batch: Batch, mask: torch.Tensor, dtype: torch.dtype, cols: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``[B, Hq|1, Qmax, Lmax (+1 with sinks)]`` in ``dtype`` from the boolean ``mask``
     ``[B, 1, Qmax, Lmax]``: 0 where allowed, -inf where not, ALiBi added (then one row per
-    query head), the sink logit as the last column. Built in float32, cast once."""
+    query head), the sink logit as the last column. Built in float32, cast once. ``cols``
+    ``[B, Lmax]``: the logical slot of each mask column (a windowed gather), else 0..Lmax-1."""
     b, _, qmax, lmax = mask.shape
     bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, float("-inf"))
     hq = batch.num_q_heads
     if batch.alibi_slopes is not None:
-        qpos, kpos = padded_positions(batch, qmax, lmax)
+        if cols is None:
+            qpos, kpos = padded_positions(batch, qmax, lmax)
+        else:
+            full = int(batch.host.kv_lens.max())
+            qpos, kpos = padded_positions(batch, qmax, full)
+            kpos = kpos.gather(1, cols.clamp(max=full - 1))
         dist = (kpos[:, None, :] - qpos[:, :, None]).float()  # [B, Qmax, Lmax]
         bias = bias + batch.alibi_slopes.float().view(1, hq, 1, 1) * dist[:, None]
     if batch.sinks is not None:

@@ -10,8 +10,9 @@ soft-cap: a soft-capped batch runs an eager path (matmul, tanh, bias, softmax, m
 ``eager-softcap``), as model code without a fused kernel does.
 
 SDPA cannot read a paged, packed batch: ``convert`` pads the queries, gathers K/V (an FP8
-cache dequantized to the model dtype) and builds the dense mask or bias (convert_ms); ``plan``
-has nothing left to do (plan_ms ~ 0).
+cache dequantized to the model dtype; with a window only the slots it lets through,
+``_window.py``) and builds the dense mask or bias (convert_ms); ``plan`` has nothing left to
+do (plan_ms ~ 0).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from attnbench.workload.batch import Batch
 
 from ._bias import float_bias, needs_bias, with_sink_column
 from ._dense import Dense, gather_padded_kv, padded_mask, padded_queries, unpad_output
+from ._window import gather_window_kv, window_columns, window_mask
 
 
 @dataclass
@@ -62,16 +64,20 @@ class SdpaBackend(Backend):
     kv_orders = ("NHD", "HND")
 
     def convert(self, batch: Batch) -> Dense:
-        k, v = gather_padded_kv(batch)
         kind = _uniform(batch)
         if kind is not None:
+            k, v = gather_padded_kv(batch)
             b, hq, d = batch.num_requests, batch.num_q_heads, batch.head_dim
             q = batch.q.reshape(b, -1, hq, d).transpose(1, 2)
             return Dense(batch, q, k, v, None, None, kind == "causal")
         q, index = padded_queries(batch)
-        mask = padded_mask(batch)
+        cols = window_columns(batch)  # a window: gather only the slots it lets through
+        if cols is None:
+            (k, v), mask = gather_padded_kv(batch), padded_mask(batch)
+        else:
+            (k, v), mask = gather_window_kv(batch, cols), window_mask(batch, cols)
         if needs_bias(batch) or batch.softcap is not None:
-            mask = float_bias(batch, mask, torch.float32 if batch.softcap is not None else batch.dtype)
+            mask = float_bias(batch, mask, torch.float32 if batch.softcap is not None else batch.dtype, cols)
             if batch.sinks is not None:
                 k, v = with_sink_column(k), with_sink_column(v)
         return Dense(batch, q, k, v, index, mask)

@@ -165,3 +165,49 @@ def test_the_cpu_variants_scenario_runs_every_cpu_backend(tmp_path):
     assert len(df) == 3 * 4
     assert set(df[df.backend != "flex"].status) == {"ok"}
     assert set(df[df.backend == "flex"].status) <= {"ok", "skipped"}
+
+
+NOISY = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+    import torch
+    from attnbench.backend import Backend
+    from attnbench.workload.reference import reference_attention
+
+    @dataclass
+    class Plan:
+        batch: object
+        mode: str = "fp8-q"
+        rtol: float = 0.05
+        rtol_reason: str = "q quantized to fp8_e4m3"
+
+    class Noisy(Backend):
+        name = "noisy-fp8q"
+        capturable = False
+        def plan(self, batch):
+            return Plan(batch)
+        def run(self, p):
+            out, _ = reference_attention(p.batch)
+            g = torch.Generator().manual_seed(0)
+            return (out * (1 + 0.01 * torch.randn(out.shape, generator=g))).to(p.batch.dtype)
+    """
+)
+
+
+def test_a_route_that_computes_lower_declares_its_tolerance(tmp_path):
+    """A route computing below the batch's precision (an FP8-q route) raises the row's default
+    tolerance by declaring plan.rtol, and the row says why; an explicit --rtol still rules."""
+    bf = tmp_path / "noisy.py"
+    bf.write_text(NOISY)
+    sc = tmp_path / "s.yaml"
+    sc.write_text("device: cpu\nmodel: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}\nbatch: '2q1s20'\n"
+                  "timing: {warmup_ms: 0, measure_ms: 1, min_runs: 1, max_runs: 2}\n")
+    r = runner.invoke(app, ["run", str(sc), "--backend-file", str(bf), "-b", "noisy-fp8q", "--out", str(tmp_path / "a"), "-q"])
+    assert r.exit_code == 0, r.output
+    row = pd.read_csv(tmp_path / "a" / "results.csv").iloc[0]
+    assert row.status == "ok" and row.tolerance == 0.05 and 1e-3 < row.rel_err < 0.05
+    assert "rtol 0.05: q quantized to fp8_e4m3" in row["mode"]
+    r = runner.invoke(app, ["run", str(sc), "--backend-file", str(bf), "-b", "noisy-fp8q", "--rtol", "1e-4",
+                            "--out", str(tmp_path / "b"), "-q"])
+    assert r.exit_code == 1
+    assert pd.read_csv(tmp_path / "b" / "results.csv").iloc[0].status == "mismatch"

@@ -36,6 +36,19 @@ from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
 
 
+def route_tolerance(plan, row: Row, batch: Batch, explicit: bool = False) -> float:
+    """A route that computes below the batch's precision (e.g. q quantized to FP8 over an FP8
+    cache) declares ``plan.rtol`` and ``plan.rtol_reason``: when the row's tolerance is the
+    dtype's default (not ``explicit`` from --rtol, no other check.rtol), it becomes the larger
+    one and the row's mode says why. Returns the row's tolerance."""
+    extra = getattr(plan, "rtol", None)
+    if extra and not explicit and row.tolerance == default_tolerance(batch.dtype) and extra > row.tolerance:
+        why = getattr(plan, "rtol_reason", "") or "a lower-precision route"
+        row.tolerance = float(extra)
+        row.mode = f"{row.mode} (rtol {extra:g}: {why})".strip()
+    return row.tolerance
+
+
 def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Status, str, float, float]:
     """-> (status, reason, rel_err, max_abs_err) of a backend output against the reference."""
     if not isinstance(out, torch.Tensor):
@@ -297,6 +310,7 @@ class Runner:
         converted = be.convert(batch)
         plan = be.plan(converted)
         row.mode = getattr(plan, "mode", "") or ""
+        tol = route_tolerance(plan, row, batch, explicit=self.opts.rtol is not None)
         poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
         if batch.device.type == "cuda":
@@ -345,7 +359,7 @@ class Runner:
         row.timing_method, row.cold_l2, row.timing_note, row.flush = res.method, res.cold_l2, res.note, res.flush
         if live.graph_check is not None and live.graph_check.note:
             row.timing_note = "; ".join(x for x in (row.timing_note, live.graph_check.note) if x)
-        st2, reason2, _, _ = check_output(res.output, ref, batch, tol)
+        st2, reason2, _, _ = check_output(res.output, ref, batch, row.tolerance or tol)
         if st2 is Status.OK and live.graph_problem:
             st2, reason2 = Status.MISMATCH, live.graph_problem
         if st2 is Status.OK and live.calls_bad:

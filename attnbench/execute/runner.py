@@ -22,7 +22,7 @@ from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
 from attnbench.measure.ceilings import ceilings_for
 from attnbench.measure.metrics import device_identity, device_name, roofline, work_of
-from attnbench.workload.reference import compare, default_tolerance, reference_attention
+from attnbench.workload.reference import compare, default_tolerance, reference_attention, route_tolerance
 from attnbench.store.rows import Row, Status, checked
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
@@ -34,19 +34,6 @@ from attnbench.measure.graph_check import GraphCheck
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
-
-
-def route_tolerance(plan, row: Row, batch: Batch, explicit: bool = False) -> float:
-    """A route that computes below the batch's precision (e.g. q quantized to FP8 over an FP8
-    cache) declares ``plan.rtol`` and ``plan.rtol_reason``: when the row's tolerance is the
-    dtype's default (not ``explicit`` from --rtol, no other check.rtol), it becomes the larger
-    one and the row's mode says why. Returns the row's tolerance."""
-    extra = getattr(plan, "rtol", None)
-    if extra and not explicit and row.tolerance == default_tolerance(batch.dtype) and extra > row.tolerance:
-        why = getattr(plan, "rtol_reason", "") or "a lower-precision route"
-        row.tolerance = float(extra)
-        row.mode = f"{row.mode} (rtol {extra:g}: {why})".strip()
-    return row.tolerance
 
 
 def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Status, str, float, float]:
@@ -310,7 +297,8 @@ class Runner:
         converted = be.convert(batch)
         plan = be.plan(converted)
         row.mode = getattr(plan, "mode", "") or ""
-        tol = route_tolerance(plan, row, batch, explicit=self.opts.rtol is not None)
+        tol, why = route_tolerance(plan, row.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
+        row.tolerance, row.mode = tol, f"{row.mode} ({why})".strip() if why else row.mode
         poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
         if batch.device.type == "cuda":

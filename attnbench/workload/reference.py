@@ -117,3 +117,15 @@ DEFAULT_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1
 def default_tolerance(dtype: torch.dtype) -> float:
     """Relative-error tolerance by dtype (docs/semantics.md: fp32 << 1e-4, 16-bit 1e-3..1e-2)."""
     return DEFAULT_TOLERANCE[dtype]
+
+
+def route_tolerance(plan, tol: float, dtype: torch.dtype, explicit: bool = False) -> tuple[float, str]:
+    """``(tolerance, why)`` for a backend's plan. A route that computes below the batch's
+    precision (e.g. q quantized to FP8 over an FP8 cache) declares ``plan.rtol`` and
+    ``plan.rtol_reason``: when ``tol`` is the dtype's default (not ``explicit`` from --rtol, no
+    other check.rtol) the larger one applies, and ``why`` says so for the row's mode
+    (``rtol 0.05: q quantized to fp8_e4m3``); else ``(tol, "")``."""
+    extra = getattr(plan, "rtol", None)
+    if not extra or explicit or tol != default_tolerance(dtype) or extra <= tol:
+        return tol, ""
+    return float(extra), f"rtol {extra:g}: {getattr(plan, 'rtol_reason', '') or 'a lower-precision route'}"

@@ -250,6 +250,7 @@ class BuiltinInfo:
     cuda_only: bool = False
     cpu_env: Optional[str] = None
     distribution: Optional[str] = None
+    option_envs: tuple[str, ...] = ()  # environment variables that set an option's default (sorted)
 
 
 BUILTIN_INFO: dict[str, BuiltinInfo] = {
@@ -258,15 +259,17 @@ BUILTIN_INFO: dict[str, BuiltinInfo] = {
     "flex": BuiltinInfo(None),
     "triton": BuiltinInfo("triton", "pip install attnbench[triton]", False, "TRITON_INTERPRET", "triton"),
     "flash-attn": BuiltinInfo(
-        "flash_attn", "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, None, "flash-attn"
+        "flash_attn", "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, None, "flash-attn",
+        ("ATTNBENCH_FA2_HDIM128_ONLY",),
     ),
     "xformers": BuiltinInfo(
-        "xformers", "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, None, "xformers"
+        "xformers", "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, None, "xformers",
+        ("ATTNBENCH_XFORMERS_TRITON_ONLY",),
     ),
     "flashinfer": BuiltinInfo(
         "flashinfer",
         "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)",
-        True, None, "flashinfer-python",
+        True, None, "flashinfer-python", ("ATTNBENCH_FLASHINFER_BACKEND", "ATTNBENCH_FLASHINFER_CASCADE"),
     ),
 }
 

@@ -66,3 +66,13 @@ def test_masks():
 def test_positions_of_tree_nodes():
     b = make_batch([Request("tree", 6, 10, (-1, 0, 0, 1, 1, 2))])
     assert b.positions(0).tolist() == [10, 11, 11, 12, 12, 12]
+
+
+def test_describe_counts_requests_by_what_it_shows():
+    """Dynamic trees of one size but different shapes read as one run of requests."""
+    from attnbench.workload.spec import BatchSpec, Request, describe
+
+    trees = [Request("tree", 4, 4096, parents, True) for parents in ((-1, 0, 0, 1), (-1, 0, 1, 2), (-1, 0, 0, 0))]
+    spec = BatchSpec(num_q_heads=4, num_kv_heads=2, head_dim=16, dtype="float32", page_size=16, layout="contiguous",
+                     requests=tuple(trees + [Request("decode", 1, 4096)] * 2 + [Request("prefill", 37, 64)]))
+    assert describe(spec) == "3 dynamic tree(4)@4k + 2 decode@4k + 1 prefill 37@64"

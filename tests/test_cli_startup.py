@@ -30,7 +30,8 @@ def _imported_by(args: list[str]) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["validate", str(QUICKSTART)], ["backends"]])
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["validate", str(QUICKSTART)], ["backends"],
+                                  ["run", str(QUICKSTART), "--list"], ["run", "tree-random-60-gqa8", "--list", "-k", "16"]])
 def test_light_commands_do_not_import_torch(args):
     mods = set(_imported_by(args))
     assert "attnbench" in mods
@@ -40,7 +41,40 @@ def test_light_commands_do_not_import_torch(args):
 
 def test_help_does_not_import_pandas_or_pydantic():
     mods = set(_imported_by(["--help"]))
-    assert not mods & {"pandas", "pydantic"}, mods & {"pandas", "pydantic"}
+    assert not mods & {"pandas", "pydantic", "numpy"}, mods & {"pandas", "pydantic", "numpy"}
+
+
+def test_version_imports_no_command_line_package():
+    mods = set(_imported_by(["--version"]))
+    assert not mods & {"typer", "rich", "click", "numpy"}, mods & {"typer", "rich", "click", "numpy"}
+
+
+@pytest.mark.parametrize("args, watched", [
+    ([], False), (["--help"], False), (["--version"], False), (["run", "x.yaml", "--help"], False),
+    (["validate", "x.yaml"], False), (["schema"], False), (["scenarios"], False), (["trees"], False),
+    (["backends"], False), (["backends", "--probe"], True), (["run", "x.yaml", "--list"], False),
+    (["run", "x.yaml"], True), (["compare", "backends", "x.yaml"], True), (["check", "a", "b"], True),
+])
+def test_only_commands_that_run_backends_are_supervised(args, watched):
+    """The supervising fork (it sees a backend's os._exit) is for commands that run or import
+    backends; help, the version and the listings run in the one process."""
+    from attnbench.cli.supervise import supervised
+
+    assert supervised(args) is watched
+
+
+def test_list_matches_what_the_run_takes(tmp_path):
+    """`run --list` finds the default backends without torch; the runner finds them with it:
+    the same list."""
+    from attnbench.cli.caselist import listed_backends
+    from attnbench.execute.options import RunOptions
+    from attnbench.execute.runner import Runner
+    from attnbench.workload.scenario import load
+
+    sf = load(QUICKSTART, [])
+    for device in ("cpu", None):
+        opts = RunOptions(device=device)
+        assert listed_backends(sf, opts) == Runner(sf, opts).backend_names
 
 
 def test_commands_in_process_leave_torch_unimported(tmp_path):
@@ -77,6 +111,7 @@ def test_builtin_info_matches_the_classes(name):
     assert (info.library, info.install_hint, info.cuda_only, info.cpu_env) == (
         cls.library, cls.install_hint, cls.cuda_only, cls.cpu_env)
     assert info.distribution == (cls.distribution or cls.library)
+    assert info.option_envs == tuple(sorted(o.env for o in (getattr(cls, "options", {}) or {}).values() if o.env))
 
 
 @pytest.mark.parametrize("interpret", [None, "1"])

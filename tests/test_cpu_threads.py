@@ -61,3 +61,32 @@ def test_thread_clock_does_not_count_sleep():
     wall = time_run(sleepy, torch.device("cpu"), TimingConfig(cpu_clock="wall", **cfg))
     assert thread.method == "cpu-thread" and wall.method == "cpu"
     assert max(thread.samples_ms) < 10 and min(wall.samples_ms) >= 20
+
+
+def test_batch_and_reference_use_the_rows_thread_count(monkeypatch):
+    """The case's batch and its float64 reference are built under the rows' thread count (on
+    torch's default threads the reference spin-waited on a shared core: 2x the sweep's CPU)."""
+    from attnbench.execute import runner as rn
+    from attnbench.execute.options import RunOptions
+    from attnbench.workload.scenario import load_text
+
+    seen = []
+    for fn in ("materialize", "reference_attention"):
+        real = getattr(rn, fn)
+
+        def spy(*a, _real=real, _fn=fn, **k):
+            seen.append((_fn, torch.get_num_threads()))
+            return _real(*a, **k)
+
+        monkeypatch.setattr(rn, fn, spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        sf = load_text(TINY, "tiny.yaml", ["sweep={}"])
+        for threads in (None, 2):
+            seen.clear()
+            rows = list(rn.Runner(sf, RunOptions(backends=["sdpa"], threads=threads)).rows())
+            assert [r.status for r in rows] == ["ok"]
+            assert seen == [("materialize", threads or 1), ("reference_attention", threads or 1)]
+    finally:
+        torch.set_num_threads(before)

@@ -27,6 +27,17 @@ def test_budgets_become_counts():
     assert _counts(1e-6, cfg)[1] == 1000  # max_runs wins
 
 
+def test_unset_min_runs_is_bounded_by_the_budget():
+    """Without min_runs, 5 calls at least, but never more than fit in twice the budget: a
+    40 ms row under a 10 ms budget is timed once (the estimate call was its warm-up)."""
+    cfg = TimingConfig(warmup_ms=2, measure_ms=10)
+    assert _counts(40.0, cfg) == (1, 1)
+    assert _counts(3.0, cfg) == (1, 5)  # 5 calls = 15 ms fit in 20
+    assert _counts(6.0, cfg) == (1, 3)  # 3 calls fit in 20 ms, 5 would not
+    assert _counts(0.5, cfg) == (4, 20)  # the budget decides
+    assert _counts(40.0, TimingConfig(warmup_ms=2, measure_ms=10, min_runs=5)) == (1, 5)  # set: a hard floor
+
+
 def test_cpu_timer_keeps_raw_samples_and_poisons_before_the_final_call():
     calls = []
     buf = torch.ones(4)
@@ -56,7 +67,11 @@ def test_cpu_timer_output_of_an_honest_run():
 
 def test_time_host_samples():
     s = time_host(lambda: sum(range(1000)), torch.device("cpu"), budget_ms=1, max_runs=5)
-    assert 3 <= len(s) <= 5
+    assert 1 <= len(s) <= 5
+    slow = time_host(lambda: time.sleep(0.02), torch.device("cpu"), budget_ms=10, max_runs=20)
+    assert len(slow) == 1  # one sample spends the budget: no more
+    fast = time_host(lambda: None, torch.device("cpu"), budget_ms=1000, max_runs=7)
+    assert len(fast) == 7
 
 
 def test_gpu_timing_falls_back_to_cpu_without_cuda():

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from typing import Optional, Sequence
 
-import numpy as np
-
 from attnbench.analyze.compare import Thresholds, check
 from attnbench.store.rows import Row
 
@@ -103,6 +101,8 @@ def summary_records(cal: Calibration) -> list[dict]:
 
 def wander_records(cal: Calibration) -> list[dict]:
     """Per case, how far the A/A ratios of unchanged code wander from 1."""
+    import numpy as np  # not at import: `attnbench --help` imports this module
+
     out = []
     for key, ratios in cal.aa_ratios.items():
         a = np.asarray(ratios)

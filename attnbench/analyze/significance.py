@@ -22,8 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import numpy as np
-
+# numpy: imported in the functions that use it (the light commands import this module)
 from attnbench.analyze import ranks
 from attnbench.store.rows import Row
 
@@ -33,6 +32,7 @@ SAME_WITHIN = 0.05  # "≈ same" when the whole interval lies within ±5% (else 
 
 
 def median(xs: Sequence[float]) -> float:
+    import numpy as np
     return float(np.median(np.asarray(xs, dtype=float))) if len(xs) else math.nan
 
 
@@ -81,6 +81,7 @@ class RoundsError(ValueError):
 
 def round_logs(row: Row, norm: Optional[Row] = None) -> np.ndarray:
     """``log`` of each round's median of ``row`` (divided by ``norm``'s of the same round)."""
+    import numpy as np
     vals = np.log(np.asarray(row.round_medians_ms, dtype=float))
     if norm is None:
         return vals
@@ -98,6 +99,7 @@ def compare_runs(current: Sequence[float], baseline: Sequence[float], confidence
 
 def compare_paired(this: Sequence[float], other: Sequence[float], confidence: float) -> Ratio:
     """Ratio of two backends measured in the same rounds of one run, paired by round."""
+    import numpy as np
     if len(this) != len(other):
         raise RoundsError(f"{len(this)} rounds against {len(other)}: not measured in the same rounds")
     s = ranks.paired_shift(np.asarray(this) - np.asarray(other), confidence)

@@ -86,18 +86,28 @@ def run(
     _check_new_run(ctx, scenario, isolate, select, spec)
     opts = new_options(backend, device, warm_l2, no_graphs, dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush),
                        rtol, save_tensors, threads, select)
-    runner = new_runner(scenario, set_, opts, spec, backend_file)
     if list_:
-        return _print_cases(runner, show["fmt"])
+        return _print_cases(scenario, set_, opts, show["fmt"])
+    runner = new_runner(scenario, set_, opts, spec, backend_file)
     ensure_selected(runner, str(scenario))
     launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
     _execute(runner, new_folder(runner, launch, results_dir, out, profile, spec), frozenset(), launch, show, profile)
 
 
-def _print_cases(runner: "Runner", fmt: str) -> None:
-    from attnbench.cli.caselist import print_case_list
+def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
+    """--list: the cases and their backends, without a runner (no torch: well under a second)."""
+    from attnbench.cli.app import print_notes, selector
+    from attnbench.cli.caselist import case_records, listed_backends, print_case_list
+    from attnbench.execute.device import DEVICE_NAMES
+    from attnbench.workload.scenario import load
 
-    print_case_list(runner, fmt, console)
+    sf = load(scenario, set_ or [])
+    print_notes(sf)
+    device = opts.device or sf.scenario.device
+    if not DEVICE_NAMES.match(device):
+        raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
+    picks = selector(opts.select) if opts.select else (lambda case_id, backend: True)
+    print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
 
 
 def check_format(fmt: str) -> str:

@@ -53,8 +53,26 @@ def _child(w: int, parent: int) -> None:
         report(f"exit {code}")
 
 
+# Commands that run no backend need no watching parent: they run in this process, without
+# the fork's cost (x1.2 of `--version`). `backends --probe` and every run stay supervised.
+LIGHT_COMMANDS = frozenset({"validate", "schema", "scenarios", "trees"})
+
+
+def supervised(args: list[str]) -> bool:
+    """Whether ``attnbench ARGS`` runs under the supervising parent: not for help, the version,
+    and the commands that run no backend (a ``run --list`` only lists cases)."""
+    if not args or "--help" in args or "-h" in args or args[0] in ("--version", "--install-completion", "--show-completion"):
+        return False
+    if args[0] in LIGHT_COMMANDS:
+        return False
+    if args[0] == "backends":
+        return "--probe" in args
+    return not (args[0] == "run" and "--list" in args)
+
+
 def main() -> None:
-    if not hasattr(os, "fork") or os.environ.get("ATTNBENCH_NO_SUPERVISOR") == "1":
+    args = sys.argv[1:]
+    if not hasattr(os, "fork") or os.environ.get("ATTNBENCH_NO_SUPERVISOR") == "1" or not supervised(args):
         _run_app()
         return
     sys.stdout.flush()

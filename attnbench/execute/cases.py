@@ -8,7 +8,7 @@ from typing import Optional
 from attnbench import backend as registry
 from attnbench.execute.options import RunOptions
 from attnbench.store.rows import Row
-from attnbench.workload.batch import describe
+from attnbench.workload.spec import describe
 from attnbench.workload.scenario import Case, ScenarioFile
 
 

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICE_NAMES = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto | cpu | cuda | cuda:N`` -> a torch device visible here; ValueError (a message) if not."""
+    import torch  # here: `run --list` checks names with DEVICE_NAMES without torch
+
     if not isinstance(name, str) or not DEVICE_NAMES.match(name):
         raise ValueError(f"device {name!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
     if name == "auto":

@@ -163,9 +163,11 @@ class Runner:
             )
             yield from self._all_rows(case, spec, names, Status.SKIPPED, why)
             return
-        try:
-            batch = materialize(spec, sc.seed, self.device)
-            ref = self._reference(batch if sc.check.reference == "reference" else clone_batch(batch), sc.check.reference)
+        try:  # under the rows' thread count: the float64 reference on 2 threads spin-waited (2x CPU)
+            with cpu_threads(self.device, self.threads):
+                batch = materialize(spec, sc.seed, self.device)
+                ref = self._reference(batch if sc.check.reference == "reference" else clone_batch(batch),
+                                      sc.check.reference)
         except Exception as e:  # the case itself cannot be built: every row says why
             _release(self.device)
             yield from self._all_rows(case, spec, names, Status.ERROR, f"building the batch or reference failed: {_error_text(e)}")
@@ -185,7 +187,7 @@ class Runner:
             if cfg.rounds == 1:  # each row is finished (and yielded) before the next backend starts
                 for row in rows:
                     own = clone_batch(batch)
-                    live = self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs))
+                    live = self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs, cfg))
                     if live is not None:
                         self._guard(row, lambda: self._measure(live, cfg))
                     if live is not None and row.status == "ok":  # a failed timing keeps its own reason
@@ -257,13 +259,13 @@ class Runner:
         stretches of time. The rows come out together at the end of the case."""
         owns = [clone_batch(batch) for _ in rows]
         lives = [
-            (row, self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs))) for row, own in zip(rows, owns)
+            (row, self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs, cfg))) for row, own in zip(rows, owns)
         ]
         per_round = replace(
             cfg,
             warmup_ms=cfg.warmup_ms / cfg.rounds,
             measure_ms=cfg.measure_ms / cfg.rounds,
-            min_runs=-(-cfg.min_runs // cfg.rounds),
+            min_runs=None if cfg.min_runs is None else -(-cfg.min_runs // cfg.rounds),
             max_runs=-(-cfg.max_runs // cfg.rounds),
         )
         for _ in range(cfg.rounds):
@@ -279,7 +281,7 @@ class Runner:
         _release(self.device)
         yield from rows
 
-    def _prepare(self, row: Row, batch: Batch, ref, tol, outputs) -> Optional["_Live"]:
+    def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
         timing needs, or None when the row is already finished (skipped or mismatch)."""
         name = row.backend
@@ -317,9 +319,10 @@ class Runner:
         del out
         # convert (what the library cannot read natively) and plan (the engine's step) apart
         # each timed call is one engine step: what a step rebuilds is not reused from the last (Batch.new_step)
-        row.convert_ms = Summary.of(time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device)
+        host_ms = min(50.0, cfg.measure_ms)  # host timing within the row's budget too
+        row.convert_ms = Summary.of(time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms)
                                     ).median if be.converts() else 0.0
-        row.plan_ms = Summary.of(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device)).median
+        row.plan_ms = Summary.of(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms)).median
         # a plan may say whether its route is graph-capturable (FlashInfer's routes differ)
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
         return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)

@@ -39,9 +39,14 @@ class TimingResult:
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
+    """(warm-up calls, timed calls) for a call of about ``estimate_ms``. The budget decides;
+    ``cfg.min_runs`` is a floor when set. Unset, the floor is SOFT_MIN_RUNS, but only as many
+    of those as fit in twice ``measure_ms``: a 40 ms call under a 10 ms budget is timed once,
+    not 5 times (200 ms), while a 3 ms call still gets its 5."""
     est = max(estimate_ms, 1e-4)
     warm = max(1, int(math.ceil(cfg.warmup_ms / est))) if cfg.warmup_ms > 0 else 0
-    n = int(min(cfg.max_runs, max(cfg.min_runs, math.ceil(cfg.measure_ms / est))))
+    floor = cfg.min_runs if cfg.min_runs is not None else min(SOFT_MIN_RUNS, int(2 * cfg.measure_ms / est))
+    n = int(min(cfg.max_runs, max(1, floor, math.ceil(cfg.measure_ms / est))))
     return min(warm, cfg.max_runs), n
 
 
@@ -305,7 +310,9 @@ def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float =
     passed (at most ``max_runs``). The first calls of host work in a process run slower (lazy
     initialization, the allocator's first requests, cold caches and branch predictors): sdpa's
     convert read 2.8-9.7 ms in the first case of a quickstart run and 1.0-1.3 ms in the
-    others, in 9 of 10 runs, when the first calls were timed (issue 24)."""
+    others, in 9 of 10 runs, when the first calls were timed (issue 24). Then samples until
+    ``budget_ms`` is spent (at least one, at most ``max_runs``): a slow convert is not timed 3
+    times over the row's budget (issue 26)."""
     cuda = torch.device(device).type == "cuda"
 
     def once() -> float:
@@ -323,7 +330,7 @@ def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float =
         warm += 1
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < max_runs and (len(samples) < 3 or spent < budget_ms):
+    while len(samples) < max_runs and (not samples or spent < budget_ms):  # a slow plan: one sample, not 3
         samples.append(once())
         spent += samples[-1]
     return samples

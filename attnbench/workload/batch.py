@@ -17,9 +17,8 @@ import torch
 from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
-from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request  # noqa: F401  (re-exported)
+from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 from attnbench.workload.trees import depths
-from attnbench.workload.units import format_int
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
@@ -343,44 +342,3 @@ def _sinks(spec: BatchSpec, seed: int, device: torch.device) -> Optional[torch.T
         return None
     gen = torch.Generator().manual_seed((seed ^ _SINK_SEED) % (1 << 63))
     return (torch.rand(spec.num_q_heads, generator=gen, dtype=torch.float32) * SINK_MAX).to(device)
-
-
-def describe(spec: BatchSpec) -> str:
-    """``32 decode@4.5k sharing 4k + 2 prefill 512 + 8 tree(5)@2k``: runs of equal requests
-    (``sharing N``: their first N context tokens are a shared prefix)."""
-    parts: list[tuple[int, object]] = []
-    for r in spec.requests:
-        if parts and parts[-1][1] == r:
-            parts[-1] = (parts[-1][0] + 1, r)
-        else:
-            parts.append((1, r))
-    out = []
-    for count, r in parts:
-        if r.kind == "decode":
-            s = f"{count} decode@{format_int(r.context)}"
-        elif r.kind == "tree":
-            s = f"{count} {'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
-        else:
-            s = f"{count} {'' if r.causal else 'non-causal '}prefill {format_int(r.query)}"
-            s += f"@{format_int(r.context)}" if r.context else ""
-        out.append(s + (f" sharing {format_int(r.shared_prefix)}" if r.prefix_group is not None else ""))
-    return " + ".join(out) + "".join(f"; {v}" for v in variant_words(spec))
-
-
-def variant_words(spec: BatchSpec) -> list[str]:
-    """The attention variants of ``spec`` in words (``fp8_e4m3 KV per-head``, ``window 128``,
-    ...); [] for plain attention in the model dtype, NHD."""
-    words = []
-    if spec.fp8:
-        words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
-    if spec.kv_order != "NHD":
-        words.append(f"{spec.kv_order} cache")
-    if spec.window is not None:
-        words.append(f"window {format_int(spec.window)}")
-    if spec.sinks:
-        words.append("sinks")
-    if spec.softcap is not None:
-        words.append(f"softcap {spec.softcap:g}")
-    if spec.alibi:
-        words.append("alibi")
-    return words

@@ -153,7 +153,11 @@ class Timing(_Strict):
 
     warmup_ms: float = Field(default=_T.warmup_ms, ge=0, le=3_600_000, description="warm-up budget per row, ms")
     measure_ms: float = Field(default=_T.measure_ms, gt=0, le=3_600_000, description="measurement budget per row, ms")
-    min_runs: int = Field(default=_T.min_runs, ge=1, le=1_000_000)
+    min_runs: Optional[int] = Field(
+        default=_T.min_runs, ge=1, le=1_000_000,
+        description="timed calls at least, whatever the budget; unset: 5, but never more calls than fit in twice"
+        " measure_ms (a slow row is not timed 5 times over its budget)",
+    )
     max_runs: int = Field(default=_T.max_runs, ge=1, le=1_000_000)
     cold_l2: bool = Field(default=_T.cold_l2, description="flush the GPU's L2 before every timed call")
     cuda_graphs: bool = Field(default=_T.cuda_graphs, description="time CUDA-graph replays where the backend allows")

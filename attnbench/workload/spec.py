@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from attnbench.workload.units import format_int
+
 if TYPE_CHECKING:
     import torch
 
@@ -162,3 +164,48 @@ class BatchSpec:
         kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * self.kv_element_bytes
         qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
         return kv + qo
+
+
+def describe(spec: BatchSpec) -> str:
+    """``32 decode@4.5k sharing 4k + 2 prefill 512 + 8 tree(5)@2k``: runs of requests that read
+    the same (``sharing N``: their first N context tokens are a shared prefix). Requests are
+    counted by what the text shows: 16 dynamic trees of 60 nodes with different shapes are
+    ``16 dynamic tree(60)@4k``, not the same words 16 times."""
+    parts: list[list] = []  # [count, text]
+    for r in spec.requests:
+        text = _request_text(r)
+        if parts and parts[-1][1] == text:
+            parts[-1][0] += 1
+        else:
+            parts.append([1, text])
+    return " + ".join(f"{count} {text}" for count, text in parts) + "".join(f"; {v}" for v in variant_words(spec))
+
+
+def _request_text(r: Request) -> str:
+    if r.kind == "decode":
+        s = f"decode@{format_int(r.context)}"
+    elif r.kind == "tree":
+        s = f"{'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
+    else:
+        s = f"{'' if r.causal else 'non-causal '}prefill {format_int(r.query)}"
+        s += f"@{format_int(r.context)}" if r.context else ""
+    return s + (f" sharing {format_int(r.shared_prefix)}" if r.prefix_group is not None else "")
+
+
+def variant_words(spec: BatchSpec) -> list[str]:
+    """The attention variants of ``spec`` in words (``fp8_e4m3 KV per-head``, ``window 128``,
+    ...); [] for plain attention in the model dtype, NHD."""
+    words = []
+    if spec.fp8:
+        words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
+    if spec.kv_order != "NHD":
+        words.append(f"{spec.kv_order} cache")
+    if spec.window is not None:
+        words.append(f"window {format_int(spec.window)}")
+    if spec.sinks:
+        words.append("sinks")
+    if spec.softcap is not None:
+        words.append(f"softcap {spec.softcap:g}")
+    if spec.alibi:
+        words.append("alibi")
+    return words

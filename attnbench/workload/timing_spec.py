@@ -18,7 +18,9 @@ CPU_CLOCK_NAMES = ("wall", "thread")  # measure.timing.time_cpu
 class TimingConfig:
     warmup_ms: float = 25.0  # warm-up budget per row
     measure_ms: float = 100.0  # measurement budget per row
-    min_runs: int = 5
+    # timed calls at least; None: SOFT_MIN_RUNS, but only as many as fit in twice measure_ms
+    # (a 40 ms call under a 10 ms budget is timed once, not 5 times); a number: a hard floor
+    min_runs: Optional[int] = None
     max_runs: int = 2000
     cold_l2: bool = True  # flush the GPU's L2 before every timed call
     cuda_graphs: bool = True  # time CUDA-graph replays where the backend allows
@@ -28,6 +30,7 @@ class TimingConfig:
 
 
 DEFAULTS = TimingConfig()
+SOFT_MIN_RUNS = 5  # the floor of timed calls when min_runs is not set (measure.timing._counts)
 
 # the fields the command line sets, and their flags (run, compare backends, each row's repro command)
 TIMING_FLAGS = {"warmup_ms": "--warmup-ms", "measure_ms": "--measure-ms", "flush": "--flush"}
@@ -40,7 +43,10 @@ def override_problem(key: Any, value: Any) -> Optional[str]:
     """What is wrong with overriding timing field ``key`` with ``value`` (None: nothing)."""
     if key not in _FIELDS:
         return f"{key!r} is not a timing setting (one of {', '.join(_FIELDS)})"
-    kind = type(getattr(DEFAULTS, key))
+    default = getattr(DEFAULTS, key)
+    if default is None and value is None:
+        return None
+    kind = int if default is None else type(default)  # min_runs: an integer or unset
     if key in _CHOICES:
         return None if value in _CHOICES[key] else f"{key}: {value!r} is not one of {', '.join(_CHOICES[key])}"
     if kind is bool:

@@ -12,7 +12,7 @@ from attnbench.analyze.summary import backend_summary
 from attnbench.analyze.tables import (
     LEGEND, batch_lines, fastest_by_case, fmt_roofline, fmt_time, print_results, row_notes, vs_best,
 )
-from attnbench.store.rows import Row, rows_frame, strict_json
+from attnbench.store.rows import Row, rows_csv, strict_json
 
 
 def row_records(rows: list[Row]) -> list[dict]:
@@ -60,7 +60,7 @@ def render_run(rows: list[Row], fmt: str, console: Console, info: Console, title
     if fmt == "json":
         console.out(json.dumps(row_records(rows), indent=1, allow_nan=False, default=str), highlight=False)
     elif fmt == "csv":
-        console.out(rows_frame(rows).to_csv(index=False), end="", highlight=False)
+        console.out(rows_csv(rows), end="", highlight=False)
     elif fmt == "markdown":
         console.out("\n".join(markdown_lines(rows, title)), highlight=False)
     else:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from attnbench.store.manifest import Manifest
-from attnbench.store.rows import Row, rows_frame, typed_row
+from attnbench.store.rows import Row, rows_csv, typed_row
 from attnbench.workload.units import safe_name
 
 
@@ -219,7 +219,7 @@ class RunFolder:
             self.write_csv()
 
     def write_csv(self) -> None:
-        atomic_write(self.path / "results.csv", rows_frame(self.rows).to_csv(index=False))
+        atomic_write(self.path / "results.csv", rows_csv(self.rows))
         self._csv_written = time.monotonic()
 
     def finish(self, complete: bool, **extra) -> None:

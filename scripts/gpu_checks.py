@@ -28,7 +28,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from attnbench.analyze.tables import print_results
+from attnbench.analyze.run_table import print_results
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner
 from attnbench.measure.ceilings import ceilings_for

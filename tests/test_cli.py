@@ -64,7 +64,8 @@ def test_run_writes_a_run_folder(tiny, tmp_path):
     assert blob["kinds"] == ["decode", "decode", "prefill", "tree"]
     assert blob["tree_parents"][3] == [-1, 0, 0, 1]
     assert set(blob["outputs"]) == {"reference", "sdpa"}
-    assert "page_size=4" in r.output and "sdpa" in r.output
+    assert "page_size" in r.output and "sdpa" in r.output  # the swept value is a column: page_size, then 4 and 8
+    assert any(ln.split()[:2] == ["4", "reference"] for ln in r.output.splitlines() if ln.strip())
 
 
 def test_set_override_and_backend_flag(tiny, tmp_path):
@@ -222,7 +223,7 @@ def test_rounds_interleave_the_backends_of_a_case(tiny, tmp_path):
 
 
 def test_mixed_timing_methods_get_one_note_per_case():
-    from attnbench.analyze.tables import results_table
+    from attnbench.analyze.run_table import results_table
     from attnbench.store.rows import Row
 
     rows = [
@@ -230,5 +231,5 @@ def test_mixed_timing_methods_get_one_note_per_case():
         Row("s", "c1", "fi", median_ms=2.0, timing_method="cuda-events"),
         Row("s", "c2", "sdpa", median_ms=1.0, timing_method="cuda-graph"),
     ]
-    _, notes = results_table(rows)
+    _, notes, _, _ = results_table(rows)
     assert notes == ["timing methods differ in this case: cuda-graph: sdpa; cuda-events: fi"]

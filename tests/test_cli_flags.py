@@ -203,7 +203,7 @@ def test_table_marks_overlapping_rows_and_sums_up_per_backend():
 
 
 def test_compact_table_is_one_line_per_row_and_failed_rows_show_their_rerun_command():
-    from attnbench.analyze.tables import print_results
+    from attnbench.analyze.run_table import print_results
 
     rows = [_row(f"context={c},page_size={p},seed={s}", b, 1.0 + (b == "flex"), [1.0, 1.0, 1.0])
             for c in (128, 256) for p in (1, 16) for s in range(4) for b in ("sdpa", "flex")]
@@ -212,8 +212,10 @@ def test_compact_table_is_one_line_per_row_and_failed_rows_show_their_rerun_comm
     con = Console(width=120, record=True, force_terminal=False)
     print_results(rows, con, title="t")  # 33 rows: compact by size
     text = con.export_text()
-    body = [ln for ln in text.splitlines() if ln.startswith("│")]
-    assert len(body) == len(rows)
+    lines = text.splitlines()
+    table = lines[:next(i for i, ln in enumerate(lines) if ln.startswith("batch"))]
+    body = [ln for ln in table if any(f" {b} " in f" {ln} " for b in ("sdpa", "flex", "bad"))]
+    assert len(body) == len(rows) and len(table) == len(rows) + 3  # title, header, rule; one line a row
     assert "re-run context=128,page_size=1,seed=0 · bad: attnbench run s.yaml -k" in text
     flat = " ".join(text.split())  # the legend wraps at the console width
     assert "mem = memory-bound" in flat and "com = compute-bound" in flat

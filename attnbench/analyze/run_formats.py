@@ -9,9 +9,8 @@ import math
 from rich.console import Console
 
 from attnbench.analyze.summary import backend_summary
-from attnbench.analyze.tables import (
-    LEGEND, batch_lines, fastest_by_case, fmt_roofline, fmt_time, print_results, row_notes, vs_best,
-)
+from attnbench.analyze.run_table import KERNEL, OPTIONAL, print_results, short_err
+from attnbench.analyze.tables import batch_lines, fastest_by_case, fmt_roofline, fmt_time, has_convert, row_notes, vs_best
 from attnbench.store.rows import Row, rows_csv, strict_json
 
 
@@ -28,10 +27,14 @@ def row_records(rows: list[Row]) -> list[dict]:
 
 
 def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
+    """The run as a Markdown table (for a pull request): every column of the terminal table."""
     best = fastest_by_case(rows)
+    convert = has_convert(rows)
     lines = [f"**{title}**", ""] if title else []
-    lines += ["| case | backend | status | plan | kernel | IQR | vs best | roofline | notes |",
-              "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    heads = ["case", "backend", "status", "plan"] + (["convert"] if convert else []) + [
+        "kernel", "IQR", "vs best", "roofline", "rel err", "notes"]
+    lines += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" if h in ("case", "backend", "status", "notes")
+                                                                else "---:" for h in heads) + "|"]
     notes: list[str] = []
     for r in rows:
         refs = []
@@ -41,10 +44,14 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
             refs.append(str(notes.index(text) + 1))
         roof = fmt_roofline(r)
         iqr = f"{100 * r.iqr_rel:.0f}%" if r.status == "ok" and math.isfinite(r.iqr_rel) else "-"
-        cells = [r.case_id, r.backend, r.status.value, fmt_time(r.plan_ms), fmt_time(r.median_ms), iqr,
-                 vs_best(r, best), roof, " ".join(f"[{x}]" for x in refs)]
+        cells = [r.case_id, r.backend, r.status.value, fmt_time(r.plan_ms)]
+        cells += [fmt_time(r.convert_ms) if r.convert_ms else "-"] if convert else []
+        cells += [fmt_time(r.median_ms), iqr, vs_best(r, best), roof, short_err(r.rel_err),
+                  " ".join(f"[{x}]" for x in refs)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", f"_{LEGEND}_"]
+    legend = "; ".join(c.legend for c in [KERNEL, *OPTIONAL]
+                       if c.key not in ("bandwidth",) and (convert or c.key != "convert"))
+    lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", f"_{legend}_"]
     if notes:
         lines += [""] + [f"{i}. {n}" for i, n in enumerate(notes, 1)]
     summary = backend_summary(rows)

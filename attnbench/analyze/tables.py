@@ -109,21 +109,6 @@ def row_notes(row: Row, methods: dict[str, list[str]]) -> list[str]:
     return out
 
 
-def _columns(t: Table, compact: bool, case_width: int, convert: bool, noted: bool) -> None:
-    if compact:
-        t.add_column("case", no_wrap=True, min_width=min(case_width, 40), overflow="ellipsis")
-    else:
-        t.add_column("case", overflow="fold", max_width=28)
-    t.add_column("backend", no_wrap=compact)
-    t.add_column("status", no_wrap=compact)
-    cols = ("plan",) + (("convert",) if convert else ()) + (
-        ("kernel", "IQR", "vs best", "roofline") if compact else ("kernel", "IQR", "rel err", "bandwidth", "roofline", "vs best"))
-    for col in cols:
-        t.add_column(col, justify="right", no_wrap=compact)
-    if noted:
-        t.add_column("", justify="left", no_wrap=compact)
-
-
 def has_convert(rows: list[Row]) -> bool:
     """Some backend converted the batch (a convert column is worth showing)."""
     return any(math.isfinite(r.convert_ms) and r.convert_ms > 0 for r in rows)
@@ -147,44 +132,6 @@ def numbered_notes(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return notes, refs_of
 
 
-def results_table(rows: Iterable[Row], title: str = "", compact: bool = False) -> tuple[Table, list[str]]:
-    """The results table and its footnotes (reasons, modes, re-run commands), numbered in the table."""
-    rows = list(rows)
-    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
-    convert = has_convert(rows)
-    notes, refs_of = numbered_notes(rows)
-    _columns(t, compact, max((len(r.case_id) for r in rows), default=4), convert, bool(notes))
-    best = fastest_by_case(rows)
-    last_case = None
-    for r, refs in zip(rows, refs_of):
-        roof = fmt_roofline(r)
-        iqr = f"{100 * r.iqr_rel:.0f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
-        if r.case_id != last_case and last_case is not None and not compact:
-            t.add_section()
-        cells = [Text(r.case_id if r.case_id != last_case else ""), Text(r.backend),
-                 Text(r.status, style=STATUS_STYLE.get(r.status, "")), fmt_time(r.plan_ms)]
-        cells += [fmt_time(r.convert_ms) if r.convert_ms else "-"] if convert else []  # fmt_time(nan) is "-" too
-        cells += [fmt_time(r.median_ms), iqr]
-        if compact:
-            cells += [vs_best(r, best), roof]
-        else:
-            cells += [fmt_num(r.rel_err, ".0e"), fmt_bandwidth(r.tbps), roof, vs_best(r, best)]
-        t.add_row(*cells, *([",".join(f"[{x}]" for x in refs)] if notes else []))
-        last_case = r.case_id
-    return t, notes
-
-
-CONVERT_LEGEND = ("convert: what attnbench adds because the library cannot read the batch natively "
-                  "(gathered K/V, dense masks; - for none); ")
-LEGEND = (
-    "plan: the engine's per-step metadata work (library plan call included); kernel: median per call; "
-    "IQR: interquartile range of the samples, "
-    "% of the median; vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, "
-    "the order may not hold); roofline: % of the binding ceiling, mem = memory-bound (measured bandwidth), "
-    "com = compute-bound (measured matmul rate)"
-)
-
-
 def batch_lines(rows: list[Row], most: int = 6) -> list[str]:
     """The batch of every case: one line when all share it; else one line per distinct batch."""
     by_batch: dict[str, list[str]] = {}
@@ -198,25 +145,6 @@ def batch_lines(rows: list[Row], most: int = 6) -> list[str]:
         return [f"batch: {len(by_batch)} different batches (column `batch` of results.csv)"]
     return [f"batch of {cs[0]}" + (f" and {len(cs) - 1} more case(s)" if len(cs) > 1 else "") + f": {b}"
             for b, cs in by_batch.items()]
-
-
-def print_results(rows: Iterable[Row], console: Console, title: str = "", compact: bool | None = None,
-                  notes_console: Console | None = None) -> None:
-    """The table on ``console``; batch, legend, notes and the per-backend summary after it
-    (on ``notes_console`` when given). ``compact`` None: one line per row from COMPACT_FROM rows."""
-    from attnbench.analyze.summary import backend_summary
-
-    rows = list(rows)
-    info = notes_console or console
-    table, notes = results_table(rows, title, compact=len(rows) >= COMPACT_FROM if compact is None else compact)
-    console.print(table)
-    for line in batch_lines(rows):
-        info.print(line, highlight=False, markup=False, soft_wrap=True)
-    info.print((CONVERT_LEGEND if has_convert(rows) else "") + LEGEND, style="dim", highlight=False)
-    for i, n in enumerate(notes, 1):
-        info.print(f"[{i}] {n}", highlight=False, markup=False, soft_wrap=True)
-    for line in backend_summary(rows):
-        info.print(line, highlight=False, markup=False)
 
 
 CPU_PROFILE_NOTE = (

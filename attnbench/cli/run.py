@@ -179,14 +179,24 @@ def _execute(runner, folder: RunFolder, done: frozenset, launch: Launch, show: d
     """Run the rows not ``done`` into ``folder``; print the results; exit 130 if interrupted,
     1 if a row failed."""
     complete = run_rows(runner, folder, done, launch, show["quiet"])
-    title = f"{runner.sf.name} on {runner.device_name}"
+    title = run_title(runner.sf.name, runner.device_name, folder.rows)
     _render_and_exit(folder, show["fmt"], show["compact"], title, profile, complete)
+
+
+def run_title(scenario: str, device: str, rows) -> str:
+    """``quickstart on cpu x86_64 (2 threads)``, and for CPU rows the threads they ran on:
+    ``..., rows timed on 1 thread`` (the device's count is the machine's, not the rows')."""
+    threads = sorted({r.threads for r in rows if r.threads})
+    if not threads:
+        return f"{scenario} on {device}"
+    return f"{scenario} on {device}, rows timed on {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
 
 
 def _render_and_exit(folder: RunFolder, fmt: str, compact: Optional[bool], title: str, profile: bool,
                      complete: bool) -> None:
-    """Results on stdout in the asked format, notes beside them (stderr for csv/json)."""
-    info = console if fmt in ("table", "markdown") else err
+    """Results on stdout in the asked format, notes beside them (stderr but for the table:
+    the markdown carries its own notes, and stdout stays what can be pasted)."""
+    info = console if fmt == "table" else err
     render_run(folder.rows, fmt, console, info, title=title, compact=compact)
     if profile:
         print_profiles(folder.rows, info)

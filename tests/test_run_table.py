@@ -1,0 +1,77 @@
+"""The run table fits the terminal: at 80 and 120 columns every line fits, no header or value
+is cut, columns are dropped least important first and named under the table; a sweep's case
+ids become one column per swept value."""
+import pytest
+from rich.console import Console
+
+from attnbench.analyze.run_table import print_results, results_table, short_err, short_rate, short_time
+from attnbench.store.rows import Row
+
+
+def _rows(n_seeds=5):
+    out = []
+    for ctx in ("128", "1k"):
+        for page in (1, 256):
+            for seed in range(n_seeds):
+                for b, t in (("reference", 2.34), ("sdpa", 1.56), ("flex", 17.4)):
+                    out.append(Row("cpu-sweep", f"context={ctx},page_size={page},seed={seed}", b, median_ms=t,
+                                   plan_ms=0.000126 if b != "flex" else 19.6, convert_ms=0.0 if b == "reference" else 0.47,
+                                   n=5, iqr_rel=0.15, rel_err=3.2e-7, tbps=0.000578, pct_of_ceiling=2.4, bound="memory",
+                                   samples_ms=[t] * 5, timing_method="cpu-thread", threads=1))
+    out[4].status, out[4].reason = "mismatch", "relative error 0.03 exceeds tolerance 0.0001"
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("n_seeds", [1, 5])  # 12 rows: full table; 60: compact
+def test_table_fits_the_terminal(width, n_seeds):
+    rows = _rows(n_seeds)
+    con = Console(width=width, record=True, force_terminal=False)
+    print_results(rows, con, title="cpu-sweep on cpu x86_64 (2 threads), rows timed on 1 thread")
+    text = con.export_text()
+    lines = text.splitlines()
+    table = lines[:lines.index(next(ln for ln in lines if ln.startswith("batch")))]
+    assert all(len(ln.rstrip()) <= width for ln in table), [ln for ln in table if len(ln.rstrip()) > width]
+    assert "…" not in "\n".join(table)  # nothing cut
+    header = next(ln for ln in table if "backend" in ln).split()
+    assert header[:5] == ["context", "page_size", "seed", "backend", "status"] if n_seeds > 1 else \
+        header[:4] == ["context", "page_size", "backend", "status"]
+    assert "kernel" in header and "17.4ms" in text and "126ns" in text
+    flat = " ".join(text.split())  # notes wrap at the console width
+    if width == 80:
+        assert "not shown at 80 columns:" in flat and "(all in results.csv)" in flat
+    else:
+        assert "roofline" in header and "2% mem" in text
+    assert "[1] sdpa: relative error 0.03" in flat
+
+
+def test_columns_go_least_important_first():
+    rows = _rows(1)
+    shown = {}
+    for width in (200, 100, 80, 70, 60):
+        table, _, _, left_out = results_table(rows, width=width)
+        shown[width] = [c.header for c in table.columns]
+        assert not set(left_out) & set(shown[width])
+    assert {"rel err", "bandwidth", "roofline", "plan", "convert"} <= set(shown[200])
+    order = ["bandwidth", "rel err", "roofline", "convert", "plan", "IQR", "vs best"]  # dropped in this order
+    for wide, narrow in ((200, 100), (100, 80), (80, 70)):
+        gone = [h for h in order if h in shown[wide] and h not in shown[narrow]]
+        kept = [h for h in order if h in shown[narrow]]
+        assert all(order.index(g) < order.index(k) for g in gone for k in kept), (wide, narrow, gone, kept)
+    assert {"backend", "status", "kernel"} <= set(shown[60])
+    # a narrower column that still fits is taken after a wider, more important one is dropped
+    assert "IQR" in shown[60] and "vs best" not in shown[60]
+
+
+def test_fixed_sweep_values_go_to_the_title():
+    rows = [r for r in _rows(1) if r.case_id.startswith("context=1k")]
+    table, _, _, _ = results_table(rows, title="t", width=120)
+    assert str(table.title) == "t (context=1k, seed=0)"
+    assert [c.header for c in table.columns][:2] == ["page_size", "backend"]
+
+
+def test_short_units():
+    assert [short_time(x) for x in (0.0000945, 0.0673, 1.25, 129.4, 2100.0, float("nan"))] == \
+        ["94.5ns", "67.3µs", "1.25ms", "129ms", "2.1s", "-"]
+    assert [short_rate(x) for x in (2.04, 0.578, 0.0000581)] == ["2.04TB/s", "578GB/s", "58.1MB/s"]
+    assert [short_err(x) for x in (3.2e-7, 0.0, 0.031, float("nan"))] == ["3e-7", "0", "3e-2", "-"]

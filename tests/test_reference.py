@@ -81,3 +81,31 @@ def test_compare_flags_nan():
     y[0, 0, 0] = float("nan")
     assert compare(y, x)[0] == math.inf
     assert compare(x, x)[0] == 0.0
+
+
+def test_a_mismatch_says_which_requests_and_heads_and_by_how_much():
+    """check_output names the requests (kind, index) and heads over the tolerance and the worst."""
+    from attnbench.execute.runner import check_output
+    from attnbench.workload.batch import materialize
+    from attnbench.workload.reference import reference_attention
+    from attnbench.workload.scenario import load_text
+
+    text = """
+name: m
+model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+kv_cache: {page_size: 4, layout: shuffled}
+batch:
+  - {kind: decode, count: 3, context: 19}
+  - {kind: tree, count: 2, context: 7, tree: {choices: [[0], [1], [0, 0]]}}
+"""
+    case = load_text(text, "m.yaml").cases[0]
+    batch = materialize(case.scenario.batch_spec(), 0, torch.device("cpu"))
+    ref = reference_attention(batch)[0]
+    out = ref.clone().to(batch.dtype)
+    qsl = batch.query_start_loc.tolist()
+    out[qsl[4]:qsl[5], 2] += 0.5  # the second tree (request 4), head 2
+    status, reason, rel, _ = check_output(out, ref, batch, 1e-4)
+    assert status == "mismatch"
+    assert "over it: requests tree 4 (1 of 5), heads 2 (1 of 4)" in reason, reason
+    assert "worst: request tree 4 at" in reason and "x the tolerance), head 2 at" in reason
+    assert check_output(ref.clone().to(batch.dtype), ref, batch, 1e-4)[0] == "ok"

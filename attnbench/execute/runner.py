@@ -31,6 +31,7 @@ from attnbench.workload.select import parse_selector
 from attnbench.measure.stats import Summary
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
+from attnbench.measure.mismatch import mismatch_where
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import count_poison, poison_allocator
 from attnbench.workload.units import format_bytes
@@ -58,7 +59,8 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
         return Status.MISMATCH, "output never written: every value is 0 (fresh memory?)", float("inf"), float("inf")
     rel, mx = compare(out, ref)
     if not rel <= tol:
-        return Status.MISMATCH, f"relative error {rel:.3g} exceeds tolerance {tol:.3g}", rel, mx
+        where = mismatch_where(out, ref, batch.query_start_loc, [q.kind for q in batch.spec.requests], tol)
+        return Status.MISMATCH, f"relative error {rel:.3g} exceeds tolerance {tol:.3g}" + (f"; {where}" if where else ""), rel, mx
     return Status.OK, "", rel, mx
 
 

@@ -233,3 +233,39 @@ def test_mixed_timing_methods_get_one_note_per_case():
     ]
     _, notes, _, _ = results_table(rows)
     assert notes == ["timing methods differ in this case: cuda-graph: sdpa; cuda-events: fi"]
+
+
+def test_validate_reports_every_error_at_once_with_given_and_meant(tmp_path):
+    """Seven mistakes, seven lines, in one go: each names the field, what was given and the
+    closest valid spelling (a sweep key and a backend too, though the model failed first)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(textwrap.dedent("""
+        name: bad
+        device: cpu
+        model: {num_q_heads: 8, num_kv_heads: 2, head_dim: 64, dtype: float23}
+        kv_cache: {page_size: 16, layout: shuffeld}
+        batch:
+          - {kind: decod, count: 4, context: 300}
+          - {kind: prefill, count: 1, query: 37, contxt: 64}
+        sweep:
+          kv_cache.page_sise: [16, 64]
+        backends: [sdpa, flexx]
+        timing: {warmup_ms: 5, measure_ms: 0}
+    """))
+    r = runner.invoke(app, ["validate", str(bad)])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    want = [
+        "model.dtype: 'float23' is not one of float32, float16, bfloat16; did you mean float32?",
+        "kv_cache.layout: 'shuffeld' is not one of contiguous, shuffled, shuffled-within, reversed, interleaved; "
+        "did you mean shuffled?",
+        "batch.0.kind: 'decod' is not one of prefill, decode, tree; did you mean decode?",
+        "batch.1.contxt: unknown key; did you mean context?",
+        "timing.measure_ms: Input should be greater than 0 (given: 0)",
+        "sweep.kv_cache.page_sise: kv_cache has no key 'page_sise'; did you mean sweep.kv_cache.page_size?",
+        "backends.1: unknown backend 'flexx'; did you mean 'flex'?",
+    ]
+    text = " ".join(r.stderr.split())
+    for w in want:
+        assert w in text, (w, r.stderr)
+    assert len(lines) == len(want)

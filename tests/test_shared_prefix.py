@@ -126,7 +126,7 @@ def test_scenario_groups_share_within_themselves():
         ("{kind: prefill, count: 2, query: 8, shared_prefix: 4}", "batch.0: shared_prefix (4) is larger than the context (0)"),
         ("{kind: decode, context: 40, shared_prefix: -1}", "batch.0.shared_prefix: Input should be greater than or equal to 0"),
         ("{kind: decode, context: 40, compare_with: [chain]}", "batch.0: compare_with is only for kind: tree (this group is kind: decode); remove it here"),
-        ("{kind: tree, context: 40, tree: {chain: 3}, compare_with: [tree]}", "batch.0.compare_with.0: Input should be 'chain' or 'decode'"),
+        ("{kind: tree, context: 40, tree: {chain: 3}, compare_with: [tree]}", "batch.0.compare_with.0: 'tree' is not one of chain, decode"),
     ],
 )
 def test_bad_groups_get_one_message(group, needle):

@@ -57,7 +57,7 @@ def test_only_the_groups_that_ask_are_replaced():
 
 def test_bad_variant_case_names_the_case():
     # the chain variant of a 5-node tree is valid; a variant the user cannot spell is refused
-    with pytest.raises(ScenarioError, match=r"^tc.yaml: batch.0.compare_with.0: Input should be 'chain' or 'decode'"):
+    with pytest.raises(ScenarioError, match=r"^tc.yaml: batch.0.compare_with.0: 'tree' is not one of chain, decode"):
         load_text(SCENARIO.replace("compare_with: [chain, decode]", "compare_with: [tree]"), "tc.yaml")
 
 

@@ -223,11 +223,13 @@ def validate(
     load_backend_files(backend_file)
     failed = 0
     for f in files:
-        try:
-            sf = load(f)
-            check_backend_names(sf)
+        try:  # every problem at once: the scenario's, then its backend names (read even when it fails)
+            sf, problems = load(f), []
         except ScenarioError as e:
-            err.print(f"[red]✗[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+            sf, problems = None, [str(e)]
+        problems += backend_name_problems(str(f), sf.scenario.backends if sf else raw_backends(f))
+        if problems:
+            err.print(f"[red]✗[/] {escape(chr(10).join(problems))}", highlight=False, soft_wrap=True)
             failed += 1
             continue
         reqs = len(sf.cases[0].scenario.batch_spec().requests)
@@ -236,18 +238,34 @@ def validate(
         raise typer.Exit(2)
 
 
-def check_backend_names(sf) -> None:
-    """The scenario's ``backends:`` are all registered (ScenarioError naming the file if not)."""
-    from attnbench.workload.scenario import ScenarioError
-
-    known = registry.all_names()
-    for i, name in enumerate(sf.scenario.backends or []):
+def backend_name_problems(path: str, names) -> list[str]:
+    """One message per ``backends:`` entry that is not registered or has bad options."""
+    known, out = registry.all_names(), []
+    for i, name in enumerate(names or []):
+        if not isinstance(name, str):
+            continue  # the schema check said so already
         if registry.backend_name(name) not in known:
-            raise ScenarioError(f"{sf.path}: backends.{i}: {registry.unknown_backend(name)}")
+            out.append(f"{path}: backends.{i}: {registry.unknown_backend(name)}")
+            continue
         try:
             registry.canonical_spec(name)  # its options, validated against the backend's declaration
         except registry.UnknownBackend as e:
-            raise ScenarioError(f"{sf.path}: backends.{i}: {e}") from None
+            out.append(f"{path}: backends.{i}: {e}")
+    return out
+
+
+def raw_backends(path) -> list:
+    """The ``backends:`` list of a scenario file that did not load ([] when unreadable)."""
+    import yaml
+
+    from attnbench.workload.builtin import resolve
+
+    try:
+        doc = yaml.safe_load(resolve(path).read_text())
+    except Exception:  # the load error says why already
+        return []
+    names = doc.get("backends") if isinstance(doc, dict) else None
+    return names if isinstance(names, list) else []
 
 
 @app.command()

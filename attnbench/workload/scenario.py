@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from attnbench.workload.spec import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
+from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.dotted import parse_override, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep
@@ -294,7 +296,12 @@ def _validate(raw: Any, where: str, prefix: str = "") -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as e:
-        raise ScenarioError(format_validation_error(e, where, prefix)) from None
+        raise ScenarioError(format_validation_error(e, where, prefix, lambda loc: keys_at(_schema(), loc))) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
+    return Scenario.model_json_schema()
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -323,7 +330,14 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
         key, value = parse_override(text_ov)
         set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
         notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
-    base = _validate(raw, path)
+    swept = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
+    problems = sweep_key_problems(_schema(), list(swept), path)  # with the other errors, not after them
+    try:
+        base = _validate(raw, path)
+    except ScenarioError as e:
+        raise ScenarioError("\n".join([str(e), *problems])) from None
+    if problems:
+        raise ScenarioError("\n".join(problems))
     check_shape(raw, path)
     cases = expand_sweep(raw, base, path)
     return ScenarioFile(path=path, text=text, raw=raw, scenario=base, cases=cases, notes=notes)

@@ -1,5 +1,5 @@
 """Dotted paths into a scenario document (``--set model.head_dim=64``, ``sweep:`` keys): set a
-value at a path, parse a ``KEY=VALUE`` override. Errors are :class:`ScenarioError` naming the path."""
+value at a path, parse a ``KEY=VALUE`` override; the document itself read from YAML text. Errors are :class:`ScenarioError` naming the path."""
 from __future__ import annotations
 
 import re
@@ -49,3 +49,27 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), value
     check_shape(parsed, f"--set {short_repr(text)}")
     return key.strip(), parsed
+
+
+def read_mapping(text: str, path: str, max_bytes: int) -> dict:
+    """The scenario document in ``text``: a YAML mapping (ScenarioError saying what is wrong
+    and where: size, YAML syntax with line and column, emptiness, not a mapping)."""
+    if len(text) > max_bytes:
+        raise ScenarioError(f"{path}: {len(text)} characters; a scenario file is at most {max_bytes}")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or [""])[0]
+        raise ScenarioError(f"{path}: not valid YAML{at}: {' '.join(str(problem).split())}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ScenarioError(f"{path}: not valid YAML: {short_repr(str(e), 120)}") from None
+    check_shape(raw, path)
+    if raw is None:
+        raise ScenarioError(f"{path}: the file is empty; it needs at least model: and batch:")
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: the file must hold a mapping (model:, batch:, ...), not {type(raw).__name__}")
+    return raw

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from attnbench.workload.spec import BatchSpec, Request
@@ -18,7 +17,7 @@ from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
-from attnbench.workload.dotted import parse_override, set_path
+from attnbench.workload.dotted import parse_override, read_mapping, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
@@ -306,24 +305,7 @@ def _schema() -> dict:
 
 # -- loading --------------------------------------------------------------------------------
 def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] = None) -> ScenarioFile:
-    if len(text) > MAX_TEXT_BYTES:
-        raise ScenarioError(f"{path}: {len(text)} characters; a scenario file is at most {MAX_TEXT_BYTES}")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(e, "problem", None) or (str(e).splitlines() or [""])[0]
-        raise ScenarioError(f"{path}: not valid YAML{at}: {' '.join(str(problem).split())}") from None
-    except RecursionError:
-        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
-    except ValueError as e:  # e.g. an integer of more digits than Python converts
-        raise ScenarioError(f"{path}: not valid YAML: {short_repr(str(e), 120)}") from None
-    check_shape(raw, path)
-    if raw is None:
-        raise ScenarioError(f"{path}: the file is empty; it needs at least model: and batch:")
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{path}: the file must hold a mapping (model:, batch:, ...), not {type(raw).__name__}")
+    raw = read_mapping(text, path, MAX_TEXT_BYTES)
     raw = copy.deepcopy(raw)
     notes: list[str] = []
     for text_ov in overrides or []:

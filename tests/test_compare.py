@@ -363,9 +363,36 @@ def test_plot_writes_pngs(runs, tmp_path):
     r = cli.invoke(app, ["plot", runs["base"], "--x", "ctx", "--out", str(tmp_path / "plots")])
     assert r.exit_code == 0, r.output
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert pngs == ["roofline-vs-ctx.png", "time-vs-ctx.png"]
+    assert pngs == ["roofline-vs-ctx.png", "time-vs-ctx.png"]  # no FLOPs in these rows: no roofline chart
     r = cli.invoke(app, ["plot", runs["base"], "--x", "nope"])
     assert r.exit_code == 2 and "ctx" in r.output
+
+
+def test_plot_facets_the_other_swept_values(tmp_path):
+    """One panel per fixed combination of the other swept values (titles name it), seeds
+    summarised, a log2 axis for powers of two; a figure per value of the first facet when
+    the panels would be too many."""
+    pytest.importorskip("matplotlib")
+    from attnbench.analyze import plots
+    from attnbench.store.rows import Row
+
+    rows = [Row("s", f"context={c},page_size={p},seed={s}", b, median_ms=c / 100 * (1 + s / 10) * (2 if b == "flex" else 1),
+                params={"batch.0.context": c, "kv_cache.page_size": p, "seed": s}, flops=10 * c, bytes=4 * c,
+                floor_ms=4 * c / 1e9, bound="memory", pct_of_ceiling=3.0, device="cpu", dtype="float32")
+            for c in (128, 256, 512, 1024) for p in (1, 16, 256) for s in range(3) for b in ("sdpa", "flex")]
+    drawn = []
+    real = plots._facet_figure
+    plots_mod_facet = lambda plt, group, x, by, facets, *a: drawn.append((len(group), facets)) or real(plt, group, x, by, facets, *a)
+    import unittest.mock as um
+    with um.patch.object(plots, "_facet_figure", plots_mod_facet):
+        paths = plots.plot_run(rows, "context", tmp_path)
+    assert [p.name for p in paths] == ["time-vs-context.png", "roofline-vs-context.png", "roofline.png"]
+    assert drawn == [(len(rows), ["kv_cache.page_size"])] * 2  # seeds are replicates, not panels
+    assert plots._log2_axis([128, 256, 512, 1024]) and not plots._log2_axis([3, 5, 7])
+    many = [Row("s", "x", "sdpa", median_ms=1.0, params={"a": a, "b": b, "ctx": c}) for a in range(4) for b in range(4)
+            for c in (1, 2, 4)]
+    groups = plots._figure_groups(many, ["a", "b"])
+    assert [g[0] for g in groups] == ["a=0", "a=1", "a=2", "a=3"] and all(len(g[1]) == 12 for g in groups)
 
 
 def test_plot_without_matplotlib_says_how_to_install(runs, monkeypatch):

@@ -1,20 +1,31 @@
-"""Plots of a run: median kernel time and % of the roofline ceiling vs a swept parameter.
+"""Plots of a run, read the way kernel people read them:
+
+- ``time-vs-<x>.png`` and ``roofline-vs-<x>.png``: median kernel time and % of the roofline
+  ceiling against one swept parameter, one line per backend (``--by``), one panel per fixed
+  combination of the other swept parameters (panel titles name it; a figure per value of the
+  first one when the panels would be too many). Seeds are replicates, not a parameter: their
+  median is drawn, with the min-max band. Powers of two get a log2 axis.
+- ``roofline.png``: achieved FLOP/s against arithmetic intensity (FLOPs per byte), every ok row
+  a point coloured by backend, under the measured ceilings (memory bandwidth x intensity, the
+  matmul rate) the rows' roofline columns were computed with.
 
 matplotlib is optional (``pip install attnbench[plot]``); it is imported only here, with the
 Agg backend, so plotting works on a headless CI machine.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Optional
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-from attnbench.store.rows import Row, Status, rows_frame
-
+from attnbench.store.rows import Row, Status
 from attnbench.workload.units import safe_name
+
+MAX_PANELS = 12  # per figure; more: one figure per value of the first facet
+REPLICATE = "seed"  # a swept key ending in this is a replicate: its rows are summarised, not faceted
 
 
 class PlotError(ValueError):
@@ -32,73 +43,222 @@ def _matplotlib():
     return plt
 
 
-def _x_values(col: "pd.Series") -> tuple[list, bool]:
-    """Numeric x values as numbers; anything else as categories (in first-seen order)."""
-    import pandas as pd
+def _short(key: str) -> str:
+    return key.split(".")[-1]
 
-    num = pd.to_numeric(col, errors="coerce")
-    if num.notna().all():
-        return list(num), True
-    return [str(v) for v in col], False
+
+def _value(row: Row, key: str):
+    return row.backend if key == "backend" else row.params.get(key)
+
+
+def _resolve(name: str, keys: list[str], flag: str) -> str:
+    """A swept key by its full path or its last part (``context`` for ``batch.0.context``)."""
+    if name in keys or name == "backend":
+        return name
+    hits = [k for k in keys if _short(k) == name]
+    if len(hits) == 1:
+        return hits[0]
+    hint = ", ".join(keys) or "none (the scenario has no sweep)"
+    raise PlotError(f"{flag} {name}: no such swept column; sweep columns of this run: {hint}")
+
+
+def _numeric(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _log2_axis(values: list) -> bool:
+    """Powers of two (page sizes, contexts) or a range of 16x and more: a log2 axis."""
+    if len(set(values)) < 3 or not _numeric(values) or min(values) <= 0:
+        return False
+    pow2 = all(float(v).is_integer() and int(v) & (int(v) - 1) == 0 for v in values)
+    return pow2 or max(values) / min(values) >= 16
+
+
+def _label(v) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1024 and v % 1024 == 0:
+        return f"{v // 1024}k"
+    return str(v)
 
 
 def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title: str = "") -> list[Path]:
-    """Write ``time-vs-<x>.png`` and ``roofline-vs-<x>.png`` into ``out_dir``; return their paths.
-
-    One line per value of ``by``; when other sweep columns vary too, each of their
-    combinations gets its own line (label ``backend · col=value``)."""
-    df = rows_frame(rows)
-    sweep_cols = [c for c in df.columns if c not in {"x_fastest"} and any(c in r.params for r in rows)]
-    if x not in df.columns:
-        hint = ", ".join(sweep_cols) or "none (the scenario has no sweep)"
-        raise PlotError(f"--x {x}: no such column; sweep columns of this run: {hint}")
-    if by not in df.columns:
-        raise PlotError(f"--by {by}: no such column; try backend, or one of: {', '.join(sweep_cols)}")
-    df = df[df["status"] == Status.OK.value].copy()
-    if df.empty:
+    """Write the time and %-of-ceiling figures against ``x`` and the roofline chart into
+    ``out_dir``; return their paths."""
+    keys = list(dict.fromkeys(k for r in rows for k in r.params))
+    x = _resolve(x, keys, "--x")
+    by = _resolve(by, keys, "--by")
+    ok = [r for r in rows if r.status is Status.OK and _value(r, x) is not None]
+    if not ok:
         raise PlotError("no ok rows to plot")
-    others = [c for c in sweep_cols if c not in (x, by) and df[c].nunique() > 1]
-    xs, numeric = _x_values(df[x])
-    df["_x"] = xs
-    categories = list(dict.fromkeys(xs)) if not numeric else None
+    varying = [k for k in keys if len({json.dumps(_value(r, k), default=str) for r in ok}) > 1]
+    replicates = [k for k in varying if _short(k) == REPLICATE and k not in (x, by)]
+    facets = [k for k in varying if k not in (x, by, *replicates)] + (["backend"] if by != "backend" else [])
+    fixed = [f"{_short(k)}={_label(_value(ok[0], k))}" for k in keys if k not in varying]
     plt = _matplotlib()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    scenario = title or (ok[0].scenario + " on " + ok[0].device)
+    note = (f"median of {len({_value(r, replicates[0]) for r in ok})} {_short(replicates[0])}s, band min-max"
+            if replicates else "")
     paths = []
-    for metric, ylabel, stem in (
-        ("median_ms", "median kernel time (ms)", "time"),
-        ("pct_of_ceiling", "% of roofline ceiling", "roofline"),
-    ):
-        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-        for key, g in df.groupby([by, *others], sort=False, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
-            label = " · ".join([str(key[0]), *(f"{c}={v}" for c, v in zip(others, key[1:]))])
-            g = g.sort_values("_x", key=(lambda s: s.map(categories.index)) if categories else None)
-            xv = [categories.index(v) for v in g["_x"]] if categories else list(g["_x"])
-            ys = list(g[metric])
-            if all(not math.isfinite(y) for y in ys):
+    for metric, ylabel, stem in (("median_ms", "median kernel time (ms)", "time"),
+                                 ("pct_of_ceiling", "% of roofline ceiling", "roofline")):
+        for suffix, group in _figure_groups(ok, facets):
+            head = f"{scenario}: {ylabel} vs {_short(x)}"
+            sub = ", ".join(filter(None, [", ".join(fixed), suffix, note]))
+            path = out_dir / f"{stem}-vs-{safe_name(_short(x))}{('-' + safe_name(suffix)) if suffix else ''}.png"
+            _facet_figure(plt, group, x, by, facets if not suffix else facets[1:], metric, ylabel, head, sub, path)
+            paths.append(path)
+    roof = roofline_chart(plt, ok, out_dir / "roofline.png", scenario)
+    return paths + ([roof] if roof else [])
+
+
+def _figure_groups(rows: list[Row], facets: list[str]) -> list[tuple[str, list[Row]]]:
+    """[("", rows)] when the panels fit one figure, else one group per value of the first facet."""
+    combos = {tuple(json.dumps(_value(r, k), default=str) for k in facets) for r in rows}
+    if len(combos) <= MAX_PANELS or not facets:
+        return [("", rows)]
+    first = facets[0]
+    values = list(dict.fromkeys(_value(r, first) for r in rows))
+    return [(f"{_short(first)}={_label(v)}", [r for r in rows if _value(r, first) == v]) for v in values]
+
+
+def _series(rows: list[Row], x: str, metric: str) -> tuple[list, list[float], list[float], list[float]]:
+    """(x values, median, min, max of ``metric`` over the replicates at each x)."""
+    at: dict = {}
+    for r in rows:
+        y = getattr(r, metric)
+        if y is not None and math.isfinite(y):
+            at.setdefault(_value(r, x), []).append(y)
+    xs = sorted(at, key=lambda v: (not _numeric([v]), v if _numeric([v]) else str(v)))
+    return xs, [statistics.median(at[v]) for v in xs], [min(at[v]) for v in xs], [max(at[v]) for v in xs]
+
+
+def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> None:
+    combos = list(dict.fromkeys(tuple(_value(r, k) for k in facets) for r in rows))[:MAX_PANELS]
+    ncols = min(3, len(combos))
+    nrows = -(-len(combos) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 0.9), dpi=110, sharey=True,
+                             squeeze=False)
+    xs_all = [_value(r, x) for r in rows]
+    numeric = _numeric(xs_all)
+    cats = None if numeric else list(dict.fromkeys(str(v) for v in xs_all))
+    lines = list(dict.fromkeys(_value(r, by) for r in rows))
+    colors = {v: f"C{i % 10}" for i, v in enumerate(lines)}
+    for ax, combo in zip(axes.flat, combos):
+        here = [r for r in rows if tuple(_value(r, k) for k in facets) == combo]
+        for v in lines:
+            xs, med, lo, hi = _series([r for r in here if _value(r, by) == v], x, metric)
+            if not xs:
                 continue
-            ax.plot(xv, ys, marker="o", label=label)
-        ax.set_xlabel(x)
-        ax.set_ylabel(ylabel)
-        if categories:
-            ax.set_xticks(range(len(categories)), categories, rotation=30, ha="right")
-        elif len(set(xs)) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 16:
-            ax.set_xscale("log", base=2)
-        if metric == "median_ms":
-            ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(title or f"{ylabel} vs {x}")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{stem}-vs-{safe_name(x)}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+            xv = xs if numeric else [cats.index(str(s)) for s in xs]
+            ax.plot(xv, med, marker="o", ms=3.5, color=colors[v], label=str(v))
+            if any(a != b for a, b in zip(lo, hi)):
+                ax.fill_between(xv, lo, hi, color=colors[v], alpha=0.18, lw=0)
+        ax.set_title(", ".join(f"{_short(k)}={_label(c)}" for k, c in zip(facets, combo)) or "all cases", fontsize=9)
+        _axes(ax, xs_all, numeric, cats, metric)
+        ax.set_xlabel(_short(x), fontsize=8)
+    for ax in list(axes.flat)[len(combos):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel, fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if labels:  # no line when no row has the metric (no ceilings: no % of ceiling)
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    fig.suptitle(head + (f"\n{sub}" if sub else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _axes(ax, xs_all, numeric, cats, metric) -> None:
+    if cats:
+        ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right", fontsize=8)
+    elif _log2_axis(xs_all):
+        ax.set_xscale("log", base=2)
+        ticks = sorted(set(xs_all))
+        ax.set_xticks(ticks, [_label(t) for t in ticks], fontsize=8)
+        ax.minorticks_off()
+    if metric == "median_ms":
+        from matplotlib.ticker import FuncFormatter, LogLocator
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.tick_params(labelsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def ceilings_of(rows: list[Row]) -> tuple[Optional[float], Optional[float], str]:
+    """(memory ceiling B/s, compute ceiling FLOP/s, where they come from): from the rows'
+    own roofline columns (floor_ms is bytes / bandwidth when memory-bound, FLOPs / matmul rate
+    when compute-bound), the compute ceiling from the ceilings cache when no row reached it."""
+    mem = [r.bytes / (r.floor_ms / 1e3) for r in rows if r.bound == "memory" and r.floor_ms > 0]
+    cmp_ = [r.flops / (r.floor_ms / 1e3) for r in rows if r.bound == "compute" and r.floor_ms > 0]
+    bw = statistics.median(mem) if mem else None
+    if cmp_:
+        return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)"
+    # no row reached the compute ceiling: the cached matmul rate, if it agrees with the rows
+    # (a memory-bound row says the rate was at least its FLOPs over its floor time)
+    peak = _cached_matmul(rows[0].device, rows[0].dtype)
+    least = max((r.flops / (r.floor_ms / 1e3) for r in rows if r.bound == "memory" and r.floor_ms > 0), default=0.0)
+    if peak is not None and peak < least * 0.999:
+        peak = None
+    return bw, peak, "measured on this device (memory stream" + ("; dense matmul, from the cache)" if peak else
+                                                                 "; no row reached the compute ceiling)")
+
+
+def _cached_matmul(device: str, dtype: str) -> Optional[float]:
+    """The matmul rate (FLOP/s) attnbench measured on ``device`` for ``dtype``, from its cache."""
+    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
+    try:
+        cache = json.loads((Path(root) / "ceilings.json").read_text())
+    except (OSError, ValueError):
+        return None
+    rates = [e["matmul_tflops"][dtype] for e in cache.values() if isinstance(e, dict)
+             and e.get("device_name") == device and dtype in e.get("matmul_tflops", {})]
+    return rates[-1] * 1e12 if rates else None
+
+
+def roofline_chart(plt, rows: list[Row], path: Path, scenario: str) -> Optional[Path]:
+    """Achieved FLOP/s against FLOPs per byte, under the measured ceilings; None without data."""
+    pts = [r for r in rows if r.flops > 0 and r.bytes > 0 and r.median_ms > 0 and math.isfinite(r.median_ms)]
+    if not pts:
+        return None
+    bw, peak, source = ceilings_of(pts)
+    fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
+    backends = list(dict.fromkeys(r.backend for r in pts))
+    for i, b in enumerate(backends):
+        mine = [r for r in pts if r.backend == b]
+        ax.scatter([r.flops / r.bytes for r in mine], [r.flops / (r.median_ms / 1e3) for r in mine], s=14,
+                   color=f"C{i % 10}", alpha=0.75, label=b, zorder=3)
+    ai = [r.flops / r.bytes for r in pts]
+    lo, hi = min(ai) / 4, max(ai) * 4
+    if bw and peak:
+        lo, hi = min(lo, peak / bw / 8), max(hi, peak / bw * 8)
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    if bw:
+        ax.plot(grid, [min(bw * a, peak or math.inf) for a in grid], color="k", lw=1.4,
+                label=f"ceiling: {bw / 1e9:.3g} GB/s x intensity" + (f", {peak / 1e12:.3g} TFLOP/s" if peak else ""))
+    elif peak:
+        ax.axhline(peak, color="k", lw=1.4, label=f"ceiling: {peak / 1e12:.3g} TFLOP/s")
+    if bw and peak:
+        ax.axvline(peak / bw, color="k", lw=0.6, ls=":")
+        ax.annotate(f"ridge {peak / bw:.3g} FLOP/B", (peak / bw, peak), textcoords="offset points", xytext=(4, -12),
+                    fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved, minimum bytes)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(f"{scenario}: roofline\nceilings {source}" if (bw or peak) else f"{scenario}: roofline (no ceilings)",
+                 fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def default_plot_dir(run: Path) -> Path:
     return Path(run) / "plots"
-

@@ -235,11 +235,12 @@ def baseline_cmd(
 @user_errors
 def plot_cmd(
     run: Path = typer.Argument(..., help="run folder"),
-    x: str = typer.Option(..., "--x", help="sweep column for the x axis, e.g. batch.0.context"),
-    by: str = typer.Option("backend", "--by", help="one line per value of this column"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder for the PNGs (default: RUN/plots)"),
+    x: str = typer.Option(..., "--x", metavar="KEY", help="swept key for the x axis: batch.0.context, or context"),
+    by: str = typer.Option("backend", "--by", metavar="KEY", help="one line per value of this (backend, or a swept key)"),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="folder for the PNGs (default: RUN/plots)"),
 ):
-    """PNGs of median kernel time and % of the roofline ceiling vs a swept parameter."""
+    """PNGs: median kernel time and % of the roofline ceiling vs a swept key (a panel per fixed
+    combination of the other swept keys, seeds summarised), and the roofline chart."""
     rf = RunFolder.load(run)
     paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
     for p in paths:

@@ -28,3 +28,23 @@ def mixed_requests():
 
 def gpu_available() -> bool:
     return torch.cuda.is_available()
+
+
+_EXIT = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT["status"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Once pytest has printed its summary, leave without the interpreter's teardown when
+    triton was imported: its nanobind bindings hold objects Python does not free at exit and
+    print a leak dump after the summary (harmless; it buried the passed/failed line)."""
+    import sys
+
+    if "triton" in sys.modules and "status" in _EXIT and not os.environ.get("ATTNBENCH_KEEP_TEARDOWN"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT["status"])

@@ -184,3 +184,20 @@ def test_help_shows_no_bool_beside_flags_and_offers_completion():
     for cmd in (["run"], ["check"], ["backends"], ["compare", "backends"]):
         out = cli.invoke(app, [*cmd, "--help"]).output
         assert "--" in out and "<bool>" not in out, cmd
+
+
+def test_help_shows_plain_metavars():
+    """Every command's help as the console command prints it: click-style metavars (TEXT,
+    PATH, FLOAT), never typer's ``<list[str]>`` or ``<float range>``."""
+    from click.testing import CliRunner as ClickRunner
+    from typer.main import get_command
+
+    from attnbench.cli import app
+    from attnbench.cli.app import plain_metavars
+
+    root = plain_metavars(get_command(app))
+    paths = [[n] for n in root.commands] + [["compare", n] for n in root.commands["compare"].commands]
+    for path in paths:
+        out = ClickRunner().invoke(root, [*path, "--help"], prog_name="attnbench").output
+        assert "Usage: attnbench" in out, (path, out)
+        assert "<list[" not in out and " range>" not in out and "<str>" not in out, (path, out)

@@ -299,3 +299,23 @@ def test_manifest_round_trip_keeps_unknown_keys_and_names_wrong_types():
     assert bad.problem("overrides").startswith("overrides: 'a=1' is not a list") and bad.problem("cases")
     assert "options.warm_l2" in bad.problem("options") and bad.problem("seed") is None
     assert Manifest.from_json([1, 2]) == Manifest() and Manifest.from_json({}).to_json()["status"] is None
+
+
+def test_complete_folder_files_share_one_mode_and_drop_the_lock(tmp_path):
+    """results.csv and manifest.json get the mode rows.jsonl gets (the umask's), not mkstemp's
+    0600; a complete folder keeps no .lock, an incomplete one does (resume takes it)."""
+    import os
+    import stat
+
+    from attnbench.store.rows import Row
+    from attnbench.store.runfolder import RunFolder
+
+    for complete in (True, False):
+        rf = RunFolder.create(tmp_path, "s", tmp_path / f"run-{complete}")
+        rf.start({"scenario": "s"})
+        rf.add(Row("s", "c", "sdpa", median_ms=1.0, n=1, timing_method="cpu"))
+        rf.finish(complete)
+        modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in rf.path.iterdir() if p.name != ".lock"}
+        assert set(modes) >= {"rows.jsonl", "results.csv", "manifest.json"}
+        assert len(set(modes.values())) == 1, modes
+        assert (rf.path / ".lock").exists() is not complete

@@ -59,6 +59,34 @@ def main(
     """Benchmark and profile paged and tree attention backends on YAML batch scenarios."""
 
 
+#: typer's type labels -> the metavars help shows instead (``--resource <list[str]>`` reads
+#: ``--resource TEXT``, ``--min-gain <float range>`` reads ``--min-gain FLOAT``)
+_METAVARS = {"str": "TEXT", "int": "INT", "float": "FLOAT", "path": "PATH", "Path": "PATH", "bool": "BOOL"}
+
+
+def plain_metavars(command):
+    """Give every option and argument of ``command`` (and its sub-commands) without a
+    metavar one in click's plain style; returns ``command``."""
+    import re
+
+    for sub in getattr(command, "commands", {}).values():
+        plain_metavars(sub)
+    for p in command.params:
+        if p.metavar is not None or getattr(p, "is_flag", False) or getattr(p, "count", False):
+            continue
+        try:
+            label = p.display_type(None).strip("<>")
+        except Exception:  # a parameter typer describes differently: leave it as is
+            continue
+        label = re.sub(r"^list\[(.*)\]$", r"\1", label).removesuffix(" range")
+        name = _METAVARS.get(label, label.upper() if re.fullmatch(r"[a-z]+", label) else None)
+        if name:
+            p.metavar = p.name.upper() if p.param_type_name == "argument" else name
+            if p.param_type_name == "argument":  # its name says it: no "<list[Path]>" beside it
+                p.display_type_rich = lambda ctx: None
+    return command
+
+
 class UsageError(Exception):
     """Bad input from the user: printed as one message, exit code 2."""
 

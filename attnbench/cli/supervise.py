@@ -31,8 +31,10 @@ EXIT_STOPPED = 3  # the run stopped before its end without passing through attnb
 
 def _run_app() -> None:
     from attnbench.cli import app
+    from attnbench.cli.app import plain_metavars
+    from typer.main import get_command
 
-    app(prog_name="attnbench")
+    plain_metavars(get_command(app))(prog_name="attnbench")
 
 
 def _child(w: int, parent: int) -> None:

@@ -53,6 +53,7 @@ def atomic_write(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it (mkstemp makes 0600): rows.jsonl's mode
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -62,6 +63,12 @@ def atomic_write(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def utc_now() -> str:
@@ -230,6 +237,9 @@ class RunFolder:
         try:
             self.write_manifest()
         finally:
+            if complete:  # nothing writes a complete folder again: no .lock left in it (removed while held)
+                with contextlib.suppress(OSError):
+                    (self.path / LOCK).unlink()
             self.unlock()
 
     def set_aside_broken_lines(self) -> Optional[str]:

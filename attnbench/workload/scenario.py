@@ -313,7 +313,8 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
         set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
         notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
     swept = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
-    problems = sweep_key_problems(_schema(), list(swept), path)  # with the other errors, not after them
+    # the swept keys' problems with the other errors, not after them (a key that is no text: the schema says so)
+    problems = sweep_key_problems(_schema(), [k for k in swept if isinstance(k, str)], path)
     try:
         base = _validate(raw, path)
     except ScenarioError as e:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-import numpy as np
-
 from attnbench.store.rows import ORACLE_BACKEND, Row, Status
 
 NOISIER = 2.0  # refused when its rounds scatter over twice as much as the rows it normalizes
@@ -32,8 +30,10 @@ class NormalizerError(ValueError):
     """A normalizer the check must not use (the oracle, or one noisier than the rows)."""
 
 
-def _deviations(rows: Sequence[Row]) -> np.ndarray:
+def _deviations(rows: Sequence[Row]) -> "np.ndarray":
     """Each ok row's round log times minus their median, pooled."""
+    import numpy as np  # here: `attnbench --help` imports this module
+
     out = []
     for r in rows:
         if r.status is Status.OK and len(r.round_medians_ms) > 1:
@@ -45,6 +45,8 @@ def _deviations(rows: Sequence[Row]) -> np.ndarray:
 def round_spread(rows: Sequence[Row]) -> float:
     """Robust spread (1.4826 x MAD, in log units: 0.01 is about 1%) of the rows' rounds
     around each row's own median; NaN without rounds to measure."""
+    import numpy as np  # here: `attnbench --help` imports this module
+
     d = _deviations(rows)
     return float(1.4826 * np.median(np.abs(d))) if len(d) else math.nan
 

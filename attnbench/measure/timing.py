@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from attnbench.measure.checksum import checksum
-from attnbench.workload.timing_spec import FLUSH_MODES, TimingConfig
+from attnbench.workload.timing_spec import FLUSH_MODES, SOFT_MIN_RUNS, TimingConfig
 
 
 @dataclass

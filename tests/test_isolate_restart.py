@@ -111,3 +111,35 @@ def test_a_child_dying_with_code_0_without_restart_is_still_an_error(monkeypatch
     assert by["flex"].status == "error" and "exited with code 0" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok"
     assert isinstance(rows[0], Row)
+
+
+def test_a_child_dying_after_a_backends_steps_blames_that_backend(monkeypatch, runner):
+    """A fault reported after a backend's last step ended, before its row was sent (freeing its
+    memory synchronizes a faulted CUDA context): that backend is blamed, the ones after it,
+    which never ran, go to a fresh child."""
+    case = runner.sf.cases[0]
+    first = [{"event": "ready"}, {"event": "start", "backend": "flex"}, {"event": "end", "backend": "flex"}]
+    second = [{"event": "ready"}]
+    for b in ("sdpa", "reference"):
+        second += [{"event": "row", "row": _row(runner, case, b, "ok")}]
+    monkeypatch.setattr(_ScriptedChild, "scripts", [(first, 1), (second, 0)])
+    monkeypatch.setattr(_ScriptedChild, "started", [])
+    monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
+    rows = list(isolate.isolated_rows(runner, scenario_text=TINY, scenario_path="tiny.yaml", overrides=["sweep={}"],
+                                      backend_files=[], timeout=60))
+    by = {r.backend: r for r in rows}
+    assert by["flex"].status == "error" and "exited with code 1" in by["flex"].reason
+    assert by["sdpa"].status == "ok" and by["reference"].status == "ok"
+    assert _ScriptedChild.started == [["flex", "sdpa", "reference"], ["sdpa", "reference"]]
+
+
+def test_releasing_a_faulted_cuda_context_does_not_lose_the_row(monkeypatch):
+    """The runner frees memory (gc, synchronize, empty_cache) before it yields each row; on a
+    context a backend faulted, synchronize raises: the row that faulted must still come out."""
+    from attnbench.execute import runner as runner_mod
+
+    def faulted(*a, **k):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(runner_mod.torch.cuda, "synchronize", faulted)
+    runner_mod._release(runner_mod.torch.device("cuda"))  # no exception

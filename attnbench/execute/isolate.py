@@ -227,15 +227,18 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                 restarting, current = True, None  # the backends left are not to blame
     finally:
         child.close()
-    if failure is None:  # every backend done, or a restart: a fresh child takes the ones left
-        return
-    if current is not None and ready:
-        remaining.remove(current)
-        yield _failed_row(runner, case, current, failure)
-    else:  # nothing attributable to one backend: every remaining one gets the reason
-        for n in list(remaining):
-            remaining.remove(n)
-            yield _failed_row(runner, case, n, failure)
+    if failure is not None:  # else every backend is done, or a restart: a fresh child takes the ones left
+        # the backend whose step was running; else the one whose steps ended last without its row (a
+        # fault reported after its step, e.g. while freeing its memory): the ones after it never ran
+        culprit = current if current is not None else last if last in remaining else None
+        yield from _blame(runner, case, remaining, failure, culprit if ready else None)
+
+
+def _blame(runner, case, remaining: list[str], failure: str, culprit: Optional[str]) -> Iterator[Row]:
+    """The error row(s) of a child's failure: the culprit's, or (none) every remaining backend's."""
+    for n in [culprit] if culprit is not None else list(remaining):
+        remaining.remove(n)
+        yield _failed_row(runner, case, n, failure)
 
 
 # -- child side -------------------------------------------------------------------------------

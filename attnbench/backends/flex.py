@@ -1,42 +1,61 @@
 """FlexAttention on K/V gathered out of the pages, padded per request.
 
 Layout: queries ``[B, Hq, Qmax, D]`` and keys/values ``[B, Hkv, Lmax, D]`` (one batch row per
-request, so the kernel's grid has B x heads x query blocks programs). The mask is a
-``mask_mod``: keys past the request's ``kv_len`` are hidden; a query token sees keys causally
-(bottom-right) for prefill/decode, and prefix + ancestors for tree nodes, read from a
-per-token ancestor table; padding rows see key 0 only and are dropped.
-``convert`` pads the queries and gathers K/V (what Flex needs because it cannot read the
-pages: convert_ms); ``plan`` builds the mask_mod's tables by tensor ops and calls Flex's own
-plan step, ``create_block_mask`` (plan_ms). On the GPU, ``flex_attention`` is compiled; batches with more
-than one query per request force the flex (not the decoding) kernel, because the decoding
-kernel failed for GQA tree masks on an H100 (docs/backends.md). On the CPU it runs unfused.
+request, so the kernel's grid has B x heads x query blocks programs). ``convert`` pads the
+queries and gathers K/V (an FP8 cache dequantized with its scales, either storage order): what
+Flex needs because it cannot read the pages (convert_ms).
+
+``plan`` (plan_ms) builds, by tensor ops, per-row tables (causal limit, window start, tree
+region, positions) and from them the ``BlockMask`` by per-block KV indices
+(``BlockMask.from_kv_blocks``, ``_flex_blocks.py``): which KV blocks each query block reads and
+which are fully visible, as an engine with paged attention computes them. The ``mask_mod``
+decides inside partial blocks: keys past the request's length hidden; causal (bottom-right)
+for prefill/decode, every key for a non-causal prefill, prefix + ancestors for tree nodes (an
+ancestor table); the window on positions (a tree node at C + its depth). Option
+``mask=dense`` builds the block mask the old way instead (``create_block_mask`` evaluating the
+``mask_mod`` over the padded grid), to measure the difference.
+
+Variants: soft-cap and ALiBi in a ``score_mod`` (``c * tanh(s / c)``, then
+``slope_h * (key position - query position)``); sinks exactly from Flex's LSE (natural log):
+``out * sigmoid(lse - sink_h)`` = ``sum exp(s) v / (exp(sink) + sum exp(s))``.
+
+On the GPU ``flex_attention`` is compiled (``torch.compile(dynamic=False)``); batches with more
+than one query per request force the flex (not the decoding) kernel
+(``kernel_options={"FORCE_USE_FLEX_ATTENTION": True}``), because the decoding kernel failed for
+GQA tree masks on an H100 (docs/backends.md). The row's mode names the mask build and the
+kernel options. On the CPU it runs unfused.
 """
 from __future__ import annotations
 
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
 from ._dense import Dense, gather_padded_kv, padded_queries, unpad_output
-from ._metadata import padded_tree_masks
+from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
+
+BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
 
 
 @dataclass
 class FlexPlan:
+    mode: str
     q: torch.Tensor  # [B, Hq, Qmax, D]
     k: torch.Tensor  # [B, Hkv, Lmax, D]
     v: torch.Tensor
     block_mask: Any
+    score_mod: Any
     scale: float
     fn: Any
     kernel_options: dict
     index: torch.Tensor  # real tokens in [B * Qmax], packed order
+    sinks: Optional[torch.Tensor]  # [1, Hq, 1] float32 sink logits, or None
 
 
 # On the CPU the unfused path is what runs (and is fine); its warning only adds noise.
@@ -57,8 +76,31 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
+def _lse_kwargs() -> dict:
+    """Ask Flex for its LSE (``return_aux`` where this torch has it, else ``return_lse``)."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+
+        return {"return_aux": AuxRequest(lse=True)}
+    except ImportError:
+        return {"return_lse": True}
+
+
 class FlexBackend(Backend):
     name = "flex"
+    supports_window = True
+    supports_sinks = True
+    supports_softcap = True
+    supports_alibi = True
+    supports_noncausal = True
+    kv_dtypes = ("fp8_e4m3", "fp8_e5m2")  # dequantized in convert
+    kv_scales = ("per-tensor", "per-head")
+    kv_orders = ("NHD", "HND")
+    options = {
+        "mask": BackendOption(
+            "mask", "blocks", choices=("blocks", "dense"),
+            help="blocks: BlockMask.from_kv_blocks from row intervals; dense: create_block_mask over the padded grid"),
+    }
 
     @classmethod
     def unavailable(cls):
@@ -85,45 +127,56 @@ class FlexBackend(Backend):
         batch = d.batch
         dev = batch.device
         b, qmax, lmax = d.q.shape[0], d.q.shape[2], d.k.shape[2]
-        tmax = max(batch.trees.tmax, 1)
-        q_causal, q_tree_base = _row_limits(batch, qmax)
-        tree_anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]
-        kv_len = batch.kv_lens
-
-        def mask_mod(bi, h, q_idx, kv_idx):
-            rel = kv_idx - q_tree_base[bi, q_idx]
-            in_tree = (rel >= 0) & tree_anc[bi, q_idx, rel.clamp(0, tmax - 1)]
-            return (kv_idx < kv_len[bi]) & ((kv_idx <= q_causal[bi, q_idx]) | in_tree)
-
-        block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
+        tables = row_tables(batch, qmax, lmax)
+        mask_mod = make_mask_mod(tables, batch.window)
+        if self.option("mask") == "dense":
+            block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
+        else:
+            block_mask = block_mask_from_kv_blocks(tables, qmax, lmax, mask_mod, BLOCK)
         on_gpu = dev.type == "cuda"
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
+        how = "compiled" if on_gpu else "eager"
+        kernel = "flex kernel forced" if kernel_options else "default kernel"
+        sinks = batch.sinks.float().view(1, -1, 1) if batch.sinks is not None else None
         return FlexPlan(
+            mode=f"{self.option('mask')} block mask, {how}, {kernel}",
             q=d.q,
             k=d.k,
             v=d.v,
             block_mask=block_mask,
+            score_mod=_score_mod(batch, tables),
             scale=batch.scale,
             fn=_compiled_flex() if on_gpu else flex_attention,
             kernel_options=kernel_options,
             index=d.index,
+            sinks=sinks,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
-        kw = {"kernel_options": p.kernel_options} if p.kernel_options else {}
-        o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
+        kw: dict = {"kernel_options": p.kernel_options} if p.kernel_options else {}
+        if p.score_mod is not None:
+            kw["score_mod"] = p.score_mod
+        if p.sinks is None:
+            o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
+            return unpad_output(o, p.index)
+        o, aux = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **_lse_kwargs(), **kw)
+        lse = getattr(aux, "lse", aux)  # [B, Hq, Qmax], natural log
+        o = (o.float() * torch.sigmoid(lse.float() - p.sinks)[..., None]).to(o.dtype)
         return unpad_output(o, p.index)
 
 
-def _row_limits(batch: Batch, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q_causal, q_tree_base)``, ``[B, Qmax]`` int32 on the batch's device: the last slot each
-    query row sees causally, and the first tree slot of a tree row (``2**30`` otherwise).
-    Padding rows see key 0 only."""
-    dev = batch.device
-    qi = torch.arange(qmax, device=dev, dtype=torch.int32)[None, :]
-    ctx = batch.context_lens[:, None]
-    real = qi < batch.query_lens[:, None]
-    tree = batch.trees.is_tree_t[:, None]
-    q_causal = torch.where(real, torch.where(tree, ctx - 1, ctx + qi), 0).to(torch.int32)
-    q_tree_base = torch.where(real & tree, ctx, 1 << 30).to(torch.int32)
-    return q_causal, q_tree_base
+def _score_mod(batch: Batch, t) -> Any:
+    """Soft-cap then ALiBi on Flex's scaled scores (docs/semantics.md), or None."""
+    cap, slopes = batch.softcap, batch.alibi_slopes
+    if cap is None and slopes is None:
+        return None
+    qpos, kpos = t.qpos, t.kpos
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            score = score + slopes[h] * (kpos[b, kv_idx] - qpos[b, q_idx]).to(score.dtype)
+        return score
+
+    return score_mod

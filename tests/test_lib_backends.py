@@ -45,8 +45,8 @@ def decode(context):
     return Request("decode", 1, context)
 
 
-def prefill(q, context=0):
-    return Request("prefill", q, context)
+def prefill(q, context=0, causal=True):
+    return Request("prefill", q, context, causal=causal)
 
 
 # -- availability -----------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_custom_mask_flat_is_row_major_per_request():
 
 
 # -- the tree split (prefix + dense tree part + merge) ----------------------------------------
-def torch_prefix_attention(batch, ts):
+def torch_prefix_attention(batch, ts, softcap=None):
     """What flash-attn computes for the prefix part: tree nodes over slots 0..C-1, with LSE."""
     hq, hkv, d = batch.num_q_heads, batch.num_kv_heads, batch.head_dim
     g = hq // hkv
@@ -163,6 +163,8 @@ def torch_prefix_attention(batch, ts):
         k, v = batch.gather_kv(i)
         k, v = k[: r.context].double(), v[: r.context].double()
         s = torch.einsum("qhgd,khd->hgqk", q, k) * batch.scale
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
         lse = torch.logsumexp(s, -1)  # -inf when the context is empty
         p = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
         o = torch.einsum("hgqk,khd->qhgd", p, v).reshape(r.query, hq, d)
@@ -205,6 +207,34 @@ def test_tree_split_matches_reference(dtype, gqa):
     ref, _ = reference_attention(b)
     rel, mx = compare(out, ref[ts.tok])
     assert rel < 1e-5, (rel, mx)
+
+
+@pytest.mark.parametrize("cap", [0.7, 5.0])
+def test_tree_split_with_softcap_matches_reference(cap):
+    reqs = [tree(TREES["full-3ary"], 37), tree(TREES["random"], 0), tree(TREES["chain"], 20)]
+    b = materialize(BatchSpec(tuple(reqs), 4, 2, 16, "float32", 5, "shuffled", softcap=cap), 4)
+    ts = build_tree_split(b)
+    o_pre, lse_pre = torch_prefix_attention(b, ts, cap)
+    o_t, lse_t = dense_tree_part(ts, b.q, b.k_cache, b.v_cache, b.scale, cap)
+    out = merge_tree_split(ts, o_pre.to(b.q.dtype), lse_pre.float(), o_t, lse_t)
+    rel, mx = compare(out, reference_attention(b)[0][ts.tok])
+    assert rel < 1e-5, (rel, mx)
+    plain, _ = dense_tree_part(ts, b.q, b.k_cache, b.v_cache, b.scale)
+    assert not torch.allclose(plain, o_t)  # the cap changed the tree part (the test can fail)
+
+
+def test_flash_attn_variant_reasons():
+    t40 = full({"depth": 3, "branching": 3})
+    def rs(reqs, **kw):
+        return reasons("flash-attn", materialize(BatchSpec(tuple(reqs), 4, 2, 128, "bfloat16", 256, "shuffled", **kw), 0))
+    assert any("window on tree nodes" in x for x in rs([tree(t40, 300)], window=8))
+    assert not any("window" in x for x in rs([tree(chain(5), 300), decode(40)], window=8))  # chains are causal
+    assert any("ALiBi" in x for x in rs([prefill(9, 5, causal=False)], alibi=True))
+    assert not any("ALiBi" in x for x in rs([prefill(9, 5), decode(70)], alibi=True))
+    assert any("two calls" in x for x in rs([prefill(9, 5, causal=False), prefill(4, 3)]))
+    assert not any("softcap" in x or "soft" in x for x in rs([tree(t40, 300)], softcap=30.0))
+    assert any("sinks" in x for x in rs([decode(40)], sinks=True))  # no sinks in flash-attn 2
+    assert any("fp8" in x.lower() for x in rs([decode(40)], kv_dtype="fp8_e4m3"))
 
 
 def test_tree_split_all_tree_batch_is_whole():

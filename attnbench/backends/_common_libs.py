@@ -95,14 +95,15 @@ def build_tree_split(batch: Batch) -> TreeSplit:
 
 
 def dense_tree_part(
-    ts: TreeSplit, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float
+    ts: TreeSplit, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float,
+    softcap: Optional[float] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tree nodes attending to the tree's own K/V (slots C..L-1) under the ancestor mask.
 
     Returns ``(o [Nt, Hq, D] float32, lse [Nt, Hq] float32, natural log)`` in the order of
     ``ts.tok``. Float32 batched matmuls over ``Bt * Hkv`` groups of ``G * Tmax`` query rows,
     the mask added as the precomputed ``ts.bias``: trees are small (tens of nodes), so this is
-    a handful of kernels."""
+    a handful of kernels. ``softcap``: scores -> c * tanh(scores / c) before the mask."""
     hq, d = q.shape[1], q.shape[2]
     hkv = k_cache.shape[2]
     g = hq // hkv
@@ -110,7 +111,10 @@ def dense_tree_part(
     qh = q[ts.q_index].view(bt, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(bt * hkv, g * t, d).float()
     kh = k_cache.reshape(-1, hkv, d)[ts.kv_slot].view(bt, t, hkv, d).permute(0, 2, 3, 1).reshape(bt * hkv, d, t).float()
     vh = v_cache.reshape(-1, hkv, d)[ts.kv_slot].view(bt, t, hkv, d).permute(0, 2, 1, 3).reshape(bt * hkv, t, d).float()
-    s = torch.baddbmm(ts.bias, qh, kh, alpha=scale)  # [bt*hkv, g*t, t]
+    if softcap is None:
+        s = torch.baddbmm(ts.bias, qh, kh, alpha=scale)  # [bt*hkv, g*t, t]
+    else:
+        s = softcap * torch.tanh(torch.bmm(qh, kh) * (scale / softcap)) + ts.bias
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
     o = torch.bmm(torch.exp(s - lse), vh)  # [bt*hkv, g*t, d]
     o = o.view(bt, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(bt * t, hq, d)

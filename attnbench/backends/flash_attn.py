@@ -24,7 +24,7 @@ other head dims are then skipped with that reason instead of computing garbage. 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -67,6 +67,9 @@ class FlashAttnPlan:
     varlen: Optional[_Varlen] = None
     # tree split
     tree: Optional[TreeSplit] = None
+    # variants, passed to every flash-attn call (window_size, softcap, alibi_slopes)
+    lib_kw: dict = field(default_factory=dict)
+    softcap: Optional[float] = None
 
 
 def _fns():
@@ -93,10 +96,38 @@ class FlashAttnBackend(Backend):
             help="the installed build has head dim 128 only (a minimal build): skip other head dims"),
     }
 
+    supports_window = True
+    supports_softcap = True
+    supports_alibi = True
+    supports_noncausal = True
+
     def unsupported(self, batch: Batch) -> list[str]:
+        out = []
         if self.option("hdim128_only") == "on" and batch.head_dim != 128:
-            return [f"this flash-attn build has head_dim 128 only (hdim128_only=on), got {batch.head_dim}"]
-        return []
+            out.append(f"this flash-attn build has head_dim 128 only (hdim128_only=on), got {batch.head_dim}")
+        h, t = batch.host, batch.trees
+        branching = bool(t.tmax) and not _all_chains(t.parents_host, t.sizes)
+        if branching and batch.window is not None:
+            out.append("flash-attn 2: a window on tree nodes needs their positions (C + depth); its window reads row order")
+        if batch.spec.alibi and (branching or not h.causal.all()):
+            out.append("flash-attn 2: its ALiBi bias is -slope * |i - j| on row order: exact only for causal rows without trees")
+        multi = (h.query_lens > 1) & ~h.is_tree
+        if len(set(h.causal[multi].tolist())) > 1:
+            out.append("flash-attn 2: causal and non-causal prefills in one batch need two calls (not wired)")
+        return out
+
+    def _variant_kw(self, batch: Batch) -> dict:
+        """window_size / softcap / alibi_slopes for the paged and varlen calls (docs/semantics.md:
+        keys j > p - W are visible; flash-attn's (left, right) = (W - 1, 0) causal, (W - 1, -1) not)."""
+        kw: dict = {}
+        if batch.window is not None:
+            causal = bool(batch.host.causal[(batch.host.query_lens > 1)].all()) if (batch.host.query_lens > 1).any() else True
+            kw["window_size"] = (batch.window - 1, 0 if causal else -1)
+        if batch.softcap is not None:
+            kw["softcap"] = float(batch.softcap)
+        if batch.alibi_slopes is not None:
+            kw["alibi_slopes"] = batch.alibi_slopes.float().contiguous()
+        return kw
 
     # -- plan -----------------------------------------------------------------------------
     def _varlen(self, batch: Batch, reqs: np.ndarray, whole: bool) -> _Varlen:
@@ -110,11 +141,12 @@ class FlashAttnBackend(Backend):
             max_q=int(q.max()),
             max_k=int(kv.max()),
             block_table=batch.block_table if whole else batch.block_table[torch.from_numpy(reqs).to(dev)].contiguous(),
-            causal=True,
+            causal=bool(h.causal[reqs][q > 1].all()) if (q > 1).any() else True,
         )
 
     def plan(self, batch: Batch) -> FlashAttnPlan:
-        common = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, scale=batch.scale, fns=_fns())
+        common = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, scale=batch.scale, fns=_fns(),
+                      lib_kw=self._variant_kw(batch), softcap=batch.softcap)
         h, t = batch.host, batch.trees
         if not t.tmax and (h.query_lens == 1).all():
             return FlashAttnPlan(
@@ -133,7 +165,7 @@ class FlashAttnBackend(Backend):
         return FlashAttnPlan(mode="prefix+dense-tree+merge", tree=ts, varlen=rest, **common)
 
     # -- run ------------------------------------------------------------------------------
-    def _run_varlen(self, p: FlashAttnPlan, v: _Varlen, q: torch.Tensor, return_lse: bool = False):
+    def _run_varlen(self, p: FlashAttnPlan, v: _Varlen, q: torch.Tensor, return_lse: bool = False, kw=None):
         varlen_fn = p.fns[0]
         res = varlen_fn(
             q,
@@ -147,6 +179,7 @@ class FlashAttnBackend(Backend):
             causal=v.causal,
             return_attn_probs=return_lse,
             block_table=v.block_table,
+            **(p.lib_kw if kw is None else kw),
         )
         return res
 
@@ -162,6 +195,7 @@ class FlashAttnBackend(Backend):
                 block_table=p.block_table,
                 softmax_scale=p.scale,
                 causal=True,
+                **p.lib_kw,
             )
             return o.view(b, hq, d)
         if p.mode in ("paged-varlen", "chain-as-causal"):
@@ -169,9 +203,10 @@ class FlashAttnBackend(Backend):
         ts = p.tree
         q_tree = p.q if ts.all_tokens else p.q[ts.tok]
         prefix = _Varlen(None, ts.cu_q, ts.cu_k_prefix, ts.max_q, max(1, ts.max_k_prefix), ts.block_table, False)
-        o_pre, lse_pre, _ = self._run_varlen(p, prefix, q_tree, return_lse=True)
+        cap = {"softcap": p.softcap} if p.softcap is not None else {}  # no window/ALiBi on trees (unsupported)
+        o_pre, lse_pre, _ = self._run_varlen(p, prefix, q_tree, return_lse=True, kw=cap)
         lse_pre = _lse_tokens_first(lse_pre, q_tree.shape[0])
-        o_t, lse_t = dense_tree_part(ts, p.q, p.k_cache, p.v_cache, p.scale)
+        o_t, lse_t = dense_tree_part(ts, p.q, p.k_cache, p.v_cache, p.scale, p.softcap)
         o_tree = merge_tree_split(ts, o_pre, lse_pre, o_t, lse_t)
         if ts.all_tokens:
             return o_tree

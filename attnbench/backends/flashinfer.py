@@ -1,38 +1,34 @@
-"""FlashInfer on the paged cache: the decode wrapper for decode-only batches, the prefill
-wrapper (causal, or with a custom mask) for everything else.
+"""FlashInfer on the paged cache, on the route an engine would take on this GPU, or the one
+named by the option ``route`` (``-b flashinfer:route=fa3``; ``flashinfer_routes.py`` lists the
+routes, what each can express and the ``auto`` choice; ``flashinfer_plans.py`` builds them).
 
-Routes (the plan's ``mode``, copied into each result row):
-- ``decode``: every request has one query token and no tree:
-  ``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when the GQA group is > 4, as vLLM does).
-- ``prefill-causal``: prefill / chunked prefill / mixed batches without trees:
-  ``BatchPrefillWithPagedKVCacheWrapper.plan(..., causal=True)`` (FlashInfer's causal mask is
-  bottom-right aligned, as docs/semantics.md asks).
-- ``prefill-custom-mask``: batches with trees: the same wrapper with ``custom_mask``, every
-  request's ``[Q, L]`` mask flattened row-major and concatenated (causal rows for the non-tree
-  requests of the batch).
-- ``cascade`` / ``cascade-custom-mask``: batches whose requests share prefix pages: the
-  shared pages read once per group (``flashinfer_cascade.py``; option ``cascade=off``, default
-  from ``ATTNBENCH_FLASHINFER_CASCADE``, turns it off).
+- ``plan`` derives FlashInfer's layout from ours by array ops (``indptr`` / ``indices`` /
+  ``last_page_len`` from the block table; a custom mask per element from the batch's masks,
+  with the window folded in where positions are not slots) and calls the wrapper's ``plan()``,
+  so the plan time includes FlashInfer's own scheduling, as an engine's step does.
+- Wrappers are built as engines build them for CUDA graphs (``use_cuda_graph=True``, fixed
+  buffers sized to the batch), once per backend instance; their rows are graph-timed like the
+  others' (the cascade route, whose multi-level wrapper is built without graph buffers here,
+  is event-timed and says so).
+- Batches whose requests share prefix pages take the cascade (``flashinfer_cascade.py``) under
+  ``route=auto``; option ``cascade=off`` (default from ``ATTNBENCH_FLASHINFER_CASCADE``) turns it
+  off.
+- A route that cannot express a batch gives a skipped row naming the route and why.
+- JIT: FlashInfer compiles a route's kernels on first use (needs nvcc; fa3 took 81 s, XQA
+  6-9 s on an H100). The first plan of each route in a process runs one extra untimed call and
+  reports the seconds the first use took (JIT build or load + first call) as a warning and in
+  ``FIRST_USE_S``; no row's plan or kernel time contains it.
+- Variants: FP8 caches with per-tensor scales (``k_scale``/``v_scale`` at run), ``window_left``
+  = W - 1, ``logits_soft_cap``, sinks (the attention-sink wrapper on fa2/fa3, or XQA's sinks),
+  both cache orders natively (``kv_layout`` = the batch's order). FlashInfer's LSE is base 2;
+  this backend does not use it.
 
-``plan`` derives FlashInfer's layout from ours by array ops (``indptr`` / ``indices`` /
-``last_page_len`` from the block table; the custom mask per element from the batch's tree
-masks, no per-request pieces), the cache passed as the ``(k_cache, v_cache)`` tuple with
-``kv_layout="NHD"`` (ours is ``[P, page, Hkv, D]``), and calls the wrapper's ``plan()``, so
-the plan time includes FlashInfer's own scheduling (as an engine's step does). The wrappers
-are made once per backend instance (an engine makes them at start-up), on the first plan. FlashInfer's LSE is base 2; this backend
-does not use it.
-
-Option ``route`` (``-b flashinfer:route=fa3``; default from ``ATTNBENCH_FLASHINFER_BACKEND``):
-``auto`` as above (the prefill wrapper on FlashInfer's ``fa2`` kernels); ``fa2`` / ``fa3``: every
-batch through the prefill wrapper on that kernel family (``fa3`` has no custom mask: batches
-with trees are skipped, naming the route).
-
-Kernels are JIT-compiled by FlashInfer on first use (needs nvcc), unless a matching
-``flashinfer-jit-cache`` / ``flashinfer-cubin`` is installed. Not captured in CUDA graphs
-(``capturable = False``). Where it was validated: docs/backends.md.
+Where it was validated: docs/backends.md.
 """
 from __future__ import annotations
 
+import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,29 +37,22 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
-from ._metadata import custom_mask_flat, flashinfer_page_layout
 from .flashinfer_cascade import CASCADE_ENV, plan_cascade
+from .flashinfer_plans import sm_major, step_for, workspace_for
+from .flashinfer_routes import ROUTES, auto_route, facts_of, route_reasons
 
-WORKSPACE_BYTES = 128 * 1024 * 1024
 HEAD_DIMS = (64, 128, 256)
 BACKEND_ENV = "ATTNBENCH_FLASHINFER_BACKEND"
 
-_workspaces: dict = {}
-
-
-def _workspace(device: torch.device) -> torch.Tensor:
-    key = str(device)
-    if key not in _workspaces:
-        _workspaces[key] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-    return _workspaces[key]
+#: seconds the first use of each route took in this process (JIT build or load + first call)
+FIRST_USE_S: dict[str, float] = {}
 
 
 @dataclass
 class FlashInferPlan:
     mode: str
-    wrapper: Any
-    q: torch.Tensor
-    kv: tuple
+    call: Any  # () -> output [N, Hq, D]
+    capturable: bool = True
 
 
 class FlashInferBackend(Backend):
@@ -71,64 +60,66 @@ class FlashInferBackend(Backend):
     library = "flashinfer"
     distribution = "flashinfer-python"
     install_hint = "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)"
-    capturable = False  # wrappers built without use_cuda_graph=True
     import_modules = ("flashinfer",)
     label = "FlashInfer"
     cuda_only = True
     dtypes = (torch.float16, torch.bfloat16)
     head_dims = HEAD_DIMS
+    supports_window = True
+    supports_sinks = True
+    supports_softcap = True
+    supports_noncausal = True
+    kv_dtypes = ("fp8_e4m3", "fp8_e5m2")
+    kv_scales = ("per-tensor",)
+    kv_orders = ("NHD", "HND")
     options = {
         "route": BackendOption(
-            "route", "auto", choices=("auto", "fa2", "fa3"), env=BACKEND_ENV,
-            help="auto: per batch (decode wrapper, prefill wrapper fa2); fa2/fa3: the prefill wrapper on that kernel"),
+            "route", "auto", choices=ROUTES, env=BACKEND_ENV,
+            help="auto: per batch, the route an engine takes on this GPU; or one route for every batch"),
         "cascade": BackendOption(
             "cascade", True, type=bool, env=CASCADE_ENV,
-            help="read shared prefix pages once per group (MultiLevelCascadeAttentionWrapper) where a batch has them"),
+            help="route auto: read shared prefix pages once per group (MultiLevelCascadeAttentionWrapper)"),
     }
 
     def unsupported(self, batch: Batch) -> list[str]:
-        if self.option("route") == "fa3" and bool(batch.host.is_tree.any()):
-            return ["route fa3: FlashInfer's fa3 prefill kernels take no custom mask, and this batch has trees"]
-        return []
+        """The chosen route's reasons (auto: the route it picks for this batch)."""
+        f, major = facts_of(batch), sm_major(batch.device)
+        route = self.option("route")
+        return route_reasons(auto_route(f, major) if route == "auto" else route, f, major)
 
-    def _wrapper(self, kind: str, device: torch.device, **kw) -> Any:
-        """The wrapper of ``kind`` ("decode" or "prefill"), made once and reused by every plan."""
-        import flashinfer
-
-        cache = self.__dict__.setdefault("_wrappers", {})
-        key = (kind, str(device), tuple(sorted(kw.items())))
-        if key not in cache:
-            cls = flashinfer.BatchDecodeWithPagedKVCacheWrapper if kind == "decode" else (
-                flashinfer.BatchPrefillWithPagedKVCacheWrapper)
-            cache[key] = cls(_workspace(device), kv_layout="NHD", **kw)
-        return cache[key]
+    def _cascade(self, batch: Batch, f) -> Any:
+        if self.option("route") != "auto" or self.option("cascade") != "on" or f.sinks or f.softcap or f.window:
+            return None
+        if batch.k_scale is not None or batch.kv_order != "NHD" or not all(f.causal):
+            return None  # the cascade module reads a plain NHD cache with causal masks
+        ws = workspace_for(self.__dict__.setdefault("_wrappers", {}), batch.device)
+        return plan_cascade(batch, ws, self.__dict__.setdefault("_cascade_wrappers", {}))
 
     def plan(self, batch: Batch) -> FlashInferPlan:
-        dev = batch.device
-        hq, hkv, d, ps = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size
-        indptr, indices, last = flashinfer_page_layout(batch)
-        kv = (batch.k_cache, batch.v_cache)
-        cascade = None
-        if self.option("cascade") == "on":
-            cascade = plan_cascade(batch, _workspace(dev), self.__dict__.setdefault("_cascade_wrappers", {}))
+        f = facts_of(batch)
+        cascade = self._cascade(batch, f)
         if cascade is not None:  # shared prefix pages: the cascade route (flashinfer_cascade.py)
-            return FlashInferPlan(cascade[0], cascade[1], batch.q, kv)
-        h = batch.host
-        trees = bool(h.is_tree.any())
+            w, q, kv = cascade[1], batch.q, (batch.k_cache, batch.v_cache)
+            plan = FlashInferPlan(f"auto: {cascade[0]} (event-timed)", lambda: w.run(q, kv), False)
+            return self._first_use(cascade[0], batch, plan)
         route = self.option("route")
-        if route == "auto" and not trees and (h.query_lens == 1).all():
-            w = self._wrapper("decode", dev, use_tensor_cores=hq // hkv > 4)
-            w.plan(indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
-                   q_data_type=batch.dtype, kv_data_type=batch.dtype, sm_scale=batch.scale)
-            return FlashInferPlan("decode", w, batch.q, kv)
-        qo_indptr = torch.from_numpy(h.query_start_loc.astype("int32"))
-        kind = "fa2" if route == "auto" else route
-        w = self._wrapper("prefill", dev, backend=kind)
-        extra: dict = {"custom_mask": custom_mask_flat(batch)} if trees else {"causal": True}
-        w.plan(qo_indptr.to(dev), indptr.to(dev), indices, last.to(dev), hq, hkv, d, ps,
-               sm_scale=batch.scale, q_data_type=batch.dtype, kv_data_type=batch.dtype, **extra)
-        mode = "prefill-custom-mask" if trees else "prefill-causal"
-        return FlashInferPlan(mode if route == "auto" else f"{route}:{mode}", w, batch.q, kv)
+        chosen = auto_route(f, sm_major(batch.device)) if route == "auto" else route
+        step = step_for(chosen, batch, f, self.__dict__.setdefault("_wrappers", {}))
+        mode = chosen + (f" ({step.detail})" if step.detail else "")
+        return self._first_use(mode, batch, FlashInferPlan(f"auto: {mode}" if route == "auto" else mode, step.call))
+
+    def _first_use(self, mode: str, batch: Batch, plan: FlashInferPlan) -> FlashInferPlan:
+        """The first plan of a kernel set in this process (route and what its JIT module is
+        built for): one untimed call, its seconds reported apart from every row."""
+        key = f"{mode} {batch.dtype} kv {batch.kv_dtype} d{batch.head_dim} page {batch.page_size}".replace("torch.", "")
+        if key not in FIRST_USE_S:
+            t0 = time.perf_counter()
+            plan.call()
+            torch.cuda.synchronize()
+            FIRST_USE_S[key] = time.perf_counter() - t0
+            warnings.warn(f"flashinfer {key}: first use (JIT build or load + first call) took "
+                          f"{FIRST_USE_S[key]:.1f} s, outside every row's time", stacklevel=2)
+        return plan
 
     def run(self, p: FlashInferPlan) -> torch.Tensor:
-        return p.wrapper.run(p.q, p.kv)
+        return p.call()

@@ -124,6 +124,7 @@ class XformersBackend(Backend):
     page_size_multiple = PAGE_MULTIPLE
     max_tree_shapes = 1  # tree_attention's spec bias is one [T, T] tensor
     trees_need_context = True
+    supports_noncausal = True  # the non-causal paged bias (PagedBlockDiagonalPaddedKeysMask)
     options = {
         "triton_only": BackendOption(
             "triton_only", False, type=bool, env=TRITON_ONLY_ENV,
@@ -136,6 +137,8 @@ class XformersBackend(Backend):
         if trees and abs(batch.scale - batch.head_dim ** -0.5) > 1e-12 * batch.scale:
             reasons.append("xformers tree_attention has no scale argument (it uses head_dim ** -0.5)")
         others = [r for r in batch.requests if r.tree_parents is None]
+        if len({r.causal for r in others if r.query > 1}) > 1:
+            reasons.append("xformers: causal and non-causal prefills in one batch need two paged biases (not wired)")
         if others and self._triton_only_reason_check():
             qs = {r.query for r in others}
             if max(qs) > TRITON_MAX_CAUSAL_Q or len(qs) > 1:
@@ -220,15 +223,21 @@ def _plan_paged(p: XformersPlan, batch: Batch, others: np.ndarray, split: bool) 
 
     dev, ps, h = batch.device, batch.page_size, batch.host
     rows = batch.block_table[torch.from_numpy(others).to(dev)].contiguous() if split else batch.block_table
-    bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
-        q_seqlen=h.query_lens[others].tolist(),
-        kv_padding=rows.shape[1] * ps,
-        kv_seqlen=h.kv_lens[others].tolist(),
-        device=dev,
-    )
-    p.paged_bias = bias.make_paged(
-        block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
-    )
+    if h.causal[others][h.query_lens[others] > 1].all():  # decodes see every key either way
+        bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
+            q_seqlen=h.query_lens[others].tolist(),
+            kv_padding=rows.shape[1] * ps,
+            kv_seqlen=h.kv_lens[others].tolist(),
+            device=dev,
+        )
+        p.paged_bias = bias.make_paged(
+            block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
+        )
+    else:  # non-causal prefills (unsupported() keeps causal ones out of such a batch)
+        p.paged_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
+            q_seqlen=h.query_lens[others].tolist(), kv_seqlen=h.kv_lens[others].tolist(), block_tables=rows,
+            page_size=ps, device=dev,
+        )
     if split:
         p.paged_tok = torch.from_numpy(token_ids(batch, others)).to(dev)
 

@@ -1,0 +1,221 @@
+"""FlashInfer's routes (``flashinfer_routes.py`` says which applies): each builder makes its
+wrapper the way an engine does for CUDA graphs (``use_cuda_graph=True`` with fixed buffers
+sized to the batch, so ``run`` only launches kernels that read those buffers), calls the
+wrapper's ``plan`` with the batch's metadata, and returns a ``Step``: the call ``run`` makes.
+
+Wrappers are made once per backend instance and key (an engine makes them at start-up); the
+plan call repeats each step. The cache is handed to FlashInfer in its storage order
+(``batch.k_storage``: NHD or HND, ``kv_layout`` to match). An FP8 cache passes its per-tensor
+``k_scale`` / ``v_scale`` at run. XQA gets a workspace of its own, zeroed at creation: sharing
+one with another wrapper gave wrong outputs with no error (shared/device/NOTES.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from attnbench.workload.batch import Batch
+
+from ._metadata import custom_mask_flat, dense_masks, flashinfer_page_layout
+from .flashinfer_routes import Facts
+
+WORKSPACE_BYTES = 128 * 1024 * 1024
+
+
+@dataclass
+class Step:
+    call: Callable[[], torch.Tensor]
+    detail: str = ""  # what the mode adds (custom mask, sinks, ...)
+
+
+def _i32(n: int, dev) -> torch.Tensor:
+    return torch.empty(max(n, 1), dtype=torch.int32, device=dev)
+
+
+def _kv(batch: Batch) -> tuple:
+    return (batch.k_storage, batch.v_storage)
+
+
+def _scales(batch: Batch) -> dict:
+    if batch.k_scale is None:
+        return {}
+    return {"k_scale": float(batch.k_scale[0]), "v_scale": float(batch.v_scale[0])}
+
+
+def uses_mask(batch: Batch, f: Facts) -> bool:
+    """A custom mask (the window folded in): trees, mixed causality, a window on non-causal rows."""
+    return f.needs_mask
+
+
+def _window_left(batch: Batch, f: Facts) -> int:
+    """FlashInfer's ``window_left`` (keys ``p - window_left .. p`` visible) = W - 1; -1 when the
+    window is off or folded into a custom mask (trees: a node's position is not its slot)."""
+    return -1 if batch.window is None or uses_mask(batch, f) else batch.window - 1
+
+
+def mask_flat(batch: Batch) -> torch.Tensor:
+    """Every request's ``[Q, L]`` mask, row-major, concatenated, bool on the device; the window
+    folded in when there is one (FlashInfer's window reads slots, a tree node's position is not)."""
+    if batch.window is None:
+        return custom_mask_flat(batch)
+    m = dense_masks(batch)
+    q = torch.arange(m.shape[1], device=m.device)[None, :, None]
+    k = torch.arange(m.shape[2], device=m.device)[None, None, :]
+    inside = (q < batch.query_lens.long()[:, None, None]) & (k < batch.kv_lens.long()[:, None, None])
+    return m[inside]
+
+
+def made(cache: dict, key: tuple, make: Callable[[], Any]) -> Any:
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def decode_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, tensor_cores: bool) -> Step:
+    import flashinfer
+
+    dev, b = batch.device, batch.num_requests
+    indptr, indices, last = flashinfer_page_layout(batch)
+    w = made(cache, ("decode", tensor_cores, b, len(indices)), lambda: flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        ws, kv_layout=batch.kv_order, use_cuda_graph=True, use_tensor_cores=tensor_cores,
+        paged_kv_indptr_buffer=_i32(b + 1, dev), paged_kv_indices_buffer=_i32(len(indices), dev),
+        paged_kv_last_page_len_buffer=_i32(b, dev)))
+    w.plan(indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
+           window_left=_window_left(batch, f), logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
+           kv_data_type=batch.kv_dtype, sm_scale=batch.scale)
+    q, kv, sc = batch.q, _kv(batch), _scales(batch)
+    return Step(lambda: w.run(q, kv, **sc))
+
+
+def _mask_bytes(batch: Batch) -> int:
+    h = batch.host
+    return int(((h.query_lens * h.kv_lens + 7) // 8).sum())
+
+
+def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: str) -> Step:
+    """``BatchPrefillWithPagedKVCacheWrapper(backend=kind)``, or its attention-sink subclass."""
+    import flashinfer
+
+    dev, b = batch.device, batch.num_requests
+    indptr, indices, last = flashinfer_page_layout(batch)
+    qo_indptr = torch.from_numpy(batch.host.query_start_loc.astype(np.int32))
+    mask = mask_flat(batch) if uses_mask(batch, f) else None
+    wl = _window_left(batch, f)
+    bufs = dict(use_cuda_graph=True, qo_indptr_buf=_i32(b + 1, dev), paged_kv_indptr_buf=_i32(b + 1, dev),
+                paged_kv_indices_buf=_i32(len(indices), dev), paged_kv_last_page_len_buf=_i32(b, dev))
+    if mask is not None:
+        bufs.update(custom_mask_buf=torch.empty(_mask_bytes(batch), dtype=torch.uint8, device=dev),
+                    mask_indptr_buf=_i32(b + 1, dev))
+    key = ("prefill", kind, f.sinks, mask is not None, b, len(indices), wl)
+    if f.sinks:
+        make = lambda: flashinfer.BatchAttentionWithAttentionSinkWrapper(  # noqa: E731
+            ws, kv_layout=batch.kv_order, backend=kind, q_data_type=batch.dtype, kv_data_type=batch.kv_dtype,
+            head_dim_qk=batch.head_dim, head_dim_vo=batch.head_dim, window_left=wl, **bufs)
+    else:
+        make = lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order, backend=kind, **bufs)  # noqa: E731
+    w = made(cache, key, make)
+    extra = {"custom_mask": mask} if mask is not None else {"causal": all(f.causal)}
+    w.plan(qo_indptr, indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
+           sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
+           kv_data_type=batch.kv_dtype, **extra)
+    q, kv, sc = batch.q, _kv(batch), _scales(batch)
+    detail = "custom mask" if mask is not None else ("causal" if all(f.causal) else "non-causal")
+    if f.sinks:
+        sinks, scale = batch.sinks.float().contiguous(), batch.scale
+        return Step(lambda: w.run(q, kv, sinks, scale), f"{detail}, sink wrapper")
+    return Step(lambda: w.run(q, kv, **sc), detail)
+
+
+def xqa_step(batch: Batch, f: Facts, cache: dict) -> Step:
+    """TensorRT-LLM's XQA decode through ``trtllm_batch_decode_with_kv_cache(backend="xqa")``,
+    on a workspace of its own (zeroed once, as its semaphores need)."""
+    from flashinfer.decode import trtllm_batch_decode_with_kv_cache
+
+    dev = batch.device
+    ws = made(cache, ("xqa-workspace",), lambda: torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev))
+    table = batch.block_table.to(torch.int32).contiguous()
+    seq_lens = batch.kv_lens.to(torch.int32).contiguous()
+    max_len = int(batch.host.kv_lens.max())
+    out = torch.empty_like(batch.q)
+    sinks = batch.sinks.float().contiguous() if batch.sinks is not None else None
+    q, kv, wl, scale, order = batch.q, _kv(batch), _window_left(batch, f), batch.scale, batch.kv_order
+
+    def call() -> torch.Tensor:
+        return trtllm_batch_decode_with_kv_cache(
+            q, kv, ws, table, seq_lens, max_len, bmm1_scale=scale, bmm2_scale=1.0, window_left=wl, out=out,
+            sinks=sinks, kv_layout=order, backend="xqa")
+
+    return Step(call, "own zeroed workspace")
+
+
+def persistent_step(batch: Batch, f: Facts, cache: dict) -> Step:
+    """``BatchAttention``: one persistent kernel over prefill and decode requests."""
+    import flashinfer
+
+    dev = batch.device
+    indptr, indices, _ = flashinfer_page_layout(batch)
+    w = made(cache, ("persistent",), lambda: flashinfer.BatchAttention(kv_layout=batch.kv_order, device=str(dev)))
+    qo_indptr = torch.from_numpy(batch.host.query_start_loc.astype(np.int32))
+    kv_lens = torch.from_numpy(batch.host.kv_lens.astype(np.int32))
+    w.plan(qo_indptr.to(dev), indptr.to(dev), indices, kv_lens.to(dev), batch.num_q_heads, batch.num_kv_heads,
+           batch.head_dim, batch.head_dim, batch.page_size, causal=all(f.causal), sm_scale=batch.scale,
+           logits_soft_cap=batch.softcap, q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
+    q, kv = batch.q, _kv(batch)
+    cap = batch.softcap or 0.0
+    return Step(lambda: w.run(q, kv, logits_soft_cap=cap)[0])
+
+
+def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
+    """``BatchPODWithPagedKVCacheWrapper``: the causal prefills (first in the batch) and the
+    decodes in one fused launch; the two outputs are concatenated (one copy)."""
+    import flashinfer
+
+    dev = batch.device
+    h = batch.host
+    n_p = int((h.query_lens > 1).sum())
+    tok_p = int(h.query_start_loc[n_p])
+    indptr, indices, last = flashinfer_page_layout(batch)
+    split = int(indptr[n_p])
+    qo = h.query_start_loc.astype(np.int32)
+    qo_p = torch.from_numpy(qo[: n_p + 1].copy())
+    qo_d = torch.from_numpy((qo[n_p:] - qo[n_p]).astype(np.int32))
+    kv_p, kv_d = indptr[: n_p + 1], indptr[n_p:] - indptr[n_p]
+    w = made(cache, ("pod",), lambda: flashinfer.BatchPODWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order))
+    w.plan(qo_p.to(dev), kv_p.to(dev), indices[:split], last[:n_p], qo_d.to(dev), kv_d.to(dev), indices[split:],
+           last[n_p:], num_qo_heads=batch.num_q_heads, num_kv_heads=batch.num_kv_heads, head_dim=batch.head_dim,
+           page_size=batch.page_size, sm_scale=batch.scale, q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
+    q_p, q_d, kv = batch.q[:tok_p], batch.q[tok_p:], _kv(batch)
+
+    def call() -> torch.Tensor:
+        o_p, o_d = w.run(q_p, kv, q_d, kv, causal_p=True)
+        return torch.cat([o_p, o_d])
+
+    return Step(call, f"{n_p} prefill + {batch.num_requests - n_p} decode requests")
+
+
+def workspace_for(cache: dict, dev: torch.device) -> torch.Tensor:
+    """The float workspace the backend instance's wrappers share (zeroed, as FlashInfer asks)."""
+    return made(cache, ("workspace", str(dev)), lambda: torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev))
+
+
+def step_for(route: str, batch: Batch, f: Facts, cache: dict) -> Step:
+    ws = workspace_for(cache, batch.device)
+    if route in ("decode", "decode-tc"):
+        return decode_step(batch, f, ws, cache, tensor_cores=route == "decode-tc")
+    if route in ("fa2", "fa3"):
+        return prefill_step(batch, f, ws, cache, route)
+    if route == "xqa":
+        return xqa_step(batch, f, cache)
+    if route == "persistent":
+        return persistent_step(batch, f, cache)
+    if route == "pod":
+        return pod_step(batch, f, ws, cache)
+    raise ValueError(f"unknown FlashInfer route {route!r}")
+
+
+def sm_major(dev: torch.device) -> Optional[int]:
+    """The GPU's compute capability major (None off CUDA)."""
+    return torch.cuda.get_device_capability(dev)[0] if dev.type == "cuda" else None

@@ -1,0 +1,143 @@
+"""Which FlashInfer route computes a batch: what each route can express, and the route an
+engine would pick on this GPU (``route=auto``). Pure logic over the batch's facts: no
+FlashInfer import, so the choice and its skip reasons are tested on the CPU.
+
+Routes (FlashInfer 0.5.3; ``docs/backends.md``):
+- ``decode``: ``BatchDecodeWithPagedKVCacheWrapper`` on CUDA cores; decode-only batches.
+- ``decode-tc``: the same wrapper with ``use_tensor_cores=True`` (its prefill kernels);
+  measured faster than ``decode`` on an H100 at GQA group 4 (shared/device/NOTES.md), and
+  vLLM's FlashInfer backend turns tensor cores on for decode.
+- ``fa2`` / ``fa3``: ``BatchPrefillWithPagedKVCacheWrapper(backend=...)``: every kind; trees,
+  mixed causal/non-causal batches and windows on trees take a custom mask (fa2 only: fa3 has
+  none); with sinks, FlashInfer's ``BatchAttentionWithAttentionSinkWrapper`` on that backend.
+- ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (TensorRT-LLM's XQA decode,
+  sm90+): decode-only, page sizes 16/32/64/128, sinks and windows, no soft-cap.
+- ``persistent``: ``BatchAttention`` (one persistent kernel for prefill and decode): causal or
+  wholly non-causal batches without windows or sinks.
+- ``pod``: ``BatchPODWithPagedKVCacheWrapper`` (prefill and decode fused in one launch):
+  batches with both causal prefill and decode requests, the prefills first, no variants.
+- ``auto``: shared prefix pages -> the cascade (option ``cascade``); decode-only -> ``xqa``
+  with sinks (the decode wrapper has none), else ``decode-tc``; a batch that needs a custom
+  mask -> ``fa2``; otherwise ``fa3`` on Hopper (FlashInfer's own "auto" choice there) unless
+  the cache is FP8 (fa3 wants FP8 queries too), else ``fa2``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
+XQA_PAGE_SIZES = (16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the route choice reads off a batch."""
+
+    decode_only: bool  # every request has one query token and no tree
+    trees: bool
+    causal: tuple[bool, ...]  # per request
+    prefill_then_decode: Optional[bool]  # both kinds present and every multi-token request first; None: not mixed
+    window: Optional[int]
+    softcap: Optional[float]
+    sinks: bool
+    alibi: bool
+    kv_dtype: Optional[str]  # None or "fp8_e4m3"/"fp8_e5m2"
+    kv_scale: str
+    page_size: int
+    head_dim: int
+
+    @property
+    def needs_mask(self) -> bool:
+        """A custom mask is the only way: trees, causal and non-causal requests mixed, or a
+        window over non-causal requests (FlashInfer's window_left is for causal rows)."""
+        return self.trees or len(set(self.causal)) > 1 or (self.window is not None and not all(self.causal))
+
+
+def facts_of(batch) -> Facts:
+    h, spec = batch.host, batch.spec
+    q = h.query_lens
+    trees = bool(h.is_tree.any())
+    multi = q > 1
+    mixed = None
+    if bool(multi.any()) and bool((~multi).any()) and not trees:
+        first_single = int((~multi).argmax())
+        mixed = not bool(multi[first_single:].any())
+    return Facts(
+        decode_only=not trees and bool((q == 1).all()),
+        trees=trees,
+        causal=tuple(bool(c) for c in h.causal),
+        prefill_then_decode=mixed,
+        window=spec.window,
+        softcap=spec.softcap,
+        sinks=bool(spec.sinks),
+        alibi=bool(spec.alibi),
+        kv_dtype=spec.kv_dtype,
+        kv_scale=spec.kv_scale,
+        page_size=spec.page_size,
+        head_dim=spec.head_dim,
+    )
+
+
+def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str]:
+    """Why ``route`` cannot compute a batch with facts ``f`` ([] = it can). ``sm_major``: the
+    GPU's compute capability major (None: unknown, e.g. on a CPU)."""
+    out = []
+    name = f"route {route}"
+    # ALiBi and per-head FP8 scales are declined by the backend's capabilities (one reason each)
+    if route in ("decode", "decode-tc", "xqa") and not f.decode_only:
+        out.append(f"{name} computes decode-only batches (one query token per request, no trees)")
+    if route == "fa3" and f.needs_mask:
+        out.append(f"{name}: FlashInfer's fa3 prefill kernels take no custom mask (trees or mixed causal/non-causal requests)")
+    if route == "fa3" and f.kv_dtype is not None:
+        out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries")
+    if route == "fa3" and sm_major is not None and sm_major != 9:
+        out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
+    if route in ("decode", "decode-tc", "persistent", "pod") and f.sinks:
+        out.append(f"{name} has no attention sinks (use route xqa, fa2 or fa3)")
+    if route in ("fa2", "fa3") and f.sinks and f.kv_dtype is not None:
+        out.append(f"{name}: the attention-sink wrapper takes no FP8 k_scale/v_scale here")
+    out += _special_reasons(route, f, sm_major)
+    return out
+
+
+def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]:
+    name, out = f"route {route}", []
+    if route == "xqa":
+        if f.page_size not in XQA_PAGE_SIZES:
+            out.append(f"{name}: XQA takes page sizes {'/'.join(map(str, XQA_PAGE_SIZES))}, got {f.page_size}")
+        if f.softcap is not None:
+            out.append(f"{name}: XQA has no logit soft-cap")
+        if f.kv_dtype is not None:
+            out.append(f"{name}: XQA on an FP8 cache ended in 'unspecified launch failure' on an H100 (lost CUDA context); not run")
+        if f.head_dim % 16 or f.head_dim > 256:
+            out.append(f"{name}: XQA needs head_dim a multiple of 16 up to 256, got {f.head_dim}")
+        if sm_major is not None and sm_major < 9:
+            out.append(f"{name}: XQA needs sm_90 or newer, this GPU is sm_{sm_major}x")
+    if route == "persistent":
+        if f.needs_mask:
+            out.append(f"{name}: BatchAttention takes no custom mask (trees or mixed causal/non-causal requests)")
+        if f.window is not None:
+            out.append(f"{name}: BatchAttention has no sliding window")
+        if f.kv_dtype is not None:
+            out.append(f"{name}: BatchAttention with an FP8 cache is not wired here")
+    if route == "pod":
+        if f.trees or f.prefill_then_decode is None or not all(f.causal):
+            out.append(f"{name}: POD fuses causal prefill with decode: the batch needs both, and no trees")
+        elif not f.prefill_then_decode:
+            out.append(f"{name}: POD takes the prefill requests first, then the decodes (this batch interleaves them)")
+        if f.window is not None or f.softcap is not None or f.kv_dtype is not None:
+            out.append(f"{name}: POD's wrapper is not wired for windows, soft-cap or FP8 here")
+    return out
+
+
+def auto_route(f: Facts, sm_major: Optional[int] = 9) -> str:
+    """The route an engine would take for a batch without shared prefix pages (see the module
+    docstring); the cascade is decided before, from the batch's prefix groups."""
+    if f.decode_only:
+        if f.sinks and not route_reasons("xqa", f, sm_major):
+            return "xqa"
+        return "fa2" if f.sinks else "decode-tc"
+    if not route_reasons("fa3", f, sm_major):
+        return "fa3"
+    return "fa2"

@@ -1,0 +1,95 @@
+"""FlashInfer's route choice and skip reasons (attnbench/backends/flashinfer_routes.py), on the
+CPU with the library absent: which route ``auto`` takes per batch and GPU generation, which
+batches each named route cannot express (a skipped row naming the route), and the custom mask
+with the window folded in. The kernels themselves run in scripts/gpu_library_routes.py."""
+import pytest
+import torch
+
+from attnbench.backend import make_backend
+from attnbench.backends.flashinfer_plans import mask_flat
+from attnbench.backends.flashinfer_routes import ROUTES, auto_route, facts_of, route_reasons
+from attnbench.workload.batch import Request
+
+from .conftest import make_batch
+
+TREE = (-1, 0, 0, 1, 1, 2)
+DECODES = [Request("decode", 1, 37), Request("decode", 1, 5)]
+PREFILLS = [Request("prefill", 13, 20), Request("prefill", 5, 0)]
+TREES = [Request("tree", 6, 11, TREE), Request("decode", 1, 9)]
+MIXED = PREFILLS + DECODES
+
+
+def facts(reqs, **kw):
+    kw.setdefault("page_size", 16)
+    return facts_of(make_batch(reqs, dtype="float16" if "kv_dtype" in kw else "float32", **kw))
+
+
+@pytest.mark.parametrize("reqs, kw, sm, route", [
+    (DECODES, {}, 9, "decode-tc"),
+    (DECODES, {"sinks": True}, 9, "xqa"),
+    (DECODES, {"sinks": True, "page_size": 5}, 9, "fa2"),  # XQA takes pages 16..128
+    (DECODES, {"sinks": True}, 8, "fa2"),  # XQA needs sm_90
+    (TREES, {}, 9, "fa2"),  # a custom mask
+    (PREFILLS, {}, 9, "fa3"),  # FlashInfer's own choice on Hopper
+    (PREFILLS, {}, 8, "fa2"),
+    (PREFILLS, {"kv_dtype": "fp8_e4m3"}, 9, "fa2"),  # fa3 wants FP8 queries too
+    (PREFILLS + [Request("prefill", 4, 7, causal=False)], {}, 9, "fa2"),  # mixed causality: a mask
+    (MIXED, {"window": 8}, 9, "fa3"),
+])
+def test_auto_takes_the_engine_route(reqs, kw, sm, route):
+    f = facts(reqs, **kw)
+    assert auto_route(f, sm) == route
+    assert route_reasons(route, f, sm) == []  # what auto picks can always run the batch
+
+
+@pytest.mark.parametrize("route, reqs, kw, needle", [
+    ("fa3", TREES, {}, "no custom mask"),
+    ("fa3", PREFILLS, {"kv_dtype": "fp8_e5m2"}, "FP8 queries"),
+    ("decode", MIXED, {}, "decode-only"),
+    ("decode-tc", DECODES, {"sinks": True}, "no attention sinks"),
+    ("xqa", TREES, {}, "decode-only"),
+    ("xqa", DECODES, {"page_size": 256}, "page sizes 16/32/64/128"),
+    ("xqa", DECODES, {"softcap": 30.0}, "soft-cap"),
+    ("xqa", DECODES, {"kv_dtype": "fp8_e4m3"}, "unspecified launch failure"),
+    ("persistent", TREES, {}, "no custom mask"),
+    ("persistent", MIXED, {"window": 4}, "no sliding window"),
+    ("pod", PREFILLS, {}, "needs both"),
+    ("pod", DECODES + PREFILLS, {}, "prefill requests first"),
+    ("pod", MIXED, {"softcap": 5.0}, "not wired"),
+    ("fa2", MIXED, {"sinks": True, "kv_dtype": "fp8_e4m3"}, "sink wrapper"),
+])
+def test_a_route_that_cannot_express_the_batch_says_why(route, reqs, kw, needle):
+    reasons = route_reasons(route, facts(reqs, **kw), 9)
+    assert any(needle in r and f"route {route}" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_runs_something(route):
+    """Each declared route expresses at least one plain batch (no route is declared for show)."""
+    ok = [reqs for reqs in (DECODES, PREFILLS, TREES, MIXED) if not route_reasons(route, facts(reqs), 9)]
+    assert ok, route
+    assert not route_reasons("pod", facts(MIXED), 9)
+
+
+def test_backend_reasons_name_the_route_and_the_capabilities():
+    tree = make_batch(TREES, dtype="bfloat16", page_size=16)
+    r = make_backend("flashinfer:route=fa3").reasons(tree)
+    assert any("route fa3" in x and "custom mask" in x for x in r), r
+    assert any("CUDA" in x for x in r)  # this CPU machine
+    assert not any("route" in x for x in make_backend("flashinfer").reasons(tree))  # auto: fa2 custom mask
+    alibi = make_batch(DECODES, dtype="bfloat16", page_size=16, alibi=True)
+    assert any("ALiBi" in x for x in make_backend("flashinfer").reasons(alibi))
+    per_head = make_batch(DECODES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3", kv_scale="per-head")
+    assert any("per-head" in x for x in make_backend("flashinfer").reasons(per_head))
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 9])
+def test_custom_mask_folds_the_window_on_positions(window):
+    reqs = TREES + [Request("prefill", 7, 6, causal=False), Request("prefill", 5, 4)]
+    b = make_batch(reqs, page_size=4, window=window)
+    want = torch.cat([b.mask(i).reshape(-1) for i in range(b.num_requests)])
+    got = mask_flat(b)
+    assert got.dtype == torch.bool and torch.equal(got.cpu(), want)
+    if window is not None:  # the window hides something here (else the test could not fail)
+        assert not torch.equal(want, torch.cat([make_batch(reqs, page_size=4).mask(i).reshape(-1)
+                                                for i in range(b.num_requests)]))

@@ -89,6 +89,19 @@ VARIANTS = [
 ]
 
 
+# "all": the cases in the order they matter, so a spent budget cuts the least important
+ORDER = ["decode 8x4k p16", "tree 8x40 @4k p16", "prefill 4x1k p16", "eagle-g8 16x61 @8k p256", "fp8 decode 8x16k p16",
+         "gpt-oss decode 8x4k W128 sinks p16", "decode 8x16k p16", "mixed 2x512+16 decode @4k p16",
+         "gpt-oss tree 8x40 @4k W128 sinks p16", "decode 8x4k p256", "decode 8x16k p256",
+         "gemma2 prefill 2x1k @4k softcap W4096 p16", "hnd decode 8x4k p16", "non-causal prefill 8x16 @1k p64",
+         "window+softcap decode 8x4k W128 p256", "gemma2 decode 8x8k softcap W4096 p16", "fp8 hnd tree 8x40 @4k p16"]
+
+
+def ordered_all() -> list:
+    by = {c[0]: c for c in CORE + VARIANTS}
+    return [by[n] for n in ORDER] + [c for c in CORE + VARIANTS if c[0] not in ORDER]
+
+
 def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -154,6 +167,50 @@ def run_group(cases, deadline: float, cfg: TimingConfig, log, device: str = "cud
     return rows
 
 
+SCENARIOS = Path(__file__).resolve().parent.parent / "attnbench" / "scenarios"
+NOT_GPU = {"cpu-sweep", "variants-cpu"}
+
+
+def flex_plans(deadline: float, device: str = "cuda", per_scenario: int = 6) -> list[dict]:
+    """Flex's plan time with the BlockMask from KV blocks vs ``create_block_mask`` over the padded
+    grid, on (up to ``per_scenario``) cases of every shipped scenario: plan only, no kernel."""
+    from attnbench.workload.scenario import load
+
+    out = []
+    for f in sorted(SCENARIOS.glob("*.yaml")):
+        if f.stem in NOT_GPU or time.time() > deadline:
+            continue
+        ms: dict = {"blocks": [], "dense": []}
+        for c in load(f).cases[:per_scenario]:
+            if time.time() > deadline:
+                break
+            batch = materialize(c.scenario.batch_spec(), c.scenario.seed, torch.device(device))
+            for mask in ms:
+                be = make_backend(f"flex:mask={mask}")
+                if be.reasons(batch):
+                    continue
+                conv = be.convert(batch)
+                be.plan(conv)
+                ms[mask].append(_median(time_host(lambda: be.plan(conv), batch.device)))
+            del batch
+        row = {"scenario": f.stem, "cases": len(ms["blocks"])}
+        for mask, xs in ms.items():
+            row[f"{mask}_median_ms"] = _median(xs)
+            row[f"{mask}_max_ms"] = max(xs) if xs else float("nan")
+        out.append(row)
+        print(_plan_line(row), flush=True)
+    return out
+
+
+PLAN_HEADER = ("| scenario | cases | Flex plan, BlockMask from KV blocks: median / max ms | "
+               "create_block_mask (before): median / max ms |\n|---|---|---|---|")
+
+
+def _plan_line(r: dict) -> str:
+    return (f"| {r['scenario']} | {r['cases']} | {_fmt(r['blocks_median_ms'], '.3f')} / {_fmt(r['blocks_max_ms'], '.3f')} | "
+            f"{_fmt(r['dense_median_ms'], '.2f')} / {_fmt(r['dense_max_ms'], '.2f')} |")
+
+
 def _fmt(x, spec=".1f"):
     return "" if x is None or (isinstance(x, float) and x != x) else format(x, spec)
 
@@ -175,6 +232,7 @@ HEADER = ("| case | backend | status | mode | rel err | plan ms | graph µs | ev
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--group", choices=("core", "variants", "all"), default="core")
+    ap.add_argument("--flex-plan-s", type=float, default=0.0, help="first spend up to this on Flex plan before/after")
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--warmup-ms", type=float, default=5.0)
     ap.add_argument("--measure-ms", type=float, default=30.0)
@@ -185,13 +243,23 @@ def main() -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cases = {"core": CORE, "variants": VARIANTS, "all": CORE + VARIANTS}[a.group]
+    cases = {"core": CORE, "variants": VARIANTS, "all": ordered_all()}[a.group]
     cfg = TimingConfig(warmup_ms=a.warmup_ms, measure_ms=a.measure_ms)
     device = torch.cuda.get_device_name()
-    print(f"device: {device}; torch {torch.__version__}; group {a.group}\n{HEADER}", flush=True)
+    print(f"device: {device}; torch {torch.__version__}; group {a.group}", flush=True)
+    if not a.flex_plan_s:
+        print(HEADER, flush=True)
+    start = time.time()
+    plans = []
+    if a.flex_plan_s > 0:
+        print(PLAN_HEADER, flush=True)
+        plans = flex_plans(start + a.flex_plan_s)
+        print(HEADER, flush=True)
     with open(out / "library_routes.jsonl", "a") as log:
-        rows = run_group(cases, time.time() + a.budget_s, cfg, log)
+        rows = run_group(cases, start + a.budget_s, cfg, log)
     text = f"device: {device}, torch {torch.__version__}\n\n{HEADER}\n" + "\n".join(_line(r) for r in rows) + "\n"
+    if plans:
+        text += f"\n{PLAN_HEADER}\n" + "\n".join(_plan_line(r) for r in plans) + "\n"
     (out / f"library_routes_{a.group}.md").write_text(text)
     bad = [r for r in rows if r["status"] in ("mismatch", "error")]
     print(f"{len(rows)} rows: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}"

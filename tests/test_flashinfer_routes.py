@@ -57,6 +57,7 @@ def test_auto_takes_the_engine_route(reqs, kw, sm, route):
     ("pod", DECODES + PREFILLS, {}, "prefill requests first"),
     ("pod", MIXED, {"softcap": 5.0}, "not wired"),
     ("fa2", MIXED, {"sinks": True, "kv_dtype": "fp8_e4m3"}, "sink wrapper"),
+    ("fa3", PREFILLS, {"sinks": True, "softcap": 3.0}, "no soft-cap"),
 ])
 def test_a_route_that_cannot_express_the_batch_says_why(route, reqs, kw, needle):
     reasons = route_reasons(route, facts(reqs, **kw), 9)

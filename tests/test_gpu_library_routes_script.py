@@ -15,6 +15,11 @@ g = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(g)
 
 
+def test_the_order_names_every_case_once():
+    names = [c[0] for c in g.ordered_all()]
+    assert sorted(names) == sorted(c[0] for c in g.CORE + g.VARIANTS) and len(set(names)) == len(names)
+
+
 def test_every_case_loads():
     for name, text, backends in g.CORE + g.VARIANTS:
         assert load_text(text, name).cases, name
@@ -33,3 +38,11 @@ def test_a_group_runs_to_rows_on_the_cpu():
     assert "|" in g._line(by["flex"])
     late = g.run_group(cases, time.time() - 1, TimingConfig(), io.StringIO(), "cpu")
     assert {r["status"] for r in late} == {"not run"}
+
+
+def test_flex_plan_table_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(g, "NOT_GPU", {f.stem for f in g.SCENARIOS.glob("*.yaml")} - {"variants-cpu"})
+    monkeypatch.setattr(g, "SCENARIOS", g.SCENARIOS)
+    rows = g.flex_plans(time.time() + 60, "cpu", per_scenario=1)
+    assert rows and rows[0]["scenario"] == "variants-cpu" and rows[0]["cases"] == 1
+    assert rows[0]["blocks_median_ms"] > 0 and rows[0]["dense_median_ms"] > 0

@@ -14,7 +14,7 @@ import torch
 from attnbench.backends import _dense, _metadata
 from attnbench.backends import triton_plan as tp
 from attnbench.backends._common_libs import build_tree_split
-from attnbench.backends.flex import _row_limits
+from attnbench.backends._flex_blocks import row_tables
 from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
 from attnbench.workload.trees import ancestor_mask, ancestor_masks, depths, random_tree
 
@@ -94,8 +94,8 @@ def test_masks_and_layouts_equal_the_per_request_construction(seed, dynamic):
     qmax = b.max_query_len
     tmax = max(b.trees.tmax, 1)
     q_causal, q_tree_base, tree_anc = old.flex_tables(b)
-    got_causal, got_base = _row_limits(b, qmax)
-    assert torch.equal(got_causal, q_causal) and torch.equal(got_base, q_tree_base)
+    t = row_tables(b, qmax, b.max_kv_len)
+    assert torch.equal(t.hi, q_causal.long()) and torch.equal(t.tree_base, q_tree_base.long())
     got = _metadata.padded_tree_masks(b, qmax, tmax)
     real = torch.arange(qmax)[None, :, None] < torch.from_numpy(b.host.query_lens)[:, None, None]
     assert torch.equal(got & real, tree_anc)  # rows past a tree's end (padding) are never read

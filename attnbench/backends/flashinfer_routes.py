@@ -97,6 +97,8 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name} has no attention sinks (use route xqa, fa2 or fa3)")
     if route in ("fa2", "fa3") and f.sinks and f.kv_dtype is not None:
         out.append(f"{name}: the attention-sink wrapper takes no FP8 k_scale/v_scale here")
+    if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
+        out.append(f"{name}: the attention-sink wrapper's variant has no soft-cap")
     out += _special_reasons(route, f, sm_major)
     return out
 

@@ -328,7 +328,6 @@ class Runner:
         row.convert_ms = Summary.of(time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms)
                                     ).median if be.converts() else 0.0
         row.plan_ms = Summary.of(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms)).median
-        # a plan may say whether its route is graph-capturable (FlashInfer's routes differ)
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
         return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)
 

@@ -159,9 +159,11 @@ class BatchSpec:
         return 1 + sum(n for _, _, n in self.page_runs())
 
     def memory_bytes(self) -> int:
-        """Bytes the materialized batch takes on its device (q, out, caches, tables)."""
+        """Bytes the materialized batch takes on its device (q, out, caches, tables); an FP8
+        cache adds the float32 copy of one cache it is quantized from while it is built."""
         el = DTYPE_NAMES[self.dtype]
-        kv = 2 * self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * self.kv_element_bytes
+        slots = self.num_pages * self.page_size * self.num_kv_heads * self.head_dim
+        kv = 2 * slots * self.kv_element_bytes + (4 * slots if self.fp8 else 0)
         qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
         return kv + qo
 

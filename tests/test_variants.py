@@ -221,3 +221,11 @@ def test_sdpa_gathers_only_the_window(layout, page_size):
     assert conv.k.shape[2] == conv.mask.shape[-1] == 12 + 1  # the window, then the sink column
     ref, _ = reference_attention(b)
     assert compare(be.run(be.plan(conv)), ref)[0] < default_tolerance(b.dtype)
+
+
+def test_the_worked_window_example_of_the_semantics_page():
+    b = make_batch([Request("tree", 6, 10, (-1, 0, 0, 1, 1, 2))], window=3)
+    rows = [[0, 0, 1, 1, 1, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0, 1, 0, 0, 0],
+            [0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0, 1, 0], [0, 0, 0, 0, 1, 0, 1, 0, 0, 1]]
+    m = b.mask(0)
+    assert not m[:, :6].any() and m[:, 6:].int().tolist() == rows

@@ -9,7 +9,9 @@
 #    with scripts/check_saved.py (its own float64 code, from the saved file alone);
 # 4. prints per row: status, mode, kernel time, byte/FLOP floor, % of floor, error or reason.
 # Env: OUT (output folder), BACKENDS (e.g. "reference sdpa": -b for each; default every
-# available backend), SCENARIOS (names; default all below), FAST=1 (fewer cases, short timing).
+# available backend), SCENARIOS (names; default all below), FAST=1 (fewer cases, short timing),
+# PYTEST=0 (skip step 1). The whole of it may take longer than one 600 s device call: split it
+# (PYTEST=1 SCENARIOS=" " for the tests alone, then PYTEST=0 with a few scenarios a call).
 set -u
 cd "$(dirname "$0")/.."
 OUTDIR=${OUT:-/tmp/gpu_variants}; mkdir -p "$OUTDIR"
@@ -27,9 +29,11 @@ small() { case $1 in variants-cpu) echo window;; head-dim-sweep) echo head_dim;;
 SAVE=/tmp/gpu_variants_tensors  # GBs of caches: kept off $OUT
 rm -rf "$SAVE"
 python3 -m attnbench backends
-el "pytest -m gpu tests/test_variants_gpu.py"
-python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_variants_gpu.py "${PYSEL[@]}" > "$OUTDIR/pytest_gpu.log" 2>&1
-el "pytest rc=$?"; grep -E "passed|failed" "$OUTDIR/pytest_gpu.log" | tail -n 3; grep -E "^FAILED" "$OUTDIR/pytest_gpu.log" | head -n 20
+if [ "${PYTEST:-1}" = 1 ]; then
+  el "pytest -m gpu tests/test_variants_gpu.py"
+  python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_variants_gpu.py "${PYSEL[@]}" > "$OUTDIR/pytest_gpu.log" 2>&1
+  el "pytest rc=$?"; grep -E "passed|failed" "$OUTDIR/pytest_gpu.log" | tail -n 3; grep -E "^FAILED" "$OUTDIR/pytest_gpu.log" | head -n 20
+fi
 for s in $SCENARIOS; do
   el "$s: run"
   python3 -m attnbench run "$s" $BFLAGS --out "$OUTDIR/$s" -q $TIMING > "$OUTDIR/$s.log" 2>&1

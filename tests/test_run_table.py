@@ -75,3 +75,12 @@ def test_short_units():
         ["94.5ns", "67.3µs", "1.25ms", "129ms", "2.1s", "-"]
     assert [short_rate(x) for x in (2.04, 0.578, 0.0000581)] == ["2.04TB/s", "578GB/s", "58.1MB/s"]
     assert [short_err(x) for x in (3.2e-7, 0.0, 0.031, float("nan"))] == ["3e-7", "0", "3e-2", "-"]
+
+
+def test_a_single_timed_call_shows_no_spread():
+    rows = _rows(1)
+    rows[2].n, rows[2].iqr_rel = 1, 0.0
+    table, _, legend, _ = results_table(rows, width=120)
+    iqr = next(c for c in table.columns if c.header == "IQR")
+    assert list(iqr.cells)[2] == "n=1" and list(iqr.cells)[1] == "15%"
+    assert any("n=1: one timed call" in x for x in legend)

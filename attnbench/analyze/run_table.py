@@ -68,6 +68,8 @@ def _roof(r: Row, _ctx) -> str:
 
 
 def _iqr(r: Row, _ctx) -> str:
+    if r.status is Status.OK and r.n == 1:
+        return "n=1"  # one timed call (a slow row under its budget): no spread to show
     return f"{100 * r.iqr_rel:.0f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
 
 
@@ -77,7 +79,7 @@ OPTIONAL = [
     Col("vs_best", "vs best", lambda r, c: vs_best(r, c["best"]),
         "vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, the order may not hold;"
         " oracle: the float64 reference, not ranked)"),
-    Col("iqr", "IQR", _iqr, "IQR: interquartile range of the samples, % of the median"),
+    Col("iqr", "IQR", _iqr, "IQR: interquartile range of the samples, % of the median (n=1: one timed call)"),
     Col("plan", "plan", lambda r, c: short_time(r.plan_ms),
         "plan: the engine's per-step metadata work (library plan call included)"),
     Col("convert", "convert", lambda r, c: short_time(r.convert_ms) if r.convert_ms else "-",
@@ -198,7 +200,7 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "", compac
     table, notes, legend, left_out = results_table(rows, title, compact=compact, width=console.width)
     console.print(table)
     for line in batch_lines(rows):
-        info.print(line, highlight=False, markup=False, soft_wrap=True)
+        info.print(line, highlight=False, markup=False)  # wrapped at words, not mid-word by the terminal
     info.print("; ".join(legend), style="dim", highlight=False)
     if left_out:
         info.print(f"not shown at {console.width} columns: {', '.join(left_out)} (all in results.csv)",

@@ -133,8 +133,10 @@ class GpuWait:
     decode read 63.6 µs against 56.1 µs cold with the host busy. So the GPU spins
     (``torch.cuda._sleep``) before each of them, outside the timed region, for twice the
     median host time of queueing the flush, the start event and the call (what the timer saw
-    so far: ``saw_host``), plus 20 µs, at most 2 ms: they are queued while it spins. The clock
-    rate of the spin is measured once per device."""
+    so far: ``saw_host``), plus 20 µs, at most 2 ms: they are queued while it spins. The spin
+    counts SM clock cycles: their rate is measured at each timer start (0.13 ms at boost clock)
+    and the highest rate seen on the device is kept, since an idle GPU's low clock (345 MHz
+    seen on an H100, against ~2 GHz busy) would make every later wait several times too short."""
 
     _cycles_per_us: dict = {}
 
@@ -142,7 +144,7 @@ class GpuWait:
         self.device = device
         self.seen: list[float] = []
         self.host_us = 20.0
-        self.cycles_per_us(device)
+        self.cycles_per_us(device, measure=True)
 
     def saw_host(self, us: float) -> None:
         if len(self.seen) < 16:  # the first iterations (the estimate) size the wait of the rest
@@ -150,18 +152,19 @@ class GpuWait:
             self.host_us = sorted(self.seen)[len(self.seen) // 2]
 
     @classmethod
-    def cycles_per_us(cls, device: torch.device) -> float:
+    def cycles_per_us(cls, device: torch.device, measure: bool = False) -> float:
         key = str(device)
-        if key not in cls._cycles_per_us:
-            cycles = 1 << 20
+        if measure or key not in cls._cycles_per_us:
+            cycles = 1 << 18
             with torch.cuda.device(device):
-                torch.cuda._sleep(cycles)  # once untimed: the spin kernel's first launch loads it
+                torch.cuda._sleep(cycles)  # untimed: loads the spin kernel and raises the clock
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
                 torch.cuda._sleep(cycles)
                 e.record()
                 e.synchronize()
-            cls._cycles_per_us[key] = cycles / max(s.elapsed_time(e) * 1e3, 1.0)
+            rate = cycles / max(s.elapsed_time(e) * 1e3, 1.0)
+            cls._cycles_per_us[key] = max(rate, cls._cycles_per_us.get(key, 0.0))
         return cls._cycles_per_us[key]
 
     @staticmethod

@@ -3,7 +3,8 @@ case from the saved file alone (q, caches, block table, lengths, kinds, tree par
 and the variants: causal, window, softcap, sinks, ALiBi slopes, FP8 scales), in float64,
 following docs/semantics.md with its own code (torch only, no attnbench reference), and
 compare every saved backend output with it. Sharing shows only in the block table: the script
-reports how many block-table entries point at a page another request uses.
+reports how many block-table entries point at a page another request uses. MLA files
+(``attention: mla``) are recomputed by :func:`mla_outputs`, the MLA section of the same page.
 
     python3 scripts/check_saved.py DIR [DIR ...]      (exit 1 if an output is off)
 """
@@ -87,6 +88,29 @@ def recompute(blob: dict) -> torch.Tensor:
     return out.cpu()
 
 
+def mla_outputs(blob: dict) -> torch.Tensor:
+    """docs/semantics.md "MLA", from the saved tensors alone: per request, the latent rows
+    ``[c_kv | k_rope]`` read through the block table (dequantized if FP8), scores
+    ``q . row * scale``, a softmax over the visible keys, values = the rows' first
+    ``kv_lora_rank`` dims. ``[N, Hq, kv_lora_rank]`` float64."""
+    rank = int(blob["kv_lora_rank"])
+    if not torch.equal(blob["v_cache"].float(), blob["k_cache"][..., :rank].float()):
+        raise SystemExit("MLA file: v_cache is not the first kv_lora_rank dims of k_cache")
+    ks = blob.get("k_scale")
+    cache = blob["k_cache"].double() * (float(ks.double().reshape(-1)[0]) if ks is not None else 1.0)
+    q, table, ps = blob["q"].double(), blob["block_table"].long(), cache.shape[1]
+    causal = blob.get("causal") or [True] * len(blob["kinds"])
+    out, start = [], 0
+    for i, (ql, cl, par) in enumerate(zip(blob["query_lens"].tolist(), blob["context_lens"].tolist(), blob["tree_parents"])):
+        kv = ql + cl
+        rows = cache[table[i, : -(-kv // ps)]].reshape(-1, cache.shape[-1])[:kv]  # [L, rank + rope]
+        s = torch.einsum("qhd,ld->qhl", q[start : start + ql], rows) * blob["scale"]
+        s = s.masked_fill(~visible(ql, cl, par, causal[i], blob.get("window"))[:, None, :], float("-inf"))
+        out.append(torch.einsum("qhl,ld->qhd", torch.softmax(s, dim=-1), rows[:, :rank]))
+        start += ql
+    return torch.cat(out)
+
+
 def shared_entries(blob: dict) -> int:
     """Block-table entries (in use) whose page another request also lists."""
     owners: dict = {}
@@ -101,7 +125,8 @@ def variants(blob: dict) -> str:
     words = [f"{blob['kv_dtype']} KV" if blob.get("kv_dtype") else "", f"window {blob['window']}" if blob.get("window") else "",
              "sinks" if blob.get("sinks") is not None else "", f"softcap {blob['softcap']}" if blob.get("softcap") else "",
              "alibi" if blob.get("alibi_slopes") is not None else "",
-             "non-causal" if not all(blob.get("causal") or [True]) else ""]
+             "non-causal" if not all(blob.get("causal") or [True]) else "",
+             f"MLA {blob['kv_lora_rank']}+{blob['rope_dim']}" if blob.get("attention") == "mla" else ""]
     return ", ".join(w for w in words if w) or "plain"
 
 
@@ -110,7 +135,7 @@ def main(dirs: list[str]) -> int:
     for d in dirs:
         for f in sorted(Path(d).glob("*.pt")):
             blob = torch.load(f, weights_only=True)
-            ref = recompute(blob)
+            ref = mla_outputs(blob) if blob.get("attention") == "mla" else recompute(blob)
             parts = []
             for name, out in sorted(blob["outputs"].items()):
                 o = out.double()

@@ -36,12 +36,18 @@ class Dense:
 def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``k, v`` as ``[B, Hkv, Lmax, D]`` in the model dtype (an FP8 cache dequantized
     with its scales: ``fp8.float() * scale``, then cast); rows past each kv_len are left as
-    gathered garbage. Reads either cache order through the NHD-indexable view."""
+    gathered garbage. Reads either cache order through the NHD-indexable view. MLA: the latent
+    rows are gathered once (one KV head) and ``v`` is the view of their first ``kv_lora_rank``
+    dims."""
     b = batch.num_requests
     lmax = int(batch.host.kv_lens.max())
     ps = batch.page_size
     npages = -(-lmax // ps)
     pages = batch.block_table[:, :npages].long()  # [B, npages]
+    if batch.spec.attention == "mla":
+        k = batch.k_cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]
+        k = dequantize(k, batch.k_scale).to(batch.dtype).transpose(1, 2).contiguous()
+        return k, k[..., : batch.v_head_dim]
     out = []
     for cache, scale in ((batch.k_cache, batch.k_scale), (batch.v_cache, batch.v_scale)):
         x = cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]

@@ -37,6 +37,7 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
+from . import flashinfer_mla
 from .flashinfer_cascade import CASCADE_ENV, plan_cascade
 from .flashinfer_plans import sm_major, step_for, workspace_for
 from .flashinfer_routes import ROUTES, auto_route, facts_of, route_reasons
@@ -81,8 +82,12 @@ class FlashInferBackend(Backend):
             help="route auto: read shared prefix pages once per group (MultiLevelCascadeAttentionWrapper)"),
     }
 
+    supports_mla = True  # MLA batches: BatchMLAPagedAttentionWrapper (flashinfer_mla.py)
+
     def unsupported(self, batch: Batch) -> list[str]:
         """The chosen route's reasons (auto: the route it picks for this batch)."""
+        if batch.spec.attention == "mla":
+            return flashinfer_mla.mla_reasons(batch, self.option("route"))
         f, major = facts_of(batch), sm_major(batch.device)
         route = self.option("route")
         return route_reasons(auto_route(f, major) if route == "auto" else route, f, major)
@@ -96,6 +101,10 @@ class FlashInferBackend(Backend):
         return plan_cascade(batch, ws, self.__dict__.setdefault("_cascade_wrappers", {}))
 
     def plan(self, batch: Batch) -> FlashInferPlan:
+        if batch.spec.attention == "mla":  # BatchMLAPagedAttentionWrapper (flashinfer_mla.py)
+            p = flashinfer_mla.plan(batch, self.option("route"), workspace_for(self.__dict__.setdefault("_wrappers", {}),
+                                    batch.device), self.__dict__.setdefault("_mla_wrappers", {}))
+            return self._first_use(p.mode, batch, FlashInferPlan(p.mode, lambda: flashinfer_mla.run(p), False))
         f = facts_of(batch)
         cascade = self._cascade(batch, f)
         if cascade is not None:  # shared prefix pages: the cascade route (flashinfer_cascade.py)

@@ -101,6 +101,7 @@ class FlexBackend(Backend):
             "mask", "blocks", choices=("blocks", "dense"),
             help="blocks: BlockMask.from_kv_blocks from row intervals; dense: create_block_mask over the padded grid"),
     }
+    supports_mla = True  # the latent as one KV head (gathered in convert), values its first dims
 
     @classmethod
     def unavailable(cls):

@@ -10,6 +10,7 @@ from attnbench.workload.reference import reference_attention
 
 class ReferenceBackend(Backend):
     name = "reference"
+    supports_mla = True
     capturable = False  # per-request Python loop with host-side mask building
     supports_window = supports_sinks = supports_softcap = supports_alibi = supports_noncausal = True
     kv_dtypes = ("fp8_e4m3", "fp8_e5m2")  # read dequantized (float32) by gather_kv

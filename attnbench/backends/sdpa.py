@@ -26,6 +26,7 @@ from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
 from ._bias import float_bias, needs_bias, with_sink_column
+from . import sdpa_mla
 from ._dense import Dense, gather_padded_kv, padded_mask, padded_queries, unpad_output
 from ._window import gather_window_kv, window_columns, window_mask
 
@@ -63,7 +64,11 @@ class SdpaBackend(Backend):
     kv_scales = ("per-tensor", "per-head")
     kv_orders = ("NHD", "HND")
 
+    supports_mla = True
+
     def convert(self, batch: Batch) -> Dense:
+        if batch.spec.attention == "mla":
+            return sdpa_mla.convert(batch)
         kind = _uniform(batch)
         if kind is not None:
             k, v = gather_padded_kv(batch)
@@ -83,11 +88,15 @@ class SdpaBackend(Backend):
         return Dense(batch, q, k, v, index, mask)
 
     def plan(self, dense: Dense) -> SdpaPlan:
-        d = dense if isinstance(dense, Dense) else self.convert(dense)  # plan(batch) converts first
+        d = dense if isinstance(dense, (Dense, sdpa_mla.SdpaMlaPlan)) else self.convert(dense)  # plan(batch) converts first
+        if isinstance(d, sdpa_mla.SdpaMlaPlan):
+            return d
         cap = d.batch.softcap
         return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale, cap, "eager-softcap" if cap else "")
 
     def run(self, p: SdpaPlan) -> torch.Tensor:
+        if isinstance(p, sdpa_mla.SdpaMlaPlan):
+            return sdpa_mla.run(p)
         if p.softcap is not None:
             return unpad_output(_eager(p), p.index)
         o = F.scaled_dot_product_attention(

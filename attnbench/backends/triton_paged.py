@@ -24,6 +24,7 @@ import torch
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
+from . import triton_mla
 from . import triton_plan as tp
 
 _KERNELS = "attnbench.backends.triton_kernels"
@@ -71,6 +72,7 @@ class TritonBackend(Backend):
     max_page_size = 256
     max_group = 128
     cpu_env = "TRITON_INTERPRET"  # on a CPU only in its interpreter
+    supports_mla = True  # MLA batches go to triton_mla.py
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, **config: Any) -> None:
@@ -107,10 +109,12 @@ class TritonBackend(Backend):
         for name, t in (("q", batch.q), ("k_cache", batch.k_cache), ("v_cache", batch.v_cache)):
             if t.stride(-1) != 1:
                 reasons.append(f"{name} must have a contiguous last dimension")
-        return reasons
+        return reasons + (triton_mla.mla_problems(batch) if batch.spec.attention == "mla" else [])
 
     def plan(self, batch: Batch) -> TritonPlan:
         dev = batch.device
+        if batch.spec.attention == "mla":
+            return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits)
         cfg = tp.choose_config(batch, **self.config)
         units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits)
         anc, has_tree = tp.tree_words(batch)
@@ -139,6 +143,8 @@ class TritonBackend(Backend):
         return batch.dtype if self.half_partials and batch.q.element_size() == 2 else torch.float32
 
     def run(self, p: TritonPlan) -> torch.Tensor:
+        if isinstance(p, triton_mla.MlaPlan):
+            return triton_mla.run(p)
         from . import triton_kernels as tk
 
         b, cfg = p.batch, p.cfg

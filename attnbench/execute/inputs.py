@@ -30,6 +30,8 @@ def clone_batch(batch: Batch) -> Batch:
     """A deep copy of the batch's tensors on the same device; host metadata is shared
     (it is immutable: the spec and its requests are frozen dataclasses)."""
     fields = {f: getattr(batch, f).clone() for f in INPUT_FIELDS if getattr(batch, f) is not None}
+    if batch.spec.attention == "mla":  # the values stay a view of the latent cache
+        fields["v_cache"] = fields["k_cache"][..., : batch.v_head_dim]
     return dataclasses.replace(batch, **fields, _masks={})
 
 

@@ -41,8 +41,8 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
     """-> (status, reason, rel_err, max_abs_err) of a backend output against the reference."""
     if not isinstance(out, torch.Tensor):
         return Status.MISMATCH, f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
-    if tuple(out.shape) != tuple(batch.q.shape):
-        return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.q.shape)}", float("nan"), float("nan")
+    if tuple(out.shape) != tuple(batch.out_shape):
+        return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.out_shape)}", float("nan"), float("nan")
     if out.dtype != batch.dtype:
         return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
     unwritten = count_poison(out)
@@ -306,7 +306,7 @@ class Runner:
         row.mode = getattr(plan, "mode", "") or ""
         tol, why = route_tolerance(plan, row.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
         row.tolerance, row.mode = tol, f"{row.mode} ({why})".strip() if why else row.mode
-        poison_allocator(batch.q.shape, batch.dtype, batch.device)  # "never written" shows as poison
+        poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
         out = be.run(plan)
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)

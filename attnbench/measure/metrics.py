@@ -1,10 +1,13 @@
 """FLOPs and bytes of a batch, measured device ceilings, and the roofline of a row.
 
 FLOPs are exact from the mask: every allowed (query, key) pair costs ``4 * head_dim`` per
-query head (QK^T and PV, a multiply-add each; with a window only the keys inside it).
+query head (QK^T and PV, a multiply-add each; with a window only the keys inside it; for MLA's
+absorbed form ``2 * (576 + 512)``: scores over the whole latent row, values over its first
+``kv_lora_rank`` dims).
 Bytes are the minimum any backend must move:
 each request's K and V slots (``kv_len`` of them, or with a window only those from the first
-slot a query sees) read once per KV head at the cache's element size (1 byte for FP8, plus the
+slot a query sees) read once per KV head (for MLA the one latent row of ``kv_lora_rank + rope_dim`` values, K and
+V at once) at the cache's element size (1 byte for FP8, plus the
 float32 scales), the slots on a shared
 prefix's shared pages once for the whole group (SEMANTICS.md, "Shared prefixes": a backend
 that reads them once per request sits above this floor), q read and out written once, the
@@ -55,10 +58,12 @@ def kv_slots(spec: BatchSpec) -> int:
 
 def work_of(spec: BatchSpec) -> Work:
     el = torch.empty((), dtype=spec.torch_dtype).element_size()
-    flops = 4 * spec.head_dim * spec.num_q_heads * allowed_pairs(spec)
-    kv = 2 * kv_slots(spec) * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
-    kv += 2 * 4 * spec.kv_scale_count  # FP8 scales, float32
-    qo = 2 * spec.num_tokens * spec.num_q_heads * spec.head_dim * el
+    # QK^T over head_dim and PV over v_head_dim, a multiply-add each (4 * head_dim for MHA)
+    flops = 2 * (spec.head_dim + spec.v_head_dim) * spec.num_q_heads * allowed_pairs(spec)
+    caches = 1 if spec.attention == "mla" else 2  # MLA: the latent row (K and V at once) read once
+    kv = caches * kv_slots(spec) * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
+    kv += caches * 4 * spec.kv_scale_count  # FP8 scales, float32
+    qo = spec.num_tokens * spec.num_q_heads * (spec.head_dim + spec.v_head_dim) * el
     table = sum(4 * spec.pages_of(r) for r in spec.requests)
     lens = 4 * 3 * len(spec.requests)
     trees = sum(4 * r.query for r in spec.requests if r.tree_parents is not None)

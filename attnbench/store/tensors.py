@@ -12,7 +12,7 @@ from attnbench.workload.units import safe_name
 
 def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict) -> Path:
     """Write ``DIRECTORY/<case id>.pt``: the batch (q, paged K/V, block table, lengths, kinds,
-    tree parents, scale) and ``outputs`` (backend name -> its checked first output, on the CPU).
+    tree parents, scale, attention and the MLA widths) and ``outputs`` (backend name -> its checked first output, on the CPU).
 
     The attention variants too (docs/semantics.md), so that ``scripts/check_saved.py`` can
     recompute from the file alone: ``causal`` per request, ``window``, ``softcap``, ``sinks``
@@ -40,6 +40,9 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
         "v_scale": _cpu(batch.v_scale),
         "kv_dtype": batch.spec.kv_dtype,
         "kv_order": batch.kv_order,
+        "attention": batch.spec.attention,  # "mla": v_cache is k_cache[..., :kv_lora_rank]
+        "kv_lora_rank": batch.spec.kv_lora_rank,
+        "rope_dim": batch.spec.rope_dim,
         "outputs": outputs,
     }
     path = d / f"{safe_name(case_id)}.pt"

@@ -17,6 +17,7 @@ import torch
 from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
+from attnbench.workload.mla import default_mla_scale
 from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 from attnbench.workload.trees import depths
 
@@ -27,14 +28,15 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 class Batch:
     """The tensors and metadata of one batch, on one device.
 
-    Shapes (N = total query tokens, B = requests, P = pages):
+    Shapes (N = total query tokens, B = requests, P = pages, Dv = v_head_dim):
       q            [N, Hq, D]            dtype
       k_cache      [P, page_size, Hkv, D] kv_dtype, NHD-indexable (with kv_order HND a permuted
                                          view of the contiguous [P, Hkv, page_size, D] storage)
-      v_cache      [P, page_size, Hkv, D] kv_dtype
+      v_cache      [P, page_size, Hkv, Dv] kv_dtype (MLA: the view k_cache[..., :kv_lora_rank])
       k_scale, v_scale [1] or [Hkv]      float32 FP8 scales (None without FP8)
       sinks        [Hq]                  float32 sink logits (None without sinks)
       alibi_slopes [Hq]                  float32 (None without ALiBi)
+      output       [N, Hq, Dv]           dtype (``out_shape``; Dv = D except for MLA)
       block_table  [B, max_pages]        int32; unused entries are 0 (the null page)
       query_start_loc [B + 1]            int32
       query_lens, context_lens, kv_lens [B] int32
@@ -149,6 +151,16 @@ class Batch:
         return [r.causal for r in self.spec.requests]
 
     @property
+    def v_head_dim(self) -> int:
+        """Width of a value and of the output: ``kv_lora_rank`` for MLA, else ``head_dim``."""
+        return self.spec.v_head_dim
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        """``(N, Hq, v_head_dim)``: the shape every backend's output has."""
+        return (self.num_tokens, self.num_q_heads, self.v_head_dim)
+
+    @property
     def kinds(self) -> list[str]:
         return [r.kind for r in self.spec.requests]
 
@@ -190,7 +202,7 @@ class Batch:
         n = self.spec.pages_of(r)
         pages = self.block_table[i, :n].long()
         k = self.k_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
-        v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.head_dim)[: r.kv_len]
+        v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.v_head_dim)[: r.kv_len]
         return dequantize(k, self.k_scale), dequantize(v, self.v_scale)
 
 
@@ -295,7 +307,7 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
     qsl[1:] = torch.cumsum(qlens, 0)
     q = _randn((spec.num_tokens, spec.num_q_heads, spec.head_dim), dev_gen, dtype, device)
     (k_cache, k_scale), (v_cache, v_scale) = _caches(spec, table, dev_gen, device)
-    scale = spec.scale if spec.scale is not None else spec.head_dim ** -0.5
+    scale = spec.scale if spec.scale is not None else default_scale(spec)
     return Batch(
         spec=spec,
         q=q,
@@ -324,16 +336,19 @@ _SINK_SEED = 0x5E1F_51A7  # mixed into the seed: the sinks' own stream, leaving 
 def _caches(spec: BatchSpec, table: torch.Tensor, gen: torch.Generator, device: torch.device):
     """``((k_cache, k_scale), (v_cache, v_scale))`` in the spec's dtype and order. Values are
     drawn in float32 (identical to the model-dtype cache's draws), the shared prefixes' partial
-    pages copied, then quantized to FP8 with scales from the data (docs/semantics.md)."""
+    pages copied, then quantized to FP8 with scales from the data (docs/semantics.md). MLA: one
+    latent cache; the values are the view of its first ``kv_lora_rank`` dims (same scales)."""
     shape_kv = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
     out = []
-    for _ in range(2):
+    for _ in range(1 if spec.attention == "mla" else 2):
         x = _randn(shape_kv, gen, torch.float32 if spec.fp8 else spec.torch_dtype, device)
         copy_partial_prefix_pages(spec, table, (x,))
         scale = None
         if spec.fp8:
             x, scale = quantize_fp8(x, spec.kv_dtype, spec.kv_scale == "per-head")
         out.append((to_order(x, spec.kv_order)[1], scale))
+    if spec.attention == "mla":
+        out.append((out[0][0][..., : spec.kv_lora_rank], out[0][1]))
     return out
 
 
@@ -342,3 +357,8 @@ def _sinks(spec: BatchSpec, seed: int, device: torch.device) -> Optional[torch.T
         return None
     gen = torch.Generator().manual_seed((seed ^ _SINK_SEED) % (1 << 63))
     return (torch.rand(spec.num_q_heads, generator=gen, dtype=torch.float32) * SINK_MAX).to(device)
+
+
+def default_scale(spec: BatchSpec) -> float:
+    """``head_dim ** -0.5``; for MLA the original head's scale (workload/mla.py)."""
+    return default_mla_scale(spec.rope_dim) if spec.attention == "mla" else spec.head_dim ** -0.5

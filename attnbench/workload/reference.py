@@ -18,7 +18,8 @@ CHUNK_ELEMENTS = 1 << 25
 
 
 def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``(out [N, Hq, D] float32, lse [N, Hq] float32, natural log)``.
+    """Returns ``(out [N, Hq, Dv] float32, lse [N, Hq] float32, natural log)``; ``Dv`` is
+    ``batch.v_head_dim`` (``D`` except for MLA, whose values are the latent's first dims).
 
     The output stays in float32 (not rounded to the batch's dtype), so that the error of a
     16-bit backend is measured against the exact value. Follows docs/semantics.md: scores
@@ -26,7 +27,7 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
     and the window), then softmax with the sink logit in the denominator (and in the LSE).
     An FP8 cache is read dequantized (``batch.gather_kv``)."""
     hq = batch.num_q_heads
-    out = torch.empty(batch.q.shape, dtype=torch.float32, device=batch.device)
+    out = torch.empty(batch.out_shape, dtype=torch.float32, device=batch.device)
     lse = torch.empty(batch.num_tokens, hq, dtype=torch.float32, device=batch.device)
     starts = batch.query_start
     for i, r in enumerate(batch.requests):
@@ -41,9 +42,9 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
 
 
 def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Request i's ``(out [Q, Hq, D], lse [Q, Hq])`` in float32, computed in ``cdt``."""
+    """Request i's ``(out [Q, Hq, Dv], lse [Q, Hq])`` in float32, computed in ``cdt``."""
     r = batch.requests[i]
-    hq, hkv, d = batch.num_q_heads, batch.num_kv_heads, batch.head_dim
+    hq, hkv, d, dv = batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.v_head_dim
     g = hq // hkv
     dev = batch.device
     k, v = batch.gather_kv(i)
@@ -55,7 +56,7 @@ def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torc
     heads = lambda t: None if t is None else t.to(dev, cdt).reshape(hkv, g, 1, 1)  # noqa: E731
     slopes, sinks = heads(batch.alibi_slopes), heads(batch.sinks)
     q = batch.q[batch.query_start[i] : batch.query_start[i + 1]].to(cdt)  # [Q, Hq, D]
-    out = torch.empty(r.query, hq, d, dtype=torch.float32, device=dev)
+    out = torch.empty(r.query, hq, dv, dtype=torch.float32, device=dev)
     lse = torch.empty(r.query, hq, dtype=torch.float32, device=dev)
     # Chunk over query rows so a long prefill never builds a huge score matrix.
     rows = max(1, CHUNK_ELEMENTS // max(1, r.kv_len * hq))
@@ -76,7 +77,7 @@ def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torc
         if sinks is not None:
             denom = denom + torch.exp(sinks - m)  # the sink has a logit but no value
         o = torch.einsum("hgql,hld->hgqd", p / denom, v)
-        out[s:e] = o.permute(2, 0, 1, 3).reshape(e - s, hq, d).float()
+        out[s:e] = o.permute(2, 0, 1, 3).reshape(e - s, hq, dv).float()
         lse[s:e] = (m + torch.log(denom)).squeeze(-1).permute(2, 0, 1).reshape(e - s, hq).float()
     return out, lse
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from attnbench.workload import mla
 from attnbench.workload.spec import BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
@@ -42,10 +43,14 @@ MAX_KV_TOKENS = 1 << 31  # cached + new tokens in one batch
 
 class ModelShape(_Strict):
     num_q_heads: SizeInt = Field(ge=1, le=1024)
-    num_kv_heads: SizeInt = Field(ge=1, le=1024)
-    head_dim: SizeInt = Field(ge=1, le=1024)
+    num_kv_heads: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
+    head_dim: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
     dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
-    scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5")
+    scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5; mla: (qk_nope_head_dim + rope_dim) ** -0.5")
+    attention: Literal["mha", "mla"] = Field(default="mha", description="mla: multi-head latent attention, absorbed")
+    kv_lora_rank: Optional[SizeInt] = Field(default=None, ge=1, le=4096, description="mla: latent = value dims (512)")
+    rope_dim: Optional[SizeInt] = Field(default=None, ge=0, le=1024, description="mla: rotary key dims (64)")
+    qk_nope_head_dim: Optional[SizeInt] = Field(default=None, ge=1, le=4096, description="mla: for the scale (128)")
     window: Optional[SizeInt] = Field(
         default=None, description="sliding window W >= 1: a query at position p sees keys at positions > p - W"
     )
@@ -55,7 +60,8 @@ class ModelShape(_Strict):
 
     @model_validator(mode="after")
     def _gqa(self):
-        if self.num_q_heads % self.num_kv_heads:
+        mla.check_model(self)
+        if self.attention == "mha" and self.num_q_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
@@ -232,12 +238,9 @@ class Scenario(_Strict):
         return BatchSpec(
             requests=reqs,
             num_q_heads=self.model.num_q_heads,
-            num_kv_heads=self.model.num_kv_heads,
-            head_dim=self.model.head_dim,
             dtype=self.model.dtype,
             page_size=self.kv_cache.page_size,
             layout=self.kv_cache.layout,
-            scale=self.model.scale,
             window=self.model.window,
             sinks=self.model.sinks,
             softcap=self.model.softcap,
@@ -245,6 +248,7 @@ class Scenario(_Strict):
             kv_dtype=self.kv_dtype(),
             kv_scale=self.kv_cache.scale,
             kv_order=self.kv_cache.order,
+            **mla.attention_fields(self.model),
         )
 
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from attnbench.workload.mla import spec_problems
 from attnbench.workload.units import format_int
 
 if TYPE_CHECKING:
@@ -63,7 +64,16 @@ class BatchSpec:
     kv_scale: str = "per-tensor"  # FP8 scales: "per-tensor" | "per-head"
     kv_order: str = "NHD"  # storage order of the cache pages: "NHD" | "HND"
 
+    # Multi-head latent attention (workload/mla.py): "mla" caches one latent head of
+    # head_dim = kv_lora_rank + rope_dim; its values are the first kv_lora_rank dims.
+    attention: str = "mha"
+    kv_lora_rank: int = 0
+    rope_dim: int = 0
+
     def __post_init__(self):
+        problems = spec_problems(self.attention, self.num_kv_heads, self.head_dim, self.kv_lora_rank, self.rope_dim)
+        if problems:
+            raise ValueError("; ".join(problems))
         self._check_variants()
         size: dict = {}
         for r in self.requests:
@@ -114,6 +124,11 @@ class BatchSpec:
         return getattr(torch, FP8_DTYPES[self.kv_dtype][0]) if self.fp8 else self.torch_dtype
 
     @property
+    def v_head_dim(self) -> int:
+        """Width of a value (and of the output): ``kv_lora_rank`` for MLA, ``head_dim`` otherwise."""
+        return self.kv_lora_rank if self.attention == "mla" else self.head_dim
+
+    @property
     def torch_dtype(self) -> "torch.dtype":
         import torch
 
@@ -162,9 +177,10 @@ class BatchSpec:
         """Bytes the materialized batch takes on its device (q, out, caches, tables); an FP8
         cache adds the float32 copy of one cache it is quantized from while it is built."""
         el = DTYPE_NAMES[self.dtype]
+        caches = 1 if self.attention == "mla" else 2  # MLA's values are a view of its latent cache
         slots = self.num_pages * self.page_size * self.num_kv_heads * self.head_dim
-        kv = 2 * slots * self.kv_element_bytes + (4 * slots if self.fp8 else 0)
-        qo = 2 * self.num_tokens * self.num_q_heads * self.head_dim * el
+        kv = caches * slots * self.kv_element_bytes + (4 * slots if self.fp8 else 0)
+        qo = self.num_tokens * self.num_q_heads * (self.head_dim + self.v_head_dim) * el
         return kv + qo
 
 

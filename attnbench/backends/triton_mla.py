@@ -1,0 +1,186 @@
+"""The MLA path of the ``triton`` backend: plan (host side, numpy) and launch of
+triton_mla_kernels.py. The ``triton`` backend (triton_paged.py) hands an MLA batch here.
+
+Why inside ``triton`` and not a backend of its own: which kernel runs follows from the batch
+(``attention: mla``), as each library backend picks its MLA wrapper; one ``triton`` row per
+case reads alike in MHA and MLA runs, and no MLA-only backend adds skipped rows to every
+MHA scenario.
+
+Plan: a request's rows are its (token, head) pairs; they are cut into units of ``block_m``
+rows. A unit's keys end at the request's kv_len (trees) or at its last token's causal limit
+(prefill, decode). When the batch has fewer units than the GPU has room for, each unit's key
+range is split into chunks of a multiple of ``block_n`` keys (at least ``MIN_SPLIT_KEYS``),
+as many as fill about ``PROGRAMS_PER_SM`` programs per SM; split rows are merged by LSE in
+a second small kernel.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from attnbench.workload.batch import Batch
+from attnbench.workload.trees import ancestor_mask
+
+PROGRAMS_PER_SM = 2
+MIN_SPLIT_KEYS = 256
+CPU_SMS = 4
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+@dataclass
+class MlaPlan:
+    batch: Batch
+    cfg: MlaConfig
+    units: torch.Tensor  # [U, UNIT_COLS] int32
+    merge: torch.Tensor  # [R, 2] int32: (output row, splits)
+    num_merge: int
+    ctx: torch.Tensor  # [B] int32 context lengths
+    qstart: torch.Tensor  # [B] int32 first query token of each request
+    anc: torch.Tensor  # [N, W] int64 ancestor-or-self bitmasks of tree tokens
+    has_tree: bool
+    out: torch.Tensor  # [N, H, kv_lora_rank] batch dtype
+    po: torch.Tensor  # [S, R, kv_lora_rank] float32 partial outputs
+    pl: torch.Tensor  # [S, R] float32 partial LSEs (base 2, scaled scores)
+    splits_p2: int
+    qk_scale: float
+    mode: str = ""
+
+
+def mla_problems(batch: Batch) -> list[str]:
+    """What the MLA kernels cannot take (tl.dot and tl.arange want powers of two >= 16)."""
+    rank, rope = batch.spec.kv_lora_rank, batch.spec.rope_dim
+    bad = [f"{n} {v}" for n, v in (("kv_lora_rank", rank), ("rope_dim", rope)) if v < 16 or v & (v - 1)]
+    if bad:
+        return [f"triton's MLA kernel needs kv_lora_rank and rope_dim powers of two >= 16, got {', '.join(bad)}"]
+    return []
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def choose_config(batch: Batch, block_m: Optional[int] = None, block_n: Optional[int] = None,
+                  num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> MlaConfig:
+    """``block_m``: all rows of the longest request up to 64 (16 at least, tl.dot's minimum);
+    ``block_n`` 32 keys of 576 dims (36 KB a stage in 16-bit); 4 warps up to 32 rows, else 8."""
+    rows = int(batch.host.query_lens.max()) * batch.num_q_heads
+    bm = block_m or min(64, max(16, _next_pow2(rows)))
+    bn = block_n or (32 if batch.head_dim > 256 else 64)
+    return MlaConfig(bm, bn, num_warps or (4 if bm <= 32 else 8), num_stages or 2)
+
+
+def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = None):
+    """-> ``(units [U, 8] int32, merge [R, 2] int32, max splits)`` as numpy arrays."""
+    h = batch.host
+    heads, bm, bn = batch.num_q_heads, cfg.block_m, cfg.block_n
+    rows = h.query_lens * heads
+    nblk = -(-rows // bm)
+    req = np.repeat(np.arange(len(rows)), nblk)
+    k = np.arange(len(req)) - np.repeat(np.cumsum(nblk) - nblk, nblk)
+    row0 = k * bm
+    nrows = np.minimum(bm, rows[req] - row0)
+    last_tok = (row0 + nrows - 1) // heads
+    tree = h.is_tree[req]
+    kend = np.where(tree, h.kv_lens[req], h.context_lens[req] + last_tok + 1)
+    if splits is None:
+        want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
+        s = np.clip(np.full(len(req), want), 1, np.maximum(1, kend // MIN_SPLIT_KEYS))
+    else:
+        s = np.clip(np.full(len(req), splits), 1, np.maximum(1, -(-kend // bn)))
+    per_split = -(-kend // s)
+    chunk = -(-per_split // bn) * bn  # keys per split, a multiple of block_n
+    s = -(-kend // chunk)
+    unit_blk = np.repeat(np.arange(len(req)), s)
+    idx = np.arange(len(unit_blk)) - np.repeat(np.cumsum(s) - s, s)
+    split_rows = np.where(s > 1, nrows, 0)
+    prow0 = np.cumsum(split_rows) - split_rows
+    ub = unit_blk
+    units = np.stack([
+        req[ub], row0[ub], nrows[ub], idx * chunk[ub], np.minimum(kend[ub], (idx + 1) * chunk[ub]),
+        np.where(s[ub] > 1, idx, -1), prow0[ub], tree[ub].astype(np.int64),
+    ], axis=1).astype(np.int32)
+    blk = np.nonzero(s > 1)[0]
+    first = h.query_start_loc[req[blk]] * heads + row0[blk]
+    count = nrows[blk]
+    out_rows = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+    merge = np.stack([out_rows, np.repeat(s[blk], count)], axis=1).astype(np.int32).reshape(-1, 2)
+    return units, merge, int(s.max(initial=1))
+
+
+def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
+    """``[N, W]`` int64 ancestor-or-self bitmasks (bit j of a tree token: node j is itself or
+    an ancestor), built once per tree topology; zeros for other tokens."""
+    t = batch.trees
+    if not len(t.reqs):
+        return torch.zeros(1, 1, dtype=torch.int64), False
+    words = -(-t.tmax // 64)
+    packed = []
+    for parents in t.topologies:
+        m = np.zeros((len(parents), words * 64), dtype=bool)
+        m[:, : len(parents)] = ancestor_mask(parents).numpy()
+        packed.append(np.packbits(m, axis=1, bitorder="little").view(np.int64))
+    anc = np.zeros((batch.num_tokens, words), dtype=np.int64)
+    starts = batch.host.query_start_loc
+    for b, size, topo in zip(t.reqs, t.sizes, t.topology_id):
+        anc[starts[b] : starts[b] + size] = packed[topo]
+    return torch.from_numpy(anc), True
+
+
+def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, **config) -> MlaPlan:
+    dev = batch.device
+    cfg = choose_config(batch, **config)
+    units, merge, s = build_units(batch, cfg, sms, splits)
+    anc, has_tree = tree_words(batch)
+    r = merge.shape[0]
+    rank = batch.spec.kv_lora_rank
+    return MlaPlan(
+        batch=batch, cfg=cfg,
+        units=torch.from_numpy(units).to(dev),
+        merge=torch.from_numpy(merge if r else np.zeros((1, 2), np.int32)).to(dev),
+        num_merge=r,
+        ctx=torch.from_numpy(batch.host.context_lens.astype(np.int32)).to(dev),
+        qstart=torch.from_numpy(batch.host.query_start_loc[:-1].astype(np.int32)).to(dev),
+        anc=anc.to(dev), has_tree=has_tree,
+        out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
+        po=torch.empty(s, max(r, 1), rank, dtype=torch.float32, device=dev),
+        pl=torch.empty(s, max(r, 1), dtype=torch.float32, device=dev),
+        splits_p2=_next_pow2(max(2, s)),
+        qk_scale=batch.scale * math.log2(math.e),
+        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {units.shape[0]} units",
+    )
+
+
+def run(p: MlaPlan) -> torch.Tensor:
+    from . import triton_mla_kernels as mk
+
+    b, cfg = p.batch, p.cfg
+    q = b.q.reshape(b.num_tokens * b.num_q_heads, b.head_dim)
+    kv = b.k_cache
+    out = p.out.view(-1, b.v_head_dim)
+    mk.mla_attention_kernel[(p.units.shape[0],)](
+        q, kv, out, p.po, p.pl, b.block_table, p.units, p.ctx, p.qstart, p.anc,
+        q.stride(0), kv.stride(0), kv.stride(1), out.stride(0), b.block_table.stride(0),
+        p.po.stride(0), p.po.stride(1), p.pl.stride(0), p.anc.stride(0),
+        p.qk_scale,
+        H=b.num_q_heads, D_NOPE=b.spec.kv_lora_rank, D_ROPE=b.spec.rope_dim, PAGE=b.page_size,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_TREE=p.has_tree, UNIT_COLS=mk.UNIT_COLS,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if p.num_merge:
+        mk.mla_merge_kernel[(p.num_merge,)](
+            p.po, p.pl, out, p.merge,
+            p.po.stride(0), p.po.stride(1), p.pl.stride(0), out.stride(0),
+            D_NOPE=b.spec.kv_lora_rank, SPLITS=p.splits_p2, num_warps=4,
+        )
+    return p.out

@@ -1,0 +1,131 @@
+"""Triton kernels of the MLA path (absorbed form, docs/semantics.md "MLA"): every request kind
+of a batch in one launch, read straight from the paged latent cache.
+
+A program owns one *unit*: ``BLOCK_M`` consecutive rows of one request, where the rows of a
+request are its (query token, head) pairs in token-major order (row r = token r // H, head
+r % H), which is also their order in the flattened ``q [N * H, D]``. All of a unit's rows
+read the one latent head, so each latent tile of ``BLOCK_N`` keys is read once for
+``BLOCK_M`` rows (16 heads of a TP-8 shard: all heads of up to BLOCK_M / 16 tokens at once;
+128 heads: BLOCK_M of one token's heads). A tile's latent rows are loaded as ``c_kv``
+(``D_NOPE`` dims) and ``k_rope`` (``D_ROPE``); scores are ``q_nope . c_kv + q_rope . k_rope``
+and the values are the same ``c_kv`` tile, so the cache is read once for K and V.
+
+Long key ranges are split (split-K): a unit then covers ``[k0, k1)`` of its rows' keys and
+writes a normalized partial output and its base-2 LSE; ``mla_merge_kernel`` combines a row's
+splits. Keys before the request's context end are visible to every row; the tail is masked
+causally (prefill, decode) or by per-token ancestor bitmasks (trees), decided per tile only
+when the tile reaches the tail.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+#: columns of the unit table: request, first row, rows, first key, key end, split (-1: none),
+#: first partial row, is tree
+UNIT_COLS = 8
+
+
+@triton.jit
+def mla_attention_kernel(
+    Q, KV, OUT, PO, PL, BT, UNITS, CTX, QSTART, ANC,
+    stride_q, stride_kv_page, stride_kv_tok, stride_o, stride_bt,
+    stride_po_s, stride_po_r, stride_pl_s, stride_anc,
+    qk_scale,
+    H: tl.constexpr, D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_TREE: tl.constexpr, UNIT_COLS: tl.constexpr,
+):
+    ub = UNITS + tl.program_id(0) * UNIT_COLS
+    b = tl.load(ub)
+    row0 = tl.load(ub + 1)
+    nrows = tl.load(ub + 2)
+    k0 = tl.load(ub + 3)
+    k1 = tl.load(ub + 4)
+    split = tl.load(ub + 5)
+    prow0 = tl.load(ub + 6)
+    is_tree = tl.load(ub + 7)
+    ctx = tl.load(CTX + b)
+    qs = tl.load(QSTART + b)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    rmask = offs_m < nrows
+    rows = row0 + offs_m
+    grow = (qs * H + rows).to(tl.int64)  # row of the flattened q / out
+    tok = rows // H  # query token within the request
+    offs_c = tl.arange(0, D_NOPE)
+    offs_r = tl.arange(0, D_ROPE)
+    q_n = tl.load(Q + grow[:, None] * stride_q + offs_c[None, :], mask=rmask[:, None], other=0.0)
+    q_r = tl.load(Q + grow[:, None] * stride_q + D_NOPE + offs_r[None, :], mask=rmask[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_NOPE], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    bt_row = BT + b.to(tl.int64) * stride_bt
+    for start in range(k0, k1, BLOCK_N):
+        keys = start + offs_n
+        kmask = keys < k1
+        page = tl.load(bt_row + keys // PAGE, mask=kmask, other=0)
+        base = page.to(tl.int64) * stride_kv_page + (keys % PAGE).to(tl.int64) * stride_kv_tok
+        c_kv = tl.load(KV + base[:, None] + offs_c[None, :], mask=kmask[:, None], other=0.0)
+        k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :], mask=kmask[:, None], other=0.0)
+        s = tl.dot(q_n, tl.trans(c_kv))
+        s += tl.dot(q_r, tl.trans(k_pe))
+        s = s * qk_scale
+        vis = rmask[:, None] & kmask[None, :]
+        if start + BLOCK_N > ctx:  # the tile reaches the new tokens: causal or tree rule
+            ok = keys[None, :] <= ctx + tok[:, None]
+            if HAS_TREE:
+                rel = keys[None, :] - ctx
+                relc = tl.maximum(rel, 0)
+                word = tl.load(ANC + (qs + tok)[:, None].to(tl.int64) * stride_anc + relc // 64,
+                               mask=vis & (rel >= 0), other=0)
+                anc_ok = (rel < 0) | (((word >> (relc % 64).to(tl.int64)) & 1) != 0)
+                ok = tl.where(is_tree != 0, anc_ok, ok)
+            vis = vis & ok
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c_kv.dtype), c_kv)
+        m_i = m_new
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if split < 0:
+        tl.store(OUT + grow[:, None] * stride_o + offs_c[None, :], o.to(OUT.dtype.element_ty), mask=rmask[:, None])
+    else:
+        prow = (prow0 + offs_m).to(tl.int64)
+        tl.store(PO + split * stride_po_s + prow[:, None] * stride_po_r + offs_c[None, :], o, mask=rmask[:, None])
+        lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
+        tl.store(PL + split * stride_pl_s + prow, lse, mask=rmask)
+
+
+@triton.jit
+def mla_merge_kernel(
+    PO, PL, OUT, MERGE,
+    stride_po_s, stride_po_r, stride_pl_s, stride_o,
+    D_NOPE: tl.constexpr, SPLITS: tl.constexpr,
+):
+    """One program per split row: ``MERGE[r] = (output row, splits)``; the partials are
+    weighted by ``2 ** (lse - max lse)`` (base-2 LSEs of the scaled scores)."""
+    r = tl.program_id(0)
+    orow = tl.load(MERGE + r * 2).to(tl.int64)
+    ns = tl.load(MERGE + r * 2 + 1)
+    offs_s = tl.arange(0, SPLITS)
+    smask = offs_s < ns
+    lse = tl.load(PL + offs_s * stride_pl_s + r, mask=smask, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.where(smask, tl.exp2(lse - m), 0.0)
+    offs_c = tl.arange(0, D_NOPE)
+    o = tl.load(PO + offs_s[:, None] * stride_po_s + r.to(tl.int64) * stride_po_r + offs_c[None, :],
+                mask=smask[:, None], other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(OUT + orow * stride_o + offs_c, out.to(OUT.dtype.element_ty))

@@ -1,0 +1,221 @@
+"""Multi-head latent attention (docs/semantics.md "MLA"): the scenario fields and their
+messages, the reference against a formula written out here, the counting, the CPU backends
+(sdpa, flex) against the reference, and the skipped rows of backends without MLA."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnbench.backend import Backend, get_backend_class
+from attnbench.measure.metrics import work_of
+from attnbench.store.tensors import save_case_tensors
+from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
+from attnbench.workload.messages import ScenarioError
+from attnbench.workload.reference import compare, default_tolerance, reference_attention
+from attnbench.workload.scenario import load_text
+from attnbench.workload.trees import ancestor_mask, chain, from_choices, random_tree
+
+TREE = tuple(from_choices([[0], [1], [0, 0], [0, 1], [1, 0]]))
+RANDOM_TREE = tuple(random_tree({"nodes": 11, "max_depth": 4, "max_children": 3, "seed": 2}))
+MIXED = [
+    Request("decode", 1, 37),
+    Request("prefill", 13, 20),  # chunked prefill, absorbed form
+    Request("tree", len(TREE), 11, TREE),
+    Request("tree", 4, 9, tuple(chain(3))),  # an MTP chain of 3 drafts
+    Request("prefill", 5, 0),
+    Request("tree", len(RANDOM_TREE), 0, RANDOM_TREE),
+]
+
+
+def mla_batch(reqs, *, hq=4, rank=32, rope=16, dtype="float32", page=4, layout="shuffled", seed=0, scale=None):
+    spec = BatchSpec(tuple(reqs), hq, 1, rank + rope, dtype, page, layout, scale,
+                     attention="mla", kv_lora_rank=rank, rope_dim=rope)
+    return materialize(spec, seed)
+
+
+def formula(batch) -> torch.Tensor:
+    """The MLA output written out per request and head in float64, from the cache pages."""
+    rank = batch.spec.kv_lora_rank
+    outs = []
+    for i, r in enumerate(batch.requests):
+        pages = batch.block_table[i, : -(-r.kv_len // batch.page_size)].long()
+        rows = batch.k_cache[pages].reshape(-1, batch.head_dim)[: r.kv_len].double()  # [L, rank + rope]
+        for t in range(r.query):
+            if r.tree_parents is None:
+                seen = torch.arange(r.kv_len) <= r.context + t
+            else:
+                seen = torch.cat([torch.ones(r.context, dtype=torch.bool), ancestor_mask(r.tree_parents)[t]])
+            q = batch.q[batch.query_start[i] + t].double()  # [H, rank + rope]
+            s = (q @ rows.T) * batch.scale
+            p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1)
+            outs.append(p @ rows[:, :rank])
+    return torch.stack(outs)
+
+
+def scenario(model: str, extra: str = "") -> str:
+    return f"model: {model}\nbatch: [{{kind: decode, count: 2, context: 100}}]\n{extra}"
+
+
+# -- scenario -------------------------------------------------------------------------------
+def test_deepseek_scenario_shapes_and_default_scale():
+    sf = load_text(scenario("{attention: mla, num_q_heads: 16, kv_lora_rank: 512, rope_dim: 64, dtype: bfloat16}"))
+    spec = sf.scenario.batch_spec()
+    assert (spec.num_kv_heads, spec.head_dim, spec.v_head_dim, spec.attention) == (1, 576, 512, "mla")
+    assert spec.scale == pytest.approx(1 / math.sqrt(192))  # the original 128 + 64 head, not 576
+    batch = materialize(spec, 0)
+    assert batch.q.shape == (2, 16, 576) and batch.k_cache.shape[2:] == (1, 576)
+    assert batch.out_shape == (2, 16, 512)
+    assert batch.v_cache.data_ptr() == batch.k_cache.data_ptr() and batch.v_cache.shape[-1] == 512
+
+
+def test_mla_defaults_and_scale_fields():
+    spec = load_text(scenario("{attention: mla, num_q_heads: 8}")).scenario.batch_spec()
+    assert (spec.kv_lora_rank, spec.rope_dim, spec.head_dim) == (512, 64, 576)
+    spec = load_text(scenario("{attention: mla, num_q_heads: 8, qk_nope_head_dim: 64}")).scenario.batch_spec()
+    assert spec.scale == pytest.approx((64 + 64) ** -0.5)
+    spec = load_text(scenario("{attention: mla, num_q_heads: 8, scale: 0.25}")).scenario.batch_spec()
+    assert spec.scale == 0.25
+
+
+@pytest.mark.parametrize("model, words", [
+    ("{attention: mla, num_q_heads: 16, num_kv_heads: 8}", ["num_kv_heads", "leave num_kv_heads out"]),
+    ("{attention: mla, num_q_heads: 16, kv_lora_rank: 512, rope_dim: 64, head_dim: 512}", ["head_dim", "576"]),
+    ("{num_q_heads: 16, num_kv_heads: 1, head_dim: 576, kv_lora_rank: 512}", ["kv_lora_rank", "attention: mla"]),
+    ("{num_q_heads: 16, head_dim: 128}", ["num_kv_heads is required", "attention: mla"]),
+    ("{attention: mla, num_q_heads: 16, kv_lora_rank: 0}", ["kv_lora_rank"]),
+    ("{attention: gqa, num_q_heads: 16}", ["attention"]),
+])
+def test_bad_mla_models_name_the_field(model, words):
+    with pytest.raises(ScenarioError) as e:
+        load_text(scenario(model), "bad.yaml")
+    msg = str(e.value)
+    assert msg.startswith("bad.yaml: model") and "Traceback" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_cli_rejects_bad_mla_scenario_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    f = tmp_path / "bad.yaml"
+    f.write_text(scenario("{attention: mla, num_q_heads: 16, num_kv_heads: 2}"))
+    r = CliRunner().invoke(app, ["validate", str(f)])
+    assert r.exit_code == 2 and "num_kv_heads" in r.output
+
+
+def test_spec_refuses_inconsistent_mla_fields():
+    with pytest.raises(ValueError, match="num_kv_heads must be 1"):
+        BatchSpec((Request("decode", 1, 3),), 4, 2, 48, attention="mla", kv_lora_rank=32, rope_dim=16)
+    with pytest.raises(ValueError, match="head_dim must be"):
+        BatchSpec((Request("decode", 1, 3),), 4, 1, 40, attention="mla", kv_lora_rank=32, rope_dim=16)
+
+
+# -- reference and counting -----------------------------------------------------------------
+@pytest.mark.parametrize("page", [1, 4, 16])
+def test_reference_is_the_formula(page):
+    batch = mla_batch(MIXED, page=page)
+    ref, lse = reference_attention(batch)
+    assert ref.shape == (batch.num_tokens, 4, 32) and lse.shape == (batch.num_tokens, 4)
+    assert torch.allclose(ref.double(), formula(batch), atol=1e-6)
+
+
+def test_reference_uses_the_rope_dims_and_the_scale():
+    batch = mla_batch(MIXED[:2])
+    ref = reference_attention(batch)[0]
+    batch.k_cache[..., 32:] = torch.randn_like(batch.k_cache[..., 32:])  # k_rope moves the scores
+    assert not torch.allclose(reference_attention(batch)[0], ref)
+    other = mla_batch(MIXED[:2], scale=0.05)
+    assert not torch.allclose(reference_attention(other)[0], ref)
+
+
+def test_work_counts_the_latent_once_and_the_absorbed_flops():
+    reqs = (Request("decode", 1, 1000), Request("tree", 6, 50, TREE))
+    spec = BatchSpec(reqs, 16, 1, 576, "bfloat16", 64, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
+    w = work_of(spec)
+    slots = 1001 + 56
+    pairs = 1001 + 6 * 50 + sum(d + 1 for d in (0, 1, 1, 2, 2, 2))
+    table = 4 * (math.ceil(1001 / 64) + math.ceil(56 / 64))
+    assert w.bytes == slots * 576 * 2 + 7 * 16 * (576 + 512) * 2 + table + 4 * 3 * 2 + 4 * 6
+    assert w.flops == 2 * (576 + 512) * 16 * pairs
+
+
+# -- backends -------------------------------------------------------------------------------
+def run_backend(name, batch):
+    be = get_backend_class(name)()
+    assert be.reasons(batch) == []
+    out = be.run(be.plan(be.convert(batch)))
+    assert out.shape == batch.out_shape and out.dtype == batch.dtype
+    rel, _ = compare(out, reference_attention(batch)[0])
+    assert rel < default_tolerance(batch.dtype), f"{name}: rel err {rel}"
+
+
+@pytest.mark.parametrize("name", ["sdpa", "flex", "reference"])
+@pytest.mark.parametrize("page, layout", [(1, "shuffled"), (4, "shuffled"), (16, "reversed"), (5, "interleaved")])
+def test_cpu_backends_match_the_reference(name, page, layout):
+    run_backend(name, mla_batch(MIXED, page=page, layout=layout, seed=page))
+
+
+@pytest.mark.parametrize("name", ["sdpa", "flex"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_equal_decodes_and_layouts(name, dtype):
+    for layout in LAYOUTS:
+        run_backend(name, mla_batch([Request("decode", 1, 50)] * 3, hq=8, dtype=dtype, layout=layout))
+
+
+def test_sdpa_folds_heads_for_equal_decodes_only():
+    from attnbench.backends import sdpa_mla
+
+    assert sdpa_mla.convert(mla_batch([Request("decode", 1, 50)] * 3)).folded
+    assert not sdpa_mla.convert(mla_batch(MIXED)).folded
+
+
+def test_backends_without_mla_give_a_reason():
+    class NoMla(Backend):
+        name = "no-mla"
+
+        def plan(self, batch):
+            return batch
+
+        def run(self, plan):
+            raise AssertionError("never called")
+
+    reasons = NoMla().reasons(mla_batch(MIXED[:1]))
+    assert len(reasons) == 1 and "cannot compute multi-head latent attention" in reasons[0]
+    for name in ("flash-attn", "xformers"):
+        assert not get_backend_class(name).supports_mla
+
+
+def test_flashinfer_mla_reasons_without_flashinfer():
+    from attnbench.backends import flashinfer_mla
+
+    batch = mla_batch(MIXED)
+    why = flashinfer_mla.mla_reasons(batch, "fa2")
+    assert any("512/64" in w for w in why) and any("no custom mask" in w and "2 tree" in w for w in why)
+    ds = BatchSpec((Request("decode", 1, 10), Request("tree", 4, 9, tuple(chain(3)))), 16, 1, 576,
+                   attention="mla", kv_lora_rank=512, rope_dim=64)
+    assert flashinfer_mla.mla_reasons(materialize(ds, 0), "fa3") == []  # chains are causal
+
+
+# -- the independent check of saved tensors -------------------------------------------------
+def test_check_saved_follows_the_semantics_alone(tmp_path):
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    spec = importlib.util.spec_from_file_location("check_saved", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    batch = mla_batch(MIXED, page=3)
+    ref = reference_attention(batch)[0]
+    wrong = ref.clone()
+    wrong[..., 0] += 1.0
+    save_case_tensors(tmp_path, "c", batch, {"good": ref, "bad": wrong})
+    blob = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert torch.allclose(mod.mla_outputs(blob), formula(batch), atol=1e-9)
+    assert mod.main([str(tmp_path)]) == 1  # "bad" is caught
+    save_case_tensors(tmp_path, "c", batch, {"good": ref})
+    assert mod.main([str(tmp_path)]) == 0

@@ -87,6 +87,8 @@ def test_mla_defaults_and_scale_fields():
     ("{num_q_heads: 16, head_dim: 128}", ["num_kv_heads is required", "attention: mla"]),
     ("{attention: mla, num_q_heads: 16, kv_lora_rank: 0}", ["kv_lora_rank"]),
     ("{attention: gqa, num_q_heads: 16}", ["attention"]),
+    ("{attention: mla, num_q_heads: 16, window: 128}", ["does not take window"]),
+    ("{attention: mla, num_q_heads: 16, sinks: true}", ["does not take sinks"]),
 ])
 def test_bad_mla_models_name_the_field(model, words):
     with pytest.raises(ScenarioError) as e:
@@ -219,3 +221,31 @@ def test_check_saved_follows_the_semantics_alone(tmp_path):
     assert mod.main([str(tmp_path)]) == 1  # "bad" is caught
     save_case_tensors(tmp_path, "c", batch, {"good": ref})
     assert mod.main([str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_latent_cache(kv_dtype, tmp_path):
+    """One quantized latent cache: the values are its view, with the same scale; sdpa reads it
+    dequantized; the kernels that read the model dtype only say so; the checker follows it."""
+    spec = BatchSpec(tuple(MIXED), 4, 1, 48, "bfloat16", 4, "shuffled", kv_dtype=kv_dtype,
+                     attention="mla", kv_lora_rank=32, rope_dim=16)
+    batch = materialize(spec, 0)
+    assert batch.k_cache.element_size() == 1 and batch.v_cache.data_ptr() == batch.k_cache.data_ptr()
+    assert batch.v_scale is batch.k_scale
+    ref = reference_attention(batch)[0]
+    run_backend("sdpa", batch)
+    assert work_of(spec).bytes < work_of(BatchSpec(tuple(MIXED), 4, 1, 48, "bfloat16", 4, attention="mla",
+                                                   kv_lora_rank=32, rope_dim=16)).bytes
+    from attnbench.backends import flashinfer_mla, triton_mla
+
+    assert any(kv_dtype in w for w in triton_mla.mla_problems(batch))
+    assert any(kv_dtype in w for w in flashinfer_mla.mla_reasons(batch, "fa2"))
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    mod_spec = importlib.util.spec_from_file_location("check_saved_fp8", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    save_case_tensors(tmp_path, "c", batch, {"reference": ref.to(batch.dtype)})
+    blob = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert torch.allclose(mod.mla_outputs(blob).float(), ref, atol=1e-4)

@@ -49,6 +49,10 @@ def mla_reasons(batch: Batch, route: str) -> list[str]:
         out.append(f"FlashInfer MLA: kv_lora_rank/rope_dim {dims[0]}/{dims[1]} not validated (512/64 is)")
     if route not in ("auto", "fa2", "fa3"):
         out.append(f"route {route}: FlashInfer's MLA wrapper has the routes auto, fa2 and fa3 only")
+    if batch.spec.kv_dtype is not None:
+        out.append(f"FlashInfer MLA route: a latent cache in the model dtype only, not {batch.spec.kv_dtype}")
+    if any(not r.causal for r in batch.requests):
+        out.append("FlashInfer MLA route: one mask for the batch (causal); a group has causal: false")
     trees = [r for r in batch.requests if r.tree_parents is not None and not is_chain(r.tree_parents)]
     if trees:
         out.append(f"FlashInfer's BatchMLAPagedAttentionWrapper takes no custom mask (causal or none only):"

@@ -61,9 +61,14 @@ def mla_problems(batch: Batch) -> list[str]:
     """What the MLA kernels cannot take (tl.dot and tl.arange want powers of two >= 16)."""
     rank, rope = batch.spec.kv_lora_rank, batch.spec.rope_dim
     bad = [f"{n} {v}" for n, v in (("kv_lora_rank", rank), ("rope_dim", rope)) if v < 16 or v & (v - 1)]
+    out = []
     if bad:
-        return [f"triton's MLA kernel needs kv_lora_rank and rope_dim powers of two >= 16, got {', '.join(bad)}"]
-    return []
+        out.append(f"triton's MLA kernel needs kv_lora_rank and rope_dim powers of two >= 16, got {', '.join(bad)}")
+    if batch.spec.kv_dtype is not None:
+        out.append(f"triton's MLA kernel reads a latent cache in the model dtype, not {batch.spec.kv_dtype}")
+    if any(not r.causal for r in batch.requests):
+        out.append("triton's MLA kernel computes causal prefills only (a group has causal: false)")
+    return out
 
 
 def _next_pow2(x: int) -> int:

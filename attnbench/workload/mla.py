@@ -60,7 +60,10 @@ def model_problems(model: Any) -> list[str]:
         return out
     rank = model.kv_lora_rank if model.kv_lora_rank is not None else DEFAULT_KV_LORA_RANK
     rope = model.rope_dim if model.rope_dim is not None else DEFAULT_ROPE_DIM
-    out = []
+    out = [f"attention: mla does not take {k} (DeepSeek-V3/R1 and Kimi K2 use none); remove it"
+           for k in ("window", "softcap") if getattr(model, k, None) is not None]
+    out += [f"attention: mla does not take {k}: true (DeepSeek-V3/R1 and Kimi K2 use none); remove it"
+            for k in ("sinks", "alibi") if getattr(model, k, False)]
     if model.num_kv_heads not in (None, 1):
         out.append(f"attention: mla caches one latent vector a token: leave num_kv_heads out (it is 1),"
                    f" got {model.num_kv_heads}")

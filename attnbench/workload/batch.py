@@ -17,7 +17,7 @@ import torch
 from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
-from attnbench.workload.mla import default_mla_scale
+from attnbench.workload.mla import default_scale
 from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 from attnbench.workload.trees import depths
 
@@ -151,13 +151,11 @@ class Batch:
         return [r.causal for r in self.spec.requests]
 
     @property
-    def v_head_dim(self) -> int:
-        """Width of a value and of the output: ``kv_lora_rank`` for MLA, else ``head_dim``."""
+    def v_head_dim(self) -> int:  # value and output width: kv_lora_rank for MLA, else head_dim
         return self.spec.v_head_dim
 
     @property
-    def out_shape(self) -> tuple[int, int, int]:
-        """``(N, Hq, v_head_dim)``: the shape every backend's output has."""
+    def out_shape(self) -> tuple[int, int, int]:  # (N, Hq, v_head_dim): every backend's output
         return (self.num_tokens, self.num_q_heads, self.v_head_dim)
 
     @property
@@ -357,8 +355,3 @@ def _sinks(spec: BatchSpec, seed: int, device: torch.device) -> Optional[torch.T
         return None
     gen = torch.Generator().manual_seed((seed ^ _SINK_SEED) % (1 << 63))
     return (torch.rand(spec.num_q_heads, generator=gen, dtype=torch.float32) * SINK_MAX).to(device)
-
-
-def default_scale(spec: BatchSpec) -> float:
-    """``head_dim ** -0.5``; for MLA the original head's scale (workload/mla.py)."""
-    return default_mla_scale(spec.rope_dim) if spec.attention == "mla" else spec.head_dim ** -0.5

@@ -31,6 +31,11 @@ def default_mla_scale(rope_dim: int, qk_nope_head_dim: int = DEFAULT_QK_NOPE_HEA
     return (qk_nope_head_dim + rope_dim) ** -0.5
 
 
+def default_scale(spec: Any) -> float:
+    """A BatchSpec's scale when none is given: ``head_dim ** -0.5``; for MLA the original head's."""
+    return default_mla_scale(spec.rope_dim) if spec.attention == "mla" else spec.head_dim ** -0.5
+
+
 def spec_problems(attention: str, num_kv_heads: int, head_dim: int, kv_lora_rank: int, rope_dim: int) -> list[str]:
     """What is wrong with these BatchSpec fields ([] when they fit together)."""
     if attention not in ATTENTIONS:

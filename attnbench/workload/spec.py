@@ -213,7 +213,7 @@ def _request_text(r: Request) -> str:
 def variant_words(spec: BatchSpec) -> list[str]:
     """The attention variants of ``spec`` in words (``fp8_e4m3 KV per-head``, ``window 128``,
     ...); [] for plain attention in the model dtype, NHD."""
-    words = []
+    words = [f"MLA {spec.kv_lora_rank}+{spec.rope_dim}"] if spec.attention == "mla" else []
     if spec.fp8:
         words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
     if spec.kv_order != "NHD":

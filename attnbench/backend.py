@@ -111,6 +111,7 @@ class Backend(ABC):
     kv_scales: ClassVar[tuple[str, ...]] = ("per-tensor",)
     #: cache storage orders read ("NHD", "HND")
     kv_orders: ClassVar[tuple[str, ...]] = ("NHD",)
+    supports_mla: ClassVar[bool] = False  # attention: mla (workload/mla.py); head-dim rules then unused
     #: declared options (``-b NAME:key=value``); see attnbench.backend_options
     options: ClassVar[dict[str, BackendOption]] = {}
 
@@ -122,9 +123,6 @@ class Backend(ABC):
         if values is None:
             values = self.__dict__["_option_values"] = resolve(type(self).name, {}, type(self).options).values
         return values[key]
-    #: computes multi-head latent attention (``attention: mla``, workload/mla.py): the
-    #: head-dim capabilities above then do not apply (the backend checks MLA shapes itself)
-    supports_mla: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls) -> Optional[str]:
@@ -177,13 +175,11 @@ class Backend(ABC):
         if cls.dtypes and batch.dtype not in cls.dtypes:
             names = "/".join(_dtype_name(d) for d in cls.dtypes)
             out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
-        if getattr(batch.spec, "attention", "mha") == "mla":
-            if not cls.supports_mla:
-                out.append(f"{label} cannot compute multi-head latent attention (attention: mla:"
-                           f" {batch.num_q_heads} query heads on one latent head of {batch.head_dim} dims,"
-                           f" values of {batch.v_head_dim})")
-        else:
+        if batch.spec.attention != "mla":
             out += head_dim_reasons(cls, label, batch.head_dim)
+        elif not cls.supports_mla:
+            out.append(f"{label} cannot compute multi-head latent attention (attention: mla: {batch.num_q_heads}"
+                       f" query heads on one latent head of {batch.head_dim} dims, values of {batch.v_head_dim})")
         ps = batch.page_size
         if ps % cls.page_size_multiple:
             out.append(f"{label} needs page_size divisible by {cls.page_size_multiple}, got {ps}")

@@ -375,9 +375,7 @@ class Runner:
             prof = profile_row(
                 lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
             )
-            row.kernels_per_call, row.kernel_sum_ms, row.trace = (
-                prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace,
-            )
+            row.kernels_per_call, row.kernel_sum_ms, row.trace = prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace
 
 
 @dataclass

@@ -62,6 +62,8 @@ def model_problems(model: Any) -> list[str]:
                for k in ("kv_lora_rank", "rope_dim", "qk_nope_head_dim") if getattr(model, k) is not None]
         out += [f"{k} is required (e.g. {k}: {ex}); for multi-head latent attention write attention: mla"
                 for k, ex in (("num_kv_heads", 8), ("head_dim", 128)) if getattr(model, k) is None]
+        if not out and model.num_q_heads % model.num_kv_heads:
+            out.append(f"num_q_heads ({model.num_q_heads}) must be a multiple of num_kv_heads ({model.num_kv_heads})")
         return out
     rank = model.kv_lora_rank if model.kv_lora_rank is not None else DEFAULT_KV_LORA_RANK
     rope = model.rope_dim if model.rope_dim is not None else DEFAULT_ROPE_DIM

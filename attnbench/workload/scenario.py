@@ -60,11 +60,7 @@ class ModelShape(_Strict):
 
     @model_validator(mode="after")
     def _gqa(self):
-        mla.check_model(self)
-        if self.attention == "mha" and self.num_q_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_q_heads ({self.num_q_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
+        mla.check_model(self)  # the heads and dims of attention: mha (GQA) or mla
         if self.window is not None and self.window < 1:
             raise ValueError(
                 f"window must be >= 1 (got {self.window}): a window of W keys lets a query at position p see keys"

@@ -72,9 +72,11 @@ def plan(batch: Batch, route: str, workspace: torch.Tensor, wrappers: dict) -> F
     indptr, indices, _ = flashinfer_page_layout(batch)
     h = batch.host
     rank, rope = batch.spec.kv_lora_rank, batch.spec.rope_dim
+    # host arrays on the CPU: the wrapper keeps host copies for its scheduler and moves them to
+    # the device itself (non-blocking); the page indices are on the device already
     w.plan(
-        torch.from_numpy(h.query_start_loc.astype("int32")).to(dev), indptr.to(dev), indices,
-        torch.from_numpy(h.kv_lens.astype("int32")).to(dev), batch.num_q_heads, rank, rope,
+        torch.from_numpy(h.query_start_loc.astype("int32")), indptr.int(), indices,
+        torch.from_numpy(h.kv_lens.astype("int32")), batch.num_q_heads, rank, rope,
         batch.page_size, True, batch.scale, batch.dtype, batch.dtype,
     )
     latent = batch.k_cache[:, :, 0]  # [P, page, rank + rope]

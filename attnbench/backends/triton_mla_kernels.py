@@ -64,37 +64,18 @@ def mla_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_NOPE], tl.float32)
-    offs_n = tl.arange(0, BLOCK_N)
     bt_row = BT + b.to(tl.int64) * stride_bt
-    for start in range(k0, k1, BLOCK_N):
-        keys = start + offs_n
-        kmask = keys < k1
-        page = tl.load(bt_row + keys // PAGE, mask=kmask, other=0)
-        base = page.to(tl.int64) * stride_kv_page + (keys % PAGE).to(tl.int64) * stride_kv_tok
-        c_kv = tl.load(KV + base[:, None] + offs_c[None, :], mask=kmask[:, None], other=0.0)
-        k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :], mask=kmask[:, None], other=0.0)
-        s = tl.dot(q_n, tl.trans(c_kv))
-        s += tl.dot(q_r, tl.trans(k_pe))
-        s = s * qk_scale
-        vis = rmask[:, None] & kmask[None, :]
-        if start + BLOCK_N > ctx:  # the tile reaches the new tokens: causal or tree rule
-            ok = keys[None, :] <= ctx + tok[:, None]
-            if HAS_TREE:
-                rel = keys[None, :] - ctx
-                relc = tl.maximum(rel, 0)
-                word = tl.load(ANC + (qs + tok)[:, None].to(tl.int64) * stride_anc + relc // 64,
-                               mask=vis & (rel >= 0), other=0)
-                anc_ok = (rel < 0) | (((word >> (relc % 64).to(tl.int64)) & 1) != 0)
-                ok = tl.where(is_tree != 0, anc_ok, ok)
-            vis = vis & ok
-        s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c_kv.dtype), c_kv)
-        m_i = m_new
+    # Tiles wholly inside the context are visible to every row: no mask, no bounds (k0 and the
+    # split chunks are multiples of BLOCK_N). The rest (the new tokens) is masked per tile.
+    mid = k0 + (tl.maximum(tl.minimum(k1, ctx) - k0, 0) // BLOCK_N) * BLOCK_N
+    for start in range(k0, mid, BLOCK_N):
+        m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, False, HAS_TREE)
+    for start in range(mid, k1, BLOCK_N):
+        m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, True, HAS_TREE)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -129,3 +110,49 @@ def mla_merge_kernel(
                 mask=smask[:, None], other=0.0)
     out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
     tl.store(OUT + orow * stride_o + offs_c, out.to(OUT.dtype.element_ty))
+
+
+@triton.jit
+def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+          stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
+          D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+          MASKED: tl.constexpr, HAS_TREE: tl.constexpr):
+    """One tile of BLOCK_N keys from ``start``: scores over the latent row, online softmax,
+    values = the tile's c_kv. MASKED: bounds (k1) and the causal / tree rule apply."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, D_NOPE)
+    offs_r = tl.arange(0, D_ROPE)
+    keys = start + offs_n
+    if MASKED:
+        kmask = keys < k1
+        page = tl.load(bt_row + keys // PAGE, mask=kmask, other=0)
+    else:
+        page = tl.load(bt_row + keys // PAGE)
+    base = page.to(tl.int64) * stride_kv_page + (keys % PAGE).to(tl.int64) * stride_kv_tok
+    if MASKED:
+        c_kv = tl.load(KV + base[:, None] + offs_c[None, :], mask=kmask[:, None], other=0.0)
+        k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :], mask=kmask[:, None], other=0.0)
+    else:
+        c_kv = tl.load(KV + base[:, None] + offs_c[None, :])
+        k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :])
+    s = tl.dot(q_n, tl.trans(c_kv))
+    s += tl.dot(q_r, tl.trans(k_pe))
+    s = s * qk_scale
+    if MASKED:
+        vis = rmask[:, None] & kmask[None, :] & (keys[None, :] <= ctx + tok[:, None])
+        if HAS_TREE:
+            rel = keys[None, :] - ctx
+            relc = tl.maximum(rel, 0)
+            word = tl.load(ANC + (qs + tok)[:, None].to(tl.int64) * stride_anc + relc // 64,
+                           mask=rmask[:, None] & kmask[None, :] & (rel >= 0), other=0)
+            anc_ok = (rel < 0) | (((word >> (relc % 64).to(tl.int64)) & 1) != 0)
+            tree_vis = rmask[:, None] & kmask[None, :] & anc_ok
+            vis = tl.where(is_tree != 0, tree_vis, vis)
+        s = tl.where(vis, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(c_kv.dtype), c_kv)
+    return m_new, l_i, acc

@@ -104,12 +104,13 @@ def mla_merge_kernel(
     lse = tl.load(PL + offs_s * stride_pl_s + r, mask=smask, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.where(smask, tl.exp2(lse - m), 0.0)
+    denom = tl.sum(tl.where(smask, tl.exp2(lse - m), 0.0), 0)
     offs_c = tl.arange(0, D_NOPE)
-    o = tl.load(PO + offs_s[:, None] * stride_po_s + r.to(tl.int64) * stride_po_r + offs_c[None, :],
-                mask=smask[:, None], other=0.0)
-    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-    tl.store(OUT + orow * stride_o + offs_c, out.to(OUT.dtype.element_ty))
+    acc = tl.zeros([D_NOPE], tl.float32)
+    for s in range(0, ns):  # one split's row at a time: D_NOPE values in registers, not SPLITS x D_NOPE
+        w = tl.exp2(tl.load(PL + s * stride_pl_s + r) - m)
+        acc += w * tl.load(PO + s * stride_po_s + r.to(tl.int64) * stride_po_r + offs_c)
+    tl.store(OUT + orow * stride_o + offs_c, (acc / denom).to(OUT.dtype.element_ty))
 
 
 @triton.jit

@@ -169,11 +169,17 @@ def test_equal_decodes_and_layouts(name, dtype):
         run_backend(name, mla_batch([Request("decode", 1, 50)] * 3, hq=8, dtype=dtype, layout=layout))
 
 
-def test_sdpa_folds_heads_for_equal_decodes_only():
+def test_sdpa_folds_heads_unless_the_mask_is_too_big(monkeypatch):
     from attnbench.backends import sdpa_mla
 
-    assert sdpa_mla.convert(mla_batch([Request("decode", 1, 50)] * 3)).folded
+    decodes = sdpa_mla.convert(mla_batch([Request("decode", 1, 50)] * 3))
+    assert decodes.folded and decodes.mask is None
+    mixed = sdpa_mla.convert(mla_batch(MIXED))
+    assert mixed.folded and mixed.mask.shape[2] == max(r.query for r in MIXED) * 4
+    monkeypatch.setattr(sdpa_mla, "FOLD_MASK_LIMIT", 0)  # the broadcast route, as for long prefills
     assert not sdpa_mla.convert(mla_batch(MIXED)).folded
+    for page in (1, 5):
+        run_backend("sdpa", mla_batch(MIXED, page=page, seed=page))
 
 
 def test_backends_without_mla_give_a_reason():

@@ -1,11 +1,14 @@
-"""Flex's per-row tables and its ``BlockMask`` built from per-block KV indices, by tensor ops.
+"""Flex's per-row tables and its ``BlockMask`` built from per-block KV indices.
 
 An engine with paged attention knows, per request, which KV blocks a query block reads and
 which of them are fully visible: the causal limit, the window and the tree region are
 intervals per query row. So instead of evaluating the ``mask_mod`` over the whole padded
 ``[Qmax, Lmax]`` grid (``create_block_mask``: 21-28 ms per step on an H100 for the shipped
 cases), the block mask is classified from those intervals and handed to
-``BlockMask.from_kv_blocks``; the ``mask_mod`` then decides only inside partial blocks.
+``BlockMask.from_kv_blocks``; the ``mask_mod`` then decides only inside partial blocks. The
+intervals and the block lists are computed by array ops on the host copies of the lengths (as
+an engine builds its step metadata) and reach the device in a few copies: a first version with
+the same math as ~60 small device ops took 1.2-2.6 ms per plan on an H100.
 
 Row tables (``[B, Qmax]`` int32/int64 on the batch's device; padding rows see key 0 only):
 - ``lo``: the first key slot the row may see (the window's start on positions, else 0);
@@ -19,8 +22,9 @@ For a tree row the window bounds the context by ``lo`` and the tree keys by ``kp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
@@ -32,47 +36,68 @@ FAR = 1 << 30
 
 @dataclass
 class RowTables:
+    """Device tensors for the mask_mod; ``host``: the same intervals as numpy arrays, from which
+    the block lists are classified on the CPU (an engine's host-side metadata step)."""
+
     lo: torch.Tensor  # [B, Qmax] int64
     hi: torch.Tensor  # [B, Qmax] int64
     tree_base: torch.Tensor  # [B, Qmax] int64
     tree_anc: torch.Tensor  # [B, Qmax, Tmax] bool
     tmax: int
     qpos: torch.Tensor  # [B, Qmax] int64
-    kpos: torch.Tensor  # [B, Lmax] int64
+    kpos: Optional[torch.Tensor]  # [B, Lmax] int64 (only with a window or ALiBi)
     kv_len: torch.Tensor  # [B] int64
     real: torch.Tensor  # [B, Qmax] bool
+    host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64
 
 
-def row_tables(batch: Batch, qmax: int, lmax: int) -> RowTables:
-    dev = batch.device
+def _depths(batch: Batch, qmax: int) -> np.ndarray:
+    """``[B, Qmax]`` int64: each tree node's depth (0 elsewhere), from the padded parent arrays
+    by repeated gathers (max_depth + 1 rounds of array ops, no loop over requests)."""
+    t = batch.trees
+    out = np.zeros((batch.num_requests, qmax), dtype=np.int64)
+    if not t.tmax:
+        return out
+    par = t.parents_host.astype(np.int64)
+    d = np.zeros_like(par)
+    for _ in range(t.max_depth + 1):
+        d = np.where(par >= 0, np.take_along_axis(d, np.maximum(par, 0), 1) + 1, 0)
+    out[t.reqs, : par.shape[1]] = d[:, :qmax]
+    return out
+
+
+def row_tables(batch: Batch, qmax: int, lmax: int, need_kpos: Optional[bool] = None) -> RowTables:
+    h, dev = batch.host, batch.device
+    q, c, kv = h.query_lens[:, None], h.context_lens[:, None], h.kv_lens[:, None]
+    tree, causal = h.is_tree[:, None], h.causal[:, None]
+    qi = np.arange(qmax)[None, :]
+    real = qi < q
+    depth = _depths(batch, qmax)
+    qpos = np.where(real, c + np.where(tree, depth, qi), 0)
+    hi = np.where(real, np.where(tree, c - 1, np.where(causal, c + qi, kv - 1)), 0)
+    base = np.where(real & tree, c, FAR)
+    lo = np.zeros_like(hi)
+    if batch.window is not None:
+        # the first slot whose position is > p - W: context slots are their positions; for a tree
+        # row that bounds the context, and kpos bounds its tree keys in the mask_mod
+        lo = np.where(real, np.maximum(qpos - batch.window + 1, 0), 0)
+    rows = torch.from_numpy(np.stack([lo, hi, base, qpos])).to(dev)  # one copy to the device
+    kpos = None
+    if need_kpos if need_kpos is not None else (batch.window is not None or batch.alibi_slopes is not None):
+        j = np.arange(lmax)[None, :]
+        rel = j - c
+        in_tree = tree & (rel >= 0) & (rel < q)
+        kpos = torch.from_numpy(np.where(in_tree, c + np.take_along_axis(depth, np.clip(rel, 0, qmax - 1), 1), j)).to(dev)
     tmax = max(batch.trees.tmax, 1)
     anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]: ancestors incl. self
-    qi = torch.arange(qmax, device=dev)[None, :]
-    ctx = batch.context_lens.long()[:, None]
-    kv_len = batch.kv_lens.long()
-    real = qi < batch.query_lens.long()[:, None]
-    tree = batch.trees.is_tree_t[:, None]
-    causal = torch.from_numpy(batch.host.causal).to(dev)[:, None] if hasattr(batch.host, "causal") else True
-    depth = anc.sum(-1) - 1  # [B, Qmax]: a tree node's depth (its ancestors, itself included, minus one)
-    qpos = torch.where(real, ctx + torch.where(tree, depth, qi), 0)
-    hi = torch.where(tree, ctx - 1, torch.where(causal, ctx + qi, kv_len[:, None] - 1))
-    hi = torch.where(real, hi, 0)
-    tree_base = torch.where(real & tree, ctx, FAR)
-    j = torch.arange(lmax, device=dev)[None, :]
-    rel = j - ctx
-    in_tree = tree & (rel >= 0) & (rel < qmax)
-    tree_pos = torch.gather(torch.where(tree, depth, 0), 1, rel.clamp(0, qmax - 1)) + ctx
-    kpos = torch.where(in_tree, tree_pos, j)
-    lo = torch.zeros_like(hi)
-    if batch.window is not None:
-        # first slot whose position is > p - W: context slots are their positions; for a tree
-        # row that bounds the context, and kpos bounds its tree keys in the mask_mod
-        lo = torch.where(real, (qpos - batch.window + 1).clamp(min=0), 0)
-    return RowTables(lo, hi, tree_base, anc, tmax, qpos, kpos, kv_len, real)
+    return RowTables(rows[0], rows[1], rows[2], anc, tmax, rows[3], kpos, batch.kv_lens.long(),
+                     torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens})
 
 
 def make_mask_mod(t: RowTables, window: Any):
     lo, hi, base, anc, tmax, qpos, kpos, kv_len = t.lo, t.hi, t.tree_base, t.tree_anc, t.tmax, t.qpos, t.kpos, t.kv_len
+    if window is not None and kpos is None:
+        raise ValueError("row_tables built without key positions, but the batch has a window")
 
     def mask_mod(b, h, q_idx, kv_idx):
         rel = kv_idx - base[b, q_idx]
@@ -85,43 +110,41 @@ def make_mask_mod(t: RowTables, window: Any):
     return mask_mod
 
 
-def _per_block(x: torch.Tensor, block: int, fill: int, reduce: str) -> torch.Tensor:
+def _per_block(x: np.ndarray, block: int, fill: int, reduce: str) -> np.ndarray:
     """``[B, Qmax]`` -> ``[B, nQB]``: min or max over each query block (rows past Qmax = fill)."""
     b, q = x.shape
     nqb = -(-q // block)
-    padded = x.new_full((b, nqb * block), fill)
+    padded = np.full((b, nqb * block), fill, dtype=np.int64)
     padded[:, :q] = x
-    v = padded.view(b, nqb, block)
-    return v.amin(-1) if reduce == "min" else v.amax(-1)
+    v = padded.reshape(b, nqb, block)
+    return v.min(-1) if reduce == "min" else v.max(-1)
 
 
 def kv_block_lists(t: RowTables, lmax: int, q_block: int, kv_block: int) -> tuple[torch.Tensor, ...]:
     """``(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)`` with a head axis of 1,
-    int32, from the row intervals: a KV block is *full* for a query block when every row sees
-    every key of it (no tree region, wholly inside each row's ``[lo, hi]`` and the kv length),
-    *partial* when some row may see some key of it (the mask_mod decides there)."""
-    dev = t.lo.device
+    int32 on the device, classified on the host from the row intervals: a KV block is *full* for
+    a query block when every row sees every key of it (no tree region, wholly inside each row's
+    ``[lo, hi]`` and the kv length), *partial* when some row may see some key of it (the
+    mask_mod decides there). Two copies to the device."""
+    lo, hi, base = t.host["lo"], t.host["hi"], t.host["tree_base"]
     nkb = -(-lmax // kv_block)
-    k0 = torch.arange(nkb, device=dev)[None, None, :] * kv_block
-    k1 = torch.clamp(k0 + kv_block, max=lmax) - 1
-    # rows past the end of a request: the padding rows see key 0 only (lo = hi = 0)
-    lo_min, lo_max = _per_block(t.lo, q_block, FAR, "min")[..., None], _per_block(t.lo, q_block, -1, "max")[..., None]
-    hi_min, hi_max = _per_block(t.hi, q_block, FAR, "min")[..., None], _per_block(t.hi, q_block, -1, "max")[..., None]
-    base_min = _per_block(t.tree_base, q_block, FAR, "min")[..., None]
-    base_max = _per_block(torch.where(t.tree_base < FAR, t.tree_base + t.tmax - 1, -1), q_block, -1, "max")[..., None]
-    kv_len = t.kv_len[:, None, None]
+    k0 = np.arange(nkb)[None, None, :] * kv_block
+    k1 = np.minimum(k0 + kv_block, lmax) - 1
+    # the padding rows see key 0 only (lo = hi = 0)
+    lo_min, lo_max = _per_block(lo, q_block, FAR, "min")[..., None], _per_block(lo, q_block, -1, "max")[..., None]
+    hi_min, hi_max = _per_block(hi, q_block, FAR, "min")[..., None], _per_block(hi, q_block, -1, "max")[..., None]
+    base_min = _per_block(base, q_block, FAR, "min")[..., None]
+    base_max = _per_block(np.where(base < FAR, base + t.tmax - 1, -1), q_block, -1, "max")[..., None]
+    kv_len = t.host["kv_len"][:, None, None]
     touches_tree = (base_min <= k1) & (base_max >= k0)
-    some = ((lo_min <= k1) & (hi_max >= k0) | touches_tree) & (k0 < kv_len)
+    some = (((lo_min <= k1) & (hi_max >= k0)) | touches_tree) & (k0 < kv_len)
     full = (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
     partial = some & ~full
-    return (*_compact(partial), *_compact(full))
-
-
-def _compact(sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, nQB, nKB]`` bool -> counts ``[B, 1, nQB]`` and indices ``[B, 1, nQB, nKB]`` (selected first)."""
-    counts = sel.sum(-1, dtype=torch.int32)
-    order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return counts[:, None], order[:, None]
+    counts = np.stack([partial.sum(-1), full.sum(-1)]).astype(np.int32)[:, :, None]  # [2, B, 1, nQB]
+    order = np.stack([np.argsort(~partial, axis=-1, kind="stable"), np.argsort(~full, axis=-1, kind="stable")])
+    counts_t = torch.from_numpy(counts).to(t.lo.device)
+    order_t = torch.from_numpy(order.astype(np.int32)[:, :, None]).to(t.lo.device)  # [2, B, 1, nQB, nKB]
+    return counts_t[0], order_t[0], counts_t[1], order_t[1]
 
 
 def block_mask_from_kv_blocks(t: RowTables, qmax: int, lmax: int, mask_mod, block: int = 128) -> Any:

@@ -15,8 +15,8 @@ routes, what each can express and the ``auto`` choice; ``flashinfer_plans.py`` b
   off.
 - A route that cannot express a batch gives a skipped row naming the route and why.
 - JIT: FlashInfer compiles a route's kernels on first use (needs nvcc; fa3 took 81 s, XQA
-  6-9 s on an H100). The first plan of each route in a process runs one extra untimed call and
-  reports the seconds the first use took (JIT build or load + first call) as a warning and in
+  6-9 s on an H100). The first plan of each kernel set in a process runs one extra untimed call
+  and reports the seconds that plan and call took (JIT build or load + first call) as a warning and in
   ``FIRST_USE_S``; no row's plan or kernel time contains it.
 - Variants: FP8 caches with per-tensor scales (``k_scale``/``v_scale`` at run), ``window_left``
   = W - 1, ``logits_soft_cap``, sinks (the attention-sink wrapper on fa2/fa3, or XQA's sinks),
@@ -101,28 +101,28 @@ class FlashInferBackend(Backend):
         return plan_cascade(batch, ws, self.__dict__.setdefault("_cascade_wrappers", {}))
 
     def plan(self, batch: Batch) -> FlashInferPlan:
+        t0 = time.perf_counter()  # a first use's seconds include the plan (FlashInfer JIT-builds there)
         if batch.spec.attention == "mla":  # BatchMLAPagedAttentionWrapper (flashinfer_mla.py)
             p = flashinfer_mla.plan(batch, self.option("route"), workspace_for(self.__dict__.setdefault("_wrappers", {}),
                                     batch.device), self.__dict__.setdefault("_mla_wrappers", {}))
-            return self._first_use(p.mode, batch, FlashInferPlan(p.mode, lambda: flashinfer_mla.run(p), False))
+            return self._first_use(p.mode, batch, FlashInferPlan(p.mode, lambda: flashinfer_mla.run(p), False), t0)
         f = facts_of(batch)
         cascade = self._cascade(batch, f)
         if cascade is not None:  # shared prefix pages: the cascade route (flashinfer_cascade.py)
             w, q, kv = cascade[1], batch.q, (batch.k_cache, batch.v_cache)
             plan = FlashInferPlan(f"auto: {cascade[0]} (event-timed)", lambda: w.run(q, kv), False)
-            return self._first_use(cascade[0], batch, plan)
+            return self._first_use(cascade[0], batch, plan, t0)
         route = self.option("route")
         chosen = auto_route(f, sm_major(batch.device)) if route == "auto" else route
         step = step_for(chosen, batch, f, self.__dict__.setdefault("_wrappers", {}))
         mode = chosen + (f" ({step.detail})" if step.detail else "")
-        return self._first_use(mode, batch, FlashInferPlan(f"auto: {mode}" if route == "auto" else mode, step.call))
+        return self._first_use(mode, batch, FlashInferPlan(f"auto: {mode}" if route == "auto" else mode, step.call), t0)
 
-    def _first_use(self, mode: str, batch: Batch, plan: FlashInferPlan) -> FlashInferPlan:
+    def _first_use(self, mode: str, batch: Batch, plan: FlashInferPlan, t0: float) -> FlashInferPlan:
         """The first plan of a kernel set in this process (route and what its JIT module is
         built for): one untimed call, its seconds reported apart from every row."""
         key = f"{mode} {batch.dtype} kv {batch.kv_dtype} d{batch.head_dim} page {batch.page_size}".replace("torch.", "")
         if key not in FIRST_USE_S:
-            t0 = time.perf_counter()
             plan.call()
             torch.cuda.synchronize()
             FIRST_USE_S[key] = time.perf_counter() - t0

@@ -22,7 +22,11 @@ from attnbench.workload.batch import Batch
 from ._metadata import custom_mask_flat, dense_masks, flashinfer_page_layout
 from .flashinfer_routes import Facts
 
-WORKSPACE_BYTES = 128 * 1024 * 1024
+#: the float workspace of a backend instance's wrappers. 128 MB was too small for the fa2 prefill
+#: wrapper in CUDA-graph mode on 4x1k (it asked for a 262 MB batch_prefill_tmp_v on an H100):
+#: graph mode sizes the split-KV scratch for the fixed grid, so take what engines give it
+WORKSPACE_BYTES = 1024 * 1024 * 1024
+XQA_WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
 @dataclass
@@ -101,7 +105,9 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
 
     dev, b = batch.device, batch.num_requests
     indptr, indices, last = flashinfer_page_layout(batch)
-    qo_indptr = torch.from_numpy(batch.host.query_start_loc.astype(np.int32))
+    # on the device: FlashInfer packs the custom mask there (segment_packbits wants a CUDA indptr)
+    indptr, last = indptr.to(dev), last.to(dev)
+    qo_indptr = torch.from_numpy(batch.host.query_start_loc.astype(np.int32)).to(dev)
     mask = mask_flat(batch) if uses_mask(batch, f) else None
     wl = _window_left(batch, f)
     bufs = dict(use_cuda_graph=True, qo_indptr_buf=_i32(b + 1, dev), paged_kv_indptr_buf=_i32(b + 1, dev),
@@ -135,7 +141,7 @@ def xqa_step(batch: Batch, f: Facts, cache: dict) -> Step:
     from flashinfer.decode import trtllm_batch_decode_with_kv_cache
 
     dev = batch.device
-    ws = made(cache, ("xqa-workspace",), lambda: torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev))
+    ws = made(cache, ("xqa-workspace",), lambda: torch.zeros(XQA_WORKSPACE_BYTES, dtype=torch.uint8, device=dev))
     table = batch.block_table.to(torch.int32).contiguous()
     seq_lens = batch.kv_lens.to(torch.int32).contiguous()
     max_len = int(batch.host.kv_lens.max())

@@ -5,8 +5,8 @@ request, so the kernel's grid has B x heads x query blocks programs). ``convert`
 queries and gathers K/V (an FP8 cache dequantized with its scales, either storage order): what
 Flex needs because it cannot read the pages (convert_ms).
 
-``plan`` (plan_ms) builds, by tensor ops, per-row tables (causal limit, window start, tree
-region, positions) and from them the ``BlockMask`` by per-block KV indices
+``plan`` (plan_ms) builds, by array ops on the host lengths, per-row tables (causal limit,
+window start, tree region, positions) and from them the ``BlockMask`` by per-block KV indices
 (``BlockMask.from_kv_blocks``, ``_flex_blocks.py``): which KV blocks each query block reads and
 which are fully visible, as an engine with paged attention computes them. The ``mask_mod``
 decides inside partial blocks: keys past the request's length hidden; causal (bottom-right)

@@ -3,7 +3,10 @@ the shipped shapes and the variant shapes, checked against attnbench's float64 r
 timed by attnbench's own timer, graph-captured and event-timed.
 
     source scripts/device_setup.sh
-    FLASHINFER_CUDA_ARCH_LIST=9.0 python3 scripts/gpu_library_routes.py --group core --budget-s 320
+    FLASHINFER_CUDA_ARCH_LIST=9.0 python3 scripts/gpu_library_routes.py --group all --budget-s 500 --flex-plan-s 40
+
+(print straight to the terminal: a pipe through ``tail`` loses everything when a time limit
+kills the command; the jsonl under the output folder keeps each row as it is measured).
 
 Per (case, backend spec): status (ok / mismatch / skipped with the reason / error), the row's
 mode, relative error vs the reference, plan time (median host time of ``plan``), kernel time
@@ -171,7 +174,7 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "attnbench" / "scenarios"
 NOT_GPU = {"cpu-sweep", "variants-cpu"}
 
 
-def flex_plans(deadline: float, device: str = "cuda", per_scenario: int = 6) -> list[dict]:
+def flex_plans(deadline: float, device: str = "cuda", per_scenario: int = 6, log=None) -> list[dict]:
     """Flex's plan time with the BlockMask from KV blocks vs ``create_block_mask`` over the padded
     grid, on (up to ``per_scenario``) cases of every shipped scenario: plan only, no kernel."""
     from attnbench.workload.scenario import load
@@ -199,6 +202,9 @@ def flex_plans(deadline: float, device: str = "cuda", per_scenario: int = 6) -> 
             row[f"{mask}_max_ms"] = max(xs) if xs else float("nan")
         out.append(row)
         print(_plan_line(row), flush=True)
+        if log is not None:  # kept as it comes: a run cut by its time limit keeps what it measured
+            log.write(json.dumps({"flex_plan": row}) + "\n")
+            log.flush()
     return out
 
 
@@ -251,11 +257,12 @@ def main() -> int:
         print(HEADER, flush=True)
     start = time.time()
     plans = []
-    if a.flex_plan_s > 0:
-        print(PLAN_HEADER, flush=True)
-        plans = flex_plans(start + a.flex_plan_s)
-        print(HEADER, flush=True)
     with open(out / "library_routes.jsonl", "a") as log:
+        log.write(json.dumps({"device": device, "torch": torch.__version__, "group": a.group}) + "\n")
+        if a.flex_plan_s > 0:
+            print(PLAN_HEADER, flush=True)
+            plans = flex_plans(start + a.flex_plan_s, log=log)
+            print(HEADER, flush=True)
         rows = run_group(cases, start + a.budget_s, cfg, log)
     text = f"device: {device}, torch {torch.__version__}\n\n{HEADER}\n" + "\n".join(_line(r) for r in rows) + "\n"
     if plans:

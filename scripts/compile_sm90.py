@@ -17,8 +17,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 PTRS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32",
-        "BT": "*i32", "UNITS": "*i32", "ANC": "*i64", "SEM": "*i32"}
-BACKENDS = __import__("pathlib").Path(__file__).resolve().parent.parent / "backends"
+        "BT": "*i32", "UNITS": "*i32", "ANC": "*i64", "SEM": "*i32", "QPOS": "*i32", "SINKS": "*fp32",
+        "SLOPES": "*fp32", "KSC": "*fp32", "VSC": "*fp32"}
+BACKENDS = __import__("pathlib").Path(__file__).resolve().parent.parent / "attnbench" / "backends"
 
 
 def plan_constant(name: str):
@@ -69,29 +70,34 @@ def resources(cubin: bytes) -> tuple[int, int]:
 def main(argv: list[str]) -> None:
     kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_M=64, BLOCK_Q=16, BLOCK_N=64, BLOCK_NF=0,
               UNIT_COLS=plan_constant("UNIT_COLS"),
-              HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3)
+              HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3,
+              BLOCK_D=0, PAD_D=0, FP8=0, SINK=0, SOFTCAP=0, ALIBI=0, WINDOW=0, BIDIR=0, POSITIONS=0)
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
     kw["BLOCK_NF"] = kw["BLOCK_NF"] or kw["BLOCK_N"]
     kw["TILE_IN_PAGE"] = int(kw["PAGE"] % kw["BLOCK_NF"] == 0)
+    kw["BLOCK_D"] = kw["BLOCK_D"] or 1 << (kw["HEAD_DIM"] - 1).bit_length()  # 96 -> 128, padded lanes masked
+    kw["PAD_D"] = int(kw["BLOCK_D"] != kw["HEAD_DIM"])
+    kw["POSITIONS"] = int(bool(kw["WINDOW"] or kw["ALIBI"]))
+    ptrs = dict(PTRS, **({"K": "*fp8e4nv", "V": "*fp8e4nv"} if kw["FP8"] else {}))
     fn = load_kernels().paged_attention_kernel
     sig, consts = {}, {}
     for name in fn.arg_names:
-        if name in PTRS:
-            sig[name] = PTRS[name]
+        if name in ptrs:
+            sig[name] = ptrs[name]
         elif name in kw:
             sig[name] = "constexpr"
             consts[name] = kw[name]
-        elif name == "qk_scale":
+        elif name in ("qk_scale", "cap"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
     # the JIT marks pointers and integer arguments divisible by 16 (tt.divisibility): the loads'
     # vector width and whether they can become cp.async depend on it. These are the
     # arguments that are multiples of 16 in the benchmark shapes (d=128, 8 KV heads).
-    div16 = [n for n in fn.arg_names if n in PTRS or n.startswith("stride_")
-             and n not in ("stride_anc", "stride_bt", "stride_sem", "stride_pls")]
+    div16 = [n for n in fn.arg_names if n in ptrs or n.startswith("stride_")
+             and n not in ("stride_anc", "stride_bt", "stride_sem", "stride_pls", "stride_scale")]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in div16}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()}, attrs=attrs)
     opts = {"num_warps": kw["num_warps"], "num_stages": kw["num_stages"]}
@@ -100,12 +106,16 @@ def main(argv: list[str]) -> None:
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
-    print({k2: kw[k2] for k2 in ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages")},
+    shown = ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages", "HEAD_DIM", "FP8", "SINK",
+             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR")
+    print({k2: kw[k2] for k2 in shown if kw[k2] or k2 in ("HAS_TREE", "PAGE")},
           "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)),
           "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", ptx)), "bulk", len(re.findall(r"cp.async.bulk", ptx)))
     if "--ttgir" in sys.argv:
         print(k.asm["ttgir"])
+    if "--ptx" in sys.argv:
+        print(k.asm["ptx"])
 
 
 if __name__ == "__main__":

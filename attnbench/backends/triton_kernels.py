@@ -41,21 +41,36 @@ except AttributeError:  # pragma: no cover
 from .triton_plan import UNIT_COLUMNS
 
 # the unit table's column offsets, named by the plan that writes them (one source of truth)
-C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK = (
+(C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK,
+ C_FULLLO, C_BIDIR) = (
     tl.constexpr(UNIT_COLUMNS.index(name)) for name in (
         "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0",
-        "nsplit", "block",
+        "nsplit", "block", "full_lo", "bidir",
     )
 )
 
 
 @triton.jit
-def _scores(q, k, qk_scale, IEEE: tl.constexpr):
+def _tanh(x):
+    # tanh(x) = 1 - 2 / (exp(2x) + 1): exp2 overflowing to inf gives 1, underflowing to 0 gives -1
+    return 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)
+
+
+@triton.jit
+def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """Base-2 scores of one tile: log2(e) (softcap(q.k scale) + ALiBi). ``qk_scale`` = scale
+    log2(e) (times the FP8 K scale), ``cap`` = c log2(e) (c tanh(x / c) scales linearly),
+    ``bias`` = slope log2(e) (key position - query position), [BLOCK_M, keys]."""
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    return s * qk_scale
+    s = s * qk_scale
+    if SOFTCAP:
+        s = cap * _tanh(s * (1.0 / cap))
+    if ALIBI:
+        s = s + bias
+    return s
 
 
 @triton.jit
@@ -80,8 +95,12 @@ def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl
 
 
 @triton.jit
-def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
-    s = _scores(q, k, qk_scale, IEEE)
+def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: tl.constexpr, IEEE: tl.constexpr,
+                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr):
+    if FP8:  # dequantize: the scales are folded into qk_scale (K) and the output (V)
+        k = k.to(q.dtype)
+        v = v.to(q.dtype)
+    s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI)
     return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE)
 
 
@@ -100,20 +119,89 @@ def _tile_offsets(bt_row, start, offs_n, limit, stride_kp, stride_ks, stride_vp,
 
 
 @triton.jit
+def _load_rows(base, offs, offs_d, mask, HEAD_DIM: tl.constexpr, PAD_D: tl.constexpr, ROW_MASK: tl.constexpr):
+    """``[rows, BLOCK_D]`` elements at ``base + offs[:, None] + d``; rows where ``mask`` ([rows]
+    bool, read only with ROW_MASK) is False and, with ``PAD_D``, the lanes at or past HEAD_DIM
+    (a head dim padded to a power of two, e.g. 96 -> 128) read 0."""
+    ptrs = base + offs[:, None] + offs_d[None, :]
+    if ROW_MASK:
+        if PAD_D:
+            x = tl.load(ptrs, mask=mask[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=mask[:, None], other=0.0)
+    else:
+        if PAD_D:
+            x = tl.load(ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
+                 kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc,
+                 offs_n, offs_d,
+                 HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
+                 PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr):
+    """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
+    sliding window, the split's end."""
+    slots = start + offs_n
+    in_range = slots < kv_hi
+    page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
+    within = slots % PAGE
+    k = _load_rows(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True)
+    v = _load_rows(v_base, page * stride_vp + within * stride_vs, offs_d, in_range, HEAD_DIM, PAD_D, True)
+    allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
+    if BIDIR:  # (scalar conditions broadcast by hand: the interpreter rejects tensor | scalar-bool)
+        allowed = allowed | ((qi * 0 + bidir) != 0)[:, None]
+    kpos = slots
+    if HAS_TREE:
+        # tree keys of this tile: rel = slot - ctx; a BLOCK_N <= 64 tile spans at most two
+        # 64-node words of a row's ancestor mask: read those two words per row, not one per key
+        rel = slots - ctx
+        w0 = tl.maximum(start - ctx, 0) // 64
+        w0v = qi * 0 + w0
+        rows_t = row_ok & ((qi * 0 + is_tree) != 0)
+        wa = tl.load(ANC + tok * stride_anc + w0v, mask=rows_t & (w0v < stride_anc), other=0)
+        wb = tl.load(ANC + tok * stride_anc + w0v + 1, mask=rows_t & (w0v + 1 < stride_anc), other=0)
+        relc = tl.maximum(rel, 0)
+        word = tl.where((relc // 64 == w0)[None, :], wa[:, None], wb[:, None])
+        bit = ((word >> (relc % 64).to(tl.int64)[None, :]) & 1) != 0
+        tree_ok = (rel < 0)[None, :] | bit
+        allowed = tl.where(is_tree != 0, tree_ok, allowed)
+        if POSITIONS:  # a tree node's key sits at position ctx + its depth, not at its slot
+            keys_t = (rel >= 0) & in_range & ((offs_n * 0 + is_tree) != 0)
+            kpos = tl.load(QPOS + req_tok0 + rel, mask=keys_t, other=0)
+            kpos = tl.where(keys_t, kpos, slots)
+    if WINDOW:
+        allowed = allowed & (kpos[None, :] > (qpos - window)[:, None])
+    # padding rows see every key in range (finite, never stored)
+    allowed = (allowed | (~row_ok)[:, None]) & in_range[None, :]
+    bias = None
+    if ALIBI:
+        bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
+    return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8)
+
+
+@triton.jit
 def paged_attention_kernel(
-    Q, K, V, Out, PO, PL, BT, UNITS, ANC, SEM,
+    Q, K, V, Out, PO, PL, BT, UNITS, ANC, SEM, QPOS, SINKS, SLOPES, KSC, VSC,
     stride_qt, stride_qh,
     stride_kp, stride_ks, stride_kh,
     stride_vp, stride_vs, stride_vh,
     stride_ot, stride_oh,
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr,
-    stride_bt, stride_anc, stride_sem,
-    qk_scale,
+    stride_bt, stride_anc, stride_sem, stride_scale,
+    qk_scale, cap, window,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NF: tl.constexpr,
     UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
+    BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
 ):
     if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
         # position (every KV head of the same pages) are launched side by side
@@ -136,79 +224,100 @@ def paged_attention_kernel(
     q0 = tl.load(meta + C_Q0)  # index of the block's first token within its request
 
     offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
     offs_nf = tl.arange(0, BLOCK_NF)
     qi = offs_m // G
     head = kvh * G + offs_m % G
     row_ok = (qi < q_count) & (offs_m < BLOCK_Q * G)
     tok = (q_start + qi).to(tl.int64)
-    q = tl.load(Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
+    q = _load_rows(Q, tok * stride_qt + head * stride_qh, offs_d, row_ok, HEAD_DIM, PAD_D, True)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if SINK:  # the sink is a key without a value: split 0 starts from it (m = sink, l = 1), so
+        # the output, the LSE and the split merge count it exactly once
+        sink2 = tl.load(SINKS + head, mask=row_ok, other=0.0) * 1.4426950408889634
+        first_split = (qi * 0 + split) == 0
+        m_i = tl.where(first_split, sink2, float("-inf"))
+        l_i = tl.where(first_split, 1.0, 0.0)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     bt_row = BT + req.to(tl.int64) * stride_bt
     k_base = K + kvh * stride_kh
     v_base = V + kvh * stride_vh
+    if FP8:  # one K/V scale per program (per tensor, or this program's KV head)
+        qk_scale = qk_scale * tl.load(KSC + kvh * stride_scale)
+    qpos = qi
+    slope2 = None
+    req_tok0 = q_start - q0  # packed index of the request's first query token
+    if POSITIONS:
+        qpos = tl.load(QPOS + tok, mask=row_ok, other=0)
+    if ALIBI:
+        slope2 = tl.load(SLOPES + head, mask=row_ok, other=0.0) * 1.4426950408889634
+    bidir = 0
+    if BIDIR:
+        bidir = tl.load(meta + C_BIDIR)
+
+    first = kv_lo
+    if WINDOW:
+        # 0) tiles that reach below the window of some row (keys at or past full_lo are inside
+        # every row's window): masked. The plan starts kv_lo at the window (pages below it are
+        # never read); the unmasked loop resumes on a BLOCK_NF boundary.
+        full_lo = tl.load(meta + C_FULLLO)
+        first = tl.minimum(kv_hi, tl.maximum(kv_lo, ((full_lo + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF))
+        for start in range(kv_lo, first, BLOCK_N):
+            m_i, l_i, acc = _masked_tile(
+                start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
+                kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+                qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
+                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
 
     # 1) tiles every row sees in full: no mask. The block-table read for tile i+1 is issued
     # in iteration i (loop-carried offsets), so the K/V loads of a tile depend on no load of
     # the same iteration and Triton's pipeliner can prefetch them stages ahead.
     # Its tiles hold BLOCK_NF keys (BLOCK_NF >= BLOCK_N: fewer, larger steps where no mask word
     # is read); the masked loop below picks up at ``mid`` in BLOCK_N steps.
-    mid = tl.maximum(kv_lo + ((tl.minimum(kv_hi, full_end) - kv_lo) // BLOCK_NF) * BLOCK_NF, kv_lo)
-    koff_n, voff_n = _tile_offsets(bt_row, kv_lo, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
+    mid = tl.maximum(first + ((tl.minimum(kv_hi, full_end) - first) // BLOCK_NF) * BLOCK_NF, first)
+    koff_n, voff_n = _tile_offsets(bt_row, first, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
                                    PAGE, TILE_IN_PAGE)
-    for start in range(kv_lo, mid, BLOCK_NF):
+    for start in range(first, mid, BLOCK_NF):
         koff = koff_n
         voff = voff_n
         koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_NF, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp,
                                        stride_vs, PAGE, TILE_IN_PAGE)
-        k = tl.load(k_base + koff[:, None] + offs_d[None, :])
-        v = tl.load(v_base + voff[:, None] + offs_d[None, :])
-        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
+        k = _load_rows(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False)
+        v = _load_rows(v_base, voff, offs_d, None, HEAD_DIM, PAD_D, False)
+        bias = None
+        if ALIBI:
+            bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
+                                      FP8)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
-        slots = start + offs_n
-        in_range = slots < kv_hi
-        page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
-        within = slots % PAGE
-        k = tl.load(k_base + page[:, None] * stride_kp + within[:, None] * stride_ks + offs_d[None, :],
-                    mask=in_range[:, None], other=0.0)
-        v = tl.load(v_base + page[:, None] * stride_vp + within[:, None] * stride_vs + offs_d[None, :],
-                    mask=in_range[:, None], other=0.0)
-        allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
-        if HAS_TREE:
-            # tree keys of this tile: rel = slot - ctx; a BLOCK_N <= 64 tile spans at most two
-            # 64-node words of a row's ancestor mask: read those two words per row, not one per key
-            rel = slots - ctx
-            w0 = tl.maximum(start - ctx, 0) // 64
-            # (scalar conditions broadcast by hand: the interpreter rejects tensor & scalar-bool masks)
-            w0v = qi * 0 + w0
-            rows_t = row_ok & ((qi * 0 + is_tree) != 0)
-            wa = tl.load(ANC + tok * stride_anc + w0v, mask=rows_t & (w0v < stride_anc), other=0)
-            wb = tl.load(ANC + tok * stride_anc + w0v + 1, mask=rows_t & (w0v + 1 < stride_anc), other=0)
-            relc = tl.maximum(rel, 0)
-            word = tl.where((relc // 64 == w0)[None, :], wa[:, None], wb[:, None])
-            bit = ((word >> (relc % 64).to(tl.int64)[None, :]) & 1) != 0
-            tree_ok = (rel < 0)[None, :] | bit
-            allowed = tl.where(is_tree != 0, tree_ok, allowed)
-        # padding rows see every key in range (finite, never stored)
-        allowed = (allowed | (~row_ok)[:, None]) & in_range[None, :]
-        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, IEEE)
+        m_i, l_i, acc = _masked_tile(
+            start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
+            kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+            qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
+            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-    o = acc / l_safe[:, None]
+    if FP8:
+        o = acc * (tl.load(VSC + kvh * stride_scale) / l_safe)[:, None]
+    else:
+        o = acc / l_safe[:, None]
+    if PAD_D:  # the padded lanes are never stored
+        row_d = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+    else:
+        row_d = row_ok[:, None]
     if prow < 0:
         tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                 o.to(Out.dtype.element_ty), mask=row_ok[:, None])
+                 o.to(Out.dtype.element_ty), mask=row_d)
     else:
         prow_m = (prow + qi).to(tl.int64)
         tl.store(PO + split * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
-                 + offs_d[None, :], o.to(PO.dtype.element_ty), mask=row_ok[:, None])
+                 + offs_d[None, :], o.to(PO.dtype.element_ty), mask=row_d)
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
         if FUSED_MERGE:
@@ -223,12 +332,12 @@ def paged_attention_kernel(
                 tl.debug_barrier()
                 m_all = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
                 w_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
-                o_sum = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                o_sum = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
                 for sp in range(0, nsplit):
                     lse_s = tl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok,
                                     other=float("-inf"), cache_modifier=".cg")
                     o_s = tl.load(PO + sp * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
-                                  + offs_d[None, :], mask=row_ok[:, None], other=0.0,
+                                  + offs_d[None, :], mask=row_d, other=0.0,
                                   cache_modifier=".cg").to(tl.float32)
                     m_new = tl.maximum(m_all, lse_s)
                     m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -239,7 +348,7 @@ def paged_attention_kernel(
                     m_all = m_new
                 w_sum = tl.where(w_sum > 0.0, w_sum, 1.0)
                 tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                         (o_sum / w_sum[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
+                         (o_sum / w_sum[:, None]).to(Out.dtype.element_ty), mask=row_d)
                 tl.atomic_xchg(sem, 0)
 
 
@@ -249,7 +358,7 @@ def merge_kernel(
     stride_ot, stride_oh,
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr,
-    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
 ):
     """One program per (split row, query head): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max)."""
     r = tl.program_id(0)
@@ -257,15 +366,22 @@ def merge_kernel(
     tok = tl.load(MERGE + 2 * r).to(tl.int64)
     ns = tl.load(MERGE + 2 * r + 1)
     offs_s = tl.arange(0, SPLITS)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     sm = offs_s < ns
+    lanes = sm[:, None]
+    if PAD_D:  # lanes past HEAD_DIM (a padded head dim) are neither read nor stored
+        lanes = lanes & (offs_d < HEAD_DIM)[None, :]
     lse = tl.load(PL + offs_s * stride_pls + r * stride_plr + h, mask=sm, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp(lse - m)
     o = tl.load(PO + offs_s[:, None] * stride_pos + r * stride_por + h * stride_poh + offs_d[None, :],
-                mask=sm[:, None], other=0.0).to(tl.float32)
+                mask=lanes, other=0.0).to(tl.float32)
     num = tl.sum(w[:, None] * o, 0)
     den = tl.sum(w, 0)
     den = tl.where(den > 0.0, den, 1.0)
-    tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty))
+    if PAD_D:
+        tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty),
+                 mask=offs_d < HEAD_DIM)
+    else:
+        tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty))

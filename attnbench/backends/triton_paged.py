@@ -24,6 +24,7 @@ import torch
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
 
+from . import triton_features as tf
 from . import triton_mla
 from . import triton_plan as tp
 
@@ -45,6 +46,7 @@ class TritonPlan:
     splits_p2: int
     sem: torch.Tensor  # [row blocks, Hkv] int32 arrival counters of the fused merge (kept at 0)
     qk_scale: float
+    feat: tf.Features  # the variants' inputs (window, sinks, soft-cap, ALiBi, FP8 scales, positions)
     mode: str = ""  # "interpreted (...)" under TRITON_INTERPRET=1: rows say so (hundreds of times slower)
 
 
@@ -68,11 +70,19 @@ class TritonBackend(Backend):
     library = "triton"
     distribution = "triton"
     install_hint = "pip install attnbench[triton]"
-    head_dims = (32, 64, 128, 256)
+    head_dims = (32, 64, 96, 128, 256)  # 96 runs padded to 128 lanes, the extra ones masked
     max_page_size = 256
     max_group = 128
     cpu_env = "TRITON_INTERPRET"  # on a CPU only in its interpreter
     supports_mla = True  # MLA batches go to triton_mla.py
+    # every variant in the one launch (triton_features.py): constexpr-specialized kernels
+    supports_window = True
+    supports_sinks = True
+    supports_softcap = True
+    supports_alibi = True
+    supports_noncausal = True
+    kv_dtypes = tf.FP8_NAMES
+    kv_orders = ("NHD", "HND")  # read through the cache's strides
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, **config: Any) -> None:
@@ -116,7 +126,8 @@ class TritonBackend(Backend):
         if batch.spec.attention == "mla":
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits)
         cfg = tp.choose_config(batch, **self.config)
-        units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits)
+        positions = tf.token_positions(batch) if tf.needs_positions(batch) else None
+        units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits, positions)
         anc, has_tree = tp.tree_words(batch)
         n, hq, d = batch.q.shape
         r = merge.shape[0]
@@ -135,6 +146,7 @@ class TritonBackend(Backend):
             splits_p2=tp.next_pow2(max(2, s)),
             sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
             qk_scale=batch.scale * math.log2(math.e),
+            feat=tf.features(batch, positions),
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
@@ -147,13 +159,16 @@ class TritonBackend(Backend):
             return triton_mla.run(p)
         from . import triton_kernels as tk
 
-        b, cfg = p.batch, p.cfg
+        b, cfg, f = p.batch, p.cfg, p.feat
         q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+        d_pad = tp.next_pow2(b.head_dim)
+        dummy = p.units  # the pointer of an input its variant is off for (never read)
         g = b.num_q_heads // b.num_kv_heads
         # the compiled kernel (registers, spills, shared memory) is kept for reports
         grid = (p.units.shape[0] * b.num_kv_heads,) if self.kv_major else (p.units.shape[0], b.num_kv_heads)
         self.last_kernel = tk.paged_attention_kernel[grid](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
+            *(dummy if t is None else t for t in (f.positions, f.sinks, f.slopes, f.k_scale, f.v_scale)),
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2),
@@ -161,12 +176,14 @@ class TritonBackend(Backend):
             po.stride(0), po.stride(1), po.stride(2),
             pl.stride(0), pl.stride(1),
             b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
-            p.qk_scale,
+            1 if f.fp8 and f.k_scale.numel() > 1 else 0,  # per-head scales, or one per tensor
+            p.qk_scale, f.cap, f.window,
             G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
             BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
             UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
             TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
-            KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
+            **f.constexprs(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
         )
         if p.num_merge and not self.fused_merge:
@@ -175,6 +192,6 @@ class TritonBackend(Backend):
                 out.stride(0), out.stride(1),
                 po.stride(0), po.stride(1), po.stride(2),
                 pl.stride(0), pl.stride(1),
-                HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, num_warps=4,
+                HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, num_warps=4,
             )
         return out

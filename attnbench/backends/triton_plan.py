@@ -52,6 +52,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 
+from . import triton_features as tf
 from ._metadata import token_ids, topology_masks
 
 WAVES = 2
@@ -80,6 +81,8 @@ UNIT_COLUMNS = (
     "q0",  # index of the block's first token within its request
     "nsplit",  # splits of this row block
     "block",  # row-block index (the fused merge's arrival counter)
+    "full_lo",  # sliding window: key slots at or past this are inside every row's window (0: none)
+    "bidir",  # 1 for a bidirectional prefill (causal: false): every row sees every key
 )
 UNIT_COLS = 16
 
@@ -106,13 +109,15 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
                   num_stages: Optional[int] = None, block_m: Optional[int] = None,
                   block_nf: Optional[int] = None, maxnreg: Optional[int] = None) -> Config:
     g = batch.num_q_heads // batch.num_kv_heads
-    d = batch.head_dim
+    d = next_pow2(batch.head_dim)  # 96 runs padded to 128 (the extra lanes masked)
     wide = batch.q.element_size() > 2  # float32 (interpreter, or exact runs on the GPU): smaller tiles fit smem
     cap = (32 if d >= 256 else 64) if wide else (64 if d >= 256 else 128)
     rows = g * int(batch.host.query_lens.max())
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
     # long: enough keys per row block that 3 programs per SM pay (below, rounds 6-7)
-    long = wide or d != 128 or max((r.kv_len for r in batch.requests), default=0) >= LONG_KEYS
+    window = tf.window_of(batch) or math.inf  # a window bounds the keys a row block reads
+    keys = max((min(r.kv_len, window + r.query) for r in batch.requests), default=0)
+    long = wide or d != 128 or keys >= LONG_KEYS
     if block_m is None and bm == 128 and long and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
         # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256;
         # at 1k keys the two 128-row programs ran faster (36 vs 40-43 us on an H100)
@@ -122,6 +127,8 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
         # decode-sized row blocks (<= 16 rows): 32-key tiles measured faster on an H100 (54 vs
         # 57 us); a 32-row block (an 8-node tree, G=4) was slower with them (31 vs 21 us)
         block_n = 32 if d >= 256 or bm <= 16 else 64
+        if bm <= 16 and d <= 128 and batch.k_cache.element_size() == 1:
+            block_n = 64  # FP8 decode: a 64-key tile is as many bytes as bf16's 32-key one
         if wide:
             block_n = 16 if d >= 256 else 32
         elif bm == 64 and d == 128 and maxnreg is None and long:
@@ -259,11 +266,16 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
     return np.maximum(1, -(-t // best[1]))
 
 
-def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None):
+def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None,
+                positions: Optional[np.ndarray] = None):
     """Returns ``(units [U, UNIT_COLS] int32, merge [R, 2] int32, max_splits, row_blocks)``.
 
     ``splits``: None for the heuristic, or a fixed number of splits for every row block
-    (tests use it to force both paths). Numpy array ops over row blocks, no loop."""
+    (tests use it to force both paths). Numpy array ops over row blocks, no loop.
+    With a sliding window a row block's key range (and its splits) starts at the first tile
+    holding a key inside some row's window (``positions``: the tokens' positions,
+    triton_features.token_positions); a bidirectional prefill's row blocks read every key of
+    their request."""
     bn, bq = cfg.block_nf, cfg.block_q  # splits start on the unmasked loop's tiles
     h = batch.host
     nb = -(-h.query_lens // bq)  # row blocks per request
@@ -271,14 +283,19 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     q0 = (np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)) * bq
     qc = np.minimum(bq, h.query_lens[req] - q0)
     ctx, tree = h.context_lens[req], h.is_tree[req]
-    kv_end = ctx + q0 + qc
-    tiles = -(-kv_end // bn)
+    bidir = ~tf.causal_flags(batch)[req]
+    kv_end = np.where(bidir, h.kv_lens[req], ctx + q0 + qc)
+    qs = h.query_start_loc[req] + q0
+    window = tf.window_of(batch)
+    if window and positions is None:
+        positions = tf.token_positions(batch)
+    lo, full_lo = tf.window_bounds(positions, qs, window, bn)
+    tiles = -(-(kv_end - lo) // bn)
     nsplit = _split_counts(batch, cfg, sms, splits, qc, tiles)
     per = -(-tiles // nsplit)
     nsplit = -(-tiles // per)  # no empty splits: n splits of ceil(tiles / n) tiles may need fewer
     split = nsplit > 1
     rows = np.where(split, np.cumsum(qc * split) - qc * split, -1)  # first partial row
-    qs = h.query_start_loc[req] + q0
     cnt = qc[split]
     merge = np.stack([np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
                       np.repeat(nsplit[split], cnt)], axis=1)
@@ -290,9 +307,9 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     k, sp = k[order], sp[order]
     cols = {
         "req": req[k], "q_start": qs[k], "q_count": qc[k], "ctx": ctx[k],
-        "kv_lo": sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], (sp + 1) * per[k] * bn),
-        "full_end": np.where(tree, ctx, ctx + q0 + 1)[k], "split": sp, "prow": rows[k], "tree": tree[k],
-        "q0": q0[k], "nsplit": nsplit[k], "block": k,
+        "kv_lo": lo[k] + sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn),
+        "full_end": np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))[k], "split": sp, "prow": rows[k],
+        "tree": tree[k], "q0": q0[k], "nsplit": nsplit[k], "block": k, "full_lo": full_lo[k], "bidir": bidir[k],
     }
     units = np.zeros((len(k), UNIT_COLS), dtype=np.int32)
     for name, values in cols.items():  # once per column, not per unit

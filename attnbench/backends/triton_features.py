@@ -56,7 +56,7 @@ def window_of(batch: Batch) -> int:
 
 def causal_flags(batch: Batch) -> np.ndarray:
     """``[B]`` bool: False for bidirectional prefills."""
-    return np.array([getattr(r, "causal", True) for r in batch.requests], dtype=bool)
+    return batch.host.causal
 
 
 def features(batch: Batch, positions: Optional[np.ndarray]) -> Features:
@@ -102,15 +102,14 @@ def token_positions(batch: Batch) -> np.ndarray:
     return pos
 
 
-def window_bounds(positions: np.ndarray, q_start: np.ndarray, window: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
+def window_bounds(positions: np.ndarray, q_start: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row block (``q_start``: its first packed token; the blocks cover the tokens in order):
-    ``(lo, full_lo)``: the first key slot any of its rows may see (rounded down to a ``tile``
-    boundary: the key range starts there) and the first slot inside every row's window
-    (``positions`` > p - W for every row p; slots >= positions for every key)."""
+    ``(win_lo, full_lo)``: the first key slot any of its rows may see and the first slot
+    inside every row's window (position > p - W for every row p; a key's slot is never below
+    its position, so slot bounds from positions are safe). Zeros without a window."""
     if not window:
         z = np.zeros(len(q_start), dtype=np.int64)
         return z, z
     pmin = np.minimum.reduceat(positions, q_start)
     pmax = np.maximum.reduceat(positions, q_start)
-    lo = np.maximum(0, pmin - window + 1) // tile * tile
-    return lo, np.maximum(0, pmax - window + 1)
+    return np.maximum(0, pmin - window + 1), np.maximum(0, pmax - window + 1)

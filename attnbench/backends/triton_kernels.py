@@ -23,6 +23,15 @@ block to finish (an atomic counter per row block and KV head) merges them in the
 side) instead of ``(units, KV heads)``; partial outputs are stored in ``PO``'s dtype (float32,
 or the batch's 16-bit dtype). Both are options, measured no faster (docs/triton_notes.md).
 
+Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to
+q's dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into
+the output; ``SINK``: split 0 starts from the sink (m = sink, l = 1, no value), so output, LSE
+and the split merge count it once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked
+lead-in over the tiles below every row's window (``full_lo``), slots below ``win_lo`` never
+read; ``BIDIR``: bidirectional prefill rows; ``POSITIONS``: query positions (and a tree key's
+position: its node's) for the window and ALiBi; ``PAD_D``: a head dim below ``BLOCK_D`` (96 in
+128 lanes), the extra lanes masked on every load and store.
+
 The CPU interpreter (TRITON_INTERPRET=1) is read by ``triton.jit`` when this module is
 imported: ``INTERPRETED`` records which mode the kernels were built for.
 """
@@ -42,10 +51,10 @@ from .triton_plan import UNIT_COLUMNS
 
 # the unit table's column offsets, named by the plan that writes them (one source of truth)
 (C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK,
- C_FULLLO, C_BIDIR) = (
+ C_FULLLO, C_BIDIR, C_WINLO) = (
     tl.constexpr(UNIT_COLUMNS.index(name)) for name in (
         "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0",
-        "nsplit", "block", "full_lo", "bidir",
+        "nsplit", "block", "full_lo", "bidir", "win_lo",
     )
 )
 
@@ -139,16 +148,18 @@ def _load_rows(base, offs, offs_d, mask, HEAD_DIM: tl.constexpr, PAD_D: tl.const
 
 @triton.jit
 def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
-                 kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+                 kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
                  qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc,
                  offs_n, offs_d,
                  HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
                  PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                  WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
-    sliding window, the split's end."""
+    sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
     in_range = slots < kv_hi
+    if WINDOW:
+        in_range = in_range & (slots >= kv_lo)
     page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
     within = slots % PAGE
     k = _load_rows(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True)
@@ -265,11 +276,12 @@ def paged_attention_kernel(
         # every row's window): masked. The plan starts kv_lo at the window (pages below it are
         # never read); the unmasked loop resumes on a BLOCK_NF boundary.
         full_lo = tl.load(meta + C_FULLLO)
+        win_lo = tl.load(meta + C_WINLO)  # the row block's first key (kv_lo: its tile)
         first = tl.minimum(kv_hi, tl.maximum(kv_lo, ((full_lo + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF))
         for start in range(kv_lo, first, BLOCK_N):
             m_i, l_i, acc = _masked_tile(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
-                kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+                win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
                 HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
 
@@ -298,7 +310,7 @@ def paged_attention_kernel(
     for start in range(mid, kv_hi, BLOCK_N):
         m_i, l_i, acc = _masked_tile(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
-            kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+            kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
             HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
 

@@ -8,6 +8,13 @@ with few queries are split across programs (split-KV) and merged by LSE in a sec
 kernel. ``plan`` does all host-side work (triton_plan.py); ``run`` only launches kernels
 (triton_kernels.py) into preallocated buffers, so it can be captured in a CUDA graph.
 
+Attention variants (docs/semantics.md; triton_features.py) run in the same launch, each a
+constexpr specialization of the one kernel: FP8 K/V caches (e4m3/e5m2) dequantized in the
+kernel with per-tensor or per-head scales, sliding windows (each row block's key range
+starts at its window: pages below it are never read), sinks, soft-capping, ALiBi,
+bidirectional prefill, head dims 64/96/128/256 (96 padded to 128 lanes) and the HND cache
+order (read through the cache's strides).
+
 On CPU tensors the kernels run under Triton's interpreter, which must be switched on with
 ``TRITON_INTERPRET=1`` before the kernels are imported (float32/float16 only there).
 """
@@ -82,6 +89,7 @@ class TritonBackend(Backend):
     supports_alibi = True
     supports_noncausal = True
     kv_dtypes = tf.FP8_NAMES
+    kv_scales = ("per-tensor", "per-head")  # one scale per program either way
     kv_orders = ("NHD", "HND")  # read through the cache's strides
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,

@@ -83,6 +83,7 @@ UNIT_COLUMNS = (
     "block",  # row-block index (the fused merge's arrival counter)
     "full_lo",  # sliding window: key slots at or past this are inside every row's window (0: none)
     "bidir",  # 1 for a bidirectional prefill (causal: false): every row sees every key
+    "win_lo",  # sliding window: the first key slot any row sees (slots below it are never read)
 )
 UNIT_COLS = 16
 
@@ -289,7 +290,8 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     window = tf.window_of(batch)
     if window and positions is None:
         positions = tf.token_positions(batch)
-    lo, full_lo = tf.window_bounds(positions, qs, window, bn)
+    win_lo, full_lo = tf.window_bounds(positions, qs, window)
+    lo = win_lo // bn * bn  # the key range starts on the tile holding the window's first key
     tiles = -(-(kv_end - lo) // bn)
     nsplit = _split_counts(batch, cfg, sms, splits, qc, tiles)
     per = -(-tiles // nsplit)
@@ -310,6 +312,7 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
         "kv_lo": lo[k] + sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn),
         "full_end": np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))[k], "split": sp, "prow": rows[k],
         "tree": tree[k], "q0": q0[k], "nsplit": nsplit[k], "block": k, "full_lo": full_lo[k], "bidir": bidir[k],
+        "win_lo": win_lo[k],
     }
     units = np.zeros((len(k), UNIT_COLS), dtype=np.int32)
     for name, values in cols.items():  # once per column, not per unit

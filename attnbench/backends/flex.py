@@ -136,7 +136,7 @@ class FlexBackend(Backend):
             block_mask = block_mask_from_kv_blocks(tables, qmax, lmax, mask_mod, BLOCK)
         on_gpu = dev.type == "cuda"
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
-        how = "compiled" if on_gpu else "eager"
+        how = "torch.compile(dynamic=False)" if on_gpu else "eager"
         kernel = "flex kernel forced" if kernel_options else "default kernel"
         sinks = batch.sinks.float().view(1, -1, 1) if batch.sinks is not None else None
         return FlexPlan(

@@ -2,6 +2,7 @@
 print its resources (registers, spills, shared memory) and whether the dots became wgmma.
 
   python3 scripts/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
+  variants: FP8=1 (e4m3 cache) or 2 (e5m2), FP16=1, SINK=1, SOFTCAP=1, ALIBI=1, WINDOW=1, BIDIR=1, HEAD_DIM=96
 
 Needs triton's bundled ptxas; no device, no torch (run it with the device's triton version:
 `python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`). Used to read a variant's costs before spending
@@ -80,7 +81,12 @@ def main(argv: list[str]) -> None:
     kw["BLOCK_D"] = kw["BLOCK_D"] or 1 << (kw["HEAD_DIM"] - 1).bit_length()  # 96 -> 128, padded lanes masked
     kw["PAD_D"] = int(kw["BLOCK_D"] != kw["HEAD_DIM"])
     kw["POSITIONS"] = int(bool(kw["WINDOW"] or kw["ALIBI"]))
-    ptrs = dict(PTRS, **({"K": "*fp8e4nv", "V": "*fp8e4nv"} if kw["FP8"] else {}))
+    ptrs = dict(PTRS)
+    if kw["FP8"]:  # FP8=1: e4m3 cache, FP8=2: e5m2
+        ptrs["K"] = ptrs["V"] = {1: "*fp8e4nv", 2: "*fp8e5"}[kw["FP8"]]
+        kw["FP8"] = 1
+    if kw.pop("FP16", 0):  # q and the output in float16 instead of bfloat16
+        ptrs["Q"] = ptrs["Out"] = "*fp16"
     fn = load_kernels().paged_attention_kernel
     sig, consts = {}, {}
     for name in fn.arg_names:

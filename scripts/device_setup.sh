@@ -1,16 +1,3 @@
-# Source this at the top of a GPU-machine command (scripts/gpu_validate.sh and gpu_bench.sh do):
-#   source scripts/device_setup.sh
-# Installs the carried wheels, .whl/ and .whl2/ (what the machine's image lacks: pydantic,
-# pydantic-core, annotated-types, typing-inspection; xformers, flashinfer-python and their
-# dependencies to validate those), into /tmp/site on PYTHONPATH, then attnbench itself
-# (editable, no downloads: nothing can be downloaded there).
-for d in .whl .whl2; do
-  if ls "$d"/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$d"/*.whl \
-      >"/tmp/$d-install.log" 2>&1 || cat "/tmp/$d-install.log"
-    case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} ;; esac
-    export PATH=$PATH:/tmp/site/bin
-  fi
-done
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/attnbench-install.log 2>&1 || cat /tmp/attnbench-install.log
-export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache
+# Kept where device commands have always sourced it (`source scripts/device_setup.sh;`):
+# the setup itself is scripts/gpu/device_setup.sh.
+source scripts/gpu/device_setup.sh

@@ -427,7 +427,7 @@ class Victim(Backend):
 @pytest.fixture
 def gate(tmp_path, monkeypatch):
     """Runs of attnbench/scenarios/ci-gate.yaml with sdpa and the victim (one intra-op thread, as
-    scripts/ci_gate.sh), checked normalized by sdpa: the same
+    scripts/ci/ci_gate.sh), checked normalized by sdpa: the same
     work in calls of the same length, so load from other processes cancels out."""
     registry.register(Victim)
     threads = torch.get_num_threads()
@@ -454,7 +454,7 @@ def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
     run, check = gate
     # An unchanged run counts as failing only if it fails on every one of 3 attempts: this test
     # runs beside the rest of the suite, on a budget 5x shorter than the calibrated gate's
-    # (scripts/ci_gate.sh, which does not retry), so its own false-alarm rate is not calibrated.
+    # (scripts/ci/ci_gate.sh, which does not retry), so its own false-alarm rate is not calibrated.
     for attempt in range(3):
         base_run = run(f"base{attempt}", 1)
         bl = str(tmp_path / f"baseline{attempt}.json")

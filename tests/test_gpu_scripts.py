@@ -1,6 +1,6 @@
 """What the GPU validation runs, exercised on the CPU: every shipped scenario (attnbench/scenarios/gpu/
 included) loads, the GPU ones run through a real backend at small head counts with every row
-ok, and each check of scripts/gpu_checks.py runs to its verdicts (their thresholds are for a GPU)."""
+ok, and each check of scripts/gpu/gpu_checks.py runs to its verdicts (their thresholds are for a GPU)."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -37,7 +37,7 @@ def test_gpu_scenarios_run_on_the_cpu_at_small_shapes(path, tmp_path):
 
 
 def test_gpu_checks_run_on_the_cpu(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_checks", ROOT / "scripts" / "gpu_checks.py")
+    spec = importlib.util.spec_from_file_location("gpu_checks", ROOT / "scripts" / "gpu" / "gpu_checks.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gpu_checks"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)

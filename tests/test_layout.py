@@ -5,6 +5,11 @@ Layers, lowest first: ``workload`` < ``backend`` (the plugin contract) and ``mea
 its own layer's package or lower ones, never upward or sideways; no import cycle; no
 ``_private`` name imported from another module; no module over 400 lines and no function
 over 60 lines outside the Triton kernels.
+
+``scripts/`` is covered too: each script lives in the folder of its purpose (``SCRIPT_FOLDERS``);
+scripts call the package and the package never imports a script; no script takes a ``_private``
+name of the package; report scripts read run folders through ``attnbench.store`` (never by
+parsing rows.jsonl, results.csv or manifest.json themselves).
 """
 from __future__ import annotations
 
@@ -131,3 +136,83 @@ def test_module_and_function_sizes(mod):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.relative_to(ROOT)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+# ---------------------------------------------------------------------------- scripts/
+SCRIPT_FOLDERS = {
+    "gpu": "runs on the GPU machine: setup, validation, benchmarks, their checks",
+    "report": "turns run folders into docs and summaries (reads them through attnbench.store)",
+    "dev": "developer tools: startup and sweep overhead, plan split, offline compiles, backend variants",
+    "ci": "the CI gate",
+}
+# kept at its old place: every device command sources it (it sources scripts/gpu/device_setup.sh)
+SCRIPT_SHIMS = {"scripts/device_setup.sh"}
+RUN_FILES = ("rows.jsonl", "results.csv", "manifest.json")
+
+
+def _script_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "scripts").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _scripts_py() -> list[Path]:
+    return [p for p in _script_files() if p.suffix == ".py"]
+
+
+def _top_imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, names taken from it, line) for every absolute import in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.append((node.module or "", [a.name for a in node.names], node.lineno))
+    return out
+
+
+def test_every_script_lives_in_the_folder_of_its_purpose():
+    loose = [str(p.relative_to(ROOT)) for p in _script_files()
+             if str(p.relative_to(ROOT)) not in SCRIPT_SHIMS and p.relative_to(ROOT / "scripts").parts[0] not in SCRIPT_FOLDERS]
+    folders = "; ".join(f"scripts/{k}/: {v}" for k, v in SCRIPT_FOLDERS.items())
+    assert not loose, f"scripts outside a purpose folder: {', '.join(loose)}; move each into one ({folders})"
+
+
+def test_the_package_never_imports_a_script():
+    bad = [f"{mod}:{line} imports {target}" for mod, f in MODULES.items() for target, _, line in _top_imports(f)
+           if target.split(".")[0] == "scripts"]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", _scripts_py(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_scripts_call_the_package_by_public_names(path):
+    bad = []
+    for target, names, line in _top_imports(path):
+        if target.split(".")[0] == "scripts":
+            bad.append(f"line {line}: imports {target}; a script calls the package, not another script's code")
+        if not target.startswith("attnbench"):
+            continue
+        if target not in MODULES:
+            bad.append(f"line {line}: imports {target}, which is not a module of attnbench")
+        bad += [f"line {line}: imports {n} from {target}" for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not bad, f"{path.relative_to(ROOT)}: " + "; ".join(bad)
+
+
+def _string_constants(path: Path) -> list[tuple[str, int]]:
+    """String literals of ``path`` outside docstrings."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.value, n.lineno) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+@pytest.mark.parametrize("path", [p for p in _scripts_py() if p.parent.name == "report"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_report_scripts_read_run_folders_through_the_store(path):
+    imports = _top_imports(path)
+    assert any(t.startswith("attnbench.store") for t, _, _ in imports), \
+        f"{path.relative_to(ROOT)}: reads no run folder through attnbench.store (RunFolder.load, read_rows)"
+    parsed = [f"line {line}: {text!r}" for text, line in _string_constants(path) if any(f in text for f in RUN_FILES)]
+    parsed += [f"line {line}: import csv" for t, _, line in imports if t == "csv"]
+    assert not parsed, (f"{path.relative_to(ROOT)} opens a run folder's files itself ({'; '.join(parsed)}); "
+                        "read them with attnbench.store.runfolder.RunFolder.load")

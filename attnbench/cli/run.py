@@ -128,7 +128,7 @@ def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optiona
 
 def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file, show: dict, spec) -> None:
     """``run --resume``: the run's own scenario and options; refuses flags that would change
-    them, and a changed attnbench/torch/device unless --allow-env-change. Nothing in the
+    them, and a changed attnbench version, torch or device unless --allow-env-change. Nothing in the
     folder is rewritten until every check passed."""
     from attnbench.execute.resume import ResumeError, begin, environment_changes, open_run
 

@@ -9,7 +9,7 @@ each request's K and V slots (``kv_len`` of them, or with a window only those fr
 slot a query sees) read once per KV head (for MLA the one latent row of ``kv_lora_rank + rope_dim`` values, K and
 V at once) at the cache's element size (1 byte for FP8, plus the
 float32 scales), the slots on a shared
-prefix's shared pages once for the whole group (SEMANTICS.md, "Shared prefixes": a backend
+prefix's shared pages once for the whole group (docs/semantics.md, "Shared prefixes": a backend
 that reads them once per request sits above this floor), q read and out written once, the
 block-table entries in use, the length arrays, and one int32 parent per tree node. Ceilings are measured on the device (device-to-device copy, counting read +
 write; a read-only stream; a dense matmul in the batch's dtype) and kept per device

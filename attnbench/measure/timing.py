@@ -105,7 +105,7 @@ class L2Flusher:
     did first) zeroes the buffer instead: that leaves 2x L2 of dirty lines whose write-back
     overlaps the timed call and adds ~10 us to every memory-bound call on an H100.
     ``write+read`` writes, then reads. The GPU validation measures all three
-    (``scripts/gpu_checks.py``, check ``l2-flush``).
+    (``scripts/gpu/gpu_checks.py``, check ``l2-flush``).
     """
 
     def __init__(self, device: torch.device, mode: str = "read"):

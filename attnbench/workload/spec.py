@@ -27,7 +27,7 @@ class Request:
     """One request of a batch. ``query`` new tokens attend to ``context`` cached ones.
 
     Requests with the same ``prefix_group`` share their first ``shared_prefix`` context tokens:
-    the whole pages of it are the same physical pages (SEMANTICS.md, "Shared prefixes")."""
+    the whole pages of it are the same physical pages (docs/semantics.md, "Shared prefixes")."""
 
     kind: str
     query: int

@@ -1,7 +1,7 @@
 """Named draft trees: ``tree: {preset: NAME}`` (optionally ``seed: S`` for the dynamic ones).
 
 Static presets are the published default tree choices of Medusa and EAGLE(-1), copied as data
-(paths of child ranks; numbered as every ``choices`` tree is, SEMANTICS.md "Trees"):
+(paths of child ranks; numbered as every ``choices`` tree is, docs/semantics.md "Trees"):
 
 - ``medusa-mc_sim_7b_63``: ``mc_sim_7b_63`` of FasterDecoding/Medusa,
   ``medusa/model/medusa_choices.py`` at commit 11af0aa503437b40d45f5a47c001c43699b7ae52; the

@@ -1,18 +1,18 @@
 #!/bin/bash
 # Shared prefixes and what a tree costs, on the GPU, in one command (issue 17):
-#   bash scripts/gpu_workloads.sh
+#   bash scripts/gpu/gpu_workloads.sh
 # 1. runs attnbench/scenarios/shared-prefix-{decode,trees}-llama3-8b.yaml and tree-costs-llama3-8b.yaml
 #    through every backend available here (FlashInfer takes its cascade route on the shared
 #    cases), with --save-tensors;
 # 2. runs the shared-prefix scenarios once more through FlashInfer with the cascade off
 #    (ATTNBENCH_FLASHINFER_CASCADE=0), to compare the two routes;
-# 3. checks every saved output against the float64 reference (scripts/check_saved.py);
+# 3. checks every saved output against the float64 reference (scripts/gpu/check_saved.py);
 # 4. prints, for the shared-prefix cases, each backend's time and % of the floor (the floor
 #    counts shared pages once), and the tree-economics report (attnbench tree-costs --gain 1.3).
-# Carry .whl/ as for scripts/gpu_bench.sh (FlashInfer, xformers, pydantic, ...); flash-attn
+# Carry .whl/ as for scripts/gpu/gpu_bench.sh (FlashInfer, xformers, pydantic, ...); flash-attn
 # joins if /tmp/fa2site holds a build. Outputs: $OUT (or /tmp/gpu_workloads).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gpu_workloads}; mkdir -p "$OUTDIR"
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache ATTNBENCH_XFORMERS_TRITON_ONLY=1
@@ -38,7 +38,7 @@ for s in shared-prefix-decode-llama3-8b shared-prefix-trees-llama3-8b; do
   el "$s (no cascade): rc=$?"
 done
 el "checking the saved tensors"
-python3 scripts/check_saved.py "$SAVE"/* | tee "$OUTDIR/check_saved.log" | tail -n 40
+python3 scripts/gpu/check_saved.py "$SAVE"/* | tee "$OUTDIR/check_saved.log" | tail -n 40
 el "shared prefixes: time and % of the floor (shared pages counted once)"
 python3 - "$OUTDIR" <<'PY'
 import sys, pathlib

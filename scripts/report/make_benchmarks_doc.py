@@ -1,6 +1,6 @@
 """Write docs/benchmarks.md (and its plots) from attnbench run folders.
 
-    python3 scripts/make_benchmarks_doc.py RUN_DIR [RUN_DIR ...] --command "what produced them" \
+    python3 scripts/report/make_benchmarks_doc.py RUN_DIR [RUN_DIR ...] --command "what produced them" \
         [--out docs/benchmarks.md] [--plots docs/img]
 
 Runs of the same scenario (e.g. the library backends and flash-attn measured in two passes)

@@ -1,7 +1,7 @@
 """Compile the triton backend's attention kernel for sm_90 on a machine without a GPU and
 print its resources (registers, spills, shared memory) and whether the dots became wgmma.
 
-  python3 scripts/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
+  python3 scripts/dev/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
   variants: FP8=1 (e4m3 cache) or 2 (e5m2), FP16=1, SINK=1, SOFTCAP=1, ALIBI=1, WINDOW=1, BIDIR=1, HEAD_DIM=96
 
 Needs triton's bundled ptxas; no device, no torch (run it with the device's triton version:
@@ -20,7 +20,7 @@ from triton.compiler import ASTSource
 PTRS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32",
         "BT": "*i32", "UNITS": "*i32", "ANC": "*i64", "SEM": "*i32", "QPOS": "*i32", "SINKS": "*fp32",
         "SLOPES": "*fp32", "KSC": "*fp32", "VSC": "*fp32"}
-BACKENDS = __import__("pathlib").Path(__file__).resolve().parent.parent / "attnbench" / "backends"
+BACKENDS = __import__("pathlib").Path(__file__).resolve().parents[2] / "attnbench" / "backends"
 
 
 def plan_constant(name: str):

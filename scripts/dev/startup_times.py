@@ -1,6 +1,6 @@
 """Wall time of the commands that run no batch, hyperfine-style: N runs each after one
 warm-up, mean ± sd, min and max, and the mean CPU time (user + system: less sensitive than
-wall time to other processes on a shared machine). ``python3 scripts/startup_times.py [--runs 10]``.
+wall time to other processes on a shared machine). ``python3 scripts/dev/startup_times.py [--runs 10]``.
 Run it with the Python that has attnbench installed (it calls ``python -m attnbench``)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = [
     [],  # bare interpreter start, for scale
     ["--help"],

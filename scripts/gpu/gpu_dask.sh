@@ -14,12 +14,12 @@
 # that the killed worker's case has error rows naming it, and that the run completed.
 # Each run starts with empty compile caches (Triton, Inductor, attnbench's ceilings), so no run
 # reuses another's JIT work. Files in $OUT: gpu_dask.log, summary.md, runs.tgz.
-#   bash scripts/gpu_dask.sh                      # all three
-#   MEASURE_MS=500 CONTEXTS='[1k, 4k, 16k, 64k]' bash scripts/gpu_dask.sh   # a smaller sweep
+#   bash scripts/gpu/gpu_dask.sh                      # all three
+#   MEASURE_MS=500 CONTEXTS='[1k, 4k, 16k, 64k]' bash scripts/gpu/gpu_dask.sh   # a smaller sweep
 #   # a dry run of the script's logic on a CPU machine:
-#   SCENARIO=attnbench/scenarios/ci-gate.yaml CONTEXTS='[64, 256]' BACKENDS='sdpa reference' MEASURE_MS=20 bash scripts/gpu_dask.sh
+#   SCENARIO=attnbench/scenarios/ci-gate.yaml CONTEXTS='[64, 256]' BACKENDS='sdpa reference' MEASURE_MS=20 bash scripts/gpu/gpu_dask.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gpu_dask}; mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/gpu_dask.log") 2>&1
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
@@ -67,7 +67,7 @@ el "compare runs: the dask run's medians over the local run's (same device model
 python3 -m attnbench compare runs "$RUNS/local" "$RUNS/dask" --format markdown > "$RUNS/compare.md" 2>&1
 cat "$RUNS/compare.md"
 report() {  # the summary so far (a later step cut off by the time limit leaves this one)
-  python3 scripts/gpu_dask_report.py "$RUNS" "${VICTIM#* }" "${VICTIM% *}" > "$OUTDIR/summary.md" 2>&1
+  python3 scripts/report/gpu_dask_report.py "$RUNS" "${VICTIM#* }" "${VICTIM% *}" > "$OUTDIR/summary.md" 2>&1
   python3 - "$RUNS" <<'PY'  # run folders without the raw samples (30000 a row), to stay small
 import json, shutil, sys; from pathlib import Path
 runs = Path(sys.argv[1]); slim = runs.parent / "gpu_dask_slim"; shutil.rmtree(slim, ignore_errors=True); slim.mkdir()

@@ -1,7 +1,7 @@
 """Variants of the triton backend for one attnbench run on the device (docs/triton_notes.md):
 
   attnbench run attnbench/scenarios/tree-verify-llama3-8b.yaml -b triton -b triton-s2 ... \\
-      --backend-file scripts/triton_variants.py
+      --backend-file scripts/dev/triton_variants.py
 
 Each class is the shipped backend with one setting changed, so a single run times them side
 by side, every row checked against the reference. Not used by the tool itself.

@@ -1,18 +1,18 @@
 #!/bin/bash
 # The whole GPU validation in one command, on the GPU machine, from the repo root:
 #
-#   bash scripts/gpu_validate.sh          # carry .whl/ (pydantic & co; xformers, FlashInfer
+#   bash scripts/gpu/gpu_validate.sh          # carry .whl/ (pydantic & co; xformers, FlashInfer
 #                                         # and their dependencies if those are to be validated)
 #
-# 1. installs the carried wheels and attnbench (scripts/device_setup.sh); if .fa2/ is carried
+# 1. installs the carried wheels and attnbench (scripts/gpu/device_setup.sh); if .fa2/ is carried
 #    too, starts the head-dim-128 flash-attn build in the background (about 6 minutes);
-# 2. runs scripts/gpu_checks.py alone on the GPU (the timer against the profiler, repeatability,
+# 2. runs scripts/gpu/gpu_checks.py alone on the GPU (the timer against the profiler, repeatability,
 #    cold vs warm L2, the L2 flush kinds, decode bandwidth against the measured ceiling);
 # 3. then, side by side: `pytest -m gpu`, and every shipped scenario (attnbench/scenarios/*.yaml and
 #    attnbench/scenarios/gpu/*.yaml) through every backend with `attnbench run` (no --save-tensors), in
 #    lanes of backends that compile separately (reference+sdpa+triton | flex | xformers+flashinfer;
 #    flash-attn last, if its build finished). The lanes share the GPU: their statuses are the
-#    point, not their times (docs/benchmarks.md comes from scripts/gpu_bench.sh);
+#    point, not their times (docs/benchmarks.md comes from scripts/gpu/gpu_bench.sh);
 # 4. prints a summary (statuses per scenario and backend, every error/mismatch row with its
 #    reason) and leaves in $OUT: summary.txt, gpu_validate.log (everything) and
 #    gpu_validate.tgz (run folders, per-step logs, the checks' rows and profiles).
@@ -20,7 +20,7 @@
 # cut short leaves an incomplete run folder, and the summary says which. CHECKS_S (default 240)
 # bounds the checks; CHECKS_S=0 skips them, leaving all the time to pytest and the lanes.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gpu_validate}
 WORK=/tmp/gpu_validate_work
 rm -rf "$WORK"; mkdir -p "$OUTDIR" "$WORK/runs" "$WORK/logs" "$WORK/checks"
@@ -33,7 +33,7 @@ if [ ! -e /tmp/fa2.done ] && ls .fa2/flash_attn-*.tar.gz >/dev/null 2>&1; then
   setsid bash .fa2/build_flash_attn.sh .fa2/flash_attn-*.tar.gz < /dev/null > /dev/null 2>&1 &
   el "flash-attn build started in the background"
 fi
-source scripts/device_setup.sh
+source scripts/gpu/device_setup.sh
 export ATTNBENCH_XFORMERS_TRITON_ONLY=1 FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -41,7 +41,7 @@ python3 -m attnbench backends
 
 if [ "${CHECKS_S:-240}" -gt 0 ]; then  # CHECKS_S=0: skip the checks (all the time to the lanes)
   el "gpu_checks.py (alone on the GPU)"
-  timeout "${CHECKS_S:-240}" python3 scripts/gpu_checks.py --out "$WORK/checks" > "$WORK/logs/gpu_checks.log" 2>&1
+  timeout "${CHECKS_S:-240}" python3 scripts/gpu/gpu_checks.py --out "$WORK/checks" > "$WORK/logs/gpu_checks.log" 2>&1
   echo "gpu_checks rc=$? (124: cut at ${CHECKS_S:-240} s)" | tee -a "$WORK/logs/gpu_checks.log"
   grep -E "^(verdict|gpu_checks)" "$WORK/logs/gpu_checks.log"
 else

@@ -1,6 +1,6 @@
 """Wall time of a sweep through ``attnbench run`` and where it goes, per case.
 
-    python3 scripts/sweep_overhead.py [SCENARIO] [--set key=value ...] [-b BACKEND ...]
+    python3 scripts/dev/sweep_overhead.py [SCENARIO] [--set key=value ...] [-b BACKEND ...]
 
 Runs the command in this process (the real CLI path: runner, run folder, table) with the
 runner's steps wrapped in clocks, then prints the wall time and its split:
@@ -28,7 +28,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CLOCKS: dict[str, float] = defaultdict(float)
 

@@ -2,10 +2,10 @@
 # The project's CPU regression gate: run attnbench/scenarios/ci-gate.yaml on the CPU and check it
 # against the committed baseline results/baselines/ci-cpu.json.
 #
-#   scripts/ci_gate.sh [ARGS]     # run + check (ARGS go to `attnbench check`, e.g. --all);
+#   scripts/ci/ci_gate.sh [ARGS]     # run + check (ARGS go to `attnbench check`, e.g. --all);
 #                                 # exit 1 on a regression or a check of nothing, 2 on bad input
-#   scripts/ci_gate.sh --refresh  # run + rewrite the baseline (commit the result)
-#   scripts/ci_gate.sh --calibrate [RUNS]  # measure this gate's false-alarm rate and power here
+#   scripts/ci/ci_gate.sh --refresh  # run + rewrite the baseline (commit the result)
+#   scripts/ci/ci_gate.sh --calibrate [RUNS]  # measure this gate's false-alarm rate and power here
 #   CI_GATE_EXECUTOR=dask         # run the cases on a local Dask cluster (default: local);
 #   CI_GATE_WORKERS=2             # its worker count (needs pip install 'attnbench[dask]')
 #
@@ -21,7 +21,7 @@
 #   code wandered by between runs here stays below it. One attempt, no retry: docs/ci.md gives
 #   the false-alarm rate and the power this has.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 SCENARIO=attnbench/scenarios/ci-gate.yaml

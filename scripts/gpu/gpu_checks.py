@@ -1,7 +1,7 @@
 """GPU checks of the harness that cannot be a scenario: each compares runs with each other,
 with the profiler or with the device's measured ceilings.
 
-    python3 scripts/gpu_checks.py [--out DIR] [--only NAME ...]
+    python3 scripts/gpu/gpu_checks.py [--out DIR] [--only NAME ...]
 
 Every case is a shipped scenario with ``--set``-style overrides, run through attnbench's own
 runner: every time comes from ``attnbench.measure.timing`` and every FLOP and byte count from
@@ -36,7 +36,7 @@ from attnbench.measure.timing import FLUSH_MODES
 from attnbench.store.rows import Row, Status
 from attnbench.workload.scenario import load
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "attnbench" / "scenarios"
 
 # name -> (shipped scenario, overrides): one case each ("sweep={}" keeps the base case)

@@ -6,7 +6,7 @@ compare every saved backend output with it. Sharing shows only in the block tabl
 reports how many block-table entries point at a page another request uses. MLA files
 (``attention: mla``) are recomputed by :func:`mla_outputs`, the MLA section of the same page.
 
-    python3 scripts/check_saved.py DIR [DIR ...]      (exit 1 if an output is off)
+    python3 scripts/gpu/check_saved.py DIR [DIR ...]      (exit 1 if an output is off)
 """
 from __future__ import annotations
 

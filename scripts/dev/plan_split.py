@@ -5,7 +5,7 @@ the library's own plan call (FlashInfer's ``wrapper.plan``, Flex's ``create_bloc
 The library call's arguments are recorded from one real plan (a spy that only records), then
 that call is timed alone; both through attnbench's host timer (``measure.timing.time_host``).
 
-    python3 scripts/plan_split.py [SCENARIO.yaml ...] [--set KEY=VALUE ...] [-b BACKEND ...]
+    python3 scripts/dev/plan_split.py [SCENARIO.yaml ...] [--set KEY=VALUE ...] [-b BACKEND ...]
 
 Default: the tree cases of the fidelity issue (tree-verify-llama3-8b at 4k, and
 tree-random-60-gqa8), page 16, every available backend, on the scenario's device.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call of a triton tuning round (docs/triton_notes.md): attnbench runs of the given
-# scenarios with sdpa, the shipped triton and the variants of scripts/triton_variants.py.
-#   bash scripts/gpu_triton_round.sh "SCENARIO:BACKEND,BACKEND,..." ...
+# scenarios with sdpa, the shipped triton and the variants of scripts/dev/triton_variants.py.
+#   bash scripts/gpu/gpu_triton_round.sh "SCENARIO:BACKEND,BACKEND,..." ...
 # Run folders (tarred) and a summary land in $OUT (runs.tgz, summary.txt).
 set -u
 OUTDIR=${OUT:-/tmp/triton_round}; RUNS=/tmp/triton_round/runs; mkdir -p "$OUTDIR" "$RUNS"
@@ -12,10 +12,10 @@ for job in "$@"; do
   s=${job%%:*}; bs=${job#*:}
   args=(); for b in ${bs//,/ }; do args+=(-b "$b"); done
   el "$s: $bs"
-  python3 -m attnbench run "attnbench/scenarios/$s.yaml" "${args[@]}" --backend-file scripts/triton_variants.py \
+  python3 -m attnbench run "attnbench/scenarios/$s.yaml" "${args[@]}" --backend-file scripts/dev/triton_variants.py \
     --out "$RUNS/$s" -q --warmup-ms 10 --measure-ms 60 > "$RUNS/$s.log" 2>&1
   el "$s: rc=$?"; grep -E "Error|error|Traceback" "$RUNS/$s.log" | head -5
-  python3 scripts/triton_summary.py /tmp/attnbench-cache/ceilings.json "$RUNS/$s" | tee -a "$OUTDIR/summary.txt"
+  python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$RUNS/$s" | tee -a "$OUTDIR/summary.txt"
   tar czf "$OUTDIR/runs.tgz" -C "$RUNS/.." runs
 done
 el done

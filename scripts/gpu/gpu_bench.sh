@@ -2,21 +2,21 @@
 # The full GPU benchmark behind docs/benchmarks.md: every shipped GPU scenario through every
 # backend that can run on the machine, timed by attnbench itself.
 #
-#   bash scripts/gpu_bench.sh phase1   # starts the flash-attn build in the background, then
+#   bash scripts/gpu/gpu_bench.sh phase1   # starts the flash-attn build in the background, then
 #                                      # sdpa, flex, triton, xformers (Triton-only opt-in)
-#   bash scripts/gpu_bench.sh phase2   # once the build is done (same machine): flash-attn,
+#   bash scripts/gpu/gpu_bench.sh phase2   # once the build is done (same machine): flash-attn,
 #                                      # and FlashInfer (timed with events: kept off a CPU busy
 #                                      # with the build, since launch gaps would count)
 # Carry .fa2/ (build_flash_attn.sh + sdist) and .whl/ (xformers, flashinfer and their
-# dependencies, pydantic: scripts/device_setup.sh installs them). Run folders end up in $OUT/runs-<phase>.tgz.
+# dependencies, pydantic: scripts/gpu/device_setup.sh installs them). Run folders end up in $OUT/runs-<phase>.tgz.
 # Then, on the development machine:
-#   python3 scripts/make_benchmarks_doc.py RUN_DIRS... --command "..."
+#   python3 scripts/report/make_benchmarks_doc.py RUN_DIRS... --command "..."
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PHASE=${1:-phase1}
 OUTDIR=${OUT:-/tmp/gpu_bench}; mkdir -p "$OUTDIR/runs"
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
-source scripts/device_setup.sh
+source scripts/gpu/device_setup.sh
 export ATTNBENCH_XFORMERS_TRITON_ONLY=1
 SCENARIOS="decode-llama3-8b tree-verify-llama3-8b tree-random-60-gqa8 mixed-llama3-8b prefill-llama3-8b"
 TIMING="--warmup-ms 10 --measure-ms 60"

@@ -1,6 +1,6 @@
 """The variants in the scenario language: fields reach the BatchSpec, bad combinations are one
 message naming the field and the fix (exit 2), a run with every feature checks and saves what
-scripts/check_saved.py needs to recompute it from the file alone."""
+scripts/gpu/check_saved.py needs to recompute it from the file alone."""
 import importlib.util
 import textwrap
 from pathlib import Path

@@ -14,7 +14,7 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
     """Write ``DIRECTORY/<case id>.pt``: the batch (q, paged K/V, block table, lengths, kinds,
     tree parents, scale, attention and the MLA widths) and ``outputs`` (backend name -> its checked first output, on the CPU).
 
-    The attention variants too (docs/semantics.md), so that ``scripts/check_saved.py`` can
+    The attention variants too (docs/semantics.md), so that ``scripts/gpu/check_saved.py`` can
     recompute from the file alone: ``causal`` per request, ``window``, ``softcap``, ``sinks``
     and ``alibi_slopes`` ([Hq] float32 or None), ``k_scale``/``v_scale`` (float32 [1] or [Hkv],
     None without FP8: K = k_cache.float() * k_scale), ``kv_dtype`` and ``kv_order`` (the caches

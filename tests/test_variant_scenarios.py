@@ -78,7 +78,7 @@ def test_bad_combinations_are_one_message_exit_2(tmp_path, text, field, needle):
 
 
 def _check_saved():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
     spec = importlib.util.spec_from_file_location("check_saved", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,19 +1,19 @@
 #!/bin/bash
 # Attention variants on the GPU (issue 21), in one command:
-#   source scripts/device_setup.sh; bash scripts/gpu_variants.sh          (carry .whl, .whl2)
+#   source scripts/device_setup.sh; bash scripts/gpu/gpu_variants.sh          (carry .whl, .whl2)
 # 1. pytest -m gpu tests/test_variants_gpu.py: every installed backend, each feature alone and
 #    all together (FP8 e4m3/e5m2, per-head scales, HND, window, sinks, soft-cap, ALiBi,
 #    non-causal), head dims 64/128/256, against the float64 reference on CUDA (skips = reasons);
 # 2. runs the shipped variant scenarios through every backend available here;
 # 3. re-runs each scenario's smallest cases with --save-tensors and checks every saved output
-#    with scripts/check_saved.py (its own float64 code, from the saved file alone);
+#    with scripts/gpu/check_saved.py (its own float64 code, from the saved file alone);
 # 4. prints per row: status, mode, kernel time, byte/FLOP floor, % of floor, error or reason.
 # Env: OUT (output folder), BACKENDS (e.g. "reference sdpa": -b for each; default every
 # available backend), SCENARIOS (names; default all below), FAST=1 (fewer cases, short timing),
 # PYTEST=0 (skip step 1). The whole of it may take longer than one 600 s device call: split it
 # (PYTEST=1 SCENARIOS=" " for the tests alone, then PYTEST=0 with a few scenarios a call).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gpu_variants}; mkdir -p "$OUTDIR"
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=${ATTNBENCH_CACHE_DIR:-/tmp/attnbench-cache}
@@ -44,7 +44,7 @@ for s in $SCENARIOS; do
   el "$s (saved): rc=$?"
 done
 el "independent check of the saved outputs"
-python3 scripts/check_saved.py "$SAVE"/* > "$OUTDIR/check_saved.log" 2>&1; echo "check_saved rc=$?"
+python3 scripts/gpu/check_saved.py "$SAVE"/* > "$OUTDIR/check_saved.log" 2>&1; echo "check_saved rc=$?"
 tail -n 1 "$OUTDIR/check_saved.log"; grep OFF "$OUTDIR/check_saved.log" | head -n 20
 el "rows"
 python3 - "$OUTDIR" $SCENARIOS <<'PY'

@@ -147,7 +147,8 @@ def _check_out(out: Path) -> None:
         raise RunFolderError(f"--out {out}: a file, not a folder; choose a folder name")
     if out.is_dir():
         names = _entries(out)
-        if "manifest.json" in names or "rows.jsonl" in names:
+        # (a manifest being written by another run shows first as its temporary file)
+        if "manifest.json" in names or "rows.jsonl" in names or any(n.startswith(".manifest.json.") for n in names):
             raise RunFolderError(
                 f"--out {out}: already a run folder, and a run folder belongs to one run; choose a new --out, "
                 f"or finish that run with `attnbench run --resume {out}`"

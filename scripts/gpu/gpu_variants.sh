@@ -1,6 +1,6 @@
 #!/bin/bash
 # Attention variants on the GPU (issue 21), in one command:
-#   source scripts/device_setup.sh; bash scripts/gpu/gpu_variants.sh          (carry .whl, .whl2)
+#   source scripts/gpu/device_setup.sh; bash scripts/gpu/gpu_variants.sh          (carry .whl, .whl2)
 # 1. pytest -m gpu tests/test_variants_gpu.py: every installed backend, each feature alone and
 #    all together (FP8 e4m3/e5m2, per-head scales, HND, window, sinks, soft-cap, ALiBi,
 #    non-causal), head dims 64/128/256, against the float64 reference on CUDA (skips = reasons);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 24's GPU checks in one command, on the GPU machine:
-#   source scripts/device_setup.sh; bash scripts/gpu_trust.sh
+#   source scripts/gpu/device_setup.sh; bash scripts/gpu/gpu_trust.sh
 # 1. its GPU tests first: stale CUDA graphs and the warm-L2 wait (tests/test_gpu_trust.py),
 #    isolation blaming the backend that faulted (tests/test_gpu_faults.py, tests/test_gpu_harness.py);
 # 2. one 8x4k decode (page 16) cold and warm L2, sdpa and triton: warm should not read slower

@@ -1,7 +1,7 @@
 """Whole-process CPU time (user + system of the command and every child it waited for) of
 the commands people run most, min and median of N runs each:
 
-    python3 scripts/cpu_times.py [--runs 5] [--sweep-runs 2] [--only help,version,...]
+    python3 scripts/dev/cpu_times.py [--runs 5] [--sweep-runs 2] [--only help,version,...]
 
 CPU seconds, not wall time: on a machine shared with other work they move far less than
 the wall clock (a process that waits for the CPU is not charged for it). Each command runs
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCEN = ROOT / "attnbench" / "scenarios"
 COMMANDS = {  # name -> arguments of `attnbench` ({out}: a fresh run folder)
     "python": None,  # `python -c pass`, for scale

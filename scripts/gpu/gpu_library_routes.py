@@ -2,8 +2,8 @@
 the shipped shapes and the variant shapes, checked against attnbench's float64 reference and
 timed by attnbench's own timer, graph-captured and event-timed.
 
-    source scripts/device_setup.sh
-    FLASHINFER_CUDA_ARCH_LIST=9.0 python3 scripts/gpu_library_routes.py --group all --budget-s 500 --flex-plan-s 40
+    source scripts/gpu/device_setup.sh
+    FLASHINFER_CUDA_ARCH_LIST=9.0 python3 scripts/gpu/gpu_library_routes.py --group all --budget-s 500 --flex-plan-s 40
 
 (print straight to the terminal: a pipe through ``tail`` loses everything when a time limit
 kills the command; the jsonl under the output folder keeps each row as it is measured).
@@ -170,7 +170,7 @@ def run_group(cases, deadline: float, cfg: TimingConfig, log, device: str = "cud
     return rows
 
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "attnbench" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "attnbench" / "scenarios"
 NOT_GPU = {"cpu-sweep", "variants-cpu"}
 
 

@@ -20,6 +20,7 @@ from attnbench.cli.app import app  # noqa: E402
 from attnbench.execute.cases import default_backends  # noqa: E402
 from attnbench.execute import dask_driver  # noqa: E402
 from attnbench.execute.case_book import MAX_ATTEMPTS, Attempt, CaseBook  # noqa: E402
+from attnbench.execute import events  # noqa: E402
 from attnbench.execute.dask_cluster import plan_local_workers, start_local  # noqa: E402
 from attnbench.store.rows import Row  # noqa: E402
 from attnbench.workload.scenario import load_text  # noqa: E402
@@ -79,16 +80,16 @@ def _case():
 def _row_event(case, backend, status="ok"):
     row = Row(scenario="tiny", case_id=case.case_id, backend=backend, status=status, reason="" if status == "ok" else "x",
               median_ms=1.0, n=3, timing_method="events")
-    return {"kind": "row", "row": json.dumps(row.to_json())}
+    return events.row_event(row)
 
 
 def test_book_blames_the_running_backend_and_requeues_the_rest():
     case = _case()
     book = CaseBook("tiny")
     a = Attempt(case, ["sdpa", "bad", "reference"], 1, "t")
-    for ev in ({"kind": "ready", "name": "cpu1", "address": "tcp://w:1", "host": "h", "pid": 7},
-               {"kind": "setup", "backends": a.backends}, {"kind": "start", "backends": ["sdpa"]},
-               _row_event(case, "sdpa"), {"kind": "start", "backends": ["bad"]}):
+    for ev in (events.event(events.READY, name="cpu1", address="tcp://w:1", host="h", pid=7),
+               events.event(events.SETUP, backends=a.backends), events.event(events.START, backend="sdpa"),
+               _row_event(case, "sdpa"), events.event(events.START, backend="bad")):
         book.on_event(a, ev)
     rows, again = book.lost(a)
     assert [(r.backend, r.status) for r in rows] == [("bad", "error")]
@@ -108,20 +109,23 @@ def test_book_gives_up_a_case_after_max_attempts():
     assert "before it started" in rows[0].reason and "tcp://w:1" in rows[0].reason
 
 
-def test_book_setup_death_and_rounds_death_fail_every_backend_involved():
+def test_book_setup_death_fails_every_backend_and_a_rounds_death_the_running_one():
     case = _case()
     book = CaseBook("tiny")
     a = Attempt(case, ["sdpa", "reference"], 1, "t")
-    book.on_event(a, {"kind": "ready", "name": "w"})
-    book.on_event(a, {"kind": "setup", "backends": a.backends})
+    book.on_event(a, events.event(events.READY, name="w"))
+    book.on_event(a, events.event(events.SETUP, backends=a.backends))
     rows, again = book.lost(a)
     assert again == [] and all("building the case's batch" in r.reason for r in rows) and len(rows) == 2
     book = CaseBook("tiny")
     a = Attempt(case, ["sdpa", "reference"], 1, "t")
-    book.on_event(a, {"kind": "ready", "name": "w"})
-    book.on_event(a, {"kind": "start", "backends": ["sdpa", "reference"]})
-    rows, again = book.lost(a)
-    assert again == [] and all("took turns" in r.reason for r in rows) and len(rows) == 2
+    book.on_event(a, events.event(events.READY, name="w"))
+    for b in ("sdpa", "reference", "sdpa"):  # timing.rounds: the backends take turns, one step each
+        book.on_event(a, events.event(events.START, backend=b))
+        if b == "reference":
+            book.on_event(a, events.event(events.END, backend=b))
+    rows, again = book.lost(a)  # died in sdpa's second round: sdpa is blamed, reference goes on elsewhere
+    assert [(r.backend, r.status) for r in rows] == [("sdpa", "error")] and again == ["reference"]
 
 
 # -- a real local cluster ---------------------------------------------------------------------

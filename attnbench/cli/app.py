@@ -189,15 +189,18 @@ RESOURCE_OPT = typer.Option(
 )
 
 
-def executor_spec(executor: str, workers, scheduler, resource, *, isolate=False, writes_files=False) -> ExecutorSpec:
-    """The --executor flags, checked (ExecutorError: exit 2 with the reason)."""
-    spec = ExecutorSpec(executor, workers, scheduler, parse_resources(list(resource or [])))
-    check_spec(spec, isolate=isolate, writes_files=writes_files)
+def executor_spec(executor: str, workers, scheduler, resource, *, isolate=False, timeout=300.0,
+                  writes_files=False) -> ExecutorSpec:
+    """The --executor flags (and --isolate, --timeout), checked (exit 2 with the reason)."""
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout}: must be > 0")
+    spec = ExecutorSpec(executor, workers, scheduler, parse_resources(list(resource or [])), isolate, timeout)
+    check_spec(spec, writes_files=writes_files)
     return spec
 
 
 def start_runner(sf, opts, spec: ExecutorSpec, scenario_path: str, overrides, backend_files):
-    """A runner for the executor; one that holds a cluster is closed when the command ends."""
+    """The executor of the spec (``execute.executors``: local, isolated or Dask), closed when the command ends."""
     try:
         runner = open_runner(sf, opts, spec, scenario_path=scenario_path, overrides=list(overrides or []),
                              backend_files=[str(f) for f in backend_files or []])
@@ -205,10 +208,9 @@ def start_runner(sf, opts, spec: ExecutorSpec, scenario_path: str, overrides, ba
         raise
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if hasattr(runner, "close"):
-        _CLOSE_AT_END.append(runner.close)
-        for note in getattr(runner, "notes", []):
-            err.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
+    _CLOSE_AT_END.append(runner.close)
+    for note in runner.notes:
+        err.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     return runner
 
 
@@ -282,7 +284,5 @@ def _finish_quietly(folder: RunFolder, complete: bool) -> None:
 
 def rows_per_case(runner: "Runner", done: frozenset = frozenset()) -> dict[str, int]:
     """How many rows each case will yield (for the progress); cases with none are left out."""
-    todo = getattr(runner, "todo", None)  # a Dask runner has no -k: every backend not done
-    counts = {c.case_id: len(todo(c, done)) if todo else sum((c.case_id, b) not in done for b in runner.backend_names)
-              for c in runner.sf.cases}
+    counts = {c.case_id: len(runner.todo(c, done)) for c in runner.sf.cases}
     return {cid: n for cid, n in counts.items() if n}

@@ -19,7 +19,7 @@ from attnbench.cli.app import (
     executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_timeout, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
@@ -75,7 +75,7 @@ def _run_scenario(scenario, set_, opts: RunOptions, launch: Launch, results_dir,
     runner = new_runner(scenario, set_, opts, spec, backend_file)
     ensure_selected(runner, str(scenario))
     folder = new_folder(runner, launch, results_dir, out, False, spec)
-    if not run_rows(runner, folder, frozenset(), launch, quiet):
+    if not run_rows(runner, folder, frozenset(), launch, spec, quiet):
         raise typer.Exit(130)
     return folder
 
@@ -113,9 +113,8 @@ def compare_backends_cmd(
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
     fmt = check_format(format)
-    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate)
+    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout)
     load_backend_files(backend_file)
-    check_timeout(timeout)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
@@ -126,7 +125,7 @@ def compare_backends_cmd(
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
     timing = dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush)
     opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select)
-    launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
+    launch = launch_of(str(scenario), set_, backend_file)
     folder = _run_scenario(scenario, set_, opts, launch, results_dir, out, quiet, spec, backend_file)
     _report_backends(folder, baseline, fmt)
 

@@ -13,7 +13,6 @@ import typer
 from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
-from attnbench.execute.isolate import isolated_rows
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
@@ -28,19 +27,12 @@ FLUSH_OPT = typer.Option(None, "--flush", metavar="MODE",
 
 @dataclass
 class Launch:
-    """What a run's rows come from, as the command line gave it: recorded in the manifest,
-    handed to ``--isolate`` children, and written into each row's re-run command."""
+    """What a run's rows come from, as the command line gave it: recorded in the manifest and
+    written into each row's re-run command (how they run is the ``ExecutorSpec``)."""
 
     scenario_path: str
     overrides: list[str] = field(default_factory=list)
     backend_files: list[str] = field(default_factory=list)
-    isolate: bool = False
-    timeout: float = DEFAULT_TIMEOUT_S  # with isolate: seconds a backend may run
-
-
-def check_timeout(timeout: float) -> None:
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout}: must be > 0")
 
 
 def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_tensors, threads,
@@ -86,28 +78,20 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     if profile:
         opts.profile_dir = folder.path / "profiles"
     man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
-    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files], isolate=launch.isolate,
-               timeout=launch.timeout if launch.isolate else None, executor=spec.to_json())
+    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files], isolate=spec.isolate,
+               timeout=spec.timeout if spec.isolate else None, executor=spec.to_json())
     folder.start(man)
     return folder
 
 
-def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, quiet: bool) -> bool:
-    """Run the rows not ``done`` (in child processes with ``launch.isolate``) into ``folder``,
-    each stamped with its re-run command; returns whether every row was recorded."""
+def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, quiet: bool) -> bool:
+    """Run the rows not ``done`` through the executor ``runner`` into ``folder``, each stamped
+    with its re-run command; returns whether every row was recorded."""
     sf = runner.sf
-    if launch.isolate:
-        rows = isolated_rows(
-            runner, scenario_text=sf.text, scenario_path=launch.scenario_path, overrides=launch.overrides,
-            backend_files=launch.backend_files, timeout=launch.timeout, done=done,
-        )
-    else:
-        rows = runner.rows(done=done)
-    base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, launch.isolate)
-    rows = with_repro(rows, base, [c.case_id for c in sf.cases])
+    base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, spec.isolate)
+    rows = with_repro(runner.rows(done=done), base, [c.case_id for c in sf.cases])
     return record_rows(folder, rows, rows_per_case(runner, done), sf.name, quiet)
 
 
-def launch_of(scenario_path: str, overrides, backend_file, isolate: bool, timeout: Optional[float]) -> Launch:
-    return Launch(str(scenario_path), list(overrides or []), [str(f) for f in backend_file or []], isolate,
-                  timeout or DEFAULT_TIMEOUT_S)
+def launch_of(scenario_path: str, overrides, backend_file) -> Launch:
+    return Launch(str(scenario_path), list(overrides or []), [str(f) for f in backend_file or []])

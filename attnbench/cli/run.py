@@ -5,6 +5,7 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -20,7 +21,7 @@ from attnbench.cli.app import (
     executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_timeout, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.workload.timing_spec import flag_text
@@ -78,9 +79,9 @@ def run(
 
     Results on stdout (--format); progress on stderr (one line per case off a terminal)."""
     show = dict(fmt=check_format(format), compact=compact, quiet=quiet)
-    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, writes_files=profile or bool(save_tensors))
+    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout,
+                         writes_files=profile or bool(save_tensors))
     load_backend_files(backend_file)
-    check_timeout(timeout)
     if resume is not None:
         return _resume(ctx, resume, isolate, allow_env_change, backend_file, show, spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
@@ -90,8 +91,8 @@ def run(
         return _print_cases(scenario, set_, opts, show["fmt"])
     runner = new_runner(scenario, set_, opts, spec, backend_file)
     ensure_selected(runner, str(scenario))
-    launch = launch_of(str(scenario), set_, backend_file, isolate, timeout)
-    _execute(runner, new_folder(runner, launch, results_dir, out, profile, spec), frozenset(), launch, show, profile)
+    launch = launch_of(str(scenario), set_, backend_file)
+    _execute(runner, new_folder(runner, launch, results_dir, out, profile, spec), frozenset(), launch, spec, show, profile)
 
 
 def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
@@ -146,6 +147,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")
         if isolate and spec.kind != "local":
             raise UsageError(f"--resume {path}: the run was isolated (--isolate), which --executor dask does not do")
+        spec = dataclasses.replace(spec, isolate=isolate, timeout=prior.timeout or DEFAULT_TIMEOUT_S)
         runner = start_runner(prior.sf, opts, spec, prior.scenario_path, prior.overrides, backend_file)
         changes = environment_changes(prior, runner.device_name)
         if changes and not allow_env_change:
@@ -162,8 +164,8 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         raise
     for n in ([note] if note else []) + [f"resuming {path}: {len(prior.done)} row(s) done; kept: {kept_settings(prior)}"]:
         err.print(escape(n), highlight=False, soft_wrap=True)
-    launch = launch_of(prior.scenario_path, prior.overrides, backend_file, isolate, prior.timeout)
-    _execute(runner, prior.folder, prior.done, launch, show, opts.profile_dir is not None)
+    _execute(runner, prior.folder, prior.done, launch_of(prior.scenario_path, prior.overrides, backend_file), spec, show,
+             opts.profile_dir is not None)
 
 
 def kept_settings(prior) -> str:
@@ -175,10 +177,10 @@ def kept_settings(prior) -> str:
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
 
 
-def _execute(runner, folder: RunFolder, done: frozenset, launch: Launch, show: dict, profile: bool) -> None:
+def _execute(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, show: dict, profile: bool) -> None:
     """Run the rows not ``done`` into ``folder``; print the results; exit 130 if interrupted,
     1 if a row failed."""
-    complete = run_rows(runner, folder, done, launch, show["quiet"])
+    complete = run_rows(runner, folder, done, launch, spec, show["quiet"])
     title = run_title(runner.sf.name, runner.device_name, folder.rows)
     _render_and_exit(folder, show["fmt"], show["compact"], title, profile, complete)
 

@@ -1,6 +1,7 @@
 """The driver's book of a distributed run: which rows are recorded, what each submitted case
 is doing, and what becomes of a case whose worker died. No Dask in here: the driver feeds it
-the events that workers log (``ready``, ``device``, ``setup``, ``start``, ``row``) and the
+the events that workers log (``execute.events``: ``ready``, ``device``, ``setup``, ``start``,
+``end``, ``row``, ``restart``) and the
 end of each task, and it answers with rows to record and backends to submit again.
 
 A worker that dies while a case runs:
@@ -19,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
+from attnbench.execute import events as ev_
 from attnbench.execute.cases import case_base_row
 from attnbench.store.rows import Row, Status
 from attnbench.workload.scenario import Case
@@ -68,22 +70,22 @@ class CaseBook:
 
     def on_event(self, attempt: Attempt, msg: dict) -> Optional[Row]:
         """Apply one logged event; a finished row comes back when it is new."""
-        kind = msg.get("kind")
-        if kind == "ready":
+        kind = msg.get("event")
+        if kind == ev_.READY:
             attempt.worker = {k: msg.get(k) for k in ("address", "name", "host", "pid")}
             attempt.stage, attempt.running = "loading", []
-        elif kind == "device":
+        elif kind == ev_.DEVICE:
             attempt.device, attempt.device_id = msg.get("device", ""), msg.get("device_id", "")
-        elif kind == "setup":
+        elif kind == ev_.SETUP:
             attempt.stage, attempt.running = "setup", []
-        elif kind == "start":
-            attempt.stage, attempt.running = "running", list(msg.get("backends") or [])
-        elif kind == "end":
+        elif kind == ev_.START:
+            attempt.stage, attempt.running = "running", [msg["backend"]]
+        elif kind == ev_.END:
             attempt.stage, attempt.running = "running", []  # between steps: nothing to blame
-        elif kind == "poisoned":
+        elif kind == ev_.RESTART:
             attempt.stage = "poisoned"
-        elif kind == "row":
-            row = Row.from_json(json.loads(msg["row"]))
+        elif kind == ev_.ROW:
+            row = ev_.row_of(msg)
             attempt.running = [b for b in attempt.running if b != row.backend]
             return self.accept(row)
         return None

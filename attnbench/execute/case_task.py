@@ -1,21 +1,23 @@
 """What a Dask worker does for ``--executor dask``: one case with all its backends, on the
 worker's one device.
 
-A task gets a *job*: the scenario's text and ``--set`` overrides, the case id, the backends
-still to run, the run options and the sources of the ``--backend-file`` plugins. The worker
+A task gets a ``Job`` (``execute.job``, as an ``--isolate`` child does): the scenario's text
+and ``--set`` overrides, the case id, the backends still to run, the run options and the
+sources of the ``--backend-file`` plugins. The worker
 needs nothing but attnbench installed: it rebuilds the scenario from the text, writes each
 plugin source into a private temporary folder under its own file name and imports it from
 there, and rebuilds the batch from the seed, so its inputs equal a local run's.
 
-While the case runs, the task logs events on the job's topic through the scheduler (each
-call waits for the scheduler's acknowledgement, so what was logged survives the worker):
-``ready`` (the worker, its process), ``device``, ``setup`` (the case begins: building the
-batch and the reference), ``start`` and ``end`` of each backend's step (prepare, a timing
-round, finish, the input check: the runner's ``on_step``) and ``row`` (a finished row). The driver records each row as it comes
-and, if the worker dies, knows which rows were finished and which backend was running.
-After an ``error`` row on a CUDA device the task probes the device; if the CUDA context is
-broken (an illegal memory access poisons it for the process), the worker exits once every
-row is logged, and its nanny starts a fresh process for the next case.
+While the case runs, the task logs events (``execute.events``, the vocabulary of an
+``--isolate`` child too) on the job's topic through the scheduler (each call waits for the
+scheduler's acknowledgement, so what was logged survives the worker): ``ready`` (the worker,
+its process), ``device``, ``setup`` (the case begins: building the batch and the reference),
+``start`` and ``end`` of each backend's step (prepare, a timing round, finish, the input
+check: the runner's step observer) and ``row`` (a finished row). The driver records each row
+as it comes and, if the worker dies, knows which rows were finished and which backend was
+running. After an ``error`` row on a CUDA device the task probes the device; if the CUDA
+context is broken (an illegal memory access poisons it for the process), it logs ``restart``
+and the worker exits once every row is logged; its nanny starts a fresh process for the next case.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from pathlib import Path
 
 from attnbench import __version__
 from attnbench import backend as registry
-from attnbench.execute.options import options_from_json, options_to_json
+from attnbench.execute import events as ev_
+from attnbench.execute.job import Job
 
 MAX_PLUGIN_BYTES = 2 << 20
 _LOADED: set[str] = set()  # plugin digests imported by this worker process
@@ -57,16 +60,9 @@ def plugin_sources(paths: list[str]) -> list[dict]:
     return out
 
 
-def make_job(sf, opts, *, scenario_path: str, overrides: list[str], backend_files: list[str]) -> dict:
-    """The part of a task that every case of a run shares."""
-    return {
-        "scenario_text": sf.text,
-        "scenario_path": scenario_path,
-        "overrides": list(overrides),
-        "options": options_to_json(opts),
-        "plugins": plugin_sources(backend_files),
-        "attnbench": __version__,
-    }
+def make_job(sf, opts, *, scenario_path: str, overrides: list[str], backend_files: list[str]) -> Job:
+    """The part of a task that every case of a run shares (the plugins travel as their sources)."""
+    return Job(sf.text, scenario_path, list(overrides), opts, plugins=plugin_sources(backend_files))
 
 
 def _load_plugins(plugins: list[dict]) -> None:
@@ -90,21 +86,13 @@ def _load_plugins(plugins: list[dict]) -> None:
         _LOADED.add(p["sha256"])
 
 
-def _runner(job: dict, backends=None):
-    from attnbench.execute.runner import Runner
-    from attnbench.workload.scenario import load_text
-
+def _runner(job: Job, on_step=None):
     threads = os.environ.get("ATTNBENCH_THREADS")
     if threads and threads.isdigit():
         import torch
 
         torch.set_num_threads(int(threads))
-    _load_plugins(job["plugins"])
-    sf = load_text(job["scenario_text"], job["scenario_path"], job["overrides"])
-    opts = options_from_json(job["options"])
-    if backends is not None:
-        opts.backends = list(backends)
-    return Runner(sf, opts)
+    return job.runner(on_step=on_step, load_plugin=_load_plugins)
 
 
 def worker_identity() -> dict:
@@ -121,16 +109,17 @@ def worker_identity() -> dict:
 
 def preflight(job: dict) -> dict:
     """Run on each worker before any case: can it load the scenario and the plugins, and on
-    which device would it run? Raises what a bad job raises (the driver reports it)."""
+    which device would it run? Raises what a bad job (``Job.to_json``) raises (the driver reports it)."""
     from attnbench.execute.cases import default_backends
 
-    runner = _runner(job, backends=job.get("backends") or None)
+    job = Job.from_json(job)
+    runner = _runner(job)
     return {
         **worker_identity(),
         "device": runner.device_name,
         "device_id": runner.device_id,
         "attnbench": __version__,
-        "available": [] if job.get("backends") else default_backends(),  # only what a run without -b needs
+        "available": [] if job.backends else default_backends(),  # only what a run without -b needs
         "environment": runner.environment(),
     }
 
@@ -140,29 +129,28 @@ def _emitter(topic: str):
 
     client = get_client()
 
-    def emit(kind: str, **msg) -> None:
-        client.log_event(topic, {"kind": kind, **msg})  # returns once the scheduler has it
+    def emit(event: dict) -> None:
+        client.log_event(topic, event)  # returns once the scheduler has it
 
     return emit
 
 
 def run_case(job: dict) -> list[str]:
-    """The task: run one case's backends; log each event; return the rows (JSON texts)."""
-    emit = _emitter(job["topic"])
-    emit("ready", **worker_identity())
-    runner = _runner(job, backends=job["backends"])
-    emit("device", device=runner.device_name, device_id=runner.device_id)
-    case = next(c for c in runner.sf.cases if c.case_id == job["case_id"])
+    """The task: run one case's backends (``job``: ``Job.to_json``); log each event; return the rows (JSON texts)."""
+    job = Job.from_json(job)
+    emit = _emitter(job.topic)
+    emit(ev_.event(ev_.READY, **worker_identity()))
     # each backend's step (prepare, a timing round, finish, the input check) as it starts and ends
-    runner.on_step = lambda row, ended: emit("end" if ended else "start", backends=[row.backend])
-    emit("setup", backends=list(job["backends"]))
+    runner = _runner(job, on_step=lambda row, ended: emit(ev_.step_event(row, ended)))
+    emit(ev_.event(ev_.DEVICE, device=runner.device_name, device_id=runner.device_id))
+    case = job.case(runner)
+    emit(ev_.event(ev_.SETUP, backends=list(job.backends)))
     rows = []
-    for row in runner.run_case(case, list(job["backends"])):
-        text = json.dumps(row.to_json(), default=str)
-        rows.append(text)
-        emit("row", row=text)
+    for row in runner.run_case(case, list(job.backends)):
+        rows.append(json.dumps(row.to_json(), default=str))
+        emit(ev_.row_event(row))
     if runner.device.type == "cuda" and any(json.loads(t)["status"] == "error" for t in rows) and not _device_works(runner.device):
-        emit("poisoned")
+        emit(ev_.event(ev_.RESTART))
         os._exit(70)  # every row is logged; the nanny starts a fresh worker with a clean context
     return rows
 

@@ -1,7 +1,7 @@
 """The driver of ``--executor dask``: the cases of a scenario as Dask tasks, their rows back.
 
 ``DaskRunner`` stands where ``Runner`` stands for the command line (``backend_names``,
-``device_name``, ``total_rows``, ``environment()``, ``rows(done)``), but runs nothing itself:
+``device_name``, ``environment()``, ``todo(case, done)``, ``rows(done)``, ``close()``), but runs nothing itself:
 it asks every worker first whether it can load the scenario and plugins and on which device
 it runs (a worker that cannot is reported before any case is queued), then submits one task
 per case (attnbench.execute.case_task.run_case) and yields each row as a worker logs it, in
@@ -11,6 +11,7 @@ decided by attnbench.execute.case_book.
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import uuid
 from typing import Iterator
@@ -19,7 +20,7 @@ from attnbench import __version__
 from attnbench.execute import case_task
 from attnbench.execute.case_book import Attempt, CaseBook
 from attnbench.execute.cases import backend_names_for
-from attnbench.execute.options import options_to_json
+from attnbench.execute.job import Job
 from attnbench.execute.dask_cluster import Cluster, ExecutorError, ExecutorLost
 from attnbench.store.rows import Row
 
@@ -34,7 +35,7 @@ def _drop_topics(dask_scheduler=None, topics=()):
 
 
 class DaskRunner:
-    def __init__(self, sf, opts, job: dict, cluster: Cluster, resources: dict | None = None):
+    def __init__(self, sf, opts, job: Job, cluster: Cluster, resources: dict | None = None):
         self.sf, self.opts, self.job, self.cluster = sf, opts, job, cluster
         self.resources = dict(resources or {})
         self.run_id = uuid.uuid4().hex[:12]
@@ -59,10 +60,6 @@ class DaskRunner:
     def client(self):
         return self.cluster.client
 
-    @property
-    def total_rows(self) -> int:
-        return len(self.sf.cases) * len(self.backend_names)
-
     def backend_versions(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for w in self.workers:
@@ -78,6 +75,10 @@ class DaskRunner:
             for w in self.workers
         ]
         return env
+
+    def todo(self, case, done: frozenset = frozenset()) -> list[str]:
+        """The backends of ``case`` still to run (no -k here: a worker runs every backend of its case)."""
+        return [b for b in self.backend_names if (case.case_id, b) not in done]
 
     def close(self) -> None:
         self.cluster.close()
@@ -96,7 +97,7 @@ class DaskRunner:
             want = ", ".join(f"{k}={v:g}" for k, v in self.resources.items())
             raise ExecutorError(f"no worker of the cluster has the resources {want} (--resource)")
         backends = self.opts.backends or self.sf.scenario.backends or None
-        job = dict(self.job, backends=backends)
+        job = dataclasses.replace(self.job, backends=list(backends or [])).to_json()
         futs = {a: self.client.submit(case_task.preflight, job, workers=[a], allow_other_workers=False,
                                       resources=self.resources or None, pure=False,
                                       key=f"attnbench-preflight-{self.run_id}-{i}")
@@ -144,8 +145,8 @@ class DaskRunner:
         return f"attnbench-{self.run_id}-{uuid.uuid4().hex[:8]}"
 
     def _submit(self, attempt: Attempt, live: dict, inbox: queue.Queue) -> None:
-        job = dict(self.job, topic=attempt.topic, case_id=attempt.case.case_id, backends=list(attempt.backends),
-                   options=options_to_json(self.opts))  # as they are now (run sets profile_dir late)
+        # the options as they are now (run sets profile_dir after the runner is made)
+        job = self.job.for_case(attempt.case.case_id, attempt.backends, options=self.opts, topic=attempt.topic).to_json()
         self.client.subscribe_topic(attempt.topic, lambda ev, t=attempt.topic: inbox.put(("event", t, ev[1])))
         fut = self.client.submit(case_task.run_case, job, key=attempt.topic, pure=False, retries=0,
                                  resources=self.resources or None)

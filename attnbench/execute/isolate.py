@@ -1,11 +1,12 @@
 """``attnbench run --isolate``: each case's backends run in a child process.
 
-The parent starts ``python -m attnbench.execute.isolate --fd N`` per case, sends it a job on stdin
-(the scenario text and overrides, the case id, the backends still to run, the run options
-and the ``--backend-file`` files to load) and reads JSON lines back on pipe ``N``:
-``ready`` once the child has loaded everything, ``start`` and ``end`` around each step of a
-backend (its plan and checks, each timing round, its statistics and profile), ``row`` with
-each finished row. Steps are reported one by one even when ``timing.rounds > 1`` makes the
+The parent starts ``python -m attnbench.execute.isolate --fd N`` per case, sends it a
+``Job`` on stdin (``execute.job``: the scenario text and overrides, the case id, the backends
+still to run, the run options and the ``--backend-file`` files to load) and reads events
+(``execute.events``, the vocabulary a Dask worker uses too) back on pipe ``N``, one JSON
+object a line: ``ready`` once the child has loaded everything, ``start`` and ``end`` around
+each step of a backend (its plan and checks, each timing round, its statistics and profile),
+``row`` with each finished row. Steps are reported one by one even when ``timing.rounds > 1`` makes the
 backends of a case take turns and their rows come out together at the end of the case, so a
 crash is always blamed on the backend whose step was running. The child rebuilds the batch
 from the scenario and its seed, so its inputs are the ones an in-process run would use. Rows
@@ -35,7 +36,9 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from attnbench.execute.options import SaveTensorsError, options_from_json, options_to_json
+from attnbench.execute import events as ev_
+from attnbench.execute.job import Job
+from attnbench.execute.options import SaveTensorsError
 from attnbench.store.rows import Row, Status, checked
 
 SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
@@ -46,7 +49,7 @@ _TIMEOUT = object()
 
 
 class _Child:
-    def __init__(self, job: dict):
+    def __init__(self, job: Job):
         r, w = os.pipe()
         self.log = tempfile.TemporaryFile()
         env = dict(os.environ)
@@ -68,7 +71,7 @@ class _Child:
         self.fd = r
         self.buf = b""
         try:
-            self.proc.stdin.write(json.dumps(job, default=str).encode())
+            self.proc.stdin.write(json.dumps(job.to_json(), default=str).encode())
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # the child died at once: its exit status says why
@@ -145,29 +148,28 @@ def _describe(child: _Child, how: str) -> str:
     return f"{how}; last stderr: {tail}" if tail else how
 
 
-def isolated_rows(
-    runner,
-    *,
-    scenario_text: str,
-    scenario_path: str,
-    overrides: list[str],
-    backend_files: list[str],
-    timeout: float,
-    done: frozenset = frozenset(),
-) -> Iterator[Row]:
+class IsolatedRunner:
+    """The isolated executor: a local ``Runner``'s cases, each case's backends in child
+    processes. Everything but ``rows`` is the local runner's (its backends, device, -k)."""
+
+    def __init__(self, runner, job: Job, timeout: float):
+        self.runner, self.job, self.timeout = runner, job, timeout
+
+    def __getattr__(self, name: str):
+        return getattr(self.runner, name)
+
+    def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:
+        return isolated_rows(self.runner, self.job, self.timeout, done)
+
+
+def isolated_rows(runner, job: Job, timeout: float, done: frozenset = frozenset()) -> Iterator[Row]:
     """Like ``Runner.rows`` with each case's backends in child processes."""
-    base_job = {
-        "scenario_text": scenario_text,
-        "scenario_path": scenario_path,
-        "overrides": list(overrides),
-        "backend_files": [str(Path(f).resolve()) for f in backend_files],
-        "options": options_to_json(runner.opts),
-    }
     for case in runner.sf.cases:
         remaining = runner.todo(case, done)
         while remaining:
-            job = dict(base_job, case_id=case.case_id, backends=list(remaining))
-            for row in _run_child(runner, case, remaining, job, timeout):
+            # the options as they are now (run sets profile_dir after the runner is made)
+            case_job = job.for_case(case.case_id, remaining, options=runner.opts)
+            for row in _run_child(runner, case, remaining, case_job, timeout):
                 yield checked(row)
 
 
@@ -177,7 +179,7 @@ def _failed_row(runner, case, name: str, reason: str) -> Row:
     return row
 
 
-def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) -> Iterator[Row]:
+def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> Iterator[Row]:
     """One child for the case's ``remaining`` backends; removes each finished one from the list."""
     child = _Child(job)
     current: Optional[str] = None  # the backend whose step is running
@@ -203,27 +205,27 @@ def _run_child(runner, case, remaining: list[str], job: dict, timeout: float) ->
                     failure = _describe(child, f"child process {child.exit_text()}")
                 break
             kind = ev.get("event")
-            if kind == "ready":
+            if kind == ev_.READY:
                 ready = True
-            elif kind == "start":
+            elif kind == ev_.START:
                 if ev["backend"] != last:  # --timeout is per backend (per turn, with timing.rounds)
                     deadline = time.monotonic() + timeout
                 current = last = ev["backend"]
-            elif kind == "end":
+            elif kind == ev_.END:
                 current = None
-            elif kind == "row":
-                row = Row.from_json(ev["row"])
+            elif kind == ev_.ROW:
+                row = ev_.row_of(ev)
                 if row.backend in remaining:
                     remaining.remove(row.backend)
                 current = None
                 yield row
-            elif kind == "save_failed":  # after every row: the run stops, saying why
+            elif kind == ev_.SAVE_FAILED:  # after every row: the run stops, saying why
                 raise SaveTensorsError(ev.get("reason", "--save-tensors: could not write"))
-            elif kind == "fatal":
+            elif kind == ev_.FATAL:
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
                 ready = False
-            elif kind == "restart":  # ("done" too: the end of stream follows)
+            elif kind == ev_.RESTART:  # (DONE too: the end of stream follows)
                 restarting, current = True, None  # the backends left are not to blame
     finally:
         child.close()
@@ -261,54 +263,55 @@ def _child_main(argv: list[str]) -> int:
         out.flush()
 
     try:
-        job = json.loads(sys.stdin.read())
-        from attnbench import backend as registry
-        from attnbench.execute.runner import Runner
-        from attnbench.workload.scenario import load_text
-
-        for f in job["backend_files"]:
-            registry.load_backend_file(f)
-        sf = load_text(job["scenario_text"], job["scenario_path"], job["overrides"])
-        case = next(c for c in sf.cases if c.case_id == job["case_id"])
-        opts = options_from_json(job["options"])
-        opts.backends = list(job["backends"])
-        runner = Runner(sf, opts)
+        job = Job.from_json(json.loads(sys.stdin.read()))
+        sent: set[str] = set()
+        step = _StepReporter(send, sent, out)
+        runner = job.runner(on_step=step)
+        case = job.case(runner)
+        step.arm(runner, case, job.backends)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which records rows
-        send({"event": "fatal", "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"})
+        send(ev_.event(ev_.FATAL, reason=f"{type(e).__name__}: {str(e).strip()[:300]}"))
         return 1
-    send({"event": "ready"})
-    names = list(job["backends"])
-    sent: set[str] = set()
-    rounds = runner.timing_config(case).rounds
-
-    def restart_if_poisoned(row: Row) -> None:
-        """After an error on a GPU the CUDA context may be unusable: send the row (if it was
-        not), exit, and let a fresh process run the backends left (if any)."""
-        others = [n for n in names if n not in sent and n != row.backend]
-        if row.status is Status.ERROR and runner.device.type == "cuda" and others:
-            if row.backend not in sent:
-                send({"event": "row", "row": checked(row).to_json()})
-            send({"event": "restart"})
-            out.close()
-            os._exit(0)
-
-    def on_step(row: Row, ended: bool) -> None:
-        send({"event": "end" if ended else "start", "backend": row.backend})
-        if ended and rounds > 1:  # the other backends' steps come before this row is done
-            restart_if_poisoned(row)
-
-    runner.on_step = on_step
+    send(ev_.event(ev_.READY))
     try:
-        for row in runner.run_case(case, names):  # the case's epilogue (--save-tensors) runs too
-            send({"event": "row", "row": row.to_json()})
+        for row in runner.run_case(case, list(job.backends)):  # the case's epilogue (--save-tensors) runs too
+            send(ev_.row_event(row))
             sent.add(row.backend)
-            restart_if_poisoned(row)
+            step.restart_if_poisoned(row)
     except SaveTensorsError as e:
-        send({"event": "save_failed", "reason": str(e)})
+        send(ev_.event(ev_.SAVE_FAILED, reason=str(e)))
         return 1
-    send({"event": "done"})
+    send(ev_.event(ev_.DONE))
     out.close()
     return 0
+
+
+class _StepReporter:
+    """The child's step observer: each step's START/END to the parent; in rounds mode, after
+    an error on a GPU, the restart (the CUDA context may be unusable)."""
+
+    def __init__(self, send, sent: set, out):
+        self.send, self.sent, self.out = send, sent, out
+        self.runner, self.names, self.rounds = None, [], 1
+
+    def arm(self, runner, case, names: list[str]) -> None:
+        self.runner, self.names, self.rounds = runner, list(names), runner.timing_config(case).rounds
+
+    def __call__(self, row: Row, ended: bool) -> None:
+        self.send(ev_.step_event(row, ended))
+        if ended and self.rounds > 1:  # the other backends' steps come before this row is done
+            self.restart_if_poisoned(row)
+
+    def restart_if_poisoned(self, row: Row) -> None:
+        """After an error on a GPU the CUDA context may be unusable: send the row (if it was
+        not), exit, and let a fresh process run the backends left (if any)."""
+        others = [n for n in self.names if n not in self.sent and n != row.backend]
+        if row.status is Status.ERROR and self.runner.device.type == "cuda" and others:
+            if row.backend not in self.sent:
+                self.send(ev_.row_event(checked(row)))
+            self.send(ev_.event(ev_.RESTART))
+            self.out.close()
+            os._exit(0)
 
 
 if __name__ == "__main__":

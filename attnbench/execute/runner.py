@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -89,19 +89,20 @@ def _release(device: torch.device) -> None:
 
 
 class Runner:
-    def __init__(self, sf: ScenarioFile, opts: RunOptions):
+    """The local executor. ``on_step(row, ended)``: told as each backend's step (prepare, a timing round,
+    finish, the input check) starts and ends; a child or a Dask worker reports it (crashes are blamed right)."""
+
+    def __init__(self, sf: ScenarioFile, opts: RunOptions, on_step: Optional[Callable[[Row, bool], None]] = None):
         self.sf = sf
         self.opts = opts
+        self.on_step = on_step or (lambda row, ended: None)  # the step observer
+        self.notes: list[str] = []  # what the command line should tell the user (the executor protocol)
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
         self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
         self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
-
-    @property
-    def total_rows(self) -> int:
-        return len(self.sf.cases) * len(self.backend_names)
 
     def backend_versions(self) -> dict[str, str]:
         out = {}
@@ -147,11 +148,8 @@ class Runner:
         for row in self._case_rows(case, names):
             yield checked(row)
 
-    def on_step(self, row: Row, ended: bool) -> None:
-        """Called as each backend's step (prepare, a timing round, finish, the input check)
-        starts and ends.
-        Does nothing here; ``--isolate``'s child reports it to the parent, so that a crash is
-        blamed on the backend that was running, in rounds mode too."""
+    def close(self) -> None:
+        """Nothing to let go of (the executor protocol: a Dask runner closes its cluster)."""
 
     def _case_rows(self, case: Case, names: list[str]) -> Iterator[Row]:
         sc = case.scenario

@@ -42,13 +42,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from attnbench.backend_reasons import head_dim_reasons, request_reasons, variant_reasons
 from attnbench.backend_options import BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve
+from attnbench.workload.spec import KINDS  # the request kinds (docs/semantics.md), defined once there
 
 if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
     import torch
 
     from attnbench.workload.batch import Batch
-
-KINDS = ("prefill", "decode", "tree")  # the request kinds of docs/semantics.md
 
 
 def _dtype_name(d: torch.dtype) -> str:
@@ -114,6 +113,15 @@ class Backend(ABC):
     supports_mla: ClassVar[bool] = False  # attention: mla (workload/mla.py); head-dim rules then unused
     #: declared options (``-b NAME:key=value``); see attnbench.backend_options
     options: ClassVar[dict[str, BackendOption]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """A built-in backend's class takes its library, install hint, device needs and
+        distribution from ``BUILTIN_INFO`` (one definition, readable without importing it)."""
+        super().__init_subclass__(**kwargs)
+        info = BUILTIN_INFO.get(cls.__dict__.get("name", ""))
+        if info is not None and info.target == f"{cls.__module__}:{cls.__qualname__}":
+            for fact in BUILTIN_FACTS:
+                setattr(cls, fact, getattr(info, fact))
 
     def option(self, key: str) -> str:
         """The value of option ``key`` for this instance (its canonical text: a choice, a
@@ -223,18 +231,6 @@ class Backend(ABC):
         return cls.convert is not Backend.convert
 
 
-# name -> "module:Class", imported only when asked for.
-BUILTIN: dict[str, str] = {
-    "reference": "attnbench.backends.reference:ReferenceBackend",
-    "sdpa": "attnbench.backends.sdpa:SdpaBackend",
-    "flex": "attnbench.backends.flex:FlexBackend",
-    "triton": "attnbench.backends.triton_paged:TritonBackend",
-    "flash-attn": "attnbench.backends.flash_attn:FlashAttnBackend",
-    "xformers": "attnbench.backends.xformers:XformersBackend",
-    "flashinfer": "attnbench.backends.flashinfer:FlashInferBackend",
-}
-
-
 def device_reason(name: str, cuda_only: bool, cpu_env: Optional[str], device_type: str) -> Optional[str]:
     """See :meth:`Backend.device_reason` (a function, so that the listing of built-in
     backends can say it without importing them)."""
@@ -247,36 +243,44 @@ def device_reason(name: str, cuda_only: bool, cpu_env: Optional[str], device_typ
 
 @dataclass(frozen=True)
 class BuiltinInfo:
-    """What ``attnbench backends`` says of a built-in backend without importing it (and so
-    torch); tests check it against the classes."""
+    """A built-in backend's class (``module:Class``, imported only when asked for) and the
+    facts ``attnbench backends`` says of it without importing it (and so torch). Written once,
+    here: the class takes them from this table (``Backend.__init_subclass__``)."""
 
-    library: Optional[str]
+    target: str
+    library: Optional[str] = None
     install_hint: str = ""
     cuda_only: bool = False
-    cpu_env: Optional[str] = None
-    distribution: Optional[str] = None
+    cpu_env: Optional[str] = None  # on a CPU only with this environment variable = 1
+    distribution: Optional[str] = None  # whose version goes into rows and manifests
     option_envs: tuple[str, ...] = ()  # environment variables that set an option's default (sorted)
 
 
+BUILTIN_FACTS = ("library", "install_hint", "cuda_only", "cpu_env", "distribution")
 BUILTIN_INFO: dict[str, BuiltinInfo] = {
-    "reference": BuiltinInfo(None),
-    "sdpa": BuiltinInfo(None),
-    "flex": BuiltinInfo(None),
-    "triton": BuiltinInfo("triton", "pip install attnbench[triton]", False, "TRITON_INTERPRET", "triton"),
+    "reference": BuiltinInfo("attnbench.backends.reference:ReferenceBackend"),
+    "sdpa": BuiltinInfo("attnbench.backends.sdpa:SdpaBackend"),
+    "flex": BuiltinInfo("attnbench.backends.flex:FlexBackend"),
+    "triton": BuiltinInfo("attnbench.backends.triton_paged:TritonBackend", "triton", "pip install attnbench[triton]",
+                          cpu_env="TRITON_INTERPRET", distribution="triton"),
     "flash-attn": BuiltinInfo(
-        "flash_attn", "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, None, "flash-attn",
-        ("ATTNBENCH_FA2_HDIM128_ONLY",),
+        "attnbench.backends.flash_attn:FlashAttnBackend", "flash_attn",
+        "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, distribution="flash-attn",
+        option_envs=("ATTNBENCH_FA2_HDIM128_ONLY",),
     ),
     "xformers": BuiltinInfo(
-        "xformers", "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, None, "xformers",
-        ("ATTNBENCH_XFORMERS_TRITON_ONLY",),
+        "attnbench.backends.xformers:XformersBackend", "xformers",
+        "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, distribution="xformers",
+        option_envs=("ATTNBENCH_XFORMERS_TRITON_ONLY",),
     ),
     "flashinfer": BuiltinInfo(
-        "flashinfer",
+        "attnbench.backends.flashinfer:FlashInferBackend", "flashinfer",
         "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)",
-        True, None, "flashinfer-python", ("ATTNBENCH_FLASHINFER_BACKEND", "ATTNBENCH_FLASHINFER_CASCADE"),
+        True, distribution="flashinfer-python", option_envs=("ATTNBENCH_FLASHINFER_BACKEND", "ATTNBENCH_FLASHINFER_CASCADE"),
     ),
 }
+# name -> "module:Class" (as before the table held the facts too)
+BUILTIN: dict[str, str] = {name: info.target for name, info in BUILTIN_INFO.items()}
 
 
 class UnknownBackend(ValueError):

@@ -80,12 +80,8 @@ def _fns():
 
 class FlashAttnBackend(Backend):
     name = "flash-attn"
-    library = "flash_attn"
-    distribution = "flash-attn"
-    install_hint = "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)"
     import_modules = ("flash_attn.flash_attn_interface",)  # loads the CUDA extension
     label = "flash-attn 2"
-    cuda_only = True
     dtypes = (torch.float16, torch.bfloat16)
     page_size_multiple = 256
     head_dim_multiple = 8

@@ -58,12 +58,8 @@ class FlashInferPlan:
 
 class FlashInferBackend(Backend):
     name = "flashinfer"
-    library = "flashinfer"
-    distribution = "flashinfer-python"
-    install_hint = "pip install 'attnbench[flashinfer]' (JIT needs nvcc, or add flashinfer-cubin / flashinfer-jit-cache)"
     import_modules = ("flashinfer",)
     label = "FlashInfer"
-    cuda_only = True
     dtypes = (torch.float16, torch.bfloat16)
     head_dims = HEAD_DIMS
     supports_window = True

@@ -74,13 +74,9 @@ def triton_mode() -> Optional[str]:
 
 class TritonBackend(Backend):
     name = "triton"
-    library = "triton"
-    distribution = "triton"
-    install_hint = "pip install attnbench[triton]"
     head_dims = (32, 64, 96, 128, 256)  # 96 runs padded to 128 lanes, the extra ones masked
     max_page_size = 256
     max_group = 128
-    cpu_env = "TRITON_INTERPRET"  # on a CPU only in its interpreter
     supports_mla = True  # MLA batches go to triton_mla.py
     # every variant in the one launch (triton_features.py): constexpr-specialized kernels
     supports_window = True

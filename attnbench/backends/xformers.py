@@ -95,9 +95,6 @@ class XformersPlan:
 
 class XformersBackend(Backend):
     name = "xformers"
-    library = "xformers"
-    distribution = "xformers"
-    install_hint = "pip install 'attnbench[xformers]' (the wheel must match your torch version)"
     import_modules = ("xformers._cpp_lib", "xformers.ops")
 
     @classmethod
@@ -120,7 +117,6 @@ class XformersBackend(Backend):
         return type(self).unavailable()
 
     label = "xformers"
-    cuda_only = True
     page_size_multiple = PAGE_MULTIPLE
     max_tree_shapes = 1  # tree_attention's spec bias is one [T, T] tensor
     trees_need_context = True

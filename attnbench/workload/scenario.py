@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from attnbench.workload import mla
-from attnbench.workload.spec import BatchSpec, Request
+from attnbench.workload.spec import KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
@@ -45,7 +45,7 @@ class ModelShape(_Strict):
     num_q_heads: SizeInt = Field(ge=1, le=1024)
     num_kv_heads: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
     head_dim: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
-    dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
+    dtype: Literal[MODEL_DTYPES] = "bfloat16"
     scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5; mla: (qk_nope_head_dim + rope_dim) ** -0.5")
     attention: Literal["mha", "mla"] = Field(default="mha", description="mla: multi-head latent attention, absorbed")
     kv_lora_rank: Optional[SizeInt] = Field(default=None, ge=1, le=4096, description="mla: latent = value dims (512)")
@@ -73,15 +73,15 @@ class ModelShape(_Strict):
 
 class KVCache(_Strict):
     page_size: SizeInt = Field(default=16, ge=1, le=4096)
-    layout: Literal["contiguous", "shuffled", "shuffled-within", "reversed", "interleaved"] = "shuffled"
-    dtype: Optional[Literal["fp8_e4m3", "fp8_e5m2", "float32", "float16", "bfloat16"]] = Field(
+    layout: Literal[LAYOUTS] = "shuffled"
+    dtype: Optional[Literal[KV_DTYPES]] = Field(
         default=None, description="cache dtype: fp8_e4m3 or fp8_e5m2 (scales from the data), else the model dtype"
     )
-    scale: Literal["per-tensor", "per-head"] = Field(
+    scale: Literal[KV_SCALES] = Field(
         default="per-tensor",
         description="FP8 scales: one per K/V cache (per-tensor) or one per KV head (per-head); unused by a cache in the model dtype",
     )
-    order: Literal["NHD", "HND"] = Field(
+    order: Literal[KV_ORDERS] = Field(
         default="NHD", description="page storage order: NHD [page, head, dim] or HND [head, page, dim]"
     )
 
@@ -89,7 +89,7 @@ class KVCache(_Strict):
 class Group(_Strict):
     """A group of ``count`` identical requests."""
 
-    kind: Literal["prefill", "decode", "tree"]
+    kind: Literal[KINDS]
     count: SizeInt = Field(default=1, ge=1, le=65536)
     context: SizeInt = Field(default=0, ge=0, le=1 << 24)
     query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)

@@ -13,11 +13,19 @@ from attnbench.workload.units import format_int
 if TYPE_CHECKING:
     import torch
 
+# The facts of a batch, defined here once: the scenario's schema (workload.scenario), the
+# tensors (workload.batch) and the backend contract (backend.KINDS) take them from here.
+#: request kinds (docs/semantics.md)
+KINDS = ("prefill", "decode", "tree")
+#: how a request's pages are placed in the cache (workload.pages)
 LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
 #: dtype name -> bytes per element (the torch dtypes are in ``batch.DTYPES``)
 DTYPE_NAMES = {"float32": 4, "float16": 2, "bfloat16": 2}
+MODEL_DTYPES = tuple(DTYPE_NAMES)
 #: FP8 KV-cache dtype name -> (torch dtype name, largest finite value); 1 byte per element
 FP8_DTYPES = {"fp8_e4m3": ("float8_e4m3fn", 448.0), "fp8_e5m2": ("float8_e5m2", 57344.0)}
+#: what kv_cache.dtype may name: an FP8 dtype, or the model's dtype spelled out
+KV_DTYPES = (*FP8_DTYPES, *MODEL_DTYPES)
 KV_SCALES = ("per-tensor", "per-head")
 KV_ORDERS = ("NHD", "HND")
 

@@ -279,7 +279,6 @@ BUILTIN_INFO: dict[str, BuiltinInfo] = {
         True, distribution="flashinfer-python", option_envs=("ATTNBENCH_FLASHINFER_BACKEND", "ATTNBENCH_FLASHINFER_CASCADE"),
     ),
 }
-# name -> "module:Class" (as before the table held the facts too)
 BUILTIN: dict[str, str] = {name: info.target for name, info in BUILTIN_INFO.items()}
 
 

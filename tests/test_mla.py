@@ -213,7 +213,7 @@ def test_flashinfer_mla_reasons_without_flashinfer():
 def test_check_saved_follows_the_semantics_alone(tmp_path):
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
     spec = importlib.util.spec_from_file_location("check_saved", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -248,7 +248,7 @@ def test_fp8_latent_cache(kv_dtype, tmp_path):
     assert any(kv_dtype in w for w in flashinfer_mla.mla_reasons(batch, "fa2"))
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "check_saved.py"
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
     mod_spec = importlib.util.spec_from_file_location("check_saved_fp8", path)
     mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(mod)

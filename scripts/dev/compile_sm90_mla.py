@@ -1,8 +1,8 @@
 """Compile the MLA Triton kernel (triton_mla_kernels.py) for sm_90 without a GPU and print its
-registers, spills, shared memory and whether the dots became wgmma (as scripts/compile_sm90.py
+registers, spills, shared memory and whether the dots became wgmma (as scripts/dev/compile_sm90.py
 does for the MHA kernel; run it with the device's triton, e.g. triton 3.6.0 in a venv):
 
-  python3 scripts/compile_sm90_mla.py "H=16" "H=128,BLOCK_M=64,num_warps=8" "H=16,BLOCK_M=64,HAS_TREE=1"
+  python3 scripts/dev/compile_sm90_mla.py "H=16" "H=128,BLOCK_M=64,num_warps=8" "H=16,BLOCK_M=64,HAS_TREE=1"
 """
 import re, sys, importlib.util
 import triton
@@ -10,7 +10,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from compile_sm90 import resources
-spec = importlib.util.spec_from_file_location("mk", str(__import__("pathlib").Path(__file__).resolve().parent.parent / "attnbench" / "backends" / "triton_mla_kernels.py"))
+spec = importlib.util.spec_from_file_location("mk", str(__import__("pathlib").Path(__file__).resolve().parents[2] / "attnbench" / "backends" / "triton_mla_kernels.py"))
 mk = importlib.util.module_from_spec(spec); spec.loader.exec_module(mk)
 PTRS = {"Q": "*bf16", "KV": "*bf16", "OUT": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32",
         "CTX": "*i32", "QSTART": "*i32", "ANC": "*i64"}

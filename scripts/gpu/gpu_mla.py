@@ -1,9 +1,9 @@
-"""Helpers of scripts/gpu_mla.sh (MLA on the GPU, issue 23). Subcommands:
+"""Helpers of scripts/gpu/gpu_mla.sh (MLA on the GPU, issue 23). Subcommands:
 
-    python3 scripts/gpu_mla.py jit                 FlashInfer's MLA modules (fa2, fa3) built once
-    python3 scripts/gpu_mla.py sweep               triton MLA configs on the target cases, timed by
+    python3 scripts/gpu/gpu_mla.py jit                 FlashInfer's MLA modules (fa2, fa3) built once
+    python3 scripts/gpu/gpu_mla.py sweep               triton MLA configs on the target cases, timed by
                                                    attnbench's own timer (time_run), checked vs the reference
-    python3 scripts/gpu_mla.py summary DIR...      every row of the run folders: time, % of the byte
+    python3 scripts/gpu/gpu_mla.py summary DIR...      every row of the run folders: time, % of the byte
                                                    floor, % of the roofline, status; then the targets
 
 The targets (issue 23): triton MLA decode >= 80% of the latent byte floor at 8 requests x 16k
@@ -28,13 +28,13 @@ def _spec(hq: int, reqs):
 def jit() -> None:
     """Plan and run a tiny MLA batch through FlashInfer's wrapper on each route (JIT-compiles)."""
     from attnbench.backends import flashinfer_mla
-    from attnbench.backends.flashinfer import _workspace
+    from attnbench.backends.flashinfer_plans import workspace_for
     from attnbench.workload.batch import Request, materialize
 
     batch = materialize(_spec(16, [Request("decode", 1, 100)] * 2), 0, "cuda")
     for route in ("fa2", "fa3"):
         try:
-            p = flashinfer_mla.plan(batch, route, _workspace(batch.device), {})
+            p = flashinfer_mla.plan(batch, route, workspace_for({}, batch.device), {})
             flashinfer_mla.run(p)
             torch.cuda.synchronize()
             print(f"jit {route}: ok ({p.mode})", flush=True)

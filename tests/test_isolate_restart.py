@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.execute import isolate
+from attnbench.execute.job import Job
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner
 from attnbench.store.rows import Row, Status
@@ -36,9 +37,9 @@ class _ScriptedChild:
     scripts: list = []
     started: list = []
 
-    def __init__(self, job: dict):
+    def __init__(self, job: Job):
         events, rc = type(self).scripts.pop(0)
-        type(self).started.append(list(job["backends"]))
+        type(self).started.append(list(job.backends))
         self.events = list(events)
         self.proc = _Proc(rc)
 
@@ -86,8 +87,7 @@ def test_a_child_restarting_after_a_cuda_error_blames_no_one_else(monkeypatch, r
     monkeypatch.setattr(_ScriptedChild, "scripts", [(first, 0), (second, 0)])
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
-    rows = list(isolate.isolated_rows(runner, scenario_text=TINY, scenario_path="tiny.yaml", overrides=["sweep={}"],
-                                      backend_files=[], timeout=60))
+    rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
     by = {r.backend: r for r in rows}
     assert by["flex"].status == "error" and "device-side assert" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok", [(r.backend, r.reason) for r in rows]
@@ -105,8 +105,7 @@ def test_a_child_dying_with_code_0_without_restart_is_still_an_error(monkeypatch
     monkeypatch.setattr(_ScriptedChild, "scripts", [(first, 0), (second, 0)])
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
-    rows = list(isolate.isolated_rows(runner, scenario_text=TINY, scenario_path="tiny.yaml", overrides=["sweep={}"],
-                                      backend_files=[], timeout=60))
+    rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
     by = {r.backend: r for r in rows}
     assert by["flex"].status == "error" and "exited with code 0" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok"
@@ -125,8 +124,7 @@ def test_a_child_dying_after_a_backends_steps_blames_that_backend(monkeypatch, r
     monkeypatch.setattr(_ScriptedChild, "scripts", [(first, 1), (second, 0)])
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
-    rows = list(isolate.isolated_rows(runner, scenario_text=TINY, scenario_path="tiny.yaml", overrides=["sweep={}"],
-                                      backend_files=[], timeout=60))
+    rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
     by = {r.backend: r for r in rows}
     assert by["flex"].status == "error" and "exited with code 1" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok"

@@ -5,7 +5,7 @@ windows, sinks, soft-cap, ALiBi, bidirectional prefill, the HND cache order and 
 sizes 1 and 16, shuffled layouts, forced KV splits (the sink counted once across the merge)
 and small row blocks. float32/float16 only (bfloat16 ``tl.dot`` is wrong in the interpreter);
 FP8 caches need a 16-bit model dtype, so those run in float16. The GPU run is
-scripts/gpu_triton_variants.sh.
+scripts/gpu/gpu_triton_variants.sh.
 """
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def test_cpu_in_fresh_process():
 
 @pytest.mark.parametrize("name", ["triton-fp8-decode", "triton-window-decode", "triton-fp8-trees"])
 def test_gpu_target_scenarios_run_on_the_cpu(name, tmp_path):
-    """scripts/gpu_triton_variants.sh's scenarios, end to end through `attnbench run` with the
+    """scripts/gpu/gpu_triton_variants.sh's scenarios, end to end through `attnbench run` with the
     triton backend at tiny shapes (float16: FP8 caches and the interpreter both need it)."""
     need_interpreter()
     from pathlib import Path
@@ -195,7 +195,7 @@ def test_gpu_target_scenarios_run_on_the_cpu(name, tmp_path):
 
     from attnbench.cli.app import app
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "scenarios" / f"{name}.yaml"
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "scenarios" / f"{name}.yaml"
     sets = ["model.num_q_heads=4", "model.num_kv_heads=2", "model.head_dim=32", "model.dtype=float16",
             "batch.0.context=150"] + (["kv_cache.dtype=fp8_e4m3"] if "fp8" in name else [])  # bf16 clashes with float16
     args = ["run", str(path), "--device", "cpu", "-b", "triton", "--out", str(tmp_path / "run"), "-q",

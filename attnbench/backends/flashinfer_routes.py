@@ -19,7 +19,7 @@ Routes (FlashInfer 0.5.3; ``docs/backends.md``):
 - ``auto``: shared prefix pages -> the cascade (option ``cascade``); decode-only -> ``xqa``
   with sinks (the decode wrapper has none), else ``decode-tc``; a batch that needs a custom
   mask -> ``fa2``; prefills mixed with decodes -> ``persistent`` where it can (measured on an
-  H100 with scripts/gpu_library_routes.py: 172 us against fa2's 291 and fa3's 365 on 2 chunked
+  H100 with scripts/gpu/gpu_library_routes.py: 172 us against fa2's 291 and fa3's 365 on 2 chunked
   prefills of 512 + 16 decodes @4k); otherwise ``fa3`` on Hopper (FlashInfer's own "auto"
   choice there: 107 us against persistent's 152 on 4x1k) unless the cache is FP8 (fa3 wants FP8
   queries too), else ``fa2``. Decodes: decode-tc 60.2 us, fa2 60.3, decode 62.3, xqa 67.3,

@@ -1,28 +1,28 @@
 #!/bin/bash
 # issue 21, the triton backend's attention variants on one GPU, in one device call:
-#   source scripts/device_setup.sh; bash scripts/gpu_triton_variants.sh
-# 1) every variant against the reference in bf16 and fp16 (scripts/gpu_triton_variants_check.py);
+#   source scripts/gpu/device_setup.sh; bash scripts/gpu/gpu_triton_variants.sh
+# 1) every variant against the reference in bf16 and fp16 (scripts/gpu/gpu_triton_variants_check.py);
 # 2) the targets, timed by attnbench's own timer (CUDA-graph replays, read flush, every row
 #    checked against the reference): FP8 decode 8 x 16k vs the FP8 byte floor
-#    (scripts/scenarios/triton-fp8-decode.yaml), a W=128 windowed decode from 4k to 32k
+#    (scripts/gpu/scenarios/triton-fp8-decode.yaml), a W=128 windowed decode from 4k to 32k
 #    (triton-window-decode.yaml), 40-node trees on FP8 vs bf16 (triton-fp8-trees.yaml).
 # Logs, run folders (tarred) and summary.txt land in $OUT. DECODE_EXTRA adds backends to the FP8
-# decode run, e.g. DECODE_EXTRA="-b triton-bn32 --backend-file scripts/triton_variants.py".
+# decode run, e.g. DECODE_EXTRA="-b triton-bn32 --backend-file scripts/dev/triton_variants.py".
 set -u
 OUTDIR=${OUT:-/tmp/triton_variants}; RUNS=/tmp/triton_variants_runs; mkdir -p "$OUTDIR" "$RUNS"
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache TRITON_CACHE_DIR=/tmp/triton-cache
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUTDIR/summary.txt"
 el "correctness (bf16, fp16)"
-python3 scripts/gpu_triton_variants_check.py --workers "${WORKERS:-8}" 2>&1 | tee "$OUTDIR/check.txt" | grep -v "^ok "
+python3 scripts/gpu/gpu_triton_variants_check.py --workers "${WORKERS:-8}" 2>&1 | tee "$OUTDIR/check.txt" | grep -v "^ok "
 el "check rc=${PIPESTATUS[0]}"; grep "VARIANT CHECKS" "$OUTDIR/check.txt" >> "$OUTDIR/summary.txt"
 for s in triton-fp8-decode triton-window-decode triton-fp8-trees; do
   el "$s"
   extra=""; [ "$s" = triton-fp8-decode ] && extra=${DECODE_EXTRA:-}  # e.g. tile variants, see below
-  python3 -m attnbench run "scripts/scenarios/$s.yaml" -b triton $extra --out "$RUNS/$s" -q \
+  python3 -m attnbench run "scripts/gpu/scenarios/$s.yaml" -b triton $extra --out "$RUNS/$s" -q \
     --warmup-ms 10 --measure-ms 60 > "$RUNS/$s.log" 2>&1
   el "$s: rc=$?"; grep -E "Error|error|Traceback" "$RUNS/$s.log" | head -5
-  python3 scripts/triton_summary.py /tmp/attnbench-cache/ceilings.json "$RUNS/$s" | tee -a "$OUTDIR/summary.txt"
+  python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$RUNS/$s" | tee -a "$OUTDIR/summary.txt"
 done
 python3 - "$RUNS" <<'PY' | tee -a "$OUTDIR/summary.txt"
 # the three targets' verdicts from the run folders

@@ -1,10 +1,10 @@
 """The triton backend's attention variants against the reference on a GPU (issue 21), in
 bfloat16 and float16: every feature alone and all together, trees, chunked and bidirectional
 prefills, decodes, page sizes 1 and 16, shuffled pages, split-K forced and not, head dims 64,
-96, 128, 256. Run by scripts/gpu_triton_variants.sh; prints one line per (dtype, feature)
+96, 128, 256. Run by scripts/gpu/gpu_triton_variants.sh; prints one line per (dtype, feature)
 with the worst relative error and exits 1 on any failure.
 
-  python3 scripts/gpu_triton_variants_check.py [--workers N]
+  python3 scripts/gpu/gpu_triton_variants_check.py [--workers N]
 
 The kernels compile in N worker processes at once (one CUDA context each: the GPU work is
 small, the compiles are what takes time).

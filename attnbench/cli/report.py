@@ -1,0 +1,52 @@
+"""``attnbench report RUN [RUN...] -o report.html``: one self-contained HTML file of runs
+(``analyze.report``), optionally with a history's trends (``--history DB -k EXPR``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attnbench.analyze.report import RunData, build_report
+from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.store.runfolder import RunFolder, atomic_write
+
+
+def _labels(paths: List[Path]) -> List[str]:
+    """Each run's folder name, or its whole path where two runs share a name."""
+    names = [p.resolve().name for p in paths]
+    return [n if names.count(n) == 1 else str(p) for n, p in zip(names, paths)]
+
+
+def load_runs(paths: List[Path]) -> List[RunData]:
+    runs = []
+    for path, label in zip(paths, _labels(paths)):
+        if not path.is_dir():
+            raise UsageError(f"{path}: not a run folder (no such folder); pass folders written by attnbench run")
+        rf = RunFolder.load(path)
+        runs.append(RunData(label, rf.manifest, rf.rows))
+    return runs
+
+
+@app.command("report")
+@handle_errors
+def report_cmd(
+    runs: List[Path] = typer.Argument(..., help="run folders (two or more: the last is compared with the first)"),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
+    title: str = typer.Option("", help="the page title (default: the runs' names)"),
+    history: Optional[Path] = typer.Option(None, "--history", help="also draw the trends of this history database"),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR",
+                                         help="with --history: which case/backend trends to draw (like pytest -k)"),
+):
+    """Write one self-contained HTML report of runs: the rows (sortable, filterable), the
+    comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
+    data = load_runs(runs)
+    extra = []
+    if history is not None:
+        from attnbench.cli.history import history_section  # the history command's reader
+        extra.append(history_section(history, select))
+    html = build_report(data, title=title, extra_sections=extra)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, html)
+    console.print(f"wrote {out} ({len(html) // 1024} KiB, {sum(len(r.rows) for r in data)} rows)",
+                  highlight=False, markup=False)

@@ -1,0 +1,158 @@
+"""``attnbench report``: the HTML of two real CPU runs of the quickstart, read structurally and
+rendered in headless Chromium (Debian's ``chromium-headless-shell`` or ``chromium``; CI
+installs it and sets ATTNBENCH_BROWSER_TEST=required, so there a missing browser fails)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+
+cli = CliRunner()
+RUN_ARGS = ["--device", "cpu", "-b", "reference", "-b", "sdpa", "--measure-ms", "5", "--warmup-ms", "1",
+            "--set", "timing.rounds=6", "-q"]
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    runs = []
+    for name in ("before", "after"):
+        r = cli.invoke(app, ["run", "quickstart", *RUN_ARGS, "--out", str(root / name)])
+        assert r.exit_code == 0, r.output
+        runs.append(root / name)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def report(two_runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    r = cli.invoke(app, ["report", *map(str, two_runs), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+class Page(HTMLParser):
+    """Tables (id/attrs -> rows of cell texts), the charts, and what would load from elsewhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.charts, self.external, self.body = [], [], [], {}
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.body = a
+        if tag == "table":
+            self.tables.append({"attrs": a, "head": [], "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append({"attrs": a, "cells": []})
+        elif tag in ("td", "th"):
+            self._cell = [tag, a, ""]
+        elif tag == "svg":
+            self.charts.append(a.get("data-chart"))
+        if tag in ("script", "img", "link", "iframe") and (a.get("src") or a.get("href")):
+            self.external.append((tag, a.get("src") or a.get("href")))
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            kind, a, text = self._cell
+            t = self.tables[-1]
+            if kind == "th" and len(t["rows"]) == 1 and not t["head"]:
+                t["head_cells"] = t.get("head_cells", []) + [(a.get("data-col"), text)]
+            t["rows"][-1]["cells"].append((text.strip(), a))
+            self._cell = None
+
+
+def parse(html: str) -> Page:
+    p = Page()
+    p.feed(html)
+    return p
+
+
+def run_table(p: Page) -> tuple[list[str], list[dict]]:
+    t = next(t for t in p.tables if t["attrs"].get("id") == "runs")
+    cols = [c[1].get("data-col") for c in t["rows"][0]["cells"]]
+    return cols, [{"attrs": r["attrs"], **{c: cell for c, cell in zip(cols, r["cells"])}} for r in t["rows"][1:]]
+
+
+def test_report_holds_rows_comparison_charts_environment(report, two_runs):
+    html = report.read_text()
+    p = parse(html)
+    cols, rows = run_table(p)
+    assert {"status", "reason", "median_ms", "repro"} <= set(cols)
+    assert len(rows) == 8  # 2 runs x 2 cases x 2 backends
+    assert {r["run"][0] for r in rows} == {"before", "after"}
+    assert all(r["status"][0] == "ok" and r["repro"][0].startswith("attnbench run") for r in rows)
+    assert all(float(r["median_ms"][1]["data-v"]) > 0 for r in rows)
+    compares = [t["attrs"].get("data-compare") for t in p.tables if "data-compare" in t["attrs"]]
+    assert compares.count("runs") == 1 and compares.count("backends") == 2
+    runs_cmp = next(t for t in p.tables if t["attrs"].get("data-compare") == "runs")
+    ratios = [r["cells"][5][0] for r in runs_cmp["rows"][1:]]
+    assert len(ratios) == 4 and all(re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", x) for x in ratios), ratios
+    assert p.charts.count("bars") == 2 and p.charts.count("roofline") == 2
+    assert 'data-ceiling="memory"' in html  # the measured bandwidth line
+    env = next(t for t in p.tables if t["attrs"].get("class") == "env")
+    keys = {r["cells"][0][0]: r["cells"][1][0] for r in env["rows"]}
+    assert keys["device"] and keys["option device"] == "cpu" and keys["scenario"] == "quickstart"
+    assert p.external == [] and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_report_of_a_missing_folder_is_a_clear_message(tmp_path):
+    r = cli.invoke(app, ["report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html")])
+    assert r.exit_code == 2 and "not a run folder" in r.output and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------------------- the browser
+def browser() -> str | None:
+    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    if found is None and os.environ.get("ATTNBENCH_BROWSER_TEST") == "required":
+        pytest.fail(f"ATTNBENCH_BROWSER_TEST=required but none of {', '.join(BROWSERS)} is on PATH")
+    if found is None:
+        pytest.skip("no headless Chromium here (apt-get install chromium-headless-shell)")
+    return found
+
+
+def chromium(exe: str, *args: str) -> str:
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def sorted_dom(exe: str, report: Path, fragment: str) -> Page:
+    p = parse(chromium(exe, "--dump-dom", report.as_uri() + fragment))
+    assert p.body.get("data-selftest") == "done", p.body
+    return p
+
+
+def test_report_in_chromium_sorts_filters_and_draws(report, tmp_path):
+    exe = browser()
+    static = [float(r["median_ms"][1]["data-v"]) for r in run_table(parse(report.read_text()))[1]]
+    up = sorted_dom(exe, report, "#selftest-sort=median_ms,1")
+    times = [float(r["median_ms"][1]["data-v"]) for r in run_table(up)[1]]
+    assert times == sorted(static)
+    assert up.body["data-drawn"].split().count("bars") == 2 and "roofline" in up.body["data-drawn"]
+    down = sorted_dom(exe, report, "#selftest-sort=median_ms,2")
+    assert [float(r["median_ms"][1]["data-v"]) for r in run_table(down)[1]] == sorted(static, reverse=True)
+    by_backend = sorted_dom(exe, report, "#selftest-sort=backend,1;backend=sdpa")
+    rows = run_table(by_backend)[1]
+    assert [r["backend"][0] for r in rows] == ["reference"] * 4 + ["sdpa"] * 4
+    hidden = ["display: none" in (r["attrs"].get("style") or "") for r in rows]
+    assert hidden == [True] * 4 + [False] * 4
+    shot = tmp_path / "report.png"
+    chromium(exe, "--window-size=1300,2400", f"--screenshot={shot}", report.as_uri())
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

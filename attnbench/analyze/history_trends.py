@@ -1,0 +1,92 @@
+"""Trends of a history (``store.history``): per (scenario, case, backend), its points oldest
+first, each judged against the point before it by the regression gate's own ``compare.check``
+(the timing rounds as replicates, the 99% interval, the slowdown thresholds), so a trend
+reads the way ``attnbench check`` would have on that night. A point measured on another device
+or with another scenario text than the one before is not compared (its note says why).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Callable, Optional, Sequence
+
+from attnbench.analyze.compare import CaseResult, CompareError, Thresholds, check
+from attnbench.analyze.svg_charts import trend
+from attnbench.store.history import Point
+
+Key = tuple[str, str, str]  # scenario, case, backend
+
+
+@dataclass
+class Step:
+    point: Point
+    result: Optional[CaseResult]  # against the point before (None: the first, or not comparable)
+    note: str = ""
+
+
+def trends(pts: Sequence[Point], pick: Optional[Callable[[str, str], bool]] = None,
+           thresholds: Thresholds = Thresholds()) -> dict[Key, list[Step]]:
+    """The steps of every (scenario, case, backend) ``pick(case_id, backend)`` keeps."""
+    by_key: dict[Key, list[Point]] = {}
+    for p in pts:
+        if pick is None or pick(p.row.case_id, p.row.backend):
+            by_key.setdefault(p.row.key, []).append(p)
+    return {key: _steps(ps, thresholds) for key, ps in by_key.items()}
+
+
+def _steps(ps: list[Point], th: Thresholds) -> list[Step]:
+    out = [Step(ps[0], None)]
+    for prev, cur in zip(ps, ps[1:]):
+        if prev.run.device != cur.run.device:
+            out.append(Step(cur, None, f"device changed ({prev.run.device} -> {cur.run.device}): not compared"))
+            continue
+        note = "scenario text changed; " if prev.run.scenario_sha256 != cur.run.scenario_sha256 else ""
+        try:
+            res = check([cur.row], [prev.row], th, gate=False).cases[0]
+        except CompareError as e:
+            out.append(Step(cur, None, note + str(e)))
+            continue
+        out.append(Step(cur, res, note + res.note))
+    return out
+
+
+def ratio_text(res: Optional[CaseResult]) -> str:
+    r = res.ratio if res else None
+    if r is None or not math.isfinite(r.ratio):
+        return ""
+    return f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
+
+
+def step_cells(s: Step) -> list[str]:
+    """started, commit, device, status, median ms, ratio to the previous point, p, verdict, note."""
+    r = s.point.row
+    res = s.result
+    med = f"{r.median_ms:.4g}" if math.isfinite(r.median_ms) else ""
+    p = f"{res.ratio.p:.2g}" if res and res.ratio else ""
+    return [s.point.run.started[:19], (s.point.run.git_commit or "")[:10], s.point.run.device, r.status.value, med,
+            ratio_text(res), p, res.verdict if res else "", s.note or (r.reason if r.status.value != "ok" else "")]
+
+
+STEP_HEADS = ["started", "commit", "device", "status", "median ms", "vs previous [99% interval]", "p", "verdict",
+              "note"]
+
+
+def history_html(found: dict[Key, list[Step]], source: str) -> str:
+    """The report's history section: per case a trend chart (a line per backend) and the steps."""
+    if not found:
+        return f'<h2>History</h2><p class="note">{escape(source)}: no stored point matches</p>'
+    parts = [f'<h2>History</h2><p class="note">{escape(source)}; each point against the one before by the '
+             "gate's statistics (attnbench check: timing rounds as replicates, 99% interval)</p>"]
+    cases: dict[tuple[str, str], list[Key]] = {}
+    for key in found:
+        cases.setdefault(key[:2], []).append(key)
+    for (scen, case), keys in cases.items():
+        lines = {k[2]: [(s.point.run.started, s.point.row.median_ms) for s in found[k]] for k in keys}
+        svg = trend(f"{scen} · {case}: median time per point", lines)
+        head = "".join(f"<th>{escape(h)}</th>" for h in ["backend", *STEP_HEADS])
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in [k[2], *step_cells(s)]) + "</tr>"
+                       for k in keys for s in found[k])
+        parts.append(f"<h3>{escape(scen)} · {escape(case)}</h3>{svg or ''}"
+                     f'<table class="sortable history"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    return "\n".join(parts)

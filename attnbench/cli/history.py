@@ -1,0 +1,93 @@
+"""``attnbench history add RUN`` / ``attnbench history show``: a history of runs in SQLite
+(``store.history``) and its trends per case and backend (``analyze.history_trends``)."""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, trends
+from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
+from attnbench.store.history import HistoryError, add_run, default_db, points
+from attnbench.store.runfolder import RunFolder
+
+history_app = typer.Typer(no_args_is_help=True,
+                          help="Keep runs in an SQLite history and show trends per case and backend.")
+app.add_typer(history_app, name="history")
+
+DB_HELP = "the history database (default: history.sqlite in the cache folder, $ATTNBENCH_CACHE_DIR or ~/.cache/attnbench)"
+
+
+def _since(text: Optional[str]) -> Optional[str]:
+    """--since as the ISO text stored start times compare with; a bad date is a usage error."""
+    if text is None:
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r}: expected a date like 2026-11-01 (or 2026-11-01T12:00)") from None
+    return when.isoformat() if when.tzinfo else when.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _load(db: Path, since: Optional[str], select: Optional[str]):
+    pick = selector(select) if select else None
+    try:
+        return trends(points(db, _since(since)), pick)
+    except HistoryError as e:
+        raise UsageError(str(e)) from None
+
+
+@history_app.command("add")
+@handle_errors
+def add_cmd(
+    runs: List[Path] = typer.Argument(..., help="run folders to store"),
+    db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
+    commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test"),
+):
+    """Store runs' rows (device fingerprint, commit, scenario text hash, options) in the history."""
+    db = db or default_db()
+    for run in runs:
+        if not run.is_dir():
+            raise UsageError(f"{run}: not a run folder (no such folder)")
+        rf = RunFolder.load(run)
+        if not rf.manifest.complete:
+            console.print(f"note: {run} is not complete (its manifest says {rf.manifest.status or 'nothing'})",
+                          highlight=False, markup=False)
+        try:
+            run_id, new = add_run(db, run, rf.manifest, rf.rows, commit)
+        except HistoryError as e:
+            raise UsageError(str(e)) from None
+        what = f"stored {len(rf.rows)} rows as point {run_id}" if new else f"already stored as point {run_id}; kept"
+        console.print(f"{run}: {what} in {db}", highlight=False, markup=False)
+
+
+@history_app.command("show")
+@handle_errors
+def show_cmd(
+    db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
+    since: Optional[str] = typer.Option(None, "--since", metavar="DATE", help="only runs started on or after DATE"),
+):
+    """Trends per case and backend: each point against the one before by the gate's statistics
+    (timing rounds as replicates, 99% interval, the check's thresholds)."""
+    db = db or default_db()
+    found = _load(db, since, select)
+    if not found:
+        console.print(f"{db}: no stored point matches", highlight=False, markup=False)
+        return
+    for (scen, case, backend), steps in found.items():
+        t = Table(title=f"{scen} · {case} · {backend}", title_justify="left")
+        for h in STEP_HEADS:
+            t.add_column(h, justify="right" if h in ("median ms", "p") else "left")
+        for s in steps:
+            t.add_row(*map(Text, step_cells(s)))
+        console.print(t, markup=False, highlight=False)
+
+
+def history_section(db: Path, select: Optional[str], since: Optional[str] = None) -> str:
+    """The HTML report's history section (``report --history DB -k EXPR``)."""
+    return history_html(_load(db, since, select), f"history {db}" + (f", -k {select}" if select else ""))

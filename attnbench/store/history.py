@@ -1,0 +1,185 @@
+"""A history of runs in an embedded SQLite database (``attnbench history add/show``).
+
+One ``runs`` row per stored run (when it started, the commit of the code under test when
+given, the scenario's name and text hash, the device fingerprint, the options) and its result
+rows (``points``, each the run's Row as JSON, so that the gate's statistics can be applied
+between consecutive points later). Default file: ``history.sqlite`` in attnbench's cache folder
+(``$ATTNBENCH_CACHE_DIR`` or ``~/.cache/attnbench``).
+
+Concurrent writers are safe: every write is one ``BEGIN IMMEDIATE`` transaction (SQLite's
+write lock, taken at the start) with a busy timeout, so a second writer waits instead of
+failing; a run already stored (same folder, same start time) is not stored twice. A file
+that is not such a database (damaged, another program's) raises HistoryError naming it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from attnbench.store.fingerprint import fingerprint
+from attnbench.store.manifest import Manifest
+from attnbench.store.options import options_to_json
+from attnbench.store.rows import Row, typed_row
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_key TEXT NOT NULL UNIQUE,
+    added_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    started TEXT NOT NULL,
+    run_path TEXT NOT NULL,
+    git_commit TEXT,
+    scenario TEXT NOT NULL,
+    scenario_sha256 TEXT NOT NULL,
+    device TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    options TEXT NOT NULL,
+    attnbench TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS points (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    scenario TEXT NOT NULL, case_id TEXT NOT NULL, backend TEXT NOT NULL,
+    status TEXT NOT NULL, median_ms REAL, row TEXT NOT NULL,
+    PRIMARY KEY (run_id, scenario, case_id, backend)
+);
+CREATE INDEX IF NOT EXISTS points_key ON points (scenario, case_id, backend);
+"""
+
+
+class HistoryError(ValueError):
+    """The database cannot be used (damaged, not ours, a newer schema): the message says which file and why."""
+
+
+def default_db() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
+    return Path(root) / "history.sqlite"
+
+
+@dataclass
+class StoredRun:
+    id: int
+    started: str
+    git_commit: Optional[str]
+    device: str
+    scenario: str
+    scenario_sha256: str
+    run_path: str
+
+
+@dataclass
+class Point:
+    """One row of one stored run."""
+
+    run: StoredRun
+    row: Row
+
+
+def _damaged(db: Path, e: Exception) -> HistoryError:
+    return HistoryError(f"{db}: not a usable attnbench history database ({e}); move it aside and "
+                        "start a new one, or pass another --db PATH")
+
+
+@contextmanager
+def connect(db: Path, write: bool) -> Iterator[sqlite3.Connection]:
+    """An open database; with ``write`` one IMMEDIATE transaction (committed at the end,
+    rolled back on an exception), the schema created when the file is new."""
+    db = Path(db)
+    if not write and not db.is_file():
+        raise HistoryError(f"{db}: no history database there (make one with attnbench history add RUN --db {db})")
+    if write:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = sqlite3.connect(str(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as e:
+        raise _damaged(db, e) from None
+    try:
+        con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        con.execute("PRAGMA foreign_keys = ON")
+        if write:
+            con.execute("BEGIN IMMEDIATE")
+            _create(con)
+        _check_schema(con, db)
+        yield con
+        if write:
+            con.execute("COMMIT")
+    except sqlite3.DatabaseError as e:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise _damaged(db, e) from None
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    finally:
+        con.close()
+
+
+def _create(con: sqlite3.Connection) -> None:
+    for stmt in filter(str.strip, SCHEMA.split(";")):
+        con.execute(stmt)
+    con.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+
+def _check_schema(con: sqlite3.Connection, db: Path) -> None:
+    try:
+        got = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.OperationalError:
+        got = None
+    if got is None:
+        raise HistoryError(f"{db}: an SQLite file without attnbench's history tables; pass another --db PATH")
+    if got[0] != str(SCHEMA_VERSION):
+        raise HistoryError(f"{db}: history schema {got[0]}, this attnbench reads {SCHEMA_VERSION}; "
+                           "use the attnbench that wrote it, or another --db PATH")
+
+
+def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commit: Optional[str]) -> tuple[int, bool]:
+    """Store a run; -> (its id, whether it was new). A run stored before keeps its first entry."""
+    started = manifest.start_time or ""
+    key = f"{Path(run_path).resolve()}|{started}|{manifest.scenario_sha256 or ''}"
+    fp = fingerprint(manifest, rows)
+    opts = options_to_json(manifest.options) if manifest.options is not None else {}
+    with connect(db, write=True) as con:
+        old = con.execute("SELECT id FROM runs WHERE run_key = ?", (key,)).fetchone()
+        if old:
+            return int(old[0]), False
+        cur = con.execute(
+            "INSERT INTO runs (run_key, started, run_path, git_commit, scenario, scenario_sha256, device, "
+            "fingerprint, options, attnbench) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, started, str(Path(run_path).resolve()), commit, manifest.scenario or "",
+             manifest.scenario_sha256 or "", fp["device"], json.dumps(fp, sort_keys=True),
+             json.dumps(opts, sort_keys=True), manifest.attnbench or ""))
+        run_id = int(cur.lastrowid)
+        con.executemany(
+            "INSERT OR REPLACE INTO points (run_id, scenario, case_id, backend, status, median_ms, row) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(run_id, r.scenario, r.case_id, r.backend, r.status.value, r.median_ms if r.median_ms == r.median_ms
+              else None, json.dumps(r.to_json())) for r in rows])
+        return run_id, True
+
+
+def points(db: Path, since: Optional[str] = None) -> list[Point]:
+    """Every stored row (of runs started on or after ``since``, an ISO date), oldest run first."""
+    with connect(db, write=False) as con:
+        q = ("SELECT r.id, r.started, r.git_commit, r.device, r.scenario, r.scenario_sha256, r.run_path, p.row "
+             "FROM points p JOIN runs r ON r.id = p.run_id")
+        args: tuple = ()
+        if since:
+            q += " WHERE r.started >= ?"
+            args = (since,)
+        got = con.execute(q + " ORDER BY r.started, r.id", args).fetchall()
+    out, runs = [], {}
+    for rid, started, commit, device, scen, sha, path, row in got:
+        run = runs.setdefault(rid, StoredRun(rid, started, commit, device, scen, sha, path))
+        try:
+            out.append(Point(run, typed_row(json.loads(row))))
+        except (ValueError, TypeError) as e:
+            raise _damaged(db, f"run {rid}: a stored row does not read back: {e}") from None
+    return out

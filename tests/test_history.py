@@ -1,0 +1,135 @@
+"""``attnbench history add/show``: real CPU runs of the quickstart stored in SQLite, trends
+judged by the gate's check between consecutive points, concurrent writers, damaged files."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.analyze.compare import check
+from attnbench.analyze.history_trends import trends
+from attnbench.cli.app import app
+from attnbench.store.history import add_run, points
+from attnbench.store.runfolder import RunFolder
+
+cli = CliRunner()
+RUN_ARGS = ["--device", "cpu", "-b", "reference", "-b", "sdpa", "--measure-ms", "5", "--warmup-ms", "1",
+            "--set", "timing.rounds=6", "-q"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hist-runs")
+    out = []
+    for name in ("n1", "n2", "n3"):
+        r = cli.invoke(app, ["run", "quickstart", *RUN_ARGS, "--out", str(root / name)])
+        assert r.exit_code == 0, r.output
+        out.append(root / name)
+    return out
+
+
+def test_add_then_show_judges_each_point_against_the_one_before(runs, tmp_path):
+    db = tmp_path / "h.sqlite"
+    for i, run in enumerate(runs):
+        r = cli.invoke(app, ["history", "add", str(run), "--db", str(db), "--commit", f"c0ffee{i}"])
+        assert r.exit_code == 0 and "stored 4 rows" in r.output, r.output
+    again = cli.invoke(app, ["history", "add", str(runs[0]), "--db", str(db)])
+    assert again.exit_code == 0 and "already stored" in again.output
+    pts = points(db)
+    assert len(pts) == 12 and [p.run.git_commit for p in pts[::4]] == ["c0ffee0", "c0ffee1", "c0ffee2"]
+    found = trends(pts, lambda case, backend: backend == "sdpa" and "16" in case)
+    assert list(found) == [("quickstart", "page_size=16", "sdpa")]
+    steps = found[("quickstart", "page_size=16", "sdpa")]
+    assert steps[0].result is None and len(steps) == 3
+    rows = [RunFolder.load(r).rows for r in runs]
+    for i in (1, 2):  # the same verdict and ratio as attnbench check of the two runs
+        want = next(c for c in check(rows[i], rows[i - 1], gate=False).cases
+                    if (c.case_id, c.backend) == ("page_size=16", "sdpa"))
+        assert steps[i].result.verdict == want.verdict and steps[i].result.ratio == want.ratio
+    shown = cli.invoke(app, ["history", "show", "--db", str(db), "-k", "sdpa", "--since", "2000-01-01"])
+    assert shown.exit_code == 0 and shown.output.count("quickstart · page_size=") == 2, shown.output
+    assert "c0ffee2" in shown.output
+    later = cli.invoke(app, ["history", "show", "--db", str(db), "--since", "2999-01-01"])
+    assert later.exit_code == 0 and "no stored point matches" in later.output
+
+
+def test_report_draws_the_history(runs, tmp_path):
+    db = tmp_path / "h.sqlite"
+    assert cli.invoke(app, ["history", "add", *map(str, runs), "--db", str(db)]).exit_code == 0
+    out = tmp_path / "r.html"
+    r = cli.invoke(app, ["report", str(runs[-1]), "-o", str(out), "--history", str(db), "-k", "reference"])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    assert html.count('data-chart="trend"') == 2 and "<h2>History</h2>" in html
+    section = html[html.index("<h2>History</h2>"):]
+    assert "sdpa" not in section.split("<h2>", 2)[1]  # -k reference: only its lines
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from attnbench.store.history import add_run
+from attnbench.store.runfolder import RunFolder
+db, runs = Path(sys.argv[1]), sys.argv[2:]
+for r in runs:
+    rf = RunFolder.load(Path(r))
+    add_run(db, Path(r), rf.manifest, rf.rows, None)
+"""
+
+
+def test_concurrent_writers_lose_nothing(runs, tmp_path):
+    copies = []
+    for i in range(16):  # other folders: other runs to the history
+        copies.append(tmp_path / f"copy{i}")
+        shutil.copytree(runs[i % len(runs)], copies[-1])
+    db = tmp_path / "h.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), *map(str, copies[w::4])],
+                              stderr=subprocess.PIPE, text=True) for w in range(4)]
+    for p in procs:
+        _, errtext = p.communicate(timeout=300)
+        assert p.returncode == 0, errtext
+    pts = points(db)
+    assert len({p.run.id for p in pts}) == 16 and len(pts) == 64
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000])
+def test_a_damaged_database_is_a_clear_message(runs, tmp_path, content):
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(content)
+    for args in (["history", "show", "--db", str(db)], ["history", "add", str(runs[0]), "--db", str(db)],
+                 ["report", str(runs[0]), "-o", str(tmp_path / "r.html"), "--history", str(db)]):
+        r = cli.invoke(app, args)
+        assert r.exit_code == 2 and "not a usable attnbench history database" in r.output, (args, r.output)
+        assert "Traceback" not in r.output
+
+
+def test_another_sqlite_file_and_a_missing_one(runs, tmp_path):
+    import sqlite3
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE t (x)")
+    r = cli.invoke(app, ["history", "show", "--db", str(other)])
+    assert r.exit_code == 2 and "without attnbench's history tables" in r.output
+    r = cli.invoke(app, ["history", "show", "--db", str(tmp_path / "none.sqlite")])
+    assert r.exit_code == 2 and "no history database there" in r.output
+    r = cli.invoke(app, ["history", "show", "--db", str(other), "--since", "yesterday"])
+    assert r.exit_code == 2 and "--since" in r.output
+
+
+def test_a_stored_row_keeps_what_the_gate_needs(runs, tmp_path):
+    rf = RunFolder.load(runs[0])
+    db = tmp_path / "h.sqlite"
+    add_run(db, runs[0], rf.manifest, rf.rows, "abc")
+    back = {p.row.key: p.row for p in points(db)}
+    for r in rf.rows:
+        assert back[r.key].round_medians_ms == r.round_medians_ms and back[r.key].median_ms == r.median_ms
+    import sqlite3
+    with sqlite3.connect(db) as con:
+        fp, opts, sha = con.execute("SELECT fingerprint, options, scenario_sha256 FROM runs").fetchone()
+    assert json.loads(fp)["device"] == rf.manifest.device and json.loads(opts)["device"] == "cpu"
+    assert sha == rf.manifest.scenario_sha256 and len(sha) == 64

@@ -1,6 +1,6 @@
 """The ``attnbench`` command line. Importing this package registers every command on ``app``."""
 from attnbench.cli.app import app
 from attnbench.cli import backends, ceilings, compare, gate, run, scenarios, trees  # noqa: F401  (register their commands on app)
-from attnbench.cli import history, report  # noqa: F401,E402  (register `history`, `report`)
+from attnbench.cli import history, importer, report  # noqa: F401,E402  (register `history`, `import`, `report`)
 
 __all__ = ["app"]

@@ -1,0 +1,135 @@
+"""Engine step traces -> a scenario (``attnbench import``): time the batches an engine ran.
+
+The format read (``attnbench-steps``, JSON Lines, one object per engine step):
+
+    {"step": 0, "requests": [{"query_len": 1, "context_len": 812},
+                             {"query_len": 64, "context_len": 0},
+                             {"query_len": 5, "context_len": 300, "spec_tokens": 4}]}
+
+* ``query_len``: the tokens of this request attended this step (1 for a decode, the chunk for
+  a prefill, 1 + ``spec_tokens`` for a speculative verify);
+* ``context_len``: the tokens already in the request's KV cache before the step;
+* ``spec_tokens`` (optional, default 0): draft tokens verified this step, as a chain (the
+  request becomes ``kind: tree`` with ``tree: {chain: spec_tokens}``);
+* ``step`` and any other key are ignored; blank lines and lines starting with ``#`` too.
+
+A step's shape is its requests grouped by (kind, query, context, draft length), contexts
+rounded up to a multiple of ``round_context`` (1: exact). Each distinct shape becomes one case
+(a value of the scenario's ``sweep.batch``), most frequent first, its step count in a comment;
+shapes beyond ``max_cases`` are left out and counted.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+Group = tuple[str, int, int, int]  # kind, query, context, spec tokens
+Shape = tuple[tuple[Group, int], ...]  # (group, count), sorted
+
+
+class TraceError(ValueError):
+    """A line of the trace that cannot be read: the message names the file, line and field."""
+
+
+@dataclass
+class Imported:
+    shapes: list[tuple[Shape, int]]  # (shape, steps), most frequent first, at most max_cases
+    steps: int  # steps read
+    dropped_steps: int  # steps of the shapes left out
+
+
+def _int_field(req: dict, name: str, where: str, least: int, default: Optional[int] = None) -> int:
+    v = req.get(name, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < least:
+        raise TraceError(f"{where}: {name} must be an integer >= {least}, got {v!r}")
+    return v
+
+
+def request_group(req, where: str, round_context: int) -> Group:
+    """One request of a step as (kind, query, context, spec tokens)."""
+    if not isinstance(req, dict):
+        raise TraceError(f"{where}: a request must be an object with query_len and context_len, got {req!r}"[:200])
+    q = _int_field(req, "query_len", where, 1)
+    ctx = _int_field(req, "context_len", where, 0)
+    spec = _int_field(req, "spec_tokens", where, 0, 0)
+    ctx = int(math.ceil(ctx / round_context) * round_context) if round_context > 1 else ctx
+    if spec:
+        if q != spec + 1:
+            raise TraceError(f"{where}: query_len {q} with spec_tokens {spec}: a verify step attends "
+                             f"spec_tokens + 1 = {spec + 1} tokens")
+        return ("tree", q, ctx, spec)
+    return ("decode", 1, ctx, 0) if q == 1 else ("prefill", q, ctx, 0)
+
+
+def step_shape(obj, where: str, round_context: int) -> Shape:
+    if not isinstance(obj, dict) or not isinstance(obj.get("requests"), list) or not obj["requests"]:
+        raise TraceError(f"{where}: a step is an object with a non-empty list `requests` "
+                         '(e.g. {"requests": [{"query_len": 1, "context_len": 100}]})')
+    groups = Counter(request_group(r, f"{where}: requests[{i}]", round_context) for i, r in enumerate(obj["requests"]))
+    order = {"decode": 0, "prefill": 1, "tree": 2}
+    return tuple(sorted(groups.items(), key=lambda gc: (order[gc[0][0]], gc[0][1:])))
+
+
+def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Imported:
+    """Every step of a trace file, grouped into distinct shapes."""
+    if round_context < 1 or max_cases < 1:
+        raise TraceError("--round-context and --max-cases must be at least 1")
+    counts: Counter = Counter()
+    first_seen: dict[Shape, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise TraceError(f"{path}:{n}: not JSON ({e})") from None
+            shape = step_shape(obj, f"{path}:{n}", round_context)
+            counts[shape] += 1
+            first_seen.setdefault(shape, n)
+    if not counts:
+        raise TraceError(f"{path}: no steps (one JSON object per line with a `requests` list)")
+    ranked = sorted(counts.items(), key=lambda sc: (-sc[1], first_seen[sc[0]]))
+    kept = ranked[:max_cases]
+    return Imported(kept, sum(counts.values()), sum(c for _, c in ranked[max_cases:]))
+
+
+def group_yaml(g: Group, count: int) -> str:
+    kind, q, ctx, spec = g
+    if kind == "decode":
+        return f"{{kind: decode, count: {count}, context: {ctx}}}"
+    if kind == "prefill":
+        return f"{{kind: prefill, count: {count}, query: {q}, context: {ctx}}}"
+    return f"{{kind: tree, count: {count}, context: {ctx}, tree: {{chain: {spec}}}}}"
+
+
+def describe(shape: Shape) -> str:
+    parts = []
+    for (kind, q, ctx, spec), n in shape:
+        parts.append(f"{n} decode@{ctx}" if kind == "decode" else f"{n} prefill {q}@{ctx}" if kind == "prefill"
+                     else f"{n} verify {spec}@{ctx}")
+    return " + ".join(parts)
+
+
+def scenario_yaml(imp: Imported, source: str, name: str, model: dict, page_size: int, round_context: int) -> str:
+    """The scenario text: one case per shape (``sweep.batch``), counts in comments."""
+    model_text = ", ".join(f"{k}: {v}" for k, v in model.items())
+    lines = [f"# Imported by `attnbench import` from {source}: {imp.steps} steps, {len(imp.shapes)} distinct "
+             f"shape(s) kept" + (f", {imp.dropped_steps} step(s) of rarer shapes left out" if imp.dropped_steps else "")
+             + (f"; contexts rounded up to a multiple of {round_context}" if round_context > 1 else "") + ".",
+             "# One case per shape (a value of sweep.batch), most frequent first; each says how many steps had it.",
+             f"name: {name}",
+             f"description: batches replayed from {Path(source).name} ({imp.steps} steps)",
+             "seed: 0", "device: auto", f"model: {{{model_text}}}",
+             f"kv_cache: {{page_size: {page_size}, layout: shuffled}}",
+             "batch: " + "[" + ", ".join(group_yaml(g, c) for g, c in imp.shapes[0][0]) + "]",
+             "sweep:", "  batch:"]
+    for i, (shape, steps) in enumerate(imp.shapes):
+        lines.append(f"    # shape {i}: {steps} of {imp.steps} steps: {describe(shape)}")
+        lines.append("    - [" + ", ".join(group_yaml(g, c) for g, c in shape) + "]")
+    lines.append("timing: {warmup_ms: 5, measure_ms: 40}")
+    return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ prompts in chunks of at most 64 tokens (chunked prefill: a chunk's context is th
 already prefilled), and decodes the others. Every other request decodes speculatively: each
 step verifies 3 draft tokens (query 4) and accepts 0-3 of them plus the bonus token.
 
-    python scripts/synth_trace.py --steps 40 --seed 0 > attnbench/scenarios/traces/synthetic-serving.jsonl
+    python scripts/dev/synth_trace.py --steps 40 --seed 0 > attnbench/scenarios/traces/synthetic-serving.jsonl
 """
 from __future__ import annotations
 

@@ -226,6 +226,13 @@ class Backend(ABC):
         return self.plan(self.convert(batch))
 
     @classmethod
+    def working_set_bytes(cls, spec: Any, device_type: str) -> int:
+        """Bytes this backend allocates for a batch of ``spec`` (a ``BatchSpec``) beyond its
+        own copy of the inputs and its output: converted copies, masks, scores. The runner's
+        memory guard skips the backend when they do not fit (0: nothing beyond those)."""
+        return 0
+
+    @classmethod
     def converts(cls) -> bool:
         """True when the backend overrides :meth:`convert` (its rows report convert_ms)."""
         return cls.convert is not Backend.convert
@@ -293,24 +300,6 @@ def register(cls: type[Backend]) -> type[Backend]:
     """Register a backend class (used by ``--backend-file`` modules and tests)."""
     _EXTRA[cls.name] = cls
     return cls
-
-
-def load_backend_file(path: str | Path) -> list[str]:
-    """Import a user's Python file (this RUNS its code) and register its Backend subclasses."""
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location(f"attnbench_user_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise UnknownBackend(f"--backend-file {path}: not a Python file that can be imported")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    names = []
-    for obj in vars(mod).values():
-        if isinstance(obj, type) and issubclass(obj, Backend) and obj is not Backend and getattr(obj, "name", None):
-            register(obj)
-            names.append(obj.name)
-    if not names:
-        raise UnknownBackend(f"--backend-file {path}: defines no Backend subclass with a `name`")
-    return names
 
 
 def _entry_points() -> dict[str, Any]:

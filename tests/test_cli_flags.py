@@ -76,8 +76,11 @@ def test_selector_errors_say_what_is_wrong(expr, where):
 def test_unique_selector_excludes_ids_that_contain_the_case():
     ids = ["seed=1", "seed=10", "seed=2"]
     expr = unique_selector("seed=1", ids)
-    assert expr == "seed=1 and not seed=10"
+    assert expr == "seed=1"  # swept values match whole (issue 25): seed=1 never picks seed=10
     assert [c for c in ids if parse_selector(expr)(c, "b")] == ["seed=1"]
+    ids = ["page_size=16", "page_size=16,variant=tree"]  # an id inside another still gets its clause
+    expr = unique_selector("page_size=16", ids)
+    assert [c for c in ids if parse_selector(expr)(c, "b")] == ["page_size=16"]
 
 
 # -- run --list, -k, --format ---------------------------------------------------------------

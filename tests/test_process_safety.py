@@ -35,15 +35,18 @@ def test_os_exit_0_in_a_backend_never_exits_0(tiny, tmp_path):
     p = subprocess.run([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "exits0",
                         "--set", "sweep={}", "-q"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, (p.returncode, p.stderr)
-    assert "without finishing" in p.stderr and f"run folder {out} is incomplete (1 rows recorded)" in p.stderr
+    assert "without finishing" in p.stderr and f"run folder {out} is incomplete (2 rows recorded)" in p.stderr
+    assert "recorded an error row for exits0" in p.stderr  # the supervising parent blames the running backend
     assert f"attnbench run --resume {out}" in p.stderr
     assert json.loads((out / "manifest.json").read_text())["status"] == "incomplete"
-    # resumed under --isolate, the backend that ends its process is an error row; the run completes
-    p = subprocess.run([*CMD, "run", "--resume", str(out), "--isolate", "--backend-file", BAD_FILE, "-q"],
+    rows = {r.backend: r for r in RunFolder.load(out).rows}
+    assert rows["sdpa"].status == "ok"
+    assert rows["exits0"].status == "error" and "exit status 0 without finishing" in rows["exits0"].reason
+    # resumed, the backend that ended the process is not run again; the run completes
+    p = subprocess.run([*CMD, "run", "--resume", str(out), "--backend-file", BAD_FILE, "-q"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
-    rows = {r.backend: r for r in RunFolder.load(out).rows}
-    assert rows["exits0"].status == "error" and "exited with code 0" in rows["exits0"].reason
+    assert len(RunFolder.load(out).rows) == 2
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
 
 

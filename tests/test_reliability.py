@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench import backend as registry
+from attnbench.backend_files import load_backend_file
 from attnbench.cli.app import app
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.workload.scenario import load_text
@@ -27,7 +28,7 @@ def tiny(tmp_path):
 
 @pytest.fixture
 def bad_backends():
-    names = registry.load_backend_file(BAD_FILE)
+    names = load_backend_file(BAD_FILE)
     yield
     for n in names:
         registry._EXTRA.pop(n, None)

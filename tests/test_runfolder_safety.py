@@ -127,8 +127,9 @@ def test_atomic_write_uses_its_own_temporary_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as e:
         atomic_write(tmp_path / "results.csv", "new")
+    assert e.value.filename == str(tmp_path / "results.csv")  # the message names the file (issue 25)
     assert (tmp_path / "results.csv").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".results.csv.tmp", "results.csv"]
 
@@ -147,12 +148,12 @@ def test_readers_skip_a_broken_line_loudly_and_keep_the_rows_after_it(tiny, tmp_
     lines[3] = lines[3].replace('"n": ', '"n": "many", "x": ')  # a hand edit with a wrong type
     (out / "rows.jsonl").write_text("\n".join(lines) + "\n")
     base = tmp_path / "b.json"
-    r = cli.invoke(app, ["baseline", str(out), "--to", str(base)])
-    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["baseline", str(out), "--to", str(base)])  # a baseline `check` would refuse (issue 25)
+    assert r.exit_code == 2 and "not rows (line 2, 4)" in r.output and not base.exists(), r.output
     assert "skipped 2 line(s)" in r.output and "line 2, 4" in r.output and "the other 2 rows" in r.output
-    assert len(json.loads(base.read_text())["rows"]) == 2  # rows 1 and 3: none after line 2 dropped
-    r = cli.invoke(app, ["compare", "runs", str(base), str(out)])
+    r = cli.invoke(app, ["compare", "runs", str(out), str(out)])
     assert r.exit_code == 0 and "skipped 2 line(s)" in r.output, r.output
+    assert len(RunFolder.load(out).rows) == 2  # rows 1 and 3: none after line 2 dropped
 
 
 def test_baseline_to_a_folder_is_a_message_and_leaves_nothing(tiny, tmp_path):

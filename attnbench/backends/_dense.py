@@ -33,6 +33,25 @@ class Dense:
     causal: bool = False  # SDPA: a uniform causal batch (no mask needed)
 
 
+def dense_working_set(spec, device_type: str, mask: bool) -> int:
+    """Bytes SDPA or Flex allocate beyond the batch for ``spec`` (a BatchSpec): padded q and
+    output, K/V gathered to ``[B, Hkv, Lmax, D]`` (and repeated to ``Hq`` heads plus the
+    ``[B, Hq, Qmax, Lmax]`` float32 scores and probabilities where the kernel is unfused, on
+    the CPU), and the ``[B, 1, Qmax, Lmax]`` bool mask (``mask``). An upper bound, for the
+    runner's memory guard."""
+    b = len(spec.requests)
+    qmax = max(r.query for r in spec.requests)
+    lmax = max(r.kv_len for r in spec.requests)
+    el = {"float32": 4, "float16": 2, "bfloat16": 2}[spec.dtype]
+    hq, hkv, d = spec.num_q_heads, spec.num_kv_heads, spec.head_dim
+    total = 2 * b * qmax * hq * d * el + 2 * b * lmax * hkv * d * el
+    if mask:
+        total += b * qmax * lmax
+    if device_type != "cuda":
+        total += 2 * b * lmax * hq * d * el + 2 * b * hq * qmax * lmax * 4
+    return total
+
+
 def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``k, v`` as ``[B, Hkv, Lmax, D]`` in the model dtype (an FP8 cache dequantized
     with its scales: ``fp8.float() * scale``, then cast); rows past each kv_len are left as

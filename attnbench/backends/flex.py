@@ -37,7 +37,7 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
-from ._dense import Dense, gather_padded_kv, padded_queries, unpad_output
+from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, unpad_output
 from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
 
 BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
@@ -115,6 +115,10 @@ class FlexBackend(Backend):
         if batch.device.type == "cuda" and batch.dtype == torch.float32 and batch.head_dim > 128:
             return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
         return []
+
+    @classmethod
+    def working_set_bytes(cls, spec, device_type: str) -> int:
+        return dense_working_set(spec, device_type, mask=False)
 
     def convert(self, batch: Batch) -> Dense:
         k, v = gather_padded_kv(batch)

@@ -27,7 +27,7 @@ from attnbench.workload.batch import Batch
 
 from ._bias import float_bias, needs_bias, with_sink_column
 from . import sdpa_mla
-from ._dense import Dense, gather_padded_kv, padded_mask, padded_queries, unpad_output
+from ._dense import Dense, dense_working_set, gather_padded_kv, padded_mask, padded_queries, unpad_output
 from ._window import gather_window_kv, window_columns, window_mask
 
 
@@ -65,6 +65,10 @@ class SdpaBackend(Backend):
     kv_orders = ("NHD", "HND")
 
     supports_mla = True
+
+    @classmethod
+    def working_set_bytes(cls, spec, device_type: str) -> int:
+        return dense_working_set(spec, device_type, mask=True)
 
     def convert(self, batch: Batch) -> Dense:
         if batch.spec.attention == "mla":

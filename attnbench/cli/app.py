@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from attnbench import __version__
 from attnbench import backend as registry
+from attnbench.backend_files import load_backend_file
 from attnbench.cli.progress import progress_for
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
@@ -162,9 +163,12 @@ def load_backend_files(files: Optional[List[Path]]) -> None:
         if not f.is_file():
             raise UsageError(f"--backend-file {f}: no such file")
         try:
-            registry.load_backend_file(f)
+            load_backend_file(f)
         except registry.UnknownBackend:
             raise
+        except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
+            raise UsageError(f"--backend-file {f}: importing it called sys.exit({e.code!r}); a backend file must only "
+                             "define (and register) backends") from None
         except Exception as e:
             raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
 
@@ -189,12 +193,18 @@ RESOURCE_OPT = typer.Option(
 )
 
 
+OVERSUBSCRIBE_OPT = typer.Option(
+    False, "--oversubscribe", help="with --executor dask --workers N: start N CPU workers even beyond this machine's cores"
+)
+
+
 def executor_spec(executor: str, workers, scheduler, resource, *, isolate=False, timeout=300.0,
-                  writes_files=False) -> ExecutorSpec:
-    """The --executor flags (and --isolate, --timeout), checked (exit 2 with the reason)."""
+                  writes_files=False, oversubscribe: bool = False) -> ExecutorSpec:
+    """The --executor flags (and --isolate, --timeout, --oversubscribe), checked (exit 2 with the reason)."""
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be > 0")
-    spec = ExecutorSpec(executor, workers, scheduler, parse_resources(list(resource or [])), isolate, timeout)
+    spec = ExecutorSpec(executor, workers, scheduler, parse_resources(list(resource or [])), isolate, timeout,
+                        oversubscribe)
     check_spec(spec, writes_files=writes_files)
     return spec
 
@@ -252,9 +262,11 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
                 progress.advance(row.case_id, row.backend, getattr(row.status, "value", row.status))
         complete = True
     except Terminated as e:
+        _hold_interrupts()
         _stopped(folder, "terminated (SIGTERM)")
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
+        _hold_interrupts()
         _stopped(folder, "interrupted")
     except OSError as e:  # a full disk, a folder made read-only under us, --save-tensors failing
         raise WriteError(
@@ -263,7 +275,28 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
         ) from None
     finally:
         _finish_quietly(folder, complete)
+        _release_interrupts()
     return complete
+
+
+_HELD: list = []  # the SIGINT handler to put back once a stopped run's folder is marked
+
+
+def _hold_interrupts() -> None:
+    """Stopping: a second Ctrl-C (or a SIGINT sent both to the group and the pid) must not cut
+    the folder's marking short; ``_release_interrupts`` puts the handler back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        _HELD.append(signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+
+def _release_interrupts() -> None:
+    import signal
+
+    while _HELD:
+        signal.signal(signal.SIGINT, _HELD.pop())
 
 
 def _stopped(folder: RunFolder, how: str) -> None:

@@ -27,8 +27,10 @@ def ceilings_cmd(
     measured once per device and dtype when a run first needed it; --measure re-measures."""
     from rich.table import Table
 
+    from attnbench.cli.numbers import check_numbers
     from attnbench.measure import ceilings as cl
 
+    check_numbers(threads=threads)
     if measure:
         import torch
 

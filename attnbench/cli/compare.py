@@ -13,9 +13,10 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
+from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
     executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
@@ -105,6 +106,7 @@ def compare_backends_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     executor: str = EXECUTOR_OPT,
     workers: Optional[int] = WORKERS_OPT,
+    oversubscribe: bool = OVERSUBSCRIBE_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,
     resource: Optional[List[str]] = RESOURCE_OPT,
 ):
@@ -112,8 +114,10 @@ def compare_backends_cmd(
 
     Per case: each backend's time relative to the baseline backend (or the fastest), with a
     95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
+    check_numbers(warmup_ms=warmup_ms, measure_ms=measure_ms, timeout=timeout, workers=workers)
     fmt = check_format(format)
-    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout)
+    spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout,
+                         oversubscribe=oversubscribe)
     load_backend_files(backend_file)
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
@@ -156,6 +160,8 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
 
 def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_rounds: bool = False):
     cur, ref = load_rows(run, need_rounds), load_rows(base, need_rounds)
+    if not cur.rows or not ref.rows:  # nothing to compare: the caller says so, not "another device '?'"
+        return cur, ref
     diffs = ensure_same_device(cur.fingerprint, ref.fingerprint, allow_cross_device)
     ensure_rows_same_device(cur.rows, ref.rows, allow_cross_device)
     info = info_console(fmt)

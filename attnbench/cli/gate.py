@@ -2,7 +2,6 @@
 that check cries wolf, and what it catches, on this machine). Parse, call, render, exit."""
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, err, handle_errors
 from attnbench.cli.rounds import with_enough_rounds
+from attnbench.cli.numbers import check_numbers
 from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.workload.units import safe_name
@@ -43,18 +43,18 @@ class GateOptions:
 
 def gate_options(max_slowdown: str, min_delta_us: float, confidence: str, normalize_by: Optional[str],
                  strict: bool = False, allow_scenario_change: bool = False) -> GateOptions:
+    check_numbers(min_delta_us=min_delta_us)
     try:
         slowdown = parse_fraction(max_slowdown)
     except ValueError as e:
         raise UsageError(f"--max-slowdown {e}") from None
+    check_numbers(max_slowdown=slowdown)
     try:
         conf = parse_fraction(confidence)
     except ValueError as e:
         raise UsageError(f"--confidence {e}") from None
     if not 0.5 <= conf < 1:
         raise UsageError(f"--confidence {confidence}: must be at least 50% and below 100% (e.g. 99% or 0.99)")
-    if min_delta_us < 0:
-        raise UsageError(f"--min-delta-us {min_delta_us}: must be >= 0")
     th = Thresholds(max_slowdown=slowdown, min_delta_ms=min_delta_us / 1e3, strict=strict, confidence=conf)
     return GateOptions(th, normalize_by, allow_scenario_change)
 
@@ -124,9 +124,12 @@ def check_cmd(
     fmt = check_format(format)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by, strict, allow_scenario_change)
     cur, ref = load_pair(run, baseline, allow_cross_device, fmt, need_rounds=True)
-    res = run_check(pick_rows(cur.rows, select, normalize_by), pick_rows(ref.rows, select, normalize_by),
-                    opts.thresholds, normalize_by)
+    picked = pick_rows(cur.rows, select, normalize_by), pick_rows(ref.rows, select, normalize_by)
+    res = run_check(*picked, opts.thresholds, normalize_by)
     res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
+    for rows, label in zip(picked, (cur.label, ref.label)):
+        if select and not [r for r in rows if r.backend != normalize_by]:
+            res.problems.append(f"-k {select!r} picks no row of {label}: nothing was compared")
     _report(res, opts, fmt, all_, (cur.label, ref.label))
     if res.failed:
         raise typer.Exit(1)
@@ -221,14 +224,10 @@ def calibrate_cmd(
     other one (A/A: a failure is a false alarm) and again with the checked run's times
     multiplied by each --slowdown (A/B: a failure is a catch). Re-run with other gate
     settings to tune them: the runs in --out are reused."""
+    check_numbers(runs=runs, slowdown=list(slowdown or []))  # --runs 2 or more: one run checked against another
     fmt = check_format(format)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
-    if runs < 2:
-        raise UsageError(f"--runs {runs}: need at least 2 runs to check one against another")
     factors = slowdown or [1.05, 1.1, 1.2, 1.3, 1.5, 2.0]
-    bad = [s for s in factors if not (math.isfinite(s) and s > 1)]
-    if bad:
-        raise UsageError(f"--slowdown {bad[0]}: must be a factor > 1 (1.3 = 30% slower)")
     folder = out or Path("results") / f"calibrate-{safe_name(scenario.stem)}"
     rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device,
                          rounds_needed(opts.thresholds.confidence))

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.numbers import check_numbers
 from attnbench.store.runfolder import atomic_write
 from attnbench.workload.traces import TraceError, read_trace, scenario_yaml
 
@@ -27,6 +28,8 @@ def import_cmd(
     max_cases: int = typer.Option(32, help="keep this many shapes, the most frequent"),
 ):
     """Turn a step trace into a scenario: one case per distinct batch shape, with its count."""
+    check_numbers(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+                  round_context=round_context, max_cases=max_cases)
     if not trace.is_file():
         raise UsageError(f"{trace}: no such trace file")
     try:

@@ -37,12 +37,9 @@ class Launch:
 
 def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_tensors, threads,
                 select=None) -> RunOptions:
-    """The run options of the flags, checked (a bad value is a UsageError)."""
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads {threads}: must be >= 1")
-    for name, v in (("--measure-ms", timing.get("measure_ms")), ("--warmup-ms", timing.get("warmup_ms")), ("--rtol", rtol)):
-        if v is not None and (v <= 0 if name != "--warmup-ms" else v < 0):
-            raise UsageError(f"{name} {v}: must be {'>= 0' if name == '--warmup-ms' else '> 0'}")
+    """The run options of the flags, checked (a bad value is a UsageError; the numbers were
+    checked first, by ``check_numbers``). Paths are made absolute here, once: a backend that
+    calls os.chdir must not move where the run writes."""
     overrides = {k: v for k, v in timing.items() if v is not None}
     for k, v in overrides.items():
         why = override_problem(k, v)
@@ -50,8 +47,22 @@ def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_te
             raise UsageError(f"{TIMING_FLAGS.get(k, k)} {v}: {why.split(': ', 1)[-1]}")
     return RunOptions(
         backends=list(backend) if backend else None, device=device, warm_l2=warm_l2, no_graphs=no_graphs,
-        timing_overrides=overrides, save_tensors=save_tensors, rtol=rtol, threads=threads, select=select,
+        timing_overrides=overrides, save_tensors=Path(save_tensors).absolute() if save_tensors else None, rtol=rtol, threads=threads, select=select,
     )
+
+
+def check_reference(sf) -> None:
+    """Each case's ``check.reference`` is ``reference`` or a registered backend (ScenarioError
+    naming the file and the field, before anything runs; it used to be error rows)."""
+    from attnbench import backend as registry
+    from attnbench.workload.scenario import ScenarioError
+
+    known = registry.all_names()
+    for case in sf.cases:
+        name = case.scenario.check.reference
+        if name != "reference" and registry.backend_name(name) not in known:
+            where = f" (case {case.case_id})" if case.params else ""
+            raise ScenarioError(f"{sf.path}: check.reference{where}: {registry.unknown_backend(name)}")
 
 
 def new_runner(scenario: Path, set_, opts: RunOptions, spec, backend_file) -> "Runner":
@@ -59,6 +70,7 @@ def new_runner(scenario: Path, set_, opts: RunOptions, spec, backend_file) -> "R
 
     sf = load(scenario, set_ or [])
     print_notes(sf)
+    check_reference(sf)
     return start_runner(sf, opts, spec, str(scenario), set_ or [], backend_file)  # bad device, -k: UsageError
 
 
@@ -75,6 +87,7 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     opts = runner.opts
     check_writable(opts.save_tensors, "--save-tensors")
     folder = RunFolder.create(results_dir, runner.sf.name, out)
+    opts.run = str(folder.path)  # whose --save-tensors files a resume may merge into
     if profile:
         opts.profile_dir = folder.path / "profiles"
     man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
@@ -88,7 +101,12 @@ def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, q
     """Run the rows not ``done`` through the executor ``runner`` into ``folder``, each stamped
     with its re-run command; returns whether every row was recorded."""
     sf = runner.sf
-    base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, spec.isolate)
+    if spec.kind == "local" and not spec.isolate:
+        from attnbench.execute.lifeline import report_step
+
+        runner.on_step = report_step  # a parent that sees this process die blames the running backend
+    base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, spec.isolate,
+                      spec.timeout)
     rows = with_repro(runner.rows(done=done), base, [c.case_id for c in sf.cases])
     return record_rows(folder, rows, rows_per_case(runner, done), sf.name, quiet)
 

@@ -18,8 +18,10 @@ def repro_base(
     opts: RunOptions,
     backend_files: Sequence[str] = (),
     isolate: bool = False,
+    timeout: Optional[float] = None,
 ) -> list[str]:
-    """``attnbench run SCENARIO`` and every option that shapes a row's numbers or status."""
+    """``attnbench run SCENARIO`` and every option that shapes a row's numbers or status
+    (``--timeout`` too, with ``--isolate``: a timed-out row's re-run must not wait 300 s)."""
     args = ["attnbench", "run", scenario_path]
     for o in overrides:
         args += ["--set", o]
@@ -38,6 +40,8 @@ def repro_base(
         args += ["--backend-file", str(f)]
     if isolate:
         args.append("--isolate")
+        if timeout is not None:
+            args += ["--timeout", f"{timeout:g}"]
     return args
 
 

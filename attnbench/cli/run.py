@@ -17,12 +17,13 @@ from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import FORMATS, print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
     executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_reference, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
 )
+from attnbench.cli.numbers import check_numbers
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.workload.timing_spec import flag_text
 from attnbench.store.runfolder import RunFolder
@@ -72,18 +73,18 @@ def run(
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
     executor: str = EXECUTOR_OPT,
     workers: Optional[int] = WORKERS_OPT,
+    oversubscribe: bool = OVERSUBSCRIBE_OPT,
     scheduler: Optional[str] = SCHEDULER_OPT,
     resource: Optional[List[str]] = RESOURCE_OPT,
 ):
-    """Run a scenario through the backends; write a run folder; print the results.
-
-    Results on stdout (--format); progress on stderr (one line per case off a terminal)."""
+    """Run a scenario through the backends; write a run folder; print the results (stdout: --format; progress: stderr)."""
+    check_numbers(warmup_ms=warmup_ms, measure_ms=measure_ms, rtol=rtol, threads=threads, timeout=timeout, workers=workers)
     show = dict(fmt=check_format(format), compact=compact, quiet=quiet)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout,
-                         writes_files=profile or bool(save_tensors))
+                         writes_files=profile or bool(save_tensors), oversubscribe=oversubscribe)
     load_backend_files(backend_file)
     if resume is not None:
-        return _resume(ctx, resume, isolate, allow_env_change, backend_file, show, spec)
+        return _resume(ctx, resume, isolate, allow_env_change, backend_file, dict(show, list=list_), spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
     opts = new_options(backend, device, warm_l2, no_graphs, dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush),
                        rtol, save_tensors, threads, select)
@@ -154,6 +155,12 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
                              "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
                              "(the manifest records the change)")
+        if show.get("list"):  # what the resume would run, and nothing else: the folder is not touched
+            from attnbench.cli.caselist import case_records, print_case_list
+
+            prior.folder.unlock()
+            left = lambda case_id, b: runner.picks(case_id, b) and (case_id, b) not in prior.done  # noqa: E731
+            return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
         note = begin(prior, isolate, changes, spec.to_json())
     except ValueError as e:  # Runner: a recorded device that is not here
@@ -162,16 +169,19 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     except BaseException:
         prior.folder.unlock()
         raise
-    for n in ([note] if note else []) + [f"resuming {path}: {len(prior.done)} row(s) done; kept: {kept_settings(prior)}"]:
+    for n in ([note] if note else []) + [f"resuming {path}: {len(prior.done)} row(s) done; kept: {kept_settings(prior, isolate)}"]:
         err.print(escape(n), highlight=False, soft_wrap=True)
     _execute(runner, prior.folder, prior.done, launch_of(prior.scenario_path, prior.overrides, backend_file), spec, show,
              opts.profile_dir is not None)
 
 
-def kept_settings(prior) -> str:
-    """The settings a resumed run keeps from its manifest, in words."""
+def kept_settings(prior, isolate: Optional[bool] = None) -> str:
+    """The settings a resumed run keeps from its manifest, in words (``isolate``: whether the
+    rest runs isolated, when this resume decided it: its own --isolate or the run's)."""
     o = prior.options
-    iso = f"--isolate with --timeout {prior.timeout or DEFAULT_TIMEOUT_S:g} s" if prior.isolate else "in process (add --isolate to isolate the rest)"
+    isolated = prior.isolate if isolate is None else isolate
+    iso = (f"--isolate with --timeout {prior.timeout or DEFAULT_TIMEOUT_S:g} s" if isolated
+           else "in process (add --isolate to isolate the rest)")
     timing = ", ".join(f"{k} {flag_text(k, v)}" for k, v in o.timing_overrides.items()) or "the scenario's"
     return (f"backends {', '.join(o.backends) if o.backends else 'as the scenario says'}; device {o.device or 'as the scenario says'}; "
             f"timing {timing}; --save-tensors {o.save_tensors or 'no'}; --profile {'yes' if o.profile_dir else 'no'}; {iso}")
@@ -230,6 +240,7 @@ def validate(
         except ScenarioError as e:
             sf, problems = None, [str(e)]
         problems += backend_name_problems(str(f), sf.scenario.backends if sf else raw_backends(f))
+        problems += reference_problems(sf) if sf else []
         if problems:
             err.print(f"[red]✗[/] {escape(chr(10).join(problems))}", highlight=False, soft_wrap=True)
             failed += 1
@@ -238,6 +249,17 @@ def validate(
         console.print(f"[green]✓[/] {escape(str(f))}: {len(sf.cases)} case(s), {reqs} request(s) in the first")
     if failed:
         raise typer.Exit(2)
+
+
+def reference_problems(sf) -> list[str]:
+    """The scenario's ``check.reference`` names no backend (``check_reference``'s message), or []."""
+    from attnbench.workload.scenario import ScenarioError
+
+    try:
+        check_reference(sf)
+    except ScenarioError as e:
+        return [str(e)]
+    return []
 
 
 def backend_name_problems(path: str, names) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 # `run` flags that shape the rows; a resumed run keeps the run's own (from its manifest)
 RESUME_KEEPS = (
     "scenario", "set_", "backend", "device", "out", "results_dir", "save_tensors", "warm_l2", "no_graphs",
-    "warmup_ms", "measure_ms", "flush", "rtol", "threads", "profile", "timeout",
+    "warmup_ms", "measure_ms", "flush", "rtol", "threads", "profile", "timeout", "select",
 )
 
 

@@ -13,9 +13,10 @@ pipe, each run folder it starts (``folder PATH``) and, on its normal way out, it
   The parent prints what happened and which run folder is incomplete (and how to resume it),
   and exits 3, or 128+N for a signal N.
 
-The parent imports nothing heavy (the fork costs about a millisecond); it ignores SIGINT
-(Ctrl-C at a terminal reaches the child, which marks its run folder incomplete and exits
-130) and passes SIGTERM and SIGHUP on to the child. The child dies with the parent
+The parent imports nothing heavy (the fork costs about a millisecond). It passes SIGTERM,
+SIGHUP and a SIGINT sent to its pid (``kill -INT``) on to the child, which stops as on Ctrl-C
+(rows kept, folder marked incomplete, exit 130); a SIGINT from the terminal (Ctrl-C) already
+reaches the child, so the parent does not send it a second. The child dies with the parent
 (``lifeline``). Without ``os.fork`` (Windows), or with ``ATTNBENCH_NO_SUPERVISOR=1``, the
 command runs in this process and these guarantees do not hold.
 """
@@ -23,9 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 from typing import Optional
+
+from attnbench.execute.lifeline import read_reports
 
 EXIT_STOPPED = 3  # the run stopped before its end without passing through attnbench's exit path
 
@@ -52,7 +56,7 @@ def _child(w: int, parent: int) -> None:
     finally:
         from attnbench.execute.lifeline import report
 
-        report(f"exit {code}")
+        report("exit", code)
 
 
 # Commands that run no backend need no watching parent: they run in this process, without
@@ -90,29 +94,62 @@ def main() -> None:
     sys.exit(_supervise(pid, r))
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent: Ctrl-C at a terminal, to its whole process group
+
+
 def _supervise(pid: int, r: int) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: _forward(pid, s))
-    data = b""
+    """Wait for the child, passing signals on; then the exit code (``verdict``)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # taken one by one below, with who sent them
+    seen = _Reports()
     while True:
         try:
-            chunk = os.read(r, 1 << 16)
+            ready, _, _ = select.select([r], [], [], 0.2)
+            chunk = os.read(r, 1 << 16) if ready else None
         except InterruptedError:
             continue
-        if not chunk:
+        if chunk == b"":
             break
-        data += chunk
+        seen.feed(chunk or b"")
+        while True:
+            info = signal.sigtimedwait(_SIGNALS, 0)
+            if info is None:
+                break
+            _pass_on(pid, info)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    folders, said = [], None
-    for line in data.decode(errors="replace").splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "folder" and rest not in folders:
-            folders.append(rest)
-        elif kind == "exit":
-            said = int(rest) if rest.lstrip("-").isdigit() else 1
-    return verdict(code, said, folders)
+    seen.feed(b"\n")
+    folders, said, step = seen.folders, seen.said, seen.step
+    return verdict(code, said, folders, step)
+
+
+class _Reports:
+    """What the child said so far: its run folders, its exit code, the step running now
+    (lines are read as they come: a long run's steps are not all kept)."""
+
+    def __init__(self):
+        self.buf, self.folders, self.said, self.step = b"", [], None, None
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if b"\n" not in self.buf:
+            return
+        done, self.buf = self.buf.rsplit(b"\n", 1)
+        for kind, value in read_reports(done):
+            if kind == "folder" and isinstance(value, str) and value not in self.folders:
+                self.folders.append(value)
+            elif kind == "exit":
+                self.said = value if isinstance(value, int) and not isinstance(value, bool) else 1
+            elif kind == "step":
+                self.step = value if isinstance(value, dict) else None
+
+
+def _pass_on(pid: int, info) -> None:
+    """SIGTERM and SIGHUP go on to the child; SIGINT too, unless the terminal sent it (Ctrl-C
+    reaches the child directly then: passing it on would interrupt its cleanup)."""
+    if info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL:
+        return
+    _forward(pid, info.si_signo)
 
 
 def _forward(pid: int, sig: int) -> None:
@@ -140,8 +177,9 @@ def _rows(folder: str) -> int:
         return 0
 
 
-def verdict(code: int, said: Optional[int], folders: list[str]) -> int:
-    """The exit code of the command from how the child ended; prints why when it differs."""
+def verdict(code: int, said: Optional[int], folders: list[str], step: Optional[dict] = None) -> int:
+    """The exit code of the command from how the child ended; prints why when it differs.
+    ``step``: the row whose backend was running when the child died (it gets an error row)."""
     incomplete = [f for f in folders if _status(f) != "complete"]
     if said is not None and (said != 0 or not incomplete):
         return said
@@ -152,11 +190,36 @@ def verdict(code: int, said: Optional[int], folders: list[str]) -> int:
     else:
         how, out = f"ended with exit status {code} without finishing (a backend called os._exit or exit?)", EXIT_STOPPED
     msg = f"error: attnbench {how}; no cleanup ran."
+    if step and said is None and incomplete:
+        msg += _record_culprit(incomplete[-1], step, how)
     for f in incomplete:
         msg += (f"\n  run folder {f} is incomplete ({_rows(f)} rows recorded): "
                 f"finish it with `attnbench run --resume {f}` (add --isolate to survive the backend that did this)")
     sys.stderr.write(msg + f"\n  exit code {out}\n")
     return out
+
+
+def _record_culprit(folder: str, step: dict, how: str) -> str:
+    """An ``error`` row for the backend that was running when the process died (a resumed run
+    then goes on past it); returns a line saying so, or why it could not be written."""
+    try:
+        from attnbench.store.rows import Row, Status, checked
+        from attnbench.store.runfolder import RunFolder
+
+        row = Row.from_json(step)
+        row.status = Status.ERROR
+        row.reason = (f"the attnbench process {how} while this backend ran "
+                      "(without --isolate: the case's other unfinished rows were lost with it; --isolate runs "
+                      "each case's backends in a child process)")
+        rf = RunFolder(folder)
+        rf.lock()
+        try:
+            rf.add(checked(row))
+        finally:
+            rf.unlock()
+    except Exception as e:  # noqa: BLE001 - the message below still says what happened
+        return f"\n  (could not record an error row for the backend that was running: {type(e).__name__}: {e})"
+    return f"\n  recorded an error row for {row.backend} in case {row.case_id}, which was running"
 
 
 def _signame(sig: int) -> str:

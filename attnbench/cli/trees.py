@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.numbers import check_numbers
 
 
 @app.command("trees")
@@ -36,7 +37,7 @@ def list_trees():
 def tree_costs_cmd(
     run: Path = typer.Argument(..., help="run folder (or baseline file) of a scenario with compare_with"),
     gain: Optional[float] = typer.Option(
-        None, min=0.0, help="expected accepted tokens of the tree / of the chain: mark where the tree pays"
+        None, help="expected accepted tokens of the tree / of the chain: mark where the tree pays"
     ),
     format: str = typer.Option("table", "--format", help="table | markdown | csv | json"),
 ):
@@ -50,6 +51,7 @@ def tree_costs_cmd(
     from attnbench.analyze.tree_costs import TreeCostError, records
     from attnbench.store.baselines import BaselineError, load_rows
 
+    check_numbers(gain=gain)
     if format not in FORMATS:
         raise UsageError(f"--format {format}: choose one of {', '.join(FORMATS)}")
     try:

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from attnbench import __version__
-from attnbench import backend as registry
+from attnbench.backend_files import load_backend_file
 from attnbench.execute import events as ev_
 from attnbench.execute.job import Job
 
@@ -77,7 +77,7 @@ def _load_plugins(plugins: list[dict]) -> None:
             tmp.write_text(p["text"])
             os.replace(tmp, path)
         try:
-            registry.load_backend_file(path)
+            load_backend_file(path)
         except ImportError as e:
             raise PluginError(
                 f"--backend-file {p['name']}: importing it on the worker failed: {type(e).__name__}: {e}. "
@@ -119,7 +119,7 @@ def preflight(job: dict) -> dict:
         "device": runner.device_name,
         "device_id": runner.device_id,
         "attnbench": __version__,
-        "available": [] if job.backends else default_backends(),  # only what a run without -b needs
+        "available": [] if job.backends else default_backends(runner.device.type),  # what a run without -b takes, on the worker's device type
         "environment": runner.environment(),
     }
 

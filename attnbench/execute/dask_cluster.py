@@ -59,8 +59,9 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-def plan_local_workers(device: str, workers: Optional[int]) -> list[WorkerPlan]:
-    """The workers of a local cluster for a run on ``device`` (the scenario's or --device)."""
+def plan_local_workers(device: str, workers: Optional[int], oversubscribe: bool = False) -> list[WorkerPlan]:
+    """The workers of a local cluster for a run on ``device`` (the scenario's or --device):
+    at most one per GPU, or on a CPU one per core unless ``oversubscribe``."""
     cores = os.cpu_count() or 1
     if workers is not None and workers < 1:
         raise ExecutorError(f"--workers {workers}: must be >= 1")
@@ -81,6 +82,10 @@ def plan_local_workers(device: str, workers: Optional[int]) -> list[WorkerPlan]:
         return [WorkerPlan(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g, "ATTNBENCH_THREADS": str(threads)}, threads)
                 for g in gpus[:n]]
     n = workers if workers is not None else max(1, cores // 8)
+    if n > cores and not oversubscribe:
+        raise ExecutorError(
+            f"--workers {n}: this machine has {cores} CPU core(s); more CPU workers than cores time each other's "
+            f"interference and take memory per process. Use --workers {cores} or fewer, or add --oversubscribe")
     threads = max(1, cores // n)
     asked = os.environ.get("OMP_NUM_THREADS", "")
     if asked.isdigit() and int(asked) > 0:  # the caller's own limit stands

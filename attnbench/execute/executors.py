@@ -29,9 +29,11 @@ class ExecutorSpec:
     resources: dict = field(default_factory=dict)  # worker resources every case needs
     isolate: bool = False  # local: each case's backends in child processes
     timeout: float = 300.0  # with isolate: seconds a backend may run before its child is killed
+    oversubscribe: bool = False  # --oversubscribe: more CPU workers than cores, as asked
 
     def to_json(self) -> dict:  # what the manifest records as "executor" (isolate and timeout have keys of their own)
-        return {"kind": self.kind, "workers": self.workers, "scheduler": self.scheduler, "resources": self.resources}
+        return {"kind": self.kind, "workers": self.workers, "scheduler": self.scheduler, "resources": self.resources,
+                "oversubscribe": self.oversubscribe}
 
 
 def parse_resources(items: list[str]) -> dict[str, float]:
@@ -54,7 +56,7 @@ def check_spec(spec: ExecutorSpec, *, writes_files: bool = False) -> None:
         raise ExecutorError(f"--executor {spec.kind}: choose one of {', '.join(EXECUTORS)}")
     if spec.kind == "local":
         extra = [f for f, v in (("--workers", spec.workers), ("--scheduler", spec.scheduler),
-                                ("--resource", spec.resources)) if v]
+                                ("--resource", spec.resources), ("--oversubscribe", spec.oversubscribe)) if v]
         if extra:
             raise ExecutorError(f"{extra[0]} goes with --executor dask (the local executor runs here, in one process)")
         return
@@ -93,7 +95,7 @@ def open_runner(sf, opts, spec: ExecutorSpec, *, scenario_path: str, overrides: 
     if spec.scheduler:
         cluster = connect(spec.scheduler)
     else:
-        plans = plan_local_workers(opts.device or sf.scenario.device, spec.workers)
+        plans = plan_local_workers(opts.device or sf.scenario.device, spec.workers, spec.oversubscribe)
         cluster = start_local(plans, spec.resources)
     try:
         return DaskRunner(sf, opts, job, cluster, spec.resources)

@@ -51,12 +51,12 @@ class Job:
     def runner(self, on_step=None, load_plugin=None):
         """The runner of this job's scenario and options (its backends, when it names them):
         ``backend_files`` loaded here, ``plugins`` through ``load_plugin``; ``on_step``: the step observer."""
-        from attnbench import backend as registry
+        from attnbench.backend_files import load_backend_file
         from attnbench.execute.runner import Runner
         from attnbench.workload.scenario import load_text
 
         for f in self.backend_files:
-            registry.load_backend_file(f)
+            load_backend_file(f)
         if self.plugins and load_plugin is not None:
             load_plugin(self.plugins)
         sf = load_text(self.scenario_text, self.scenario_path, self.overrides)

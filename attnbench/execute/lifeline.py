@@ -6,10 +6,11 @@ run on, holding its GPU memory). Elsewhere a daemon thread polls the parent's pi
 second. Either way, a parent that died before the call is noticed at once.
 
 The other way round, a child tells its supervising parent (``attnbench.cli.supervise``) what
-it is doing, one line at a time on a pipe: ``report("folder PATH")``, ``report("exit 0")``.
+it is doing, one line at a time on a pipe: ``report("folder", PATH)``, ``report("exit", 0)``.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -26,19 +27,45 @@ def report_to(fd: int) -> None:
     _pipe = fd
 
 
-def report(line: str) -> None:
-    """One line to the supervising parent, if there is one (never raises)."""
+def report(kind: str, value) -> None:
+    """One message to the supervising parent, if there is one (never raises): a line
+    ``KIND JSON``, the value JSON-encoded so that a path with a newline stays one line."""
     if _pipe is None:
         return
     try:
-        os.write(_pipe, (line.replace("\n", " ") + "\n").encode())
-    except OSError:
+        os.write(_pipe, f"{kind} {json.dumps(value)}\n".encode())
+    except (OSError, TypeError, ValueError):
         pass
+
+
+def read_reports(data: bytes) -> list[tuple[str, object]]:
+    """The parent's side of ``report``: (kind, value) per line; a line that does not decode is skipped."""
+    out = []
+    for line in data.decode(errors="surrogateescape").split("\n"):
+        kind, _, rest = line.partition(" ")
+        try:
+            out.append((kind, json.loads(rest)))
+        except ValueError:
+            continue
+    return out
+
+
+_IDENTITY = ("scenario", "case_id", "backend", "device", "device_id", "dtype", "page_size", "layout", "batch",
+             "num_requests", "num_tokens", "params", "repro")
+
+
+def report_step(row, ended: bool) -> None:
+    """``Runner.on_step`` of an in-process run: the row whose step is running (its identity),
+    or None between steps, so that a parent that sees this process die can record an
+    ``error`` row for the backend that killed it."""
+    if _pipe is None:
+        return
+    report("step", None if ended else {k: getattr(row, k) for k in _IDENTITY})
 
 
 def announce_run_folder(path) -> None:
     """Tell the supervising parent that this process writes the run folder ``path``."""
-    report(f"folder {os.path.abspath(str(path))}")
+    report("folder", os.path.abspath(str(path)))
 
 
 def _prctl_pdeathsig(sig: int) -> bool:

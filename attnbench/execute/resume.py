@@ -61,15 +61,21 @@ def _check(folder: RunFolder) -> Resumed:
     path, man = folder.path, folder.manifest
     if man == Manifest():
         raise ResumeError(f"--resume {path}: manifest.json is missing or unreadable; start a new run instead")
-    text = man.scenario_text
-    if not isinstance(text, str):
-        raise ResumeError(f"--resume {path}: the manifest holds no scenario_text; start a new run instead")
-    if man.scenario_sha256 and scenario_hash(text) != man.scenario_sha256:
-        raise ResumeError(f"--resume {path}: scenario_text does not match scenario_sha256 (edited manifest?)")
-    for key in ("overrides", "options", "backends_requested"):
+    for key in _USED:
         if man.problem(key):
             raise ResumeError(f"--resume {path}: manifest.json: {man.problem(key)} (edited by hand?); "
                               "start a new run instead")
+    text = man.scenario_text
+    if not isinstance(text, str):
+        raise ResumeError(f"--resume {path}: the manifest holds no scenario_text; start a new run instead")
+    if not man.scenario_sha256 or scenario_hash(text) != man.scenario_sha256:
+        what = "does not match scenario_sha256" if man.scenario_sha256 else "comes without its scenario_sha256"
+        raise ResumeError(f"--resume {path}: manifest.json: scenario_text {what} (edited by hand?); start a new run instead")
+    if man.settings_sha256 != man.settings_hash():
+        what = "do not match settings_sha256" if man.settings_sha256 else "come without their settings_sha256"
+        raise ResumeError(f"--resume {path}: manifest.json: the recorded settings (scenario text, overrides, options, "
+                          f"isolate, timeout) {what} (edited by hand, or written by an older attnbench); "
+                          "start a new run instead")
     scenario_path = man.scenario_path or "<manifest>"
     try:
         sf = load_text(text, scenario_path, man.overrides)
@@ -84,8 +90,35 @@ def _check(folder: RunFolder) -> Resumed:
         files = man.backend_files
         hint = f" pass --backend-file {' --backend-file '.join(files)} again" if files else " pass its --backend-file again"
         raise ResumeError(f"--resume {path}: backend {missing[0]!r} is unknown here;{hint} (it runs that file's code)")
-    done = frozenset((r.case_id, r.backend) for r in folder.rows if r.scenario == sf.name)
+    done = _rows_done(folder, sf)
     return Resumed(folder, sf, opts, list(man.overrides), scenario_path, done, man.isolate, man.timeout)
+
+
+# the manifest keys --resume goes on with: a wrong type in any of them refuses the resume
+_USED = ("scenario", "scenario_text", "scenario_sha256", "settings_sha256", "overrides", "options",
+         "backends_requested", "backend_files", "isolate", "timeout", "select")
+
+
+def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
+    """The (case, backend) rows already in the folder; ResumeError for a row that cannot be
+    one of this run's: another scenario's, a case the scenario does not have, or a second
+    row of one case and backend (which one counts would depend on their order)."""
+    cases = {c.case_id for c in sf.cases}
+    seen: set[tuple[str, str]] = set()
+    for i, r in enumerate(folder.rows, 1):
+        where = f"--resume {folder.path}: rows.jsonl: row {i} ({r.case_id} · {r.backend})"
+        if r.scenario != sf.name:
+            why = f"is of scenario {r.scenario!r}, not this run's {sf.name!r}"
+        elif r.case_id not in cases:
+            why = f"is of a case the scenario does not have (its cases: {', '.join(sorted(cases)[:5])}, ...)"
+        elif (r.case_id, r.backend) in seen:
+            why = "repeats an earlier row of that case and backend"
+        else:
+            seen.add((r.case_id, r.backend))
+            continue
+        raise ResumeError(f"{where} {why}: rows from elsewhere would be mixed into this run; start a new run "
+                          "(or remove that line by hand, knowing what it was)")
+    return frozenset(seen)
 
 
 def environment_changes(prior: Resumed, device_name: str) -> list[str]:

@@ -8,7 +8,6 @@ backend becomes that row's ``error``; the rows already finished are never lost.
 from __future__ import annotations
 
 import gc
-import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional
 
@@ -18,11 +17,13 @@ from attnbench import backend as registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
 from attnbench.execute.cases import backend_names_for, case_base_row, default_backends  # noqa: F401
+from attnbench.execute.output_check import check_output  # noqa: F401 - the runner's, for callers
+from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
 from attnbench.measure.ceilings import ceilings_for
 from attnbench.measure.metrics import device_identity, device_name, roofline, work_of
-from attnbench.workload.reference import compare, default_tolerance, reference_attention, route_tolerance
+from attnbench.workload.reference import default_tolerance, reference_attention, route_tolerance
 from attnbench.store.rows import Row, Status, checked
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
@@ -33,44 +34,10 @@ from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
 from attnbench.measure.mismatch import mismatch_where
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
-from attnbench.measure.poison import count_poison, poison_allocator
-from attnbench.workload.units import format_bytes
+from attnbench.measure.poison import fresh_memory_marked, poison_allocator
 
 
-def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Status, str, float, float]:
-    """-> (status, reason, rel_err, max_abs_err) of a backend output against the reference."""
-    if not isinstance(out, torch.Tensor):
-        return Status.MISMATCH, f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
-    if tuple(out.shape) != tuple(batch.out_shape):
-        return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.out_shape)}", float("nan"), float("nan")
-    if out.dtype != batch.dtype:
-        return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
-    unwritten = count_poison(out)
-    if unwritten:
-        return (
-            Status.MISMATCH,
-            f"output never written: {unwritten} of {out.numel()} values still hold the NaN poison put there before the call",
-            float("inf"), float("inf"),
-        )
-    bad = (~torch.isfinite(out)).sum().item()
-    if bad:
-        return Status.MISMATCH, f"output has {bad} NaN/Inf values of {out.numel()}", float("inf"), float("inf")
-    if out.numel() and not out.any() and ref.any():
-        return Status.MISMATCH, "output never written: every value is 0 (fresh memory?)", float("inf"), float("inf")
-    rel, mx = compare(out, ref)
-    if not rel <= tol:
-        where = mismatch_where(out, ref, batch.query_start_loc, [q.kind for q in batch.spec.requests], tol)
-        return Status.MISMATCH, f"relative error {rel:.3g} exceeds tolerance {tol:.3g}" + (f"; {where}" if where else ""), rel, mx
-    return Status.OK, "", rel, mx
-
-
-def _memory_available(device: torch.device) -> Optional[int]:
-    try:
-        if device.type == "cuda":
-            return torch.cuda.mem_get_info(device)[0]
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, RuntimeError):
-        return None
+_memory_available = available_bytes  # a name of this module's: tests stand in for the machine here
 
 
 def _error_text(e: BaseException) -> str:
@@ -102,6 +69,7 @@ class Runner:
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
         self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
+        self._saved: set[str] = set()  # cases whose --save-tensors file this runner wrote
         self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
 
     def backend_versions(self) -> dict[str, str]:
@@ -155,16 +123,9 @@ class Runner:
         sc = case.scenario
         spec = sc.batch_spec()
         cfg = self.timing_config(case)
-        # the pristine inputs, a backend's own copy, its plan; in rounds every backend's copy is live
-        copies = len(names) if cfg.rounds > 1 else 1
-        need = (2 + copies) * spec.memory_bytes()
-        avail = _memory_available(self.device)
-        if avail is not None and need > avail:
-            why = (
-                f"case needs about {format_bytes(need)} ({2 + copies}x the batch's {format_bytes(spec.memory_bytes())}); "
-                f"{format_bytes(avail)} available on {self.device}"
-            )
-            yield from self._all_rows(case, spec, names, Status.SKIPPED, why)
+        names, too_big = self._fitting(case, spec, names, all_live=cfg.rounds > 1)
+        yield from too_big
+        if not names:
             return
         try:  # under the rows' thread count: the float64 reference on 2 threads spin-waited (2x CPU)
             with cpu_threads(self.device, self.threads):
@@ -198,17 +159,35 @@ class Runner:
                     self._guard(row, lambda: self._check_inputs(row, batch, own))
                     live = own = None  # the plan's memory goes before the next backend's
                     _release(self.device)
+                    self._save_tensors(case, batch, outputs)  # before the row: a recorded row has its output on disk
                     yield row
             else:
-                yield from self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs)
-        if self.opts.save_tensors is not None:
-            try:
-                save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs)
-            except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
-                raise SaveTensorsError(f"--save-tensors {self.opts.save_tensors}: could not write the tensors of "
-                                       f"case {case.case_id}: {_error_text(e)}") from None
+                for row in self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs):
+                    self._save_tensors(case, batch, outputs)
+                    yield row
         del batch, ref, outputs
         _release(self.device)
+
+    def _save_tensors(self, case: Case, batch: Batch, outputs: dict) -> None:
+        """--save-tensors: the case's file with every output so far (merged over what an
+        earlier process saved for the case, the first time)."""
+        if self.opts.save_tensors is None:
+            return
+        first = case.case_id not in self._saved
+        self._saved.add(case.case_id)
+        try:
+            save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs, merge=first, run=self.opts.run)
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+            raise SaveTensorsError(f"--save-tensors {self.opts.save_tensors}: could not write the tensors of "
+                                   f"case {case.case_id}: {_error_text(e)}") from None
+
+    def _fitting(self, case: Case, spec: BatchSpec, names: list[str], all_live: bool) -> tuple[list[str], list[Row]]:
+        """The backends whose share of memory fits (``memory.py``), and skipped rows for the others."""
+        fits, too_big = split_by_memory(spec, names, _memory_available(self.device), self.device, all_live)
+        skipped = [self.base_row(case, spec, n) for n, _ in too_big]
+        for row, (_, why) in zip(skipped, too_big):
+            row.status, row.reason = Status.SKIPPED, why
+        return fits, skipped
 
     def _check_inputs(self, row: Row, pristine: Batch, own: Batch) -> None:
         """A backend that wrote into its inputs gets an error row (it keeps its own reason
@@ -257,13 +236,20 @@ class Runner:
         return result
 
     def _run_in_rounds(self, rows, batch, ref, tol, cfg, ceil, work, outputs) -> Iterator[Row]:
-        """Every backend is planned and checked first; then the budgets are split into
-        ``cfg.rounds`` rounds taken in turn, so that all backends of the case sample the same
-        stretches of time. The rows come out together at the end of the case."""
+        """Every backend is planned and checked first (a row that ends there, skipped or
+        failed, comes out at once: a later backend that kills the process cannot take it
+        along); then the budgets are split into ``cfg.rounds`` rounds taken in turn, so that
+        all backends of the case sample the same stretches of time. The timed rows come out
+        together at the end of the case."""
         owns = [clone_batch(batch) for _ in rows]
-        lives = [
-            (row, self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs, cfg))) for row, own in zip(rows, owns)
-        ]
+        lives = []
+        for row, own in zip(rows, owns):
+            live = self._guard(row, lambda: self._prepare(row, own, ref, tol, outputs, cfg))
+            if live is None:
+                self._guard(row, lambda: self._check_inputs(row, batch, own))
+                yield row
+            else:
+                lives.append((row, live, own))
         per_round = replace(
             cfg,
             warmup_ms=cfg.warmup_ms / cfg.rounds,
@@ -272,17 +258,17 @@ class Runner:
             max_runs=-(-cfg.max_runs // cfg.rounds),
         )
         for _ in range(cfg.rounds):
-            for row, live in lives:
-                if live is not None and row.status is Status.OK:
+            for row, live, _own in lives:
+                if row.status is Status.OK:
                     self._guard(row, lambda: self._measure(live, per_round))
-        for row, live in lives:
-            if live is not None and row.status is Status.OK:
+        for row, live, own in lives:
+            if row.status is Status.OK:
                 self._guard(row, lambda: self._finish(live, ref, tol, ceil, work))
-        for row, own in zip(rows, owns):
             self._guard(row, lambda: self._check_inputs(row, batch, own))
-        lives = live = owns = None  # the plans' memory goes before the next case
+        done = [row for row, _, _ in lives]
+        lives = live = owns = own = None  # the plans' memory goes before the next case
         _release(self.device)
-        yield from rows
+        yield from done
 
     def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
@@ -305,7 +291,8 @@ class Runner:
         tol, why = route_tolerance(plan, row.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
         row.tolerance, row.mode = tol, f"{row.mode} ({why})".strip() if why else row.mode
         poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
-        out = be.run(plan)
+        with fresh_memory_marked(batch.device):
+            out = be.run(plan)
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)
         status, reason, row.rel_err, row.max_abs_err = check_output(out, ref, batch, tol)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 from pathlib import Path
 from typing import Optional
@@ -94,7 +95,7 @@ def _save(path: Path, key: str, entry: dict, replace: bool) -> dict:
     """Merge ``entry`` into the file's entry for ``key`` as it is on disk now: only missing
     values are added unless ``replace``. Returns the merged entry (what the file now holds)."""
     cache = _load(path)
-    old = cache.get(key) if isinstance(cache.get(key), dict) else {}
+    old = _usable(cache.get(key))
     merged = dict(entry) if replace else {**entry, **old}
     merged["matmul_tflops"] = {**old.get("matmul_tflops", {}), **entry.get("matmul_tflops", {})} if replace else \
         {**entry.get("matmul_tflops", {}), **old.get("matmul_tflops", {})}
@@ -111,6 +112,26 @@ def _save(path: Path, key: str, entry: dict, replace: bool) -> dict:
     return merged
 
 
+def _rate(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _usable(entry) -> dict:
+    """The values of a cached entry that a row can divide by (finite rates > 0); a 0, a NaN
+    or a string (a damaged or hand-edited cache) is dropped, so it is measured again."""
+    if not isinstance(entry, dict):
+        return {}
+    out = {k: v for k, v in entry.items() if k not in ("copy_tbps", "read_tbps", "matmul_tflops", "measured_at")}
+    out.update({k: entry[k] for k in ("copy_tbps", "read_tbps") if _rate(entry.get(k))})
+    mm = entry.get("matmul_tflops")
+    out["matmul_tflops"] = {d: v for d, v in mm.items() if _rate(v)} if isinstance(mm, dict) else {}
+    at = entry.get("measured_at")
+    out["measured_at"] = dict(at) if isinstance(at, dict) else {}
+    if not isinstance(out.get("device_name"), str):
+        out.pop("device_name", None)
+    return out
+
+
 def _from_entry(entry: dict) -> Ceilings:
     return Ceilings(entry["device_name"], entry["copy_tbps"], dict(entry["matmul_tflops"]), entry["read_tbps"],
                     dict(entry.get("measured_at", {})))
@@ -121,8 +142,8 @@ def ceilings_for(device: torch.device, dtype: str, measure: bool = True, threads
     """This device's ceilings with ``dtype``'s matmul rate: from the cache, measuring (and
     adding) only what it lacks; None when something is missing and ``measure`` is False."""
     path, key = cache_path(), cache_key(device, threads)
-    entry = _load(path).get(key) or {}
-    have_mem = "copy_tbps" in entry and "read_tbps" in entry
+    entry = _usable(_load(path).get(key))
+    have_mem = "copy_tbps" in entry and "read_tbps" in entry and "device_name" in entry
     have_mm = dtype in entry.get("matmul_tflops", {})
     if have_mem and have_mm:
         return _from_entry(entry)

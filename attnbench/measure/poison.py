@@ -12,13 +12,21 @@ output. Two defences, both used by the runner and the timer:
 * the timer poisons the previous output before the final checked call, which catches a
   backend that returns a stale buffer.
 
+* on a CPU with glibc, while the correctness call runs, ``malloc`` fills every block it hands
+  out with the byte ``0xFE`` (``mallopt(M_PERTURB)``; ``fresh_memory_marked``): whichever free
+  chunk the allocator picks (best fit can pick one that held an earlier, correct output), an
+  unwritten output holds that pattern: ``-1.69e38`` in float32 and bfloat16, a NaN with a
+  payload in float16, values an attention output (a mix of V's rows) never takes.
+
 The poison is a quiet NaN with a payload (``0x7FC0DEAD`` for float32, ``0x7FEA`` for 16-bit
 types): arithmetic never produces that payload from random inputs, so an output value with
 exactly these bits was never written by the backend.
 """
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import ctypes
+from typing import Iterator, Optional
 
 import torch
 
@@ -40,12 +48,39 @@ def poison_fill(t: Optional[torch.Tensor]) -> None:
         t.fill_(float("nan"))
 
 
+_M_PERTURB = -6  # glibc's mallopt parameter: fill allocated blocks with ~byte, freed ones with byte
+_PERTURB_BYTE = 0x01
+_FRESH = {torch.int32: -0x01010102, torch.int16: -0x0102}  # 0xFEFEFEFE and 0xFEFE, as signed ints
+
+
 def count_poison(t: torch.Tensor) -> int:
-    """How many values of ``t`` still hold the poison bit pattern."""
+    """How many values of ``t`` still hold the poison bit pattern (or, written by nobody,
+    the bytes ``malloc`` filled a fresh block with under ``fresh_memory_marked``)."""
     pat = _PATTERN.get(t.dtype)
     if pat is None:
         return 0
-    return int((t.contiguous().view(pat[0]) == pat[1]).sum().item())
+    bits = t.contiguous().view(pat[0])
+    return int(((bits == pat[1]) | (bits == _FRESH[pat[0]])).sum().item())
+
+
+def _mallopt(value: int) -> bool:
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_PERTURB, value))
+    except (OSError, AttributeError):  # no glibc (musl, macOS, Windows): the poisoned blocks remain
+        return False
+
+
+@contextlib.contextmanager
+def fresh_memory_marked(device: torch.device) -> Iterator[None]:
+    """On a CPU, every block ``malloc`` hands out inside the block is filled with ``0xFE``
+    bytes first (and freed ones with ``0x01``): an output nobody wrote shows that pattern
+    whatever memory it got. Off a CPU, or without glibc's ``mallopt``, nothing changes."""
+    on = torch.device(device).type == "cpu" and _mallopt(_PERTURB_BYTE)
+    try:
+        yield
+    finally:
+        if on:
+            _mallopt(0)
 
 
 def poison_allocator(shape, dtype: torch.dtype, device: torch.device) -> None:

@@ -92,15 +92,22 @@ def _rows_from_json(items: list, where: str, fix: str) -> list[Row]:
 
 
 def check_rows(loaded: "Loaded", need_rounds: bool) -> None:
-    """Raise BaselineError naming the file, row and field that cannot be compared."""
+    """Raise BaselineError naming the file, row and field that cannot be compared, or the two
+    rows of one (scenario, case, backend): which one counts would depend on their order."""
     is_file = not Path(loaded.label).is_dir()
     fix = (f"make the baseline again: attnbench baseline RUN --to {loaded.label}" if is_file
            else "the run folder was edited or damaged: run the scenario again")
+    first: dict[tuple, int] = {}
     for i, r in enumerate(loaded.rows):
+        where = f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl"
         why = row_problem(r, need_rounds)
         if why:
-            where = f"rows[{i}]" if is_file else f"rows.jsonl line {i + 1}"
             raise BaselineError(f"{loaded.label}: {where} ({r.case_id} · {r.backend}).{why}; {fix}")
+        if r.key in first:
+            was = f"rows[{first[r.key]}]" if is_file else f"row {first[r.key] + 1}"
+            raise BaselineError(f"{loaded.label}: {where} ({r.case_id} · {r.backend}) repeats {was}: one row per "
+                                f"case and backend, or the verdict would depend on their order; {fix}")
+        first[r.key] = i
 
 
 def load_rows(path: Path, need_rounds: bool = False) -> Loaded:
@@ -147,10 +154,16 @@ def _load(path: Path) -> Loaded:
 
 
 def make_baseline(run: Path) -> dict:
-    """The baseline document of a run folder (not written anywhere)."""
+    """The baseline document of a run folder (not written anywhere); refused when ``check``
+    would refuse it: a damaged row, a duplicate, a line of rows.jsonl that is not a row."""
     rf = RunFolder.load(Path(run))
     if not rf.rows:
         raise BaselineError(f"{run}: the run folder has no rows")
+    if rf.broken_lines:
+        raise BaselineError(f"{run}: rows.jsonl has {len(rf.broken_lines)} line(s) that are not rows (line "
+                            f"{', '.join(map(str, rf.broken_lines[:10]))}): a baseline of the rest would hide them; "
+                            "run the scenario again (or finish it: attnbench run --resume, which sets them aside)")
+    check_rows(Loaded(str(run), rf.rows, rf.manifest, {}), need_rounds=True)
     return {
         "attnbench_baseline": FORMAT_VERSION,
         "created": utc_now(),
@@ -161,10 +174,17 @@ def make_baseline(run: Path) -> dict:
     }
 
 
+RUN_FILES = ("manifest.json", "rows.jsonl", "results.csv", "rows.broken.jsonl", ".lock")
+
+
 def write_baseline(run: Path, to: Path) -> dict:
     to = Path(to)
     if to.is_dir():
         raise BaselineError(f"--to {to}: a folder; name the baseline file, e.g. {to / 'NAME.json'}")
+    inside = Path(run).resolve() in to.resolve().parents
+    if inside and (to.name in RUN_FILES or to.resolve().parent != Path(run).resolve()):
+        raise BaselineError(f"--to {to}: a file of the run folder {run} itself; write the baseline elsewhere, "
+                            f"e.g. results/baselines/NAME.json")
     doc = make_baseline(run)
     to.parent.mkdir(parents=True, exist_ok=True)
     # one row per line: reviewable diffs when a committed baseline is refreshed

@@ -11,6 +11,9 @@ written back as they were.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -46,7 +49,9 @@ _ACCEPTS = {
     "environment": (lambda v: isinstance(v, dict), "an object"),
     "backend_files": (_texts, "a list of paths"),
     "isolate": (lambda v: isinstance(v, bool), "true or false"),
-    "timeout": (_opt(lambda v: _num(v) and v > 0), "a number of seconds > 0 or null"),
+    "timeout": (_opt(lambda v: _num(v) and math.isfinite(v) and 0 < v <= 7 * 24 * 3600),
+                "a number of seconds > 0 (at most a week) or null"),
+    "settings_sha256": _STR,
     "executor": (lambda v: isinstance(v, dict), "an object"),
     "resumed": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects"),
 }
@@ -79,6 +84,9 @@ class Manifest:
     timeout: Optional[float] = None  # with isolate: seconds a backend may run
     executor: dict = field(default_factory=dict)  # ExecutorSpec.to_json()
     resumed: list[dict] = field(default_factory=list)  # one entry per --resume
+    # covers what --resume takes from the manifest (scenario text, overrides, options, isolate,
+    # timeout): a hand edit of any of them is refused, not half applied
+    settings_sha256: Optional[str] = None
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
     problems: list[str] = field(default_factory=list, compare=False)  # keys read back with a wrong type
 
@@ -95,6 +103,12 @@ class Manifest:
     def problem(self, key: str) -> Optional[str]:
         """What was wrong with ``key`` when read back (None: nothing)."""
         return next((p for p in self.problems if p.split(":", 1)[0].split(".", 1)[0] == key), None)
+
+    def settings_hash(self) -> str:
+        """SHA-256 of the settings ``--resume`` goes on with (``settings_sha256``)."""
+        doc = {"scenario_text": self.scenario_text, "overrides": self.overrides, "isolate": self.isolate,
+               "timeout": self.timeout, "options": options_to_json(self.options) if self.options is not None else None}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "problems")}

@@ -3,6 +3,7 @@ in the manifest (``store.manifest``), which ``--resume`` and ``--isolate`` child
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -23,6 +24,7 @@ class RunOptions:
     measure_ceilings: bool = True
     threads: Optional[int] = None  # CPU rows: intra-op threads while backends run (None: 1)
     select: Optional[str] = None  # a -k expression over "case_id backend" (workload.select)
+    run: Optional[str] = None  # the run folder: --save-tensors merges only files this run wrote
 
 
 def options_to_json(opts) -> dict:
@@ -47,10 +49,12 @@ _ACCEPTS = {
                          "a mapping of timing settings to their values (warmup_ms: 25, flush: read, ...)"),
     "profile_dir": (lambda v: v is None or isinstance(v, str), "a path or null"),
     "save_tensors": (lambda v: v is None or isinstance(v, str), "a path or null"),
-    "rtol": (lambda v: v is None or _num(v), "a number or null"),
+    "rtol": (lambda v: v is None or (_num(v) and math.isfinite(v) and 0 < v <= 1), "a number > 0 and <= 1, or null"),
     "measure_ceilings": (lambda v: isinstance(v, bool), "true or false"),
-    "threads": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
+    "threads": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096),
+                "an integer from 1 to 4096, or null"),
     "select": (lambda v: v is None or isinstance(v, str), "a -k expression or null"),
+    "run": (lambda v: v is None or isinstance(v, str), "a run folder path or null"),
 }
 
 

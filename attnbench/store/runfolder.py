@@ -49,7 +49,8 @@ class RowsFileWarning(UserWarning):
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file of this writer's own (never one a
     second process shares), so that ``path`` holds the old text or the new, never a mix; the
-    temporary file goes away when the write fails (a full disk, say)."""
+    temporary file goes away when the write fails (a full disk, say), and the error names
+    ``path`` (a failed write to a file descriptor names no file of its own)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -59,9 +60,11 @@ def atomic_write(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
         raise
 
 
@@ -162,7 +165,9 @@ class RunFolder:
     """Writes a run folder as rows finish (holding its lock); loads one back."""
 
     def __init__(self, path: Path):
-        self.path = Path(path)
+        # absolute once, here: a backend that calls os.chdir must not send later writes
+        # (rows, manifest, CSV) to another folder of the same relative name
+        self.path = Path(path).absolute()
         self.rows: list[Row] = []
         self.manifest = Manifest()
         self.broken_lines: list[int] = []  # 1-based numbers of rows.jsonl lines that are not rows
@@ -207,22 +212,31 @@ class RunFolder:
         """Write the manifest of a new run (marked incomplete, with its start time)."""
         self.manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_json(manifest)
         self.manifest.update(status="incomplete", start_time=utc_now())
+        self.manifest.settings_sha256 = self.manifest.settings_hash()
         self.write_manifest()
 
     def write_manifest(self) -> None:
         atomic_write(self.path / "manifest.json", json.dumps(self.manifest.to_json(), indent=2, default=str))
 
     def add(self, row: Row) -> None:
-        self.rows.append(row)
+        """Append ``row`` to rows.jsonl; it counts (``self.rows``) only once it is written. A
+        write that fails (a full disk) leaves no half line behind and names the file."""
         path = self.path / "rows.jsonl"
+        line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
         with open(path, "a+b") as f:
-            line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
-            if f.tell() > 0:  # a line a crash cut short must not swallow this one
+            size = f.seek(0, os.SEEK_END)
+            if size > 0:  # a line a crash cut short must not swallow this one
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":
                     line = b"\n" + line
-            f.write(line)
-            f.flush()  # in the OS's hands: a crash of this process loses no finished row
+            try:
+                f.write(line)
+                f.flush()  # in the OS's hands: a crash of this process loses no finished row
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    f.truncate(size)
+                raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        self.rows.append(row)
         if time.monotonic() - self._csv_written >= CSV_EVERY_S:
             self.write_csv()
 
@@ -250,7 +264,7 @@ class RunFolder:
         rows_file, note = self.path / "rows.jsonl", None
         if self.broken_lines:
             broken = set(self.broken_lines)
-            lines = rows_file.read_bytes().splitlines(keepends=True)
+            lines = split_lines(rows_file.read_bytes())
             kept = [ln for i, ln in enumerate(lines, 1) if i not in broken and ln.strip()]
             with open(self.path / "rows.broken.jsonl", "ab") as f:
                 for i in sorted(broken):
@@ -297,13 +311,14 @@ def read_rows(rows_file: Path) -> tuple[list[Row], list[int]]:
     """-> (the rows, the 1-based numbers of lines that are not rows). Warns when any are."""
     rows, broken = [], []
     with open(rows_file, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                rows.append(typed_row(json.loads(raw)))
-            except (ValueError, TypeError, RecursionError):
-                broken.append(i)
+        data = f.read()
+    for i, raw in enumerate(split_lines(data), 1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(typed_row(json.loads(raw)))
+        except (ValueError, TypeError, RecursionError):
+            broken.append(i)
     if broken:
         shown = ", ".join(map(str, broken[:10])) + (f" and {len(broken) - 10} more" if len(broken) > 10 else "")
         warnings.warn(RowsFileWarning(
@@ -311,6 +326,15 @@ def read_rows(rows_file: Path) -> tuple[list[Row], list[int]]:
             f"the other {len(rows)} rows are used"
         ), stacklevel=2)
     return rows, broken
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a rows.jsonl, each with its ``\\n`` (the last may lack it): split on
+    ``\\n`` only, the rule every reader and the ``--resume`` rewriter share (a lone ``\\r``
+    inside a broken line must not make two lines of it for one and one for the other)."""
+    parts = data.split(b"\n")
+    lines = [p + b"\n" for p in parts[:-1]]
+    return lines + ([parts[-1]] if parts[-1] else [])
 
 
 def read_manifest(path: Path) -> dict:

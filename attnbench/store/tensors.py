@@ -1,18 +1,51 @@
 """``--save-tensors``: each case's inputs and every backend's output in one ``.pt`` file,
-loadable with ``torch.load(path, weights_only=True)``."""
+loadable with ``torch.load(path, weights_only=True)``.
+
+The file is written after each backend's row (before the row is recorded), atomically, and
+merged with the outputs already in it: a run stopped mid-case (SIGTERM, a crash) and resumed
+ends with every backend's output in the case's file, never only those of the last process.
+File names come from ``unique_file_stem``: two case ids never share a file.
+"""
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from attnbench.workload.batch import Batch
-from attnbench.workload.units import safe_name
+from attnbench.workload.units import unique_file_stem
 
 
-def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict) -> Path:
-    """Write ``DIRECTORY/<case id>.pt``: the batch (q, paged K/V, block table, lengths, kinds,
-    tree parents, scale, attention and the MLA widths) and ``outputs`` (backend name -> its checked first output, on the CPU).
+def case_tensor_path(directory: Path, case_id: str) -> Path:
+    return Path(directory) / f"{unique_file_stem(case_id)}.pt"
+
+
+def _outputs_on_disk(path: Path, batch: Batch, case_id: str, run: Optional[str]) -> dict:
+    """The outputs an earlier process of this run saved for this case (same run, case and
+    inputs: a stopped run's, or an --isolate child's before a crash), else {}. A file of
+    another run is replaced, never merged into."""
+    if run is None or not path.is_file():
+        return {}
+    try:
+        old = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception:  # a damaged file: it is replaced
+        return {}
+    same = (isinstance(old, dict) and old.get("run") == run and old.get("case_id") == case_id
+            and isinstance(old.get("q"), torch.Tensor)
+            and torch.equal(old["q"], batch.q.cpu()) and isinstance(old.get("outputs"), dict))
+    return dict(old["outputs"]) if same else {}
+
+
+def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict, merge: bool = False,
+                      run: Optional[str] = None) -> Path:
+    """Write ``DIRECTORY/<case id>.pt``: the case id, the batch (q, paged K/V, block table,
+    lengths, kinds, tree parents, scale, attention and the MLA widths) and ``outputs`` (backend name -> its checked first
+    output, on the CPU), with ``merge`` over the outputs the file already holds for this case
+    of the same ``run`` (the first save of a case in a process; later ones hold all of them).
 
     The attention variants too (docs/semantics.md), so that ``scripts/gpu/check_saved.py`` can
     recompute from the file alone: ``causal`` per request, ``window``, ``softcap``, ``sinks``
@@ -21,7 +54,10 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
     are saved NHD-indexed whatever the storage order)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    path = case_tensor_path(d, case_id)
     blob = {
+        "case_id": case_id,
+        "run": run,
         "q": batch.q.cpu(),
         "k_cache": batch.k_cache.cpu().contiguous(),
         "v_cache": batch.v_cache.cpu().contiguous(),
@@ -43,10 +79,17 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
         "attention": batch.spec.attention,  # "mla": v_cache is k_cache[..., :kv_lora_rank]
         "kv_lora_rank": batch.spec.kv_lora_rank,
         "rope_dim": batch.spec.rope_dim,
-        "outputs": outputs,
+        "outputs": {**(_outputs_on_disk(path, batch, case_id, run) if merge else {}), **outputs},
     }
-    path = d / f"{safe_name(case_id)}.pt"
-    torch.save(blob, path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(blob, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

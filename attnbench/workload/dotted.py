@@ -9,6 +9,7 @@ import yaml
 
 from attnbench.workload.messages import ScenarioError, check_shape
 from attnbench.workload.units import short_repr
+from attnbench.workload.yaml_keys import safe_load_unique
 
 
 def set_path(doc: Any, path: str, value: Any, where: str) -> None:
@@ -44,7 +45,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(f"--set {short_repr(text)}: expected KEY=VALUE, e.g. --set model.head_dim=64")
     key, value = text.split("=", 1)
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = safe_load_unique(value) if value.strip() else ""
     except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: the text as written
         return key.strip(), value
     check_shape(parsed, f"--set {short_repr(text)}")
@@ -57,7 +58,7 @@ def read_mapping(text: str, path: str, max_bytes: int) -> dict:
     if len(text) > max_bytes:
         raise ScenarioError(f"{path}: {len(text)} characters; a scenario file is at most {max_bytes}")
     try:
-        raw = yaml.safe_load(text)
+        raw = safe_load_unique(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

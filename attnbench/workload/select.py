@@ -8,6 +8,10 @@ row when it is a substring (case-insensitive) of ``"<case_id> <backend>"``:
     -k "context=4k or tree"        cases whose id has context=4k, or any backend named *tree*
 
 Words are anything without spaces or parentheses (``=``, ``,``, ``.`` and ``-`` included).
+A word holding ``=`` names swept values and matches whole ones: ``count=1`` picks the cases
+whose id has ``count=1``, never ``count=16``; ``context=4k`` also matches a dotted key's last
+part (``batch.0.context=4k``); ``page_size=16,context=4k`` needs both. Other words match as
+substrings.
 """
 from __future__ import annotations
 
@@ -110,7 +114,24 @@ class _Parser:
             self.i -= 1
             raise self.fail(f"unexpected {tok!r}")
         word = tok.lower()
+        if "=" in word:
+            parts = [p for p in word.split(",") if p]
+            return lambda s: all(_has_item(s, p) for p in parts)
         return lambda s: word in s
+
+
+_ITEM_SPLIT = re.compile(r"[,\s]+")
+_NUMBERED = re.compile(r"^[0-9]+-")  # the numbered case ids of sweeps whose values slug alike
+
+
+def _has_item(text: str, part: str) -> bool:
+    """``part`` (``key=value``) is a whole item of ``text`` (``a=1,b=2 backend``), its key
+    possibly the last part of a dotted key."""
+    for item in _ITEM_SPLIT.split(text):
+        item = _NUMBERED.sub("", item)
+        if item == part or (item.endswith(part) and item[len(item) - len(part) - 1] == "." and "=" not in item[:-len(part)]):
+            return True
+    return False
 
 
 def parse_selector(text: str) -> Selector:
@@ -121,5 +142,9 @@ def parse_selector(text: str) -> Selector:
 def unique_selector(case_id: str, all_ids: Iterable[str]) -> str:
     """A -k expression that picks ``case_id`` and no other of ``all_ids`` (a case id that is a
     substring of others, ``seed=1`` of ``seed=10``, gets ``and not`` clauses for those)."""
-    others = [o for o in all_ids if o != case_id and case_id.lower() in o.lower()]
+    picks = parse_selector(case_id) if " " not in case_id and "(" not in case_id and ")" not in case_id else None
+    if picks is None:  # not one word: match it as words would (substrings)
+        others = [o for o in all_ids if o != case_id and case_id.lower() in o.lower()]
+    else:
+        others = [o for o in all_ids if o != case_id and picks(o, "")]
     return " and not ".join([case_id, *others])

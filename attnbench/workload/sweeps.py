@@ -1,6 +1,7 @@
 """Sweeps: case ids made of the swept values, and what a ``--set`` on a swept key does."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -34,6 +35,9 @@ def override_sweep(raw: dict, key: str, value: Any, where: str, error: type = Va
     return notes
 
 
+SLUG_MAX = 80  # a swept value longer than this is shortened in the case id, with a digest
+
+
 def _slug(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return format_int(value)
@@ -41,7 +45,13 @@ def _slug(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
     except (TypeError, ValueError, RecursionError):  # e.g. a mapping with date keys
         text = short_repr(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "x"
+    slug = re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+    if len(slug) <= SLUG_MAX:
+        return slug
+    # never a bare cut ("head-dim-12" for 128): whole words, then a digest of the whole value
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    head = slug[: SLUG_MAX - 10].rsplit("-", 1)[0]
+    return f"{head}-h{digest}"
 
 
 def case_id_for(params: dict[str, Any]) -> str:

@@ -58,3 +58,16 @@ def safe_name(text: str, limit: int = 80) -> str:
     s = re.sub(r"[^A-Za-z0-9._=,+-]+", "-", text).strip(".-")
     s = s.replace("..", ".")
     return (s or "unnamed")[:limit]
+
+
+def unique_file_stem(text: str, limit: int = 120) -> str:
+    """A file-name stem that differs for different ``text``s: ``text`` itself when it is
+    already file-name-safe and at most ``limit`` characters, else its slug cut shorter plus 12
+    hex digits of its SHA-256 (two case ids that differ only after the cut, or only in
+    characters the slug replaces, never share a file)."""
+    import hashlib
+
+    if safe_name(text, limit) == text:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{safe_name(text, limit - 13)}-{digest}"

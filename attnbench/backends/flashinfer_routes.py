@@ -103,6 +103,11 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: the attention-sink wrapper takes no FP8 k_scale/v_scale here")
     if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
         out.append(f"{name}: the attention-sink wrapper's variant has no soft-cap")
+    if route in ("fa2", "fa3") and f.sinks and f.needs_mask:
+        # seen on an H100 (scripts/gpu/gpu_library_routes.py, gpt-oss tree 8x40 @4k, W128 + sinks):
+        # the sink wrapper with a custom mask returned rel. err 0.99 and raised nothing
+        out.append(f"{name}: the attention-sink wrapper ignores a custom mask (trees, mixed causal): "
+                   "wrong outputs on an H100, not run")
     out += _special_reasons(route, f, sm_major)
     return out
 

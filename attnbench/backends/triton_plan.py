@@ -128,8 +128,6 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
         # decode-sized row blocks (<= 16 rows): 32-key tiles measured faster on an H100 (54 vs
         # 57 us); a 32-row block (an 8-node tree, G=4) was slower with them (31 vs 21 us)
         block_n = 32 if d >= 256 or bm <= 16 else 64
-        if bm <= 16 and d <= 128 and batch.k_cache.element_size() == 1:
-            block_n = 64  # FP8 decode: a 64-key tile is as many bytes as bf16's 32-key one
         if wide:
             block_n = 16 if d >= 256 else 32
         elif bm == 64 and d == 128 and maxnreg is None and long:

@@ -3,6 +3,17 @@ import os
 import pytest
 import torch
 
+# On a machine with a GPU, import triton compiled before any test module is collected: the
+# interpreter tests import triton's kernels under TRITON_INTERPRET=1 at collection, and a triton
+# first imported that way keeps its standard library interpreted for the whole process (in
+# `pytest -m gpu` on an H100, flex's compiled kernels then failed to build). Those modules re-run
+# themselves in a fresh process when triton was imported compiled before them.
+if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+
 os.environ.setdefault("ATTNBENCH_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "attnbench"))
 
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402

@@ -13,6 +13,14 @@ _FILES: dict[str, list[str]] = {}  # resolved --backend-file path -> the names i
 _SOURCE: dict[str, str] = {}  # backend name -> the --backend-file that registered it
 
 
+def begin_command() -> None:
+    """A new command starts: names registered by an earlier command's files in this process
+    (tests drive several commands in one process) no longer clash with this command's files.
+    Within one command a name registered by two files stays an error."""
+    _SOURCE.clear()
+    _FILES.clear()
+
+
 def load_backend_file(path: str | Path) -> list[str]:
     """Import a user's Python file (this RUNS its code) and register its Backend subclasses.
     The same file named twice is imported once; a name that another file already

@@ -18,7 +18,8 @@ import torch
 
 # triton.jit (tl.zeros and friends included) reads TRITON_INTERPRET when triton is imported.
 _saved = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
+if not torch.cuda.is_available():  # on a GPU machine the kernels stay compiled for the GPU tests
+    os.environ["TRITON_INTERPRET"] = "1"  # (the CPU tests then re-run in a fresh interpreted process)
 try:
     pytest.importorskip("triton")
     from attnbench.backends import triton_kernels  # noqa: E402  (interpreted, if triton is fresh)

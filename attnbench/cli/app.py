@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from attnbench import __version__
 from attnbench import backend as registry
-from attnbench.backend_files import load_backend_file
+from attnbench.backend_files import begin_command, load_backend_file
 from attnbench.cli.progress import progress_for
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
@@ -159,6 +159,7 @@ def selector(text: str):
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:
+    begin_command()
     for f in files or []:
         if not f.is_file():
             raise UsageError(f"--backend-file {f}: no such file")

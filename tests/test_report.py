@@ -104,7 +104,10 @@ def test_report_holds_rows_comparison_charts_environment(report, two_runs):
     ratios = [r["cells"][5][0] for r in runs_cmp["rows"][1:]]
     assert len(ratios) == 4 and all(re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", x) for x in ratios), ratios
     assert p.charts.count("bars") == 2 and p.charts.count("roofline") == 2
-    assert 'data-ceiling="memory"' in html  # the measured bandwidth line
+    # a measured ceiling is drawn: the bandwidth line when some row is memory-bound, else the
+    # matmul rate (on a fresh CI machine every quickstart row can come out compute-bound)
+    assert 'data-ceiling="memory"' in html or 'data-ceiling="compute"' in html
+    assert "roofline (no ceilings)" not in html
     env = next(t for t in p.tables if t["attrs"].get("class") == "env")
     keys = {r["cells"][0][0]: r["cells"][1][0] for r in env["rows"]}
     assert keys["device"] and keys["option device"] == "cpu" and keys["scenario"] == "quickstart"

@@ -11,18 +11,11 @@ import sys
 import pytest
 import torch
 
-_saved = os.environ.get("TRITON_INTERPRET")
-if not torch.cuda.is_available():  # on a GPU machine the kernels stay compiled for the GPU tests
-    os.environ["TRITON_INTERPRET"] = "1"  # (the CPU tests then re-run in a fresh interpreted process)
-try:
-    pytest.importorskip("triton")
-    from attnbench.backends import triton_mla_kernels  # noqa: E402
-    from attnbench.backends.triton_paged import TritonBackend, triton_mode  # noqa: E402
-finally:
-    if _saved is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = _saved
+from .interpreted import import_interpreted
+
+# the kernels interpreted on a CPU machine (tests/interpreted.py says why and when)
+triton_mla_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+TritonBackend, triton_mode = _paged.TritonBackend, _paged.triton_mode
 
 from attnbench.backends import triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402

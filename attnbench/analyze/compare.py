@@ -171,9 +171,9 @@ def _status_verdict(res: CaseResult, cur: Row, base: Row) -> bool:
     return True
 
 
-def _enough_rounds(cur: Row, x, y, confidence: float) -> None:
-    if ranks.min_p(len(x), len(y)) > 1 - confidence:
-        need = rounds_needed(confidence)
+def _enough_rounds(cur: Row, x, y, confidence: float, paired: bool = False) -> None:
+    if (ranks.min_p(min(len(x), len(y))) if paired else ranks.min_p(len(x), len(y))) > 1 - confidence:
+        need = rounds_needed(confidence, paired)
         raise CompareError(
             f"{cur.case_id} · {cur.backend}: {len(x)} timing round(s) in the run and {len(y)} in the baseline; "
             f"with fewer than {need} per side no difference can be significant at {confidence:.0%}. "
@@ -182,7 +182,7 @@ def _enough_rounds(cur: Row, x, y, confidence: float) -> None:
 
 
 def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresholds, norm: Optional[str],
-           gate: bool) -> CaseResult:
+           gate: bool, paired: bool = False) -> CaseResult:
     res = CaseResult(
         cur.scenario, cur.case_id, cur.backend, verdict="", failed=False,
         baseline_status=base.status, current_status=cur.status,
@@ -203,10 +203,15 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
         res.verdict, res.failed, res.note = "unnormalized", gate, f"{e}: not compared"
         return res
     if gate:
-        _enough_rounds(cur, x, y, th.confidence)
-    r = res.ratio = compare_runs(x, y, th.confidence)
+        _enough_rounds(cur, x, y, th.confidence, paired)
+    ratio = compare_paired if paired else compare_runs
+    try:
+        r = res.ratio = ratio(x, y, th.confidence)
+    except RoundsError as e:  # paired rounds of unequal count
+        res.verdict, res.failed, res.note = "unnormalized", gate, f"{e}: not compared"
+        return res
     if norm:
-        res.raw_ratio = compare_runs(round_logs(cur), round_logs(base), th.confidence)
+        res.raw_ratio = ratio(round_logs(cur), round_logs(base), th.confidence)
         res.normalized_by = normalizer_note(norm, cn, bn)
     res.delta_ms = cur.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
     if r.slower_for_sure:
@@ -240,10 +245,13 @@ def check(
     thresholds: Thresholds = Thresholds(),
     normalize_by: Optional[str] = None,
     gate: bool = True,
+    paired: bool = False,
 ) -> CheckResult:
     """Judge every case of ``current`` against ``baseline`` (matched by key). ``gate``:
     refuse (CompareError) rows with too few rounds to ever show a significant difference,
-    and fail vanished (and, with ``strict``, new) cases; off for a plain report."""
+    and fail vanished (and, with ``strict``, new) cases; off for a plain report. ``paired``:
+    round k of one side was measured next to round k of the other (``compare commits``), so
+    the rounds are compared pair by pair (signed ranks) rather than as two samples."""
     if normalize_by and not any(r.backend == normalize_by for r in baseline):
         have = ", ".join(sorted({r.backend for r in baseline})) or "none"
         raise CompareError(f"--normalize-by {normalize_by}: the baseline has no rows of that backend (it has: {have})")
@@ -256,7 +264,7 @@ def check(
     out = []
     for cur, base in m.pairs:
         ck = (cur.scenario, cur.case_id)
-        out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by, gate))
+        out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by, gate, paired))
     for r in m.new:
         out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", gate and thresholds.strict,
                               current_status=r.status, current_ms=r.median_ms))

@@ -1,0 +1,133 @@
+"""``attnbench compare commits``: the regression gate that needs no stored numbers. The base
+commit and the head (the working tree, or a commit) run one scenario on this machine, in this
+job, in turns; head is judged against base round by round with ``check``'s statistics and
+thresholds. Exit 0 pass, 1 a regression or a broken case, 2 bad input or a side that could
+not run. Like ``asv continuous BASE HEAD``; docs/ci.md gives its measured false-alarm rate
+and power on a 2-core CPU."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attnbench.analyze.compare import check as run_check
+from attnbench.analyze.coverage import run_problems
+from attnbench.analyze.significance import rounds_needed
+from attnbench.cli.app import SELECT_HELP, UsageError, err, handle_errors
+from attnbench.cli.compare import FORMAT_HELP, check_format, compare_app, info_console, pick_rows, user_errors
+from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, _report, gate_options
+from attnbench.cli.numbers import check_numbers
+from attnbench.execute.checkouts import CheckoutError, checkout, repo_root
+from attnbench.execute.interleave import InterleaveError, Plan, Turn, run_interleaved
+from attnbench.store.baselines import BaselineError, load_rows
+from attnbench.store.merge import MergeError, merge_rows
+from attnbench.workload.builtin import resolve
+
+
+def _scenario_copy(scenario: str, into: Path) -> Path:
+    path = resolve(scenario)
+    if path is None:
+        raise UsageError(f"{scenario}: no such scenario file or built-in scenario (attnbench scenarios lists them)")
+    into.mkdir(parents=True, exist_ok=True)
+    copy = into / path.name
+    shutil.copyfile(path, copy)
+    return copy
+
+
+def _rounds_of(scenario: Path, sets: List[str]) -> int:
+    """The fewest timing rounds a case of the scenario asks for (with ``sets`` applied)."""
+    from attnbench.workload.scenario import load  # pydantic: not for --help
+
+    return min((c.scenario.timing.rounds for c in load(scenario, sets).cases), default=1)
+
+
+def _side(folders: List[Path], need_rounds: bool = True):
+    loaded = [load_rows(f, need_rounds=need_rounds) for f in folders]
+    rows = merge_rows([x.rows for x in loaded], [x.label for x in loaded])
+    return rows, loaded
+
+
+@compare_app.command("commits")
+@handle_errors
+@user_errors
+def compare_commits_cmd(
+    scenario: str = typer.Argument(..., help="scenario file or built-in name (both sides run this text)"),
+    base: str = typer.Option("HEAD~1", "--base", help="the commit to compare against (default: the parent of HEAD)"),
+    head: Optional[str] = typer.Option(None, "--head", help="the commit to judge (default: the working tree as it is)"),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="attnbench's git checkout (default: the one holding the current folder)"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", help="timing rounds per side (default: the scenario's timing.rounds)"),
+    per_process: int = typer.Option(1, "--per-process", help="rounds in each process: each side runs rounds/per-process processes"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a scenario key for both sides"),
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backends to run (default: the scenario's)"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
+    max_slowdown: str = MAX_SLOWDOWN,
+    min_delta_us: float = MIN_DELTA_US,
+    confidence: str = CONFIDENCE,
+    normalize_by: Optional[str] = NORMALIZE_BY,
+    out: Optional[Path] = typer.Option(None, "--out", help="keep the checkouts' run folders here (default: a temporary folder, removed)"),
+    timeout: float = typer.Option(600.0, "--timeout", help="seconds one side's process may run"),
+    all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
+    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
+):
+    """The regression gate against a commit, measured here and now: exit 1 when head is slower
+    than base beyond the thresholds, or a case broke.
+
+    Checks out --base (and --head, if given) from git, runs SCENARIO from both checkouts in
+    turns (base, head, head, base, ...; --per-process timing rounds each), merges each side's
+    rounds and judges head against base pair by pair (round k of head was measured next to
+    round k of base), with `check`'s thresholds and interval. No stored numbers decide."""
+    fmt = check_format(format)
+    check_numbers(timeout=timeout, rounds=rounds, per_process=per_process)
+    opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
+    work = Path(tempfile.mkdtemp(prefix="attnbench-commits-")) if out is None else out
+    if out is not None and out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: not empty; compare commits writes fresh run folders into a folder of its own")
+    try:
+        _compare(scenario, base, head, repo, rounds, per_process, list(set_ or []), list(backend or []), device,
+                 opts, normalize_by, timeout, all_, fmt, select, work)
+    finally:
+        if out is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _compare(scenario, base, head, repo, rounds, per_process, sets, backends, device, opts, normalize_by, timeout,
+             all_, fmt, select, work: Path) -> None:
+    info = info_console(fmt)
+    try:
+        root = repo_root(repo or Path.cwd())
+        sides = (checkout(root, base, work / "src-base", "base"), checkout(root, head, work / "src-head", "head"))
+    except CheckoutError as e:
+        raise UsageError(str(e)) from None
+    copy = _scenario_copy(scenario, work / "scenario")
+    total = rounds if rounds is not None else _rounds_of(copy, sets)
+    need = rounds_needed(opts.thresholds.confidence, paired=True)
+    if total < need:
+        raise UsageError(f"--rounds {total}: at {opts.thresholds.confidence:.0%} confidence a paired comparison needs "
+                         f"at least {need} rounds per side; pass --rounds {max(need, 20)}")
+    blocks = -(-total // per_process)
+    plan = Plan(copy, blocks, per_process, sets, backends, device, timeout)
+    info.print(f"compare commits: {sides[1].label} (head) against {sides[0].label} (base), {scenario}: "
+               f"{blocks} processes per side of {per_process} round(s), in turns", highlight=False, markup=False)
+
+    def progress(t: Turn, i: int, n: int) -> None:
+        err.print(f"[{i}/{n}] {t.side} block {t.block}: {t.seconds:.1f} s", highlight=False)
+
+    try:
+        res = run_interleaved(sides, plan, work / "runs", progress)
+        (hrows, hl), (brows, bl) = _side(res.folders["head"]), _side(res.folders["base"])
+    except (InterleaveError, MergeError, BaselineError) as e:
+        raise UsageError(f"{e} (run folders under {work / 'runs'})") from None
+    picked = pick_rows(hrows, select, normalize_by), pick_rows(brows, select, normalize_by)
+    result = run_check(*picked, opts.thresholds, normalize_by, paired=True)
+    for h, b in zip(hl, bl):
+        result.problems += [p for p in run_problems(h.rows, h.manifest, b.rows, b.manifest) if p not in result.problems]
+    if select and not [r for r in picked[0] if r.backend != normalize_by]:
+        result.problems.append(f"-k {select!r} picks no row: nothing was compared")
+    labels = (f"head {sides[1].label}", f"base {sides[0].label}")
+    _report(result, opts, fmt, all_, labels)
+    if result.failed:
+        raise typer.Exit(1)

@@ -22,11 +22,7 @@ PLACEHOLDER = re.compile(r"[A-Z]{3,}|[<>*{}$]|\.\.\.|[a-z][A-Z](?=[./]|$)")
 TEXT_FILES = (".md", ".py", ".sh", ".toml", ".yaml", ".yml")
 # files whose exact text is pinned elsewhere: editing even a comment breaks what pins it. Their
 # mentions are fixed when they are next changed for their own sake.
-PINNED = {
-    # its sha256 is in results/baselines/ci-cpu.json: a changed comment fails the CI gate
-    # (scenario text differs) until the baseline is refreshed (scripts/ci/ci_gate.sh --refresh)
-    "attnbench/scenarios/ci-gate.yaml",
-}
+PINNED: set = set()
 
 
 def _files() -> list[Path]:

@@ -59,7 +59,8 @@ def compare_commits_cmd(
     head: Optional[str] = typer.Option(None, "--head", help="the commit to judge (default: the working tree as it is)"),
     repo: Optional[Path] = typer.Option(None, "--repo", help="attnbench's git checkout (default: the one holding the current folder)"),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="timing rounds per side (default: the scenario's timing.rounds)"),
-    per_process: int = typer.Option(1, "--per-process", help="rounds in each process: each side runs rounds/per-process processes"),
+    per_turn: int = typer.Option(1, "--rounds-per-turn", help="timing rounds each side runs before the other's turn"),
+    workers: int = typer.Option(4, "--workers", help="worker processes per side (turns go to them in rotation)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a scenario key for both sides"),
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backends to run (default: the scenario's)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
@@ -77,24 +78,25 @@ def compare_commits_cmd(
     than base beyond the thresholds, or a case broke.
 
     Checks out --base (and --head, if given) from git, runs SCENARIO from both checkouts in
-    turns (base, head, head, base, ...; --per-process timing rounds each), merges each side's
-    rounds and judges head against base pair by pair (round k of head was measured next to
-    round k of base), with `check`'s thresholds and interval. No stored numbers decide."""
+    turns (base, head, head, base, ...; --rounds-per-turn timing rounds each, on --workers
+    processes per side started once), merges each side's rounds and judges head against base
+    pair by pair (round k of head was measured next to round k of base), with `check`'s
+    thresholds and interval. No stored numbers decide."""
     fmt = check_format(format)
-    check_numbers(timeout=timeout, rounds=rounds, per_process=per_process)
+    check_numbers(timeout=timeout, rounds=rounds, rounds_per_turn=per_turn, workers=workers)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
     work = Path(tempfile.mkdtemp(prefix="attnbench-commits-")) if out is None else out
     if out is not None and out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: not empty; compare commits writes fresh run folders into a folder of its own")
     try:
-        _compare(scenario, base, head, repo, rounds, per_process, list(set_ or []), list(backend or []), device,
-                 opts, normalize_by, timeout, all_, fmt, select, work)
+        _compare(scenario, base, head, repo, rounds, per_turn, workers, list(set_ or []), list(backend or []),
+                 device, opts, normalize_by, timeout, all_, fmt, select, work)
     finally:
         if out is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _compare(scenario, base, head, repo, rounds, per_process, sets, backends, device, opts, normalize_by, timeout,
+def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backends, device, opts, normalize_by, timeout,
              all_, fmt, select, work: Path) -> None:
     info = info_console(fmt)
     try:
@@ -108,13 +110,14 @@ def _compare(scenario, base, head, repo, rounds, per_process, sets, backends, de
     if total < need:
         raise UsageError(f"--rounds {total}: at {opts.thresholds.confidence:.0%} confidence a paired comparison needs "
                          f"at least {need} rounds per side; pass --rounds {max(need, 20)}")
-    blocks = -(-total // per_process)
-    plan = Plan(copy, blocks, per_process, sets, backends, device, timeout)
+    turns = -(-total // per_turn)
+    plan = Plan(copy, turns, per_turn, min(workers, turns), sets, backends, device, timeout)
     info.print(f"compare commits: {sides[1].label} (head) against {sides[0].label} (base), {scenario}: "
-               f"{blocks} processes per side of {per_process} round(s), in turns", highlight=False, markup=False)
+               f"{turns} turns per side of {per_turn} round(s), alternating, on {plan.workers} worker process(es) "
+               "per side", highlight=False, markup=False)
 
     def progress(t: Turn, i: int, n: int) -> None:
-        err.print(f"[{i}/{n}] {t.side} block {t.block}: {t.seconds:.1f} s", highlight=False)
+        err.print(f"[{i}/{n}] {t.side} turn {t.index} (worker {t.worker}): {t.seconds:.1f} s", highlight=False)
 
     try:
         res = run_interleaved(sides, plan, work / "runs", progress)

@@ -35,7 +35,7 @@ RANGES = {
     "--min-delta-us": Range(0, 1e9, unit="µs"),
     "--runs": Range(2, 100_000),
     "--rounds": Range(1, 100_000),
-    "--per-process": Range(1, 100_000),
+    "--rounds-per-turn": Range(1, 100_000),
     "--slowdown": Range(1, 1000, lo_open=True),
     "--gain": Range(0, 1e6, lo_open=True),
     "--max-slowdown": Range(0, 100),

@@ -1,14 +1,19 @@
-"""Two checkouts measured in turns: ``attnbench run`` of one scenario from each, alternating
-(base, head, head, base, base, head, ...), each process a few timing rounds, so that a slow
-spell of the machine falls on both sides and a process's own luck (memory placement, caches
-warmed by what ran before) is one replicate among many rather than the whole of one side.
+"""Two checkouts measured in turns: ``attnbench run`` of one scenario from each, one timing
+round at a time, alternating (base, head, head, base, base, head, ...), so that a slow spell of
+the machine falls on both sides alike.
 
-Each process runs with the checkout's root first on ``PYTHONPATH`` and as its working folder,
-so ``python -m attnbench`` imports that checkout's code; the interpreter and the installed
-libraries are the same for both sides (what is compared is attnbench's code, nothing else).
+Each side has a few worker processes (``Plan.workers``), started once: a worker imports its
+checkout's attnbench (the checkout's root first on ``PYTHONPATH``, and its working folder) and
+then runs ``attnbench run ...`` in-process each time it is told, through the command line's own
+entry (the one contract every version of attnbench keeps), into a fresh run folder. Turn k goes
+to worker ``k mod workers`` of its side: a process's own luck (memory placement, what its
+allocator did before) is shared by only a share of a side's rounds, and no round pays the
+seconds of a Python and torch start-up. The interpreter and the installed libraries are the
+same for both sides: what differs is attnbench's code, and nothing else.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,89 +26,183 @@ from attnbench.execute.checkouts import Checkout
 
 
 class InterleaveError(RuntimeError):
-    """A side's run that did not produce rows; the message names the side, block and output."""
+    """A side that could not run the scenario; the message names the side and what it said."""
 
 
 @dataclass
 class Plan:
     scenario: Path  # the one scenario file both sides run (a copy, so both read the same text)
-    blocks: int  # processes per side
-    rounds_per_block: int  # timing rounds in each process
+    turns: int  # runs per side
+    rounds_per_turn: int  # timing rounds in each run
+    workers: int = 4  # processes per side
     sets: Sequence[str] = ()
     backends: Sequence[str] = ()
     device: Optional[str] = None
-    timeout_s: Optional[float] = None  # per process
+    timeout_s: Optional[float] = None  # per run
 
 
 @dataclass
 class Turn:
     side: str
-    block: int  # 1-based
+    index: int  # 1-based, per side
+    worker: int  # 1-based
     folder: Path
     seconds: float = 0.0
 
 
 @dataclass
 class Result:
-    folders: dict = field(default_factory=dict)  # side name -> [run folder per block, in block order]
+    folders: dict = field(default_factory=dict)  # side name -> [run folder per turn, in order]
     turns: list = field(default_factory=list)
 
 
-def order(blocks: int) -> list[tuple[int, int]]:
-    """(block, side index) in the order they run: ABBA, so neither side always goes first."""
+def order(turns: int) -> list[tuple[int, int]]:
+    """(turn, side index) in the order they run: ABBA, so neither side always goes first."""
     out = []
-    for b in range(blocks):
+    for b in range(turns):
         sides = (0, 1) if b % 2 == 0 else (1, 0)
         out += [(b, s) for s in sides]
     return out
 
 
-def command(co: Checkout, plan: Plan, folder: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "attnbench", "run", str(plan.scenario), "--out", str(folder), "-q",
-           "--set", f"timing.rounds={plan.rounds_per_block}"]
+def run_args(plan: Plan, folder: Path) -> list[str]:
+    """The ``attnbench`` arguments of one turn."""
+    args = ["run", str(plan.scenario), "--out", str(folder), "-q", "--set", f"timing.rounds={plan.rounds_per_turn}"]
     for s in plan.sets:
-        cmd += ["--set", s]
+        args += ["--set", s]
     for b in plan.backends:
-        cmd += ["-b", b]
+        args += ["-b", b]
     if plan.device:
-        cmd += ["--device", plan.device]
-    return cmd
+        args += ["--device", plan.device]
+    return args
 
 
-def _env(co: Checkout) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(co.root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
-
-
-def run_turn(co: Checkout, plan: Plan, folder: Path) -> float:
-    cmd = command(co, plan, folder)
-    t0 = time.perf_counter()
+# What a worker runs: written next to the run folders, executed with the checkout on PYTHONPATH.
+# It answers one JSON line per request on its original stdout; everything attnbench prints goes
+# to the worker's log file. Only `attnbench.cli.app` is imported from the checkout.
+WORKER = r'''
+import json, os, sys
+proto = os.fdopen(os.dup(1), "w", buffering=1)
+log = open(sys.argv[1], "a", buffering=1)
+os.dup2(log.fileno(), 1)
+os.dup2(log.fileno(), 2)
+def answer(**kw):
+    proto.write(json.dumps(kw) + "\n")
+try:
+    import attnbench
+    from attnbench.cli import app
+    from typer.main import get_command
+    import click
+    command = get_command(app)
+except BaseException as e:
+    answer(ready=False, error=f"{type(e).__name__}: {e}")
+    sys.exit(1)
+answer(ready=True, module=attnbench.__file__)
+for line in sys.stdin:
+    args = json.loads(line)
+    print(f"--- attnbench {' '.join(args)}", flush=True)
     try:
-        proc = subprocess.run(cmd, cwd=co.root, env=_env(co), capture_output=True, text=True, timeout=plan.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise InterleaveError(f"{co.name} {co.label}: `attnbench run` ran past {plan.timeout_s:g} s "
-                              f"(run folder {folder})") from None
-    # 1: some row error/mismatch (the check reports it as broken); anything else: no usable run
-    if proc.returncode not in (0, 1) or not (folder / "rows.jsonl").is_file():
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        raise InterleaveError(f"{co.name} {co.label} could not run the scenario (exit {proc.returncode}): {tail}")
-    return time.perf_counter() - t0
+        command.main(args=args, prog_name="attnbench", standalone_mode=False)
+        code = 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
+    except click.exceptions.Abort:
+        code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:
+        import traceback
+        traceback.print_exc()
+        code = 99
+    sys.stdout.flush(); sys.stderr.flush()
+    answer(exit=code)
+'''
+
+
+class Worker:
+    """One process of one side, running ``attnbench run`` in-process on request."""
+
+    def __init__(self, co: Checkout, index: int, work: Path):
+        self.co, self.index = co, index
+        self.log = work / f"{co.name}-worker-{index}.log"
+        script = work / "worker.py"
+        if not script.is_file():
+            script.write_text(WORKER)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(co.root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.proc = subprocess.Popen([sys.executable, str(script), str(self.log)], cwd=co.root, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def _answer(self, what: str) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise InterleaveError(f"{self.co.name} {self.co.label}: worker {self.index} ended during {what} "
+                                  f"(exit {self.proc.poll()}): {self.tail()}")
+        return json.loads(line)
+
+    def ready(self) -> None:
+        a = self._answer("start-up")
+        if not a.get("ready"):
+            raise InterleaveError(f"{self.co.name} {self.co.label}: cannot import its attnbench: {a.get('error')}")
+
+    def run(self, args: list[str], timeout_s: Optional[float]) -> int:
+        self.proc.stdin.write(json.dumps(args) + "\n")
+        self.proc.stdin.flush()
+        if timeout_s:
+            import select
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            if not ready:
+                self.close()
+                raise InterleaveError(f"{self.co.name} {self.co.label}: a run took over {timeout_s:g} s; log {self.log}")
+        return int(self._answer("a run").get("exit", 99))
+
+    def tail(self, lines: int = 4) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-lines:])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
 
 
 def run_interleaved(sides: Sequence[Checkout], plan: Plan, out: Path,
                     on_turn: Callable[[Turn, int, int], None] = lambda t, i, n: None) -> Result:
-    """Every block of both sides, in turns, into ``out/<side>/block-NN``."""
+    """Every turn of both sides, alternating, into ``out/<side>/turn-NN``."""
     if len(sides) != 2:
         raise ValueError("two sides: base and head")
-    res = Result(folders={co.name: [None] * plan.blocks for co in sides})
-    turns = order(plan.blocks)
-    for i, (b, s) in enumerate(turns, 1):
-        co = sides[s]
-        folder = out / co.name / f"block-{b + 1:02d}"
-        turn = Turn(co.name, b + 1, folder)
-        turn.seconds = run_turn(co, plan, folder)
-        res.folders[co.name][b] = folder
-        res.turns.append(turn)
-        on_turn(turn, i, len(turns))
-    return res
+    out.mkdir(parents=True, exist_ok=True)
+    workers = [[Worker(co, w + 1, out) for w in range(plan.workers)] for co in sides]
+    try:
+        for ws in workers:
+            for w in ws:
+                w.ready()
+        res = Result(folders={co.name: [None] * plan.turns for co in sides})
+        seq = order(plan.turns)
+        for i, (b, s) in enumerate(seq, 1):
+            co, w = sides[s], workers[s][b % plan.workers]
+            folder = out / co.name / f"turn-{b + 1:02d}"
+            t0 = time.perf_counter()
+            code = w.run(run_args(plan, folder), plan.timeout_s)
+            # 1: some row error/mismatch (the check reports it as broken); else no usable run
+            if code not in (0, 1) or not (folder / "rows.jsonl").is_file():
+                raise InterleaveError(f"{co.name} {co.label} could not run the scenario (exit {code}): {w.tail()}")
+            turn = Turn(co.name, b + 1, w.index, folder, time.perf_counter() - t0)
+            res.folders[co.name][b] = folder
+            res.turns.append(turn)
+            on_turn(turn, i, len(seq))
+        return res
+    finally:
+        for ws in workers:
+            for w in ws:
+                w.close()

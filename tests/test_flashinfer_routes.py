@@ -37,6 +37,8 @@ def facts(reqs, **kw):
     (MIXED, {}, 9, "persistent"),  # prefills with decodes: measured fastest on an H100
     (MIXED, {"window": 8}, 9, "fa3"),  # BatchAttention has no window
     (MIXED, {"kv_dtype": "fp8_e4m3"}, 9, "fa2"),
+    (DECODES, {"kv_dtype": "fp8_e5m2"}, 9, "decode"),  # e5m2: not on the fa2 kernel (issue 32)
+    (DECODES, {"kv_dtype": "fp8_e4m3"}, 9, "decode-tc"),
 ])
 def test_auto_takes_the_engine_route(reqs, kw, sm, route):
     f = facts(reqs, **kw)
@@ -65,6 +67,53 @@ def test_auto_takes_the_engine_route(reqs, kw, sm, route):
 def test_a_route_that_cannot_express_the_batch_says_why(route, reqs, kw, needle):
     reasons = route_reasons(route, facts(reqs, **kw), 9)
     assert any(needle in r and f"route {route}" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("route, reqs", [("fa2", TREES), ("fa2", PREFILLS), ("fa2", DECODES), ("decode-tc", DECODES)])
+def test_e5m2_is_refused_on_the_fa2_kernel(route, reqs):
+    """Issue 32: FlashInfer 0.5.3's fa2 kernel (fa2, and decode-tc, which plans it) masks keys with
+    the logit -5e4 before scaling by sm_scale * k_scale; an amax-scaled e5m2 cache makes that scale
+    ~1e-5, so masked keys keep weight ~2^-0.5 (rel. err 0.58-0.77 on an H100, nothing raised): a
+    skipped row naming the route, the library and why; e4m3 on the same route and e5m2 on the
+    CUDA-core decode run."""
+    f = facts(reqs, kv_dtype="fp8_e5m2")
+    assert f.mask_bits < 1
+    reasons = route_reasons(route, f, 9)
+    assert len(reasons) == 1, reasons
+    why = reasons[0]
+    assert why.startswith(f"route {route}: FlashInfer 0.5.3's fa2 kernel masks keys with the finite logit -5e4")
+    assert "fp8_e5m2" in why and "2^-0." in why and "math.cuh inf = 5e4" in why
+    assert facts(reqs, kv_dtype="fp8_e4m3").mask_bits > 40
+    assert not route_reasons(route, facts(reqs, kv_dtype="fp8_e4m3"), 9)
+    assert not route_reasons("decode", facts(DECODES, kv_dtype="fp8_e5m2"), 9)
+
+
+def test_the_fa2_mask_limit_is_the_logit_scale_not_the_format():
+    """The same e5m2 values stored 2^7 smaller (scale amax / 448: what tests/test_issue32_gpu.py
+    runs on the GPU) pass; a 16-bit cache under a tiny softmax scale is refused the same way."""
+    import dataclasses
+
+    from attnbench.workload.kvcache import dequantize
+
+    b = make_batch(TREES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e5m2")
+    k = dequantize(b.k_cache, b.k_scale)
+    s = (k.abs().amax() / 448).reshape(1)
+    small = dataclasses.replace(b, k_cache=(k / s).to(b.k_cache.dtype), k_scale=s, _masks={})
+    f = facts_of(small)
+    assert abs(f.mask_bits - 128 * facts_of(b).mask_bits) < 1e-3 * f.mask_bits and not route_reasons("fa2", f, 9)
+    tiny = facts_of(make_batch(TREES, dtype="bfloat16", page_size=16, scale=1e-6))
+    assert tiny.kv_dtype is None and any("-5e4" in r for r in route_reasons("fa2", tiny, 9))
+    assert not route_reasons("fa2", facts(TREES), 9)
+
+
+def test_e5m2_batches_through_the_backend_are_skipped_rows_naming_the_route():
+    """What a run shows: the mixed batch (auto: fa2) a skipped row saying why; decodes run."""
+    tree = make_batch(TREES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e5m2")
+    r = make_backend("flashinfer").unsupported(tree)
+    assert len(r) == 1 and r[0].startswith("route fa2: FlashInfer 0.5.3's fa2 kernel masks keys"), r
+    decodes = make_batch(DECODES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e5m2")
+    assert make_backend("flashinfer:route=decode-tc").unsupported(decodes)
+    assert make_backend("flashinfer").unsupported(decodes) == []  # auto: decode
 
 
 def test_trees_with_sinks_have_no_flashinfer_route():

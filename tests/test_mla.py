@@ -255,3 +255,42 @@ def test_fp8_latent_cache(kv_dtype, tmp_path):
     save_case_tensors(tmp_path, "c", batch, {"reference": ref.to(batch.dtype)})
     blob = torch.load(tmp_path / "c.pt", weights_only=True)
     assert torch.allclose(mod.mla_outputs(blob).float(), ref, atol=1e-4)
+
+
+# -- flex on the GPU's shared memory (issue 32) --------------------------------------------
+def test_flex_smem_estimate_reproduces_the_h100_error():
+    """torch's default flex tiles for head dims past 256 (64 x 32, 3 stages) on the 576/512 MLA
+    latent in bf16: the H100's InductorError said 428032 bytes (232448 allowed)."""
+    from attnbench.backends.flex import SMEM_LIMIT, flex_smem_bytes
+
+    assert flex_smem_bytes(576, 512, 2, 64, 32, 3) == 428032
+    assert SMEM_LIMIT == 232448
+
+
+@pytest.mark.parametrize("hq, qmax, max_m", [(16, 1, 16), (128, 1, 128), (16, 61, 128), (128, 2, 128)])
+@pytest.mark.parametrize("elsize", [2])
+def test_flex_wide_tiles_fit_the_mla_latent(hq, qmax, max_m, elsize):
+    from attnbench.backends.flex import SMEM_LIMIT, flex_smem_bytes, wide_tiles
+
+    t = wide_tiles(576, 512, elsize, max_m)
+    assert set(t) == {"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}
+    assert t["BLOCK_M"] <= max_m and 128 % t["BLOCK_M"] == 0 and 128 % t["BLOCK_N"] == 0  # Flex's 128-blocks
+    assert flex_smem_bytes(576, 512, elsize, t["BLOCK_M"], t["BLOCK_N"], t["num_stages"]) <= SMEM_LIMIT - 8192
+    if max_m >= 32:
+        assert t == {"BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 1, "num_warps": 8}
+
+
+def test_flex_keeps_torchs_tiles_up_to_256_and_refuses_what_cannot_fit():
+    from attnbench.backends.flex import wide_tiles
+
+    for d in (64, 80, 128, 192, 256):
+        assert wide_tiles(d, d, 2) == {} and wide_tiles(d, d, 4) == {}  # torch's own choice, as before
+    assert wide_tiles(576, 512, 4)["BLOCK_M"] == 16  # float32 fits only the smallest tiles (refused anyway)
+    assert wide_tiles(8192, 8192, 2) is None
+
+
+def test_flex_on_cpu_passes_no_tiles():
+    b = mla_batch(MIXED, hq=4, rank=512, rope=64, dtype="float32")
+    be = get_backend_class("flex")()
+    plan = be.plan(be.convert(b))
+    assert plan.kernel_options == {} and "tiles" not in plan.mode

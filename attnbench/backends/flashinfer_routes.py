@@ -24,6 +24,23 @@ Routes (FlashInfer 0.5.3; ``docs/backends.md``):
   choice there: 107 us against persistent's 152 on 4x1k) unless the cache is FP8 (fa3 wants FP8
   queries too), else ``fa2``. Decodes: decode-tc 60.2 us, fa2 60.3, decode 62.3, xqa 67.3,
   persistent 70.3 (8x4k page 16); 193.4 / 193.1 / 206.9 / 208.2 / 201.9 at 8x16k.
+  A batch too finely scaled for the fa2 kernel's mask (an amax-scaled ``fp8_e5m2`` cache: below)
+  takes ``decode`` for decodes and no route otherwise.
+
+Masks on FlashInfer's fa2 kernel (``include/flashinfer/attention/prefill.cuh`` in the 0.5.3
+wheel; ``fa2`` runs it, and ``decode-tc`` plans it too: ``decode.py`` builds
+``get_batch_prefill_module("fa2", ...)`` when ``use_tensor_cores``): a masked key (custom mask,
+causal, or past the request's length in its last tile) gets the logit ``MaskFillValue =
+-math::inf``, and ``math::inf`` is the finite ``5e4`` (``math.cuh``), set on the raw ``q.k``
+before the softmax scale is applied (``update_mdo_states`` multiplies by ``sm_scale_log2``
+after masking). The scale there is ``sm_scale * k_scale`` (``run`` folds the FP8 ``k_scale``
+in), so a masked key keeps the weight ``2^-((5e4 + m) * sm_scale * k_scale * log2 e)`` against
+the row's largest raw logit ``m``. With an ``fp8_e5m2`` cache scaled to its amax (``k_scale =
+amax / 57344``: ~1e-4) that is ~``2^-0.5``: wrong outputs with no error (issue 32: rel. err
+0.58-0.77 on an H100, head dims 64/128/256), where ``fp8_e4m3`` (``amax / 448``) keeps 2^-50 or
+less. The CUDA-core ``decode`` kernel scales before it masks (``decode.cuh``) and is not
+affected. ``mask_bits`` is that exponent (with ``m`` = 0); below ``MIN_MASK_BITS`` the two
+routes refuse the batch, naming it.
 """
 from __future__ import annotations
 
@@ -31,6 +48,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
+#: routes on FlashInfer's fa2 kernel, whose masked keys keep a weight 2^-mask_bits (above)
+FA2_KERNEL = ("fa2", "decode-tc")
+FA2_MASK_FILL = 5e4  # FlashInfer 0.5.3's math::inf, the magnitude of its mask logit
+MIN_MASK_BITS = 40.0  # a masked key's weight at most 2^-40 of the largest (~1e-12)
+LOG2E = 1.4426950408889634
 XQA_PAGE_SIZES = (16, 32, 64, 128)
 
 
@@ -50,6 +72,12 @@ class Facts:
     kv_scale: str
     page_size: int
     head_dim: int
+    logit_scale: float = 1.0  # what FlashInfer multiplies raw q.k by: the softmax scale times the FP8 k_scale
+
+    @property
+    def mask_bits(self) -> float:
+        """-log2 of the weight a masked key keeps on FlashInfer's fa2 kernel (row max 0)."""
+        return FA2_MASK_FILL * self.logit_scale * LOG2E
 
     @property
     def needs_mask(self) -> bool:
@@ -80,6 +108,8 @@ def facts_of(batch) -> Facts:
         kv_scale=spec.kv_scale,
         page_size=spec.page_size,
         head_dim=spec.head_dim,
+        # one host read of the scale tensor (as _scales does in plan): an engine holds it as a float
+        logit_scale=float(batch.scale) * (float(batch.k_scale.max()) if batch.k_scale is not None else 1.0),
     )
 
 
@@ -99,6 +129,12 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
     if route in ("decode", "decode-tc", "persistent", "pod") and f.sinks:
         out.append(f"{name} has no attention sinks (use route xqa, fa2 or fa3)")
+    if route in FA2_KERNEL and f.mask_bits < MIN_MASK_BITS:
+        kv = f" (an {f.kv_dtype} cache's k_scale folded in)" if f.kv_dtype else ""
+        out.append(f"{name}: FlashInfer 0.5.3's fa2 kernel masks keys with the finite logit -5e4 before it "
+                   f"applies the softmax scale, here {f.logit_scale:.3g}{kv}: a masked key keeps weight "
+                   f"2^-{f.mask_bits:.2g} (wrong outputs, no error; math.cuh inf = 5e4, prefill.cuh); "
+                   "not run (route decode scales before masking)")
     if route in ("fa2", "fa3") and f.sinks and f.kv_dtype is not None:
         out.append(f"{name}: the attention-sink wrapper takes no FP8 k_scale/v_scale here")
     if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
@@ -148,7 +184,9 @@ def auto_route(f: Facts, sm_major: Optional[int] = 9) -> str:
     if f.decode_only:
         if f.sinks and not route_reasons("xqa", f, sm_major):
             return "xqa"
-        return "fa2" if f.sinks else "decode-tc"
+        if f.sinks:
+            return "fa2"
+        return "decode" if route_reasons("decode-tc", f, sm_major) else "decode-tc"
     if f.prefill_then_decode is not None and not route_reasons("persistent", f, sm_major):
         return "persistent"  # prefills and decodes together (H100, 2x512 + 16 decodes: 172 us vs fa2 291, fa3 365)
     if not route_reasons("fa3", f, sm_major):

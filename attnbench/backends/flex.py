@@ -24,6 +24,16 @@ than one query per request force the flex (not the decoding) kernel
 (``kernel_options={"FORCE_USE_FLEX_ATTENTION": True}``), because the decoding kernel failed for
 GQA tree masks on an H100 (docs/backends.md). The row's mode names the mask build and the
 kernel options. On the CPU it runs unfused.
+
+Head dims past 256 (MLA's 576-wide latent keys, 512-wide values): torch's default tiles for
+them (``BLOCK_M=64, BLOCK_N=32``, 3 stages, in ``template_heuristics``) need 428032 bytes of
+shared memory per program on an H100, which allows 232448 (227 KB): the kernel failed to
+build (InductorError, issue 32). Its Triton template pads both head dims to powers of two
+(``QK_HEAD_DIM_ROUNDED``: 576 -> 1024) and keeps the query tile and ``num_stages`` K and V
+tiles in shared memory; ``flex_smem_bytes`` estimates that and reproduces the 428032.
+``wide_tiles`` takes the largest tiles of ``WIDE_TILES`` that fit under the limit with a
+margin (576/512, 16-bit: 32 x 32, one stage, 8 warps: about 166 KB) and passes them as
+kernel options; head dims up to 256 keep torch's own choice (no tile options).
 """
 from __future__ import annotations
 
@@ -41,6 +51,36 @@ from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, 
 from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
 
 BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
+SMEM_LIMIT = 232448  # bytes of shared memory one program may use on an H100/H200 (227 KB)
+SMEM_MARGIN = 8192  # kept free under the limit: what the estimate does not count (barriers, layouts)
+#: (BLOCK_M, BLOCK_N, num_stages, num_warps) for head dims past 256, preferred first; 8 warps keep
+#: the [BLOCK_M, 512] float32 accumulator and the query tile within registers at BLOCK_M 32-64
+WIDE_TILES = ((64, 32, 2, 8), (32, 32, 2, 8), (64, 32, 1, 8), (32, 32, 1, 8), (64, 16, 1, 8),
+              (32, 16, 1, 8), (16, 32, 1, 4), (16, 16, 1, 4))
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def flex_smem_bytes(d_qk: int, d_v: int, elsize: int, block_m: int, block_n: int, stages: int) -> int:
+    """Shared memory of one program of Flex's Triton kernel: head dims padded to powers of two,
+    the query tile and ``stages`` K and V tiles, 2 KB besides (the H100's figure for torch's
+    default at 576/512 bf16, 64/32/3 stages: 428032 bytes)."""
+    dq, dv = _pow2(d_qk), _pow2(d_v)
+    return elsize * (block_m * dq + stages * block_n * (dq + dv)) + 2048
+
+
+def wide_tiles(d_qk: int, d_v: int, elsize: int, max_block_m: int = 128) -> Optional[dict]:
+    """Kernel options for head dims past 256 ({} up to 256: torch's own tiles fit and stay), the
+    first of ``WIDE_TILES`` with ``BLOCK_M <= max_block_m`` that fits in shared memory, or None
+    when none does."""
+    if _pow2(d_qk) <= 256 and _pow2(d_v) <= 256:
+        return {}
+    for bm, bn, stages, warps in WIDE_TILES:
+        if bm <= max_block_m and flex_smem_bytes(d_qk, d_v, elsize, bm, bn, stages) <= SMEM_LIMIT - SMEM_MARGIN:
+            return {"BLOCK_M": bm, "BLOCK_N": bn, "num_stages": stages, "num_warps": warps}
+    return None
 
 
 @dataclass
@@ -114,6 +154,10 @@ class FlexBackend(Backend):
     def unsupported(self, batch: Batch) -> list[str]:
         if batch.device.type == "cuda" and batch.dtype == torch.float32 and batch.head_dim > 128:
             return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
+        if batch.device.type == "cuda" and wide_tiles(batch.head_dim, batch.v_head_dim, batch.q.element_size()) is None:
+            return [f"flex kernel: head dims {batch.head_dim}/{batch.v_head_dim} (padded to "
+                    f"{_pow2(batch.head_dim)}/{_pow2(batch.v_head_dim)}) need more than {SMEM_LIMIT} bytes of "
+                    "shared memory even at its smallest tiles"]
         if batch.device.type == "cuda" and (batch.window is not None or batch.sinks is not None
                                             or batch.alibi_slopes is not None):
             # tests/test_variants_gpu.py on an H100 (a mixed batch: decodes, prefills, trees):
@@ -150,6 +194,14 @@ class FlexBackend(Backend):
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         how = "torch.compile(dynamic=False)" if on_gpu else "eager"
         kernel = "flex kernel forced" if kernel_options else "default kernel"
+        if on_gpu:  # head dims past 256: tiles that fit in shared memory (the decoding kernel's
+            # rows are the G query heads of a KV head: no taller tile than they fill)
+            g = batch.num_q_heads // batch.num_kv_heads
+            tiles = wide_tiles(batch.head_dim, batch.v_head_dim, batch.q.element_size(),
+                               128 if qmax > 1 else max(16, _pow2(g)))
+            if tiles:
+                kernel_options.update(tiles)
+                kernel += ", tiles " + " ".join(f"{k}={v}" for k, v in tiles.items())
         sinks = batch.sinks.float().view(1, -1, 1) if batch.sinks is not None else None
         return FlexPlan(
             mode=f"{self.option('mask')} block mask, {how}, {kernel}",

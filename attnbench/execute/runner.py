@@ -190,14 +190,16 @@ class Runner:
         return fits, skipped
 
     def _check_inputs(self, row: Row, pristine: Batch, own: Batch) -> None:
-        """A backend that wrote into its inputs gets an error row (it keeps its own reason
-        too); the others never saw its copy."""
+        """A backend that wrote into its inputs gets an error row; the others never saw its
+        copy. A row that already failed keeps its own reason first (the error it raised is
+        what to fix; issue 32), the input check's finding after it."""
         try:
             why = input_problem(pristine, own)
         except Exception as e:  # a device fault surfacing here belongs to this backend
             why = f"checking its inputs failed: {_error_text(e)}"
         if why:
-            row.reason = why + (f"; before that: {row.reason}" if row.reason and row.status is not Status.OK else "")
+            failed = row.reason and row.status is not Status.OK
+            row.reason = f"{row.reason}; after that, the input check: {why}" if failed else why
             row.status = Status.ERROR
 
     def _all_rows(self, case: Case, spec: BatchSpec, names: list[str], status: Status, reason: str) -> Iterator[Row]:

@@ -11,10 +11,10 @@ passes because the inputs never changed. Two checks catch it (``GraphCheck``):
    kernels): with check 2 failing it is named in the reason, with check 2 passing it is a
    note on the row.
 2. the output follows its inputs: the plan's q-sized float tensors (the queries, the plan's
-   own copies of them, small caches) are changed (random factors in [0.5, 1.5)), then one replay (first, into an
-   output filled with NaN) and one eager call must agree; the tensors are restored exactly
-   afterwards (from copies), so the row's input check and final reference check see the
-   pristine inputs.
+   own copies of them, small caches, FP8 ones in float32) are changed (random factors in
+   [0.5, 1.5)), then one replay (first, into an output filled with NaN) and one eager call
+   must agree; the tensors are restored exactly afterwards (from copies, also when a change
+   fails), so the row's input check and final reference check see the pristine inputs.
 """
 from __future__ import annotations
 
@@ -56,19 +56,45 @@ def perturb_small_inputs(plan, limit: int) -> Callable[[], None]:
     """Multiply each float tensor of ``plan`` with at most ``limit`` elements, in place, by its
     own random factors in [0.5, 1.5) (one per element: a uniform scale would leave an
     intermediate that copies an input equal to the scaled input, so a stale copy would pass);
-    returns the function that restores them exactly."""
+    returns the function that restores them exactly.
+
+    FP8 tensors (a plan's own small K/V caches) are multiplied in float32 and clamped to the
+    format's largest finite value: CUDA has no FP8 multiply ("mul_cuda" not implemented for
+    'Float8_e4m3fn'), and a cache scaled to its amax holds that largest value, which a factor
+    above 1 would overflow into NaN (e4m3fn has no inf). If changing one tensor fails, the ones
+    already changed are restored before the error goes up: the row's input check must never
+    find a change of attnbench's own making (issue 32)."""
     picked = [t for t in _tensors(plan) if t.numel() <= limit]
     saved = [t.clone() for t in picked]
-    with torch.no_grad():
-        for k, t in enumerate(picked):
-            gen = torch.Generator(device=t.device).manual_seed(1234 + k)
-            t.mul_((torch.rand(t.shape, generator=gen, device=t.device) + 0.5).to(t.dtype))
+
+    changed = 0
 
     def restore() -> None:
         with torch.no_grad():
-            for t, s in zip(picked, saved):
+            for t, s in zip(picked[:changed], saved):
                 t.copy_(s)
 
+    with torch.no_grad():
+        for k, t in enumerate(picked):
+            try:
+                gen = torch.Generator(device=t.device).manual_seed(1234 + k)
+                factor = torch.rand(t.shape, generator=gen, device=t.device) + 0.5
+                if t.element_size() == 1:  # FP8: no multiply of its own; in range
+                    fmax = torch.finfo(t.dtype).max
+                    t.copy_((t.float() * factor).clamp_(-fmax, fmax))
+                else:
+                    t.mul_(factor.to(t.dtype))
+                changed += 1
+            except Exception as e:
+                restore()
+                try:  # the tensor it failed on, in case the failure came after a partial write
+                    t.copy_(saved[k])
+                except Exception:
+                    pass
+                raise RuntimeError(
+                    f"attnbench's graph check (not the backend) could not change the plan's {t.dtype} "
+                    f"tensor {tuple(t.shape)} to see the replay follow it: {type(e).__name__}: "
+                    f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}") from e
     return restore
 
 

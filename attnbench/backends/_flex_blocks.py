@@ -32,6 +32,7 @@ from attnbench.workload.batch import Batch
 from ._metadata import padded_tree_masks
 
 FAR = 1 << 30
+ALIGN = 32  # int32 elements: 128 bytes between the block-list tensors in their one device buffer
 
 
 @dataclass
@@ -125,7 +126,8 @@ def kv_block_lists(t: RowTables, lmax: int, q_block: int, kv_block: int) -> tupl
     int32 on the device, classified on the host from the row intervals: a KV block is *full* for
     a query block when every row sees every key of it (no tree region, wholly inside each row's
     ``[lo, hi]`` and the kv length), *partial* when some row may see some key of it (the
-    mask_mod decides there). Two copies to the device."""
+    mask_mod decides there). One copy to the device; every tensor has row-major strides, its
+    size-1 head axis included (``_flex_audit.stride_problems``)."""
     lo, hi, base = t.host["lo"], t.host["hi"], t.host["tree_base"]
     nkb = -(-lmax // kv_block)
     k0 = np.arange(nkb)[None, None, :] * kv_block
@@ -140,20 +142,38 @@ def kv_block_lists(t: RowTables, lmax: int, q_block: int, kv_block: int) -> tupl
     some = (((lo_min <= k1) & (hi_max >= k0)) | touches_tree) & (k0 < kv_len)
     full = (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
     partial = some & ~full
-    counts = np.stack([partial.sum(-1), full.sum(-1)]).astype(np.int32)[:, :, None]  # [2, B, 1, nQB]
-    order = np.stack([np.argsort(~partial, axis=-1, kind="stable"), np.argsort(~full, axis=-1, kind="stable")])
-    counts_t = torch.from_numpy(counts).to(t.lo.device)
-    order_t = torch.from_numpy(order.astype(np.int32)[:, :, None]).to(t.lo.device)  # [2, B, 1, nQB, nKB]
-    return counts_t[0], order_t[0], counts_t[1], order_t[1]
+    b, nqb = partial.shape[:2]
+    parts = [partial.sum(-1), np.argsort(~partial, axis=-1, kind="stable"),
+             full.sum(-1), np.argsort(~full, axis=-1, kind="stable")]
+    shapes = [(b, 1, nqb), (b, 1, nqb, nkb), (b, 1, nqb), (b, 1, nqb, nkb)]
+    # One host buffer, one copy to the device, then row-major views: the Triton kernel finds a
+    # batch row's lists at (z * H + h) * stride(head axis) and so needs the head axis's stride
+    # to be the row-major one even though that axis has size 1 (numpy's x[:, None] gives it
+    # stride 0, which PyTorch still calls contiguous: every row then read row 0's lists, issue
+    # 32). Each part starts 128 bytes apart so that none is misaligned for the kernel.
+    sizes = [int(np.prod(s)) for s in shapes]
+    starts = np.concatenate([[0], np.cumsum([-(-n // ALIGN) * ALIGN for n in sizes])])
+    host = np.zeros(int(starts[-1]), dtype=np.int32)
+    for part, s0, n in zip(parts, starts, sizes):
+        host[s0:s0 + n] = part.reshape(-1)
+    dev = torch.from_numpy(host).to(t.lo.device)
+    kv_num, kv_idx, full_num, full_idx = (dev[s0:s0 + n].view(s) for s0, n, s in zip(starts, sizes, shapes))
+    return kv_num, kv_idx, full_num, full_idx
 
 
 def block_mask_from_kv_blocks(t: RowTables, qmax: int, lmax: int, mask_mod, block: int = 128) -> Any:
     """Flex's ``BlockMask`` from :func:`kv_block_lists` (forward only: no transposed lists)."""
     from torch.nn.attention.flex_attention import BlockMask
 
+    from ._flex_audit import stride_problems
+
     kv_num, kv_idx, full_num, full_idx = kv_block_lists(t, lmax, block, block)
     kw = dict(BLOCK_SIZE=(block, block), mask_mod=mask_mod, seq_lengths=(qmax, lmax))
     try:
-        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, compute_q_blocks=False, **kw)
+        bm = BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, compute_q_blocks=False, **kw)
     except TypeError:  # a torch without compute_q_blocks
-        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kw)
+        bm = BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kw)
+    bad = stride_problems(bm)
+    if bad:  # the fused kernel would read the wrong batch rows' lists
+        raise RuntimeError("flex block mask with strides the kernel does not expect: " + "; ".join(bad))
+    return bm

@@ -114,14 +114,6 @@ class FlexBackend(Backend):
     def unsupported(self, batch: Batch) -> list[str]:
         if batch.device.type == "cuda" and batch.dtype == torch.float32 and batch.head_dim > 128:
             return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
-        if batch.device.type == "cuda" and (batch.window is not None or batch.sinks is not None
-                                            or batch.alibi_slopes is not None):
-            # tests/test_variants_gpu.py on an H100 (a mixed batch: decodes, prefills, trees):
-            # relative errors 2e-2..5e-2 with a window or sinks and about 0.1 with ALiBi, at head
-            # dims 64/128/256, while the same code matches the reference on the CPU; soft-cap and
-            # plain batches passed there. Not trusted until the cause is found.
-            return ["flex on CUDA with a window, sinks or ALiBi gave wrong outputs on a mixed batch (H100, rel. "
-                    "err 2e-2..1e-1, tests/test_variants_gpu.py): not run until fixed"]
         return []
 
     @classmethod
@@ -143,7 +135,7 @@ class FlexBackend(Backend):
         tables = row_tables(batch, qmax, lmax)
         mask_mod = make_mask_mod(tables, batch.window)
         if self.option("mask") == "dense":
-            block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
+            block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev, BLOCK_SIZE=BLOCK)
         else:
             block_mask = block_mask_from_kv_blocks(tables, qmax, lmax, mask_mod, BLOCK)
         on_gpu = dev.type == "cuda"

@@ -87,7 +87,7 @@ def test_flex_mode_names_the_mask_build():
 import random  # noqa: E402
 
 from attnbench.backends._flex_audit import (  # noqa: E402
-    compare_lists, contiguous_strides, effective_mask, emulate_kernel, kernel_block_sets, mask_grid, stride_problems)
+    contiguous_strides, effective_mask, emulate_kernel, kernel_block_sets, mask_grid, stride_problems)
 from attnbench.backends._flex_blocks import block_mask_from_kv_blocks, make_mask_mod  # noqa: E402
 from attnbench.workload.batch import Request  # noqa: E402
 from attnbench.workload.trees import random_tree  # noqa: E402
@@ -148,15 +148,11 @@ def test_the_kernel_reads_lists_that_give_exactly_the_mask(seed):
     assert torch.equal(kp, lp) and torch.equal(kf, lf), "the kernel reads other rows' lists"
     grid = mask_grid(mm, b.num_requests, qmax, lmax)
     eff = effective_mask(bm, mm, b.num_requests, qmax, lmax, grid=grid)
-    assert torch.equal(eff, grid)
+    real = t.real[:, None, :, None].expand_as(eff)  # padding rows are dropped from the output
+    assert torch.equal(eff[real], grid[real])
     m = _dense_masks(b, qmax, lmax)
-    real = t.real[:, None, :, None].expand_as(eff)
     assert torch.equal(eff[real], m[:, None].expand_as(eff)[real])
-    from torch.nn.attention.flex_attention import create_block_mask
 
-    dense = create_block_mask(mm, B=b.num_requests, H=None, Q_LEN=qmax, KV_LEN=lmax, device="cpu", BLOCK_SIZE=block)
-    diff = compare_lists(bm, dense, lmax)
-    assert diff["missing"] == [], "blocks create_block_mask lists that from_kv_blocks does not"
 
 
 def test_block_list_tensors_are_row_major_and_aligned():
@@ -209,3 +205,17 @@ def test_the_emulated_fused_kernel_matches_the_reference_per_request(feature, ma
     for i in range(b.num_requests):
         rel = compare(out[starts[i]:starts[i + 1]], ref[starts[i]:starts[i + 1]])[0]
         assert rel < default_tolerance(b.dtype), f"request {i} ({b.requests[i].kind}): rel err {rel:.2e}"
+
+
+def test_padding_rows_do_not_shape_the_lists():
+    """A decode beside a tree (Qmax 12, block 4): its padding rows no longer pull key 0 into its
+    hull (a windowed decode reads only its window's blocks) nor keep its blocks partial."""
+    tree = tuple(random_tree({"nodes": 12, "max_depth": 4, "max_children": 3, "seed": 1}))
+    reqs = [Request("tree", 12, 40, tree), Request("decode", 1, 90)]
+    for window, want_partial, want_full in ((8, {20, 22}, {21}), (None, {22}, set(range(22)))):
+        b = make_batch(reqs, hq=4, hkv=1, d=8, page_size=3, **({"window": window} if window else {}))
+        bm, *_ = _blocks_mask(b, 4)
+        p, f = kernel_block_sets(bm, int(b.host.kv_lens.max()))
+        assert set(p[1, 0, 0].nonzero().flatten().tolist()) == want_partial, window
+        assert set(f[1, 0, 0].nonzero().flatten().tolist()) == want_full, window
+        assert not (p[1, 0, 1:] | f[1, 0, 1:]).any()  # query blocks of padding rows only read nothing

@@ -115,16 +115,19 @@ def effective_mask(bm, mask_mod, b: int, qmax: int, lmax: int, kernel: bool = Tr
     return (_expand(partial, qb, kb, qmax, lmax) & grid) | _expand(full, qb, kb, qmax, lmax)
 
 
-def mask_errors(bm, mask_mod, b: int, qmax: int, lmax: int, kernel: bool = True) -> dict:
+def mask_errors(bm, mask_mod, b: int, qmax: int, lmax: int, kernel: bool = True,
+                rows: Optional[torch.Tensor] = None) -> dict:
     """Where the mask the kernel applies (:func:`effective_mask`) differs from the ``mask_mod``
-    on the padded grid: ``{"hidden": [(z, q block, visible keys it never scores)],
-    "exposed": [(z, q block, masked keys it scores)]}``; both empty when the lists are right."""
+    on the padded grid, on the query ``rows`` that count (``[B, Qmax]`` bool, the real ones;
+    default all): ``{"hidden": [(z, q block, visible keys it never scores)], "exposed": [(z,
+    q block, masked keys it scores)]}``; both empty when the lists are right."""
     grid = mask_grid(mask_mod, b, qmax, lmax, device=bm.kv_num_blocks.device)
     eff = effective_mask(bm, mask_mod, b, qmax, lmax, kernel, grid=grid)
+    keep = torch.ones(b, qmax, dtype=torch.bool) if rows is None else rows.cpu()
     qb = bm.BLOCK_SIZE[0]
     out: dict = {"hidden": [], "exposed": []}
     for key, m in (("hidden", grid & ~eff), ("exposed", eff & ~grid)):
-        per = m.any(1)  # [B, Qmax, Lmax]
+        per = m.any(1) & keep[:, :, None]  # [B, Qmax, Lmax]
         nqb = -(-qmax // qb)
         padded = torch.zeros(per.shape[0], nqb * qb, lmax, dtype=torch.bool)
         padded[:, :qmax] = per

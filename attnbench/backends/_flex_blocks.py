@@ -49,7 +49,7 @@ class RowTables:
     kpos: Optional[torch.Tensor]  # [B, Lmax] int64 (only with a window or ALiBi)
     kv_len: torch.Tensor  # [B] int64
     real: torch.Tensor  # [B, Qmax] bool
-    host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64
+    host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64; "real": numpy bool
 
 
 def _depths(batch: Batch, qmax: int) -> np.ndarray:
@@ -92,7 +92,8 @@ def row_tables(batch: Batch, qmax: int, lmax: int, need_kpos: Optional[bool] = N
     tmax = max(batch.trees.tmax, 1)
     anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]: ancestors incl. self
     return RowTables(rows[0], rows[1], rows[2], anc, tmax, rows[3], kpos, batch.kv_lens.long(),
-                     torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens})
+                     torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens,
+                                                      "real": real})
 
 
 def make_mask_mod(t: RowTables, window: Any):
@@ -126,21 +127,29 @@ def kv_block_lists(t: RowTables, lmax: int, q_block: int, kv_block: int) -> tupl
     int32 on the device, classified on the host from the row intervals: a KV block is *full* for
     a query block when every row sees every key of it (no tree region, wholly inside each row's
     ``[lo, hi]`` and the kv length), *partial* when some row may see some key of it (the
-    mask_mod decides there). One copy to the device; every tensor has row-major strides, its
+    mask_mod decides there); padding rows are left out (their output is dropped, and a
+    fully padded query block reads nothing). One copy to the device; every tensor has row-major strides, its
     size-1 head axis included (``_flex_audit.stride_problems``)."""
     lo, hi, base = t.host["lo"], t.host["hi"], t.host["tree_base"]
     nkb = -(-lmax // kv_block)
     k0 = np.arange(nkb)[None, None, :] * kv_block
     k1 = np.minimum(k0 + kv_block, lmax) - 1
-    # the padding rows see key 0 only (lo = hi = 0)
-    lo_min, lo_max = _per_block(lo, q_block, FAR, "min")[..., None], _per_block(lo, q_block, -1, "max")[..., None]
-    hi_min, hi_max = _per_block(hi, q_block, FAR, "min")[..., None], _per_block(hi, q_block, -1, "max")[..., None]
+    # Only real rows count: a padding row (key 0 for the mask_mod) is dropped from the output, so
+    # it need not shape the lists. Counting its key 0 made a windowed decode's query block read
+    # every block from 0 to its position, and its hi = 0 kept every block of a query block with
+    # padding rows partial. A query block of padding rows only reads nothing (output 0).
+    real = t.host["real"]
+    lo_min = _per_block(np.where(real, lo, FAR), q_block, FAR, "min")[..., None]
+    lo_max = _per_block(np.where(real, lo, -1), q_block, -1, "max")[..., None]
+    hi_min = _per_block(np.where(real, hi, FAR), q_block, FAR, "min")[..., None]
+    hi_max = _per_block(np.where(real, hi, -1), q_block, -1, "max")[..., None]
     base_min = _per_block(base, q_block, FAR, "min")[..., None]
     base_max = _per_block(np.where(base < FAR, base + t.tmax - 1, -1), q_block, -1, "max")[..., None]
     kv_len = t.host["kv_len"][:, None, None]
     touches_tree = (base_min <= k1) & (base_max >= k0)
     some = (((lo_min <= k1) & (hi_max >= k0)) | touches_tree) & (k0 < kv_len)
-    full = (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
+    has_real = _per_block(real.astype(np.int64), q_block, 0, "max")[..., None] > 0
+    full = has_real & (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
     partial = some & ~full
     b, nqb = partial.shape[:2]
     parts = [partial.sum(-1), np.argsort(~partial, axis=-1, kind="stable"),

@@ -158,16 +158,18 @@ def describe_lists(bm, dense_bm, batch, qmax, lmax, tag):
     wrong_rows = ((kp != lp) | (kf != lf)).any(-1).any(-1)[:, 0].nonzero().flatten().tolist()
     print(f"    {tag}: strides {'ok' if not probs else '; '.join(probs)}; kernel finds each row's own lists: "
           + ("yes" if not wrong_rows else f"NO for rows {wrong_rows[:10]}{' ...' if len(wrong_rows) > 10 else ''}"))
-    errs = mask_errors(bm, bm.mask_mod, batch.num_requests, qmax, lmax)
+    real = torch.arange(qmax)[None, :] < torch.as_tensor(batch.host.query_lens)[:, None]
+    errs = mask_errors(bm, bm.mask_mod, batch.num_requests, qmax, lmax, rows=real)
     for key, what in (("hidden", "visible keys the kernel never scores"), ("exposed", "masked keys the kernel scores")):
         items = errs[key]
         if items:
             ex = "; ".join(f"row {z} qblock {q}: {n}" for z, q, n in items[:4])
             print(f"      WRONG: {len(items)} (row, q block) with {what}: {ex}{' ...' if len(items) > 4 else ''}")
     if not any(errs.values()):
-        print("      the mask the kernel applies from these lists is the mask_mod's on every row")
+        print("      the mask the kernel applies from these lists is the mask_mod's on every real row")
     d = compare_lists(bm, dense_bm, lmax, kernel=True)
-    for key, what in (("missing", "kv blocks create_block_mask reads and these lists do not"),
+    for key, what in (("missing", "kv blocks create_block_mask reads and these lists do not (right where only "
+                                  "padding rows, which the output drops, see them: the line above says)"),
                       ("full_vs_partial", "kv blocks full here, partial in create_block_mask"),
                       ("extra", "kv blocks read here that create_block_mask skips (time only)")):
         items = d[key]

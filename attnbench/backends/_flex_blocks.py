@@ -32,6 +32,7 @@ from attnbench.workload.batch import Batch
 from ._metadata import padded_tree_masks
 
 FAR = 1 << 30
+ALIGN = 32  # int32 elements: 128 bytes between the block-list tensors in their one device buffer
 
 
 @dataclass
@@ -48,7 +49,7 @@ class RowTables:
     kpos: Optional[torch.Tensor]  # [B, Lmax] int64 (only with a window or ALiBi)
     kv_len: torch.Tensor  # [B] int64
     real: torch.Tensor  # [B, Qmax] bool
-    host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64
+    host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64; "real": numpy bool
 
 
 def _depths(batch: Batch, qmax: int) -> np.ndarray:
@@ -91,7 +92,8 @@ def row_tables(batch: Batch, qmax: int, lmax: int, need_kpos: Optional[bool] = N
     tmax = max(batch.trees.tmax, 1)
     anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]: ancestors incl. self
     return RowTables(rows[0], rows[1], rows[2], anc, tmax, rows[3], kpos, batch.kv_lens.long(),
-                     torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens})
+                     torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens,
+                                                      "real": real})
 
 
 def make_mask_mod(t: RowTables, window: Any):
@@ -125,35 +127,62 @@ def kv_block_lists(t: RowTables, lmax: int, q_block: int, kv_block: int) -> tupl
     int32 on the device, classified on the host from the row intervals: a KV block is *full* for
     a query block when every row sees every key of it (no tree region, wholly inside each row's
     ``[lo, hi]`` and the kv length), *partial* when some row may see some key of it (the
-    mask_mod decides there). Two copies to the device."""
+    mask_mod decides there); padding rows are left out (their output is dropped, and a
+    fully padded query block reads nothing). One copy to the device; every tensor has row-major strides, its
+    size-1 head axis included (``_flex_audit.stride_problems``)."""
     lo, hi, base = t.host["lo"], t.host["hi"], t.host["tree_base"]
     nkb = -(-lmax // kv_block)
     k0 = np.arange(nkb)[None, None, :] * kv_block
     k1 = np.minimum(k0 + kv_block, lmax) - 1
-    # the padding rows see key 0 only (lo = hi = 0)
-    lo_min, lo_max = _per_block(lo, q_block, FAR, "min")[..., None], _per_block(lo, q_block, -1, "max")[..., None]
-    hi_min, hi_max = _per_block(hi, q_block, FAR, "min")[..., None], _per_block(hi, q_block, -1, "max")[..., None]
+    # Only real rows count: a padding row (key 0 for the mask_mod) is dropped from the output, so
+    # it need not shape the lists. Counting its key 0 made a windowed decode's query block read
+    # every block from 0 to its position, and its hi = 0 kept every block of a query block with
+    # padding rows partial. A query block of padding rows only reads nothing (output 0).
+    real = t.host["real"]
+    lo_min = _per_block(np.where(real, lo, FAR), q_block, FAR, "min")[..., None]
+    lo_max = _per_block(np.where(real, lo, -1), q_block, -1, "max")[..., None]
+    hi_min = _per_block(np.where(real, hi, FAR), q_block, FAR, "min")[..., None]
+    hi_max = _per_block(np.where(real, hi, -1), q_block, -1, "max")[..., None]
     base_min = _per_block(base, q_block, FAR, "min")[..., None]
     base_max = _per_block(np.where(base < FAR, base + t.tmax - 1, -1), q_block, -1, "max")[..., None]
     kv_len = t.host["kv_len"][:, None, None]
     touches_tree = (base_min <= k1) & (base_max >= k0)
     some = (((lo_min <= k1) & (hi_max >= k0)) | touches_tree) & (k0 < kv_len)
-    full = (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
+    has_real = _per_block(real.astype(np.int64), q_block, 0, "max")[..., None] > 0
+    full = has_real & (lo_max <= k0) & (hi_min >= k1) & (k1 < kv_len) & ~touches_tree & (k1 - k0 + 1 == kv_block)
     partial = some & ~full
-    counts = np.stack([partial.sum(-1), full.sum(-1)]).astype(np.int32)[:, :, None]  # [2, B, 1, nQB]
-    order = np.stack([np.argsort(~partial, axis=-1, kind="stable"), np.argsort(~full, axis=-1, kind="stable")])
-    counts_t = torch.from_numpy(counts).to(t.lo.device)
-    order_t = torch.from_numpy(order.astype(np.int32)[:, :, None]).to(t.lo.device)  # [2, B, 1, nQB, nKB]
-    return counts_t[0], order_t[0], counts_t[1], order_t[1]
+    b, nqb = partial.shape[:2]
+    parts = [partial.sum(-1), np.argsort(~partial, axis=-1, kind="stable"),
+             full.sum(-1), np.argsort(~full, axis=-1, kind="stable")]
+    shapes = [(b, 1, nqb), (b, 1, nqb, nkb), (b, 1, nqb), (b, 1, nqb, nkb)]
+    # One host buffer, one copy to the device, then row-major views: the Triton kernel finds a
+    # batch row's lists at (z * H + h) * stride(head axis) and so needs the head axis's stride
+    # to be the row-major one even though that axis has size 1 (numpy's x[:, None] gives it
+    # stride 0, which PyTorch still calls contiguous: every row then read row 0's lists, issue
+    # 32). Each part starts 128 bytes apart so that none is misaligned for the kernel.
+    sizes = [int(np.prod(s)) for s in shapes]
+    starts = np.concatenate([[0], np.cumsum([-(-n // ALIGN) * ALIGN for n in sizes])])
+    host = np.zeros(int(starts[-1]), dtype=np.int32)
+    for part, s0, n in zip(parts, starts, sizes):
+        host[s0:s0 + n] = part.reshape(-1)
+    dev = torch.from_numpy(host).to(t.lo.device)
+    kv_num, kv_idx, full_num, full_idx = (dev[s0:s0 + n].view(s) for s0, n, s in zip(starts, sizes, shapes))
+    return kv_num, kv_idx, full_num, full_idx
 
 
 def block_mask_from_kv_blocks(t: RowTables, qmax: int, lmax: int, mask_mod, block: int = 128) -> Any:
     """Flex's ``BlockMask`` from :func:`kv_block_lists` (forward only: no transposed lists)."""
     from torch.nn.attention.flex_attention import BlockMask
 
+    from ._flex_audit import stride_problems
+
     kv_num, kv_idx, full_num, full_idx = kv_block_lists(t, lmax, block, block)
     kw = dict(BLOCK_SIZE=(block, block), mask_mod=mask_mod, seq_lengths=(qmax, lmax))
     try:
-        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, compute_q_blocks=False, **kw)
+        bm = BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, compute_q_blocks=False, **kw)
     except TypeError:  # a torch without compute_q_blocks
-        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kw)
+        bm = BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kw)
+    bad = stride_problems(bm)
+    if bad:  # the fused kernel would read the wrong batch rows' lists
+        raise RuntimeError("flex block mask with strides the kernel does not expect: " + "; ".join(bad))
+    return bm

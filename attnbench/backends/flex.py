@@ -158,14 +158,6 @@ class FlexBackend(Backend):
             return [f"flex kernel: head dims {batch.head_dim}/{batch.v_head_dim} (padded to "
                     f"{_pow2(batch.head_dim)}/{_pow2(batch.v_head_dim)}) need more than {SMEM_LIMIT} bytes of "
                     "shared memory even at its smallest tiles"]
-        if batch.device.type == "cuda" and (batch.window is not None or batch.sinks is not None
-                                            or batch.alibi_slopes is not None):
-            # tests/test_variants_gpu.py on an H100 (a mixed batch: decodes, prefills, trees):
-            # relative errors 2e-2..5e-2 with a window or sinks and about 0.1 with ALiBi, at head
-            # dims 64/128/256, while the same code matches the reference on the CPU; soft-cap and
-            # plain batches passed there. Not trusted until the cause is found.
-            return ["flex on CUDA with a window, sinks or ALiBi gave wrong outputs on a mixed batch (H100, rel. "
-                    "err 2e-2..1e-1, tests/test_variants_gpu.py): not run until fixed"]
         return []
 
     @classmethod
@@ -187,7 +179,7 @@ class FlexBackend(Backend):
         tables = row_tables(batch, qmax, lmax)
         mask_mod = make_mask_mod(tables, batch.window)
         if self.option("mask") == "dense":
-            block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev)
+            block_mask = create_block_mask(mask_mod, B=b, H=None, Q_LEN=qmax, KV_LEN=lmax, device=dev, BLOCK_SIZE=BLOCK)
         else:
             block_mask = block_mask_from_kv_blocks(tables, qmax, lmax, mask_mod, BLOCK)
         on_gpu = dev.type == "cuda"

@@ -187,10 +187,16 @@ class FlexBackend(Backend):
         how = "torch.compile(dynamic=False)" if on_gpu else "eager"
         kernel = "flex kernel forced" if kernel_options else "default kernel"
         if on_gpu:  # head dims past 256: tiles that fit in shared memory (the decoding kernel's
-            # rows are the G query heads of a KV head: no taller tile than they fill)
+            # rows are the G query heads of a KV head: no taller tile than they fill, and its
+            # BLOCK_M must be a multiple of G (tl.device_assert(BLOCK_M % G == 0): 128 MLA heads
+            # failed to build at BLOCK_M=32 on an H100); where no such tile fits, the flex kernel)
             g = batch.num_q_heads // batch.num_kv_heads
             tiles = wide_tiles(batch.head_dim, batch.v_head_dim, batch.q.element_size(),
                                128 if qmax > 1 else max(16, _pow2(g)))
+            if tiles and qmax == 1 and tiles["BLOCK_M"] % g:
+                tiles = wide_tiles(batch.head_dim, batch.v_head_dim, batch.q.element_size())
+                kernel_options["FORCE_USE_FLEX_ATTENTION"] = True
+                kernel = "flex kernel forced (no decoding tile holds a multiple of the group size)"
             if tiles:
                 kernel_options.update(tiles)
                 kernel += ", tiles " + " ".join(f"{k}={v}" for k, v in tiles.items())

@@ -27,7 +27,7 @@ from attnbench.analyze.significance import (
 )
 from attnbench.analyze import ranks
 from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
-from attnbench.store.fingerprint import fingerprint_differences
+from attnbench.store.fingerprint import compare_fingerprints
 
 
 class CompareError(ValueError):
@@ -35,15 +35,17 @@ class CompareError(ValueError):
 
 
 def ensure_same_device(current_fp: dict, baseline_fp: dict, allow_cross_device: bool) -> list[str]:
-    """Raise CompareError on another device unless allowed; return the differences (warnings)."""
-    same, diffs = fingerprint_differences(current_fp, baseline_fp)
-    if not same and not allow_cross_device:
+    """Raise CompareError on another device or host (the fields that differ, one by one) unless
+    allowed; return the notes to print: fingerprints that differ (versions; the device too when
+    allowed) and what could not be compared (a side that predates host fingerprints)."""
+    d = compare_fingerprints(current_fp, baseline_fp)
+    if not d.same_device and not allow_cross_device:
         raise CompareError(
-            f"the runs were measured on different devices: {baseline_fp.get('device') or '?'!r} (baseline) "
-            f"vs {current_fp.get('device') or '?'!r}; timings across devices are not comparable. "
+            f"the runs were measured on different devices: {'; '.join(d.device)}; timings across devices "
+            "(or hosts of one device name) are not comparable. "
             "Pass --allow-cross-device to compare anyway (with --normalize-by BACKEND to cancel the speed difference)"
         )
-    return diffs
+    return [f"fingerprints differ: {x}" for x in d.device + d.versions] + d.notes
 
 
 def ensure_rows_same_device(current: Sequence[Row], baseline: Sequence[Row], allow_cross_device: bool) -> None:

@@ -27,6 +27,7 @@ from attnbench.analyze.significance import (
 )
 from attnbench.analyze import ranks
 from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
+from attnbench.analyze.gate_defaults import judge_noise
 from attnbench.store.fingerprint import compare_fingerprints
 
 
@@ -136,6 +137,8 @@ class CaseResult:
     note: str = ""
     raw_ratio: Optional[Ratio] = None  # with a normalizer: the ratio of the times themselves
     normalized_by: str = ""  # with a normalizer: what each round was divided by, its times in both runs
+    spread: float = math.nan  # the larger robust spread of the two sides' round values (log units; a gate's check)
+    noisy: bool = False  # spread x gate_defaults.NOISY reaches the slowdown to fail: a false alarm is likely
 
 
 @dataclass
@@ -228,7 +231,17 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
         how = "faster" if res.raw_ratio.ratio < 1 else "slower"
         res.note = (f"{res.note}; " if res.note else "") + (
             f"the times themselves are {res.raw_ratio.ratio:.3f}× ({how}): the verdict comes from {norm}, {res.normalized_by}")
+    if gate:
+        _judge_noise(res, x, y, th)
     return res
+
+
+def _judge_noise(res: CaseResult, x, y, th: Thresholds) -> None:
+    """Mark (and note) a case whose own rounds scatter so much that unchanged code is likely
+    to fail the threshold now and then (``gate_defaults.NOISY``)."""
+    res.spread, res.noisy, note = judge_noise(x, y, res.current_ms, th.max_slowdown, th.min_delta_ms, res.scenario)
+    if note:
+        res.note = (f"{res.note}; " if res.note else "") + note
 
 
 def _disagree(norm: Ratio, raw: Ratio) -> bool:

@@ -27,7 +27,8 @@ from attnbench.analyze.significance import (
 )
 from attnbench.analyze import ranks
 from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
-from attnbench.store.fingerprint import fingerprint_differences
+from attnbench.analyze.gate_defaults import judge_noise
+from attnbench.store.fingerprint import compare_fingerprints
 
 
 class CompareError(ValueError):
@@ -35,15 +36,17 @@ class CompareError(ValueError):
 
 
 def ensure_same_device(current_fp: dict, baseline_fp: dict, allow_cross_device: bool) -> list[str]:
-    """Raise CompareError on another device unless allowed; return the differences (warnings)."""
-    same, diffs = fingerprint_differences(current_fp, baseline_fp)
-    if not same and not allow_cross_device:
+    """Raise CompareError on another device or host (the fields that differ, one by one) unless
+    allowed; return the notes to print: fingerprints that differ (versions; the device too when
+    allowed) and what could not be compared (a side that predates host fingerprints)."""
+    d = compare_fingerprints(current_fp, baseline_fp)
+    if not d.same_device and not allow_cross_device:
         raise CompareError(
-            f"the runs were measured on different devices: {baseline_fp.get('device') or '?'!r} (baseline) "
-            f"vs {current_fp.get('device') or '?'!r}; timings across devices are not comparable. "
+            f"the runs were measured on different devices: {'; '.join(d.device)}; timings across devices "
+            "(or hosts of one device name) are not comparable. "
             "Pass --allow-cross-device to compare anyway (with --normalize-by BACKEND to cancel the speed difference)"
         )
-    return diffs
+    return [f"fingerprints differ: {x}" for x in d.device + d.versions] + d.notes
 
 
 def ensure_rows_same_device(current: Sequence[Row], baseline: Sequence[Row], allow_cross_device: bool) -> None:
@@ -134,6 +137,8 @@ class CaseResult:
     note: str = ""
     raw_ratio: Optional[Ratio] = None  # with a normalizer: the ratio of the times themselves
     normalized_by: str = ""  # with a normalizer: what each round was divided by, its times in both runs
+    spread: float = math.nan  # the larger robust spread of the two sides' round values (log units; a gate's check)
+    noisy: bool = False  # spread x gate_defaults.NOISY reaches the slowdown to fail: a false alarm is likely
 
 
 @dataclass
@@ -231,7 +236,17 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
         how = "faster" if res.raw_ratio.ratio < 1 else "slower"
         res.note = (f"{res.note}; " if res.note else "") + (
             f"the times themselves are {res.raw_ratio.ratio:.3f}× ({how}): the verdict comes from {norm}, {res.normalized_by}")
+    if gate:
+        _judge_noise(res, x, y, th)
     return res
+
+
+def _judge_noise(res: CaseResult, x, y, th: Thresholds) -> None:
+    """Mark (and note) a case whose own rounds scatter so much that unchanged code is likely
+    to fail the threshold now and then (``gate_defaults.NOISY``)."""
+    res.spread, res.noisy, note = judge_noise(x, y, res.current_ms, th.max_slowdown, th.min_delta_ms, res.scenario)
+    if note:
+        res.note = (f"{res.note}; " if res.note else "") + note
 
 
 def _disagree(norm: Ratio, raw: Ratio) -> bool:

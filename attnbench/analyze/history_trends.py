@@ -2,7 +2,8 @@
 first, each judged against the point before it by the regression gate's own ``compare.check``
 (the timing rounds as replicates, the 99% interval, the slowdown thresholds), so a trend
 reads the way ``attnbench check`` would have on that night. A point measured on another device
-or with another scenario text than the one before is not compared (its note says why).
+(or another host of the same device name, by the host fields both runs recorded) or with
+another scenario text than the one before is not compared (its note says why).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Callable, Optional, Sequence
 
 from attnbench.analyze.compare import CaseResult, CompareError, Thresholds, check
 from attnbench.analyze.svg_charts import trend
+from attnbench.store.fingerprint import compare_fingerprints
 from attnbench.store.history import Point
 
 Key = tuple[str, str, str]  # scenario, case, backend
@@ -40,6 +42,10 @@ def _steps(ps: list[Point], th: Thresholds) -> list[Step]:
     for prev, cur in zip(ps, ps[1:]):
         if prev.run.device != cur.run.device:
             out.append(Step(cur, None, f"device changed ({prev.run.device} -> {cur.run.device}): not compared"))
+            continue
+        host = compare_fingerprints(cur.run.fingerprint, prev.run.fingerprint).device
+        if host:  # the same device name on another machine (the host fields both runs recorded)
+            out.append(Step(cur, None, f"host changed ({'; '.join(host).replace('(baseline) vs', '->')}): not compared"))
             continue
         note = "scenario text changed; " if prev.run.scenario_sha256 != cur.run.scenario_sha256 else ""
         try:

@@ -166,7 +166,7 @@ def load_pair(run: Path, base: Path, allow_cross_device: bool, fmt: str, need_ro
     ensure_rows_same_device(cur.rows, ref.rows, allow_cross_device)
     info = info_console(fmt)
     for d in diffs:
-        info.print("[yellow]note:[/] fingerprints differ: " + escape(d), highlight=False)
+        info.print("[yellow]note:[/] " + escape(d), highlight=False)
     return cur, ref
 
 

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnbench.analyze.calibration import calibrate, summary_records, wander_records
 from attnbench.analyze.compare import CheckResult, Thresholds, check as run_check, parse_fraction
+from attnbench.analyze.gate_defaults import CPU_MAX_SLOWDOWN, GPU_MAX_SLOWDOWN, default_max_slowdown
 from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
@@ -31,21 +33,30 @@ class GateOptions:
     thresholds: Thresholds
     normalize_by: Optional[str]
     allow_scenario_change: bool = False
+    max_slowdown_given: bool = True  # False: --max-slowdown was not passed (default_for picks it)
+    default_why: str = ""  # which default applied and why (the gate line says it)
+
+    def default_for(self, *sides) -> None:
+        """Without --max-slowdown: the default for the device the rows were measured on (20% on a CPU, 10% else)."""
+        if not self.max_slowdown_given:
+            self.thresholds.max_slowdown, self.default_why = default_max_slowdown(*sides)
 
     def describe(self) -> str:
         th = self.thresholds
-        text = (f"slower by > {th.max_slowdown:.0%} and > {th.min_delta_ms * 1e3:g} µs, "
+        why = f" ({self.default_why})" if self.default_why else ""
+        text = (f"slower by > {th.max_slowdown:.0%}{why} and > {th.min_delta_ms * 1e3:g} µs, "
                 f"with the {th.confidence * 100:.4g}% interval over timing rounds above 1")
         if self.normalize_by:
             text += f"; each round relative to {self.normalize_by} in the same round"
         return text
 
 
-def gate_options(max_slowdown: str, min_delta_us: float, confidence: str, normalize_by: Optional[str],
+def gate_options(max_slowdown: Optional[str], min_delta_us: float, confidence: str, normalize_by: Optional[str],
                  strict: bool = False, allow_scenario_change: bool = False) -> GateOptions:
+    """``max_slowdown`` None: not given; ``GateOptions.default_for(rows)`` then picks it."""
     check_numbers(min_delta_us=min_delta_us)
     try:
-        slowdown = parse_fraction(max_slowdown)
+        slowdown = parse_fraction(max_slowdown) if max_slowdown is not None else GPU_MAX_SLOWDOWN
     except ValueError as e:
         raise UsageError(f"--max-slowdown {e}") from None
     check_numbers(max_slowdown=slowdown)
@@ -56,10 +67,12 @@ def gate_options(max_slowdown: str, min_delta_us: float, confidence: str, normal
     if not 0.5 <= conf < 1:
         raise UsageError(f"--confidence {confidence}: must be at least 50% and below 100% (e.g. 99% or 0.99)")
     th = Thresholds(max_slowdown=slowdown, min_delta_ms=min_delta_us / 1e3, strict=strict, confidence=conf)
-    return GateOptions(th, normalize_by, allow_scenario_change)
+    return GateOptions(th, normalize_by, allow_scenario_change, max_slowdown_given=max_slowdown is not None)
 
 
-MAX_SLOWDOWN = typer.Option("10%", help="relative slowdown allowed: 10% or 0.1")
+MAX_SLOWDOWN = typer.Option(
+    None, show_default=False,
+    help=f"relative slowdown allowed: 10% or 0.1 (default: {CPU_MAX_SLOWDOWN:.0%} on a CPU, {GPU_MAX_SLOWDOWN:.0%} on a GPU)")
 MIN_DELTA_US = typer.Option(2.0, help="absolute slowdown allowed, µs")
 CONFIDENCE = typer.Option(f"{GATE_CONFIDENCE:.0%}", help="a slowdown counts when this interval over rounds lies above 1")
 NORMALIZE_BY = typer.Option(
@@ -80,6 +93,13 @@ def _report(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: t
         keys = [f"{c.case_id} · {c.backend}" for c in res.cases if c.verdict == verdict]
         if keys:
             info.print(f"{verdict} ({where}): " + ", ".join(keys), highlight=False, markup=False)
+    noisy = [c for c in res.cases if c.noisy]
+    if noisy:
+        listed = ", ".join(f"{c.case_id} · {c.backend} {c.spread:.1%}" for c in noisy[:5]) + (", ..." if noisy[5:] else "")
+        info.print(f"[yellow]note:[/] {len(noisy)} case(s) scatter too much between timing rounds for this threshold: "
+                   f"{escape(listed)} (robust spread of the round times); unchanged code is likely to fail there now "
+                   f"and then: measure how often with `attnbench calibrate {escape(noisy[0].scenario or 'SCENARIO')} "
+                   "--runs 20`", highlight=False)
     blind = [c for c in res.cases if c.verdict == "unclear" and c.ratio.hi > 1 + th.max_slowdown]
     if blind:
         worst = max(c.ratio.hi for c in blind)
@@ -102,7 +122,7 @@ def _report(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: t
 def check_cmd(
     run: Path = typer.Argument(..., help="run folder (or baseline file) to check"),
     baseline: Path = typer.Option(..., help="baseline file or run folder to check against"),
-    max_slowdown: str = MAX_SLOWDOWN,
+    max_slowdown: Optional[str] = MAX_SLOWDOWN,
     min_delta_us: float = MIN_DELTA_US,
     confidence: str = CONFIDENCE,
     normalize_by: Optional[str] = NORMALIZE_BY,
@@ -124,6 +144,7 @@ def check_cmd(
     fmt = check_format(format)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by, strict, allow_scenario_change)
     cur, ref = load_pair(run, baseline, allow_cross_device, fmt, need_rounds=True)
+    opts.default_for(cur.rows, ref.rows)
     picked = pick_rows(cur.rows, select, normalize_by), pick_rows(ref.rows, select, normalize_by)
     res = run_check(*picked, opts.thresholds, normalize_by)
     res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
@@ -212,7 +233,7 @@ def calibrate_cmd(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set timing.rounds=20"),
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backends to run (default: the scenario's)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
-    max_slowdown: str = MAX_SLOWDOWN,
+    max_slowdown: Optional[str] = MAX_SLOWDOWN,
     min_delta_us: float = MIN_DELTA_US,
     confidence: str = CONFIDENCE,
     normalize_by: Optional[str] = NORMALIZE_BY,
@@ -231,6 +252,7 @@ def calibrate_cmd(
     folder = out or Path("results") / f"calibrate-{safe_name(scenario.stem)}"
     rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device,
                          rounds_needed(opts.thresholds.confidence))
+    opts.default_for(*rows)
     cal = calibrate(rows, opts.thresholds, normalize_by, factors)
     info = info_console(fmt)
     info.print(f"gate: {opts.describe()}", style="dim", highlight=False)

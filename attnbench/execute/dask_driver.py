@@ -70,6 +70,9 @@ class DaskRunner:
     def environment(self) -> dict:
         env = dict(self.workers[0]["environment"])
         env.update(device=self.device_name, backends=self.backend_versions(), executor="dask")
+        hosts = [w["environment"].get("host") or {} for w in self.workers]
+        # the host fields every worker agrees on (a check compares only those)
+        env["host"] = {k: v for k, v in hosts[0].items() if all(h.get(k) == v for h in hosts[1:])}
         env["workers"] = [
             {k: w.get(k) for k in ("name", "address", "host", "pid", "device", "device_id", "attnbench")}
             for w in self.workers

@@ -109,7 +109,9 @@ class Runner:
 
     def environment(self) -> dict:
         """What the manifest records about this machine (python, torch, device, versions)."""
-        return environment(self.device_name, self.backend_versions())
+        from attnbench.measure.host import host_fingerprint
+
+        return environment(self.device_name, self.backend_versions(), host_fingerprint(self.device))
 
     def run_case(self, case: Case, names: list[str]) -> Iterator[Row]:
         """The rows of one case for the backends ``names``, each through ``checked``."""

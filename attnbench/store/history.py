@@ -17,11 +17,11 @@ import json
 import os
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
-from attnbench.store.fingerprint import fingerprint
+from attnbench.store.fingerprint import clean_fingerprint, fingerprint
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import options_to_json
 from attnbench.store.rows import Row, typed_row
@@ -72,6 +72,7 @@ class StoredRun:
     scenario: str
     scenario_sha256: str
     run_path: str
+    fingerprint: dict = field(default_factory=dict)  # store.fingerprint's, as stored (host fields since they were recorded)
 
 
 @dataclass
@@ -168,7 +169,8 @@ def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commi
 def points(db: Path, since: Optional[str] = None) -> list[Point]:
     """Every stored row (of runs started on or after ``since``, an ISO date), oldest run first."""
     with connect(db, write=False) as con:
-        q = ("SELECT r.id, r.started, r.git_commit, r.device, r.scenario, r.scenario_sha256, r.run_path, p.row "
+        q = ("SELECT r.id, r.started, r.git_commit, r.device, r.scenario, r.scenario_sha256, r.run_path, p.row, "
+             "r.fingerprint "
              "FROM points p JOIN runs r ON r.id = p.run_id")
         args: tuple = ()
         if since:
@@ -176,10 +178,21 @@ def points(db: Path, since: Optional[str] = None) -> list[Point]:
             args = (since,)
         got = con.execute(q + " ORDER BY r.started, r.id", args).fetchall()
     out, runs = [], {}
-    for rid, started, commit, device, scen, sha, path, row in got:
-        run = runs.setdefault(rid, StoredRun(rid, started, commit, device, scen, sha, path))
+    for rid, started, commit, device, scen, sha, path, row, fp in got:
+        if rid not in runs:
+            runs[rid] = StoredRun(rid, started, commit, device, scen, sha, path, _stored_fingerprint(fp))
+        run = runs[rid]
         try:
             out.append(Point(run, typed_row(json.loads(row))))
         except (ValueError, TypeError) as e:
             raise _damaged(db, f"run {rid}: a stored row does not read back: {e}") from None
     return out
+
+
+def _stored_fingerprint(text: str) -> dict:
+    """A stored fingerprint read back ({} when it does not parse: it only decides what is compared)."""
+    try:
+        fp = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return clean_fingerprint(fp) if isinstance(fp, dict) else {}

@@ -88,7 +88,9 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
         return None
 
 
-def environment(device_name: str, backend_versions: dict[str, str]) -> dict:
+def environment(device_name: str, backend_versions: dict[str, str], host: Optional[dict] = None) -> dict:
+    """What a manifest records about this machine; ``host``: the fields that tell it from
+    another machine of the same device name (``measure.host.host_fingerprint``)."""
     import torch
 
     try:  # the installed version, without importing triton (its import is slow and noisy at exit)
@@ -106,6 +108,7 @@ def environment(device_name: str, backend_versions: dict[str, str]) -> dict:
         "device": device_name,
         "backends": backend_versions,
         "git_commit": git_commit(Path(__file__).resolve().parent),
+        **({"host": dict(host)} if host else {}),
     }
 
 

@@ -236,7 +236,8 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
         how = "faster" if res.raw_ratio.ratio < 1 else "slower"
         res.note = (f"{res.note}; " if res.note else "") + (
             f"the times themselves are {res.raw_ratio.ratio:.3f}× ({how}): the verdict comes from {norm}, {res.normalized_by}")
-    if gate:
+    if gate and not paired:  # paired rounds (compare commits): the interval is made of the very
+        # scatter of head against base round by round, no level of another run to wander from
         _judge_noise(res, x, y, th)
     return res
 

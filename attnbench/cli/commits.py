@@ -18,7 +18,7 @@ from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import rounds_needed
 from attnbench.cli.app import SELECT_HELP, UsageError, err, handle_errors
 from attnbench.cli.compare import FORMAT_HELP, check_format, compare_app, info_console, pick_rows, user_errors
-from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, _report, gate_options
+from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, gate_options, report_check
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.checkouts import CheckoutError, checkout, repo_root
 from attnbench.execute.interleave import InterleaveError, Plan, Turn, run_interleaved
@@ -124,6 +124,7 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
         (hrows, hl), (brows, bl) = _side(res.folders["head"]), _side(res.folders["base"])
     except (InterleaveError, MergeError, BaselineError) as e:
         raise UsageError(f"{e} (run folders under {work / 'runs'})") from None
+    opts.default_for(hrows, brows)
     picked = pick_rows(hrows, select, normalize_by), pick_rows(brows, select, normalize_by)
     result = run_check(*picked, opts.thresholds, normalize_by, paired=True)
     for h, b in zip(hl, bl):
@@ -131,6 +132,6 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
     if select and not [r for r in picked[0] if r.backend != normalize_by]:
         result.problems.append(f"-k {select!r} picks no row: nothing was compared")
     labels = (f"head {sides[1].label}", f"base {sides[0].label}")
-    _report(result, opts, fmt, all_, labels)
+    report_check(result, opts, fmt, all_, labels)
     if result.failed:
         raise typer.Exit(1)

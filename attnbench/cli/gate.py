@@ -80,7 +80,7 @@ NORMALIZE_BY = typer.Option(
 )
 
 
-def _report(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: tuple[str, str]) -> None:
+def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: tuple[str, str]) -> None:
     fails = res.failures
     info = info_console(fmt)
     shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
@@ -151,7 +151,7 @@ def check_cmd(
     for rows, label in zip(picked, (cur.label, ref.label)):
         if select and not [r for r in rows if r.backend != normalize_by]:
             res.problems.append(f"-k {select!r} picks no row of {label}: nothing was compared")
-    _report(res, opts, fmt, all_, (cur.label, ref.label))
+    report_check(res, opts, fmt, all_, (cur.label, ref.label))
     if res.failed:
         raise typer.Exit(1)
 

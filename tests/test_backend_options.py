@@ -124,6 +124,7 @@ def test_scenario_backends_entry_is_validated(tmp_path):
     assert res.exit_code == 2, res.output
 
 
+@pytest.mark.slow
 def test_option_reaches_the_instance_rows_csv_repro_and_manifest(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNBENCH_TEST_FLAVOR", raising=False)
     res, out = _run(tmp_path, "a", "-b", "reference", "-b", "sdpa-opt:flavor=fancy", "-b", "sdpa-opt:bias=0.5",

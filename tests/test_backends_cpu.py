@@ -43,12 +43,14 @@ def check(name, batch):
     return rel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CPU_BACKENDS)
 @pytest.mark.parametrize("kind", list(BATCHES))
 def test_backend_matches_reference(name, kind):
     check(name, make_batch(BATCHES[kind], page_size=4, seed=hash(kind) % 1000))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("page_size", [1, 3, 16])
@@ -56,12 +58,14 @@ def test_layouts_and_page_sizes(name, layout, page_size):
     check(name, make_batch(BATCHES["mixed"], page_size=page_size, layout=layout, seed=page_size))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex"])
 @pytest.mark.parametrize("hq, hkv", [(4, 4), (8, 2), (6, 1)])
 def test_gqa_groups(name, hq, hkv):
     check(name, make_batch(BATCHES["mixed"], hq=hq, hkv=hkv, d=16))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_16bit(name, dtype):

@@ -88,6 +88,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, field, needle", BAD)
 def test_bad_scenarios_are_one_message_exit_2(tmp_path, text, field, needle):
     p = tmp_path / "bad.yaml"

@@ -30,6 +30,7 @@ def _imported_by(args: list[str]) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["validate", str(QUICKSTART)], ["backends"],
                                   ["run", str(QUICKSTART), "--list"], ["run", "tree-random-60-gqa8", "--list", "-k", "16"]])
 def test_light_commands_do_not_import_torch(args):
@@ -39,6 +40,7 @@ def test_light_commands_do_not_import_torch(args):
     assert "triton" not in mods
 
 
+@pytest.mark.slow
 def test_help_does_not_import_pandas_or_pydantic():
     mods = set(_imported_by(["--help"]))
     assert not mods & {"pandas", "pydantic", "numpy"}, mods & {"pandas", "pydantic", "numpy"}
@@ -77,6 +79,7 @@ def test_list_matches_what_the_run_takes(tmp_path):
         assert listed_backends(sf, opts) == Runner(sf, opts).backend_names
 
 
+@pytest.mark.slow
 def test_commands_in_process_leave_torch_unimported(tmp_path):
     """validate, schema and backends run in one process through the real app: torch stays out."""
     code = textwrap.dedent(f"""
@@ -151,6 +154,7 @@ timing: {warmup_ms: 1, measure_ms: 2, min_runs: 2}
 """
 
 
+@pytest.mark.slow
 def test_default_run_has_no_triton_rows_but_naming_it_gives_skipped_rows(tmp_path, monkeypatch):
     pytest.importorskip("triton")
     from typer.testing import CliRunner

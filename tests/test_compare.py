@@ -78,6 +78,7 @@ def test_matching_is_by_key_not_order():
 
 
 # ---------------------------------------------------------------------------- statistics
+@pytest.mark.slow
 def test_rank_tests_match_scipy_exact():
     st = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
@@ -358,6 +359,7 @@ def test_baseline_file_roundtrip_and_formats(runs, tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.slow
 def test_plot_writes_pngs(runs, tmp_path):
     pytest.importorskip("matplotlib")
     r = cli.invoke(app, ["plot", runs["base"], "--x", "ctx", "--out", str(tmp_path / "plots")])
@@ -368,6 +370,7 @@ def test_plot_writes_pngs(runs, tmp_path):
     assert r.exit_code == 2 and "ctx" in r.output
 
 
+@pytest.mark.slow
 def test_plot_facets_the_other_swept_values(tmp_path):
     """One panel per fixed combination of the other swept values (titles name it), seeds
     summarised, a log2 axis for powers of two; a figure per value of the first facet when
@@ -450,6 +453,7 @@ def gate(tmp_path, monkeypatch):
     registry._EXTRA.pop("victim", None)
 
 
+@pytest.mark.slow
 def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
     run, check = gate
     # An unchanged run counts as failing only if it fails on every one of 3 attempts: this test
@@ -472,6 +476,7 @@ def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
     assert {c.backend for c in res.failures} == {"victim"}
 
 
+@pytest.mark.slow
 def test_compare_backends_real_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "sdpa", "-b", "reference",

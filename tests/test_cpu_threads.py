@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -15,6 +16,7 @@ from .test_cli import TINY
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_threads_default_one_and_flag(tmp_path):
     (tmp_path / "t.yaml").write_text(TINY)
     before = torch.get_num_threads()

@@ -149,6 +149,7 @@ def test_local_cluster_of_two_workers_matches_the_local_executor_on_quickstart(t
         assert row["device"] == _rows(local)[0]["device"] and row["device_id"].endswith(":cpu")
 
 
+@pytest.mark.slow
 def test_dask_matches_local_on_the_ci_gate_scenario(cluster, tmp_path):
     scen = str(ROOT / "attnbench/scenarios/ci-gate.yaml")
     local, dask = tmp_path / "local", tmp_path / "dask"
@@ -162,6 +163,7 @@ def test_dask_matches_local_on_the_ci_gate_scenario(cluster, tmp_path):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_mid_case_loses_no_finished_row(cluster, tmp_path):
     """sdpa finishes, `exits` os._exit()s its worker, `sigkills` SIGKILLs the next one,
     reference runs on a third task: four rows, two errors naming the dead workers."""
@@ -189,6 +191,7 @@ def test_a_worker_that_dies_mid_case_loses_no_finished_row(cluster, tmp_path):
     cluster.client.wait_for_workers(2, timeout=120)
 
 
+@pytest.mark.slow
 def test_resume_on_dask_queues_only_unfinished_cases(cluster, tmp_path, monkeypatch):
     scen = tmp_path / "tiny.yaml"
     scen.write_text(TINY.replace("kv_cache.page_size: [4, 8]", "kv_cache.page_size: [4, 8, 16]"))
@@ -221,6 +224,7 @@ def test_resume_on_dask_queues_only_unfinished_cases(cluster, tmp_path, monkeypa
     assert len(df) == 6 and set(df.status) == {"ok"}
 
 
+@pytest.mark.slow
 def test_compare_refuses_a_case_measured_on_another_device_in_each_run():
     """Two runs over the same two GPU models, but case a on the H100 in one and the H200 in the
     other: the device sets agree, the rows do not."""

@@ -66,6 +66,7 @@ def test_compare_backends_of_a_one_round_scenario_runs_enough_rounds(tmp_path, m
     assert recs["reference"]["rounds"] == "10 paired"
 
 
+@pytest.mark.slow
 def test_calibrate_works_on_a_one_round_scenario(tmp_path, one_thread):
     s = tmp_path / "s.yaml"
     s.write_text(ONE_ROUND)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from attnbench.execute import events
 from attnbench.execute.dask_driver import DaskRunner
 from attnbench.execute.executors import ExecutorSpec, open_runner
@@ -36,6 +38,7 @@ def test_open_runner_picks_the_executor_and_each_answers_the_protocol():
     assert isolated.backend_names == ["sdpa", "reference"] and isolated.job.scenario_text == TINY
 
 
+@pytest.mark.slow
 def test_the_isolated_executor_gives_the_local_rows():
     _, isolated = _open(True)
     rows = list(isolated.rows())

@@ -52,6 +52,7 @@ def test_block_lists_cover_the_mask_and_full_blocks_are_full(feature, block):
         assert listed.sum() + full.sum() >= m.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask", ["blocks", "dense"])
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_flex_matches_the_reference_with_small_blocks(feature, mask, monkeypatch):
@@ -64,6 +65,7 @@ def test_flex_matches_the_reference_with_small_blocks(feature, mask, monkeypatch
     assert compare(out, ref)[0] < default_tolerance(b.dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout, page_size", [("contiguous", 1), ("reversed", 5), ("interleaved", 3)])
 def test_flex_all_features_in_other_layouts(layout, page_size, monkeypatch):
     monkeypatch.setattr(flex_mod, "BLOCK", 8)

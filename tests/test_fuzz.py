@@ -10,6 +10,7 @@ import math
 import os
 import textwrap
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -112,6 +113,7 @@ def dump(doc) -> str:
 
 
 # -- whole documents -------------------------------------------------------------------------
+@pytest.mark.slow
 @cfg(150)
 @given(junk)
 def test_random_documents(doc):
@@ -138,6 +140,7 @@ def _put(doc, path, value):
     node[path[-1]] = value
 
 
+@pytest.mark.slow
 @cfg(350)
 @given(st.lists(st.tuples(st.sampled_from(ALL_PATHS), junk), min_size=1, max_size=4), st.booleans())
 def test_mutated_scenarios(mutations, drop):
@@ -171,6 +174,7 @@ TREE_SPECS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @cfg(300)
 @given(TREE_SPECS)
 def test_trees(spec):
@@ -216,6 +220,7 @@ OVERRIDE_VALUES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @cfg(200)
 @given(st.lists(st.one_of(st.tuples(OVERRIDE_KEYS, OVERRIDE_VALUES).map(lambda kv: f"{kv[0]}={kv[1]}"), st.text(max_size=10)), max_size=3))
 def test_overrides(overrides):
@@ -251,12 +256,14 @@ HOSTILE_TEXTS = [
 ]
 
 
+@pytest.mark.slow
 @settings(parent=cfg(len(HOSTILE_TEXTS) * 2), deadline=15000)  # deep YAML takes ~1 s to hit the recursion limit
 @given(st.one_of(st.sampled_from(HOSTILE_TEXTS), st.text(max_size=200)))
 def test_hostile_and_random_text(text):
     load_ok_or_clean_error(text, name="texts")
 
 
+@pytest.mark.slow
 def test_hostile_texts_each_fail_cleanly():
     for text in HOSTILE_TEXTS:
         load_ok_or_clean_error(text, name="hostile texts")

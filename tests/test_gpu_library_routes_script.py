@@ -6,6 +6,8 @@ import io
 import time
 from pathlib import Path
 
+import pytest
+
 from attnbench.measure.timing import TimingConfig
 from attnbench.workload.scenario import load_text
 
@@ -26,6 +28,7 @@ def test_every_case_loads():
         assert backends
 
 
+@pytest.mark.slow
 def test_a_group_runs_to_rows_on_the_cpu():
     small = "{num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32, window: 5, sinks: true}"
     cases = [g.case("tiny tree", small, "  - {kind: tree, count: 2, context: 13, tree: {full: {depth: 2, branching: 2}}}",

@@ -24,6 +24,7 @@ def test_every_shipped_scenario_loads():
         assert load(f).cases, f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", GPU_SCENARIOS, ids=lambda p: p.stem)
 def test_gpu_scenarios_run_on_the_cpu_at_small_shapes(path, tmp_path):
     out = tmp_path / "run"
@@ -36,6 +37,7 @@ def test_gpu_scenarios_run_on_the_cpu_at_small_shapes(path, tmp_path):
     assert len(df) == len(load(path).cases) and set(df.status) == {"ok"}, df[["case_id", "status", "reason"]]
 
 
+@pytest.mark.slow
 def test_gpu_checks_run_on_the_cpu(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_checks", ROOT / "scripts" / "gpu" / "gpu_checks.py")
     mod = importlib.util.module_from_spec(spec)

@@ -33,6 +33,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_add_then_show_judges_each_point_against_the_one_before(runs, tmp_path):
     db = tmp_path / "h.sqlite"
     for i, run in enumerate(runs):
@@ -82,6 +83,7 @@ for r in runs:
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(runs, tmp_path):
     copies = []
     for i in range(16):  # other folders: other runs to the history

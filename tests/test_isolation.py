@@ -55,6 +55,7 @@ def _frame(path):
     return pd.read_csv(path / "results.csv", keep_default_na=False)
 
 
+@pytest.mark.slow
 def test_isolate_keeps_good_rows_and_says_what_each_bad_one_did(tiny, tmp_path):
     out = tmp_path / "iso"
     names = ["sdpa", "explodes", "segfault", "aborts", "nan", "shape", "dtype", "sleeps", "unwritten", "reference"]
@@ -127,6 +128,7 @@ def test_ctrl_c_then_resume_gives_the_same_rows(tiny, tmp_path, monkeypatch):
     assert r.exit_code == 0 and len(RunFolder.load(cut).rows) == 6
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_gives_the_same_rows(tiny, tmp_path, monkeypatch):
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     common = [*SWEEP3, "--backend-file", BAD_FILE, "-b", "reference", "-b", "sdpa", "-b", "sleepy", "-q"]
@@ -238,6 +240,7 @@ def test_no_unsafe_yaml_load_anywhere():
         assert "eval(" not in text.replace("model.eval(", "").replace(".eval()", ""), f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolate", [False, True])
 def test_malformed_rows_become_errors_saying_what_was_missing(tiny, tmp_path, isolate):
     """A backend that skips without a reason makes a malformed row: it is recorded as an
@@ -272,6 +275,7 @@ def test_checked_passes_good_rows_and_fixes_bad_ones():
     assert row.status is Status.SKIPPED
 
 
+@pytest.mark.slow
 def test_isolate_with_rounds_blames_the_backend_that_crashed(tiny, tmp_path):
     """timing.rounds > 1: a case's rows come out together, but the child reports each step, so a
     crash of the second backend is its own error row and the others are measured in a new child."""

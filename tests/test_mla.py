@@ -156,12 +156,14 @@ def run_backend(name, batch):
     assert rel < default_tolerance(batch.dtype), f"{name}: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex", "reference"])
 @pytest.mark.parametrize("page, layout", [(1, "shuffled"), (4, "shuffled"), (16, "reversed"), (5, "interleaved")])
 def test_cpu_backends_match_the_reference(name, page, layout):
     run_backend(name, mla_batch(MIXED, page=page, layout=layout, seed=page))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_equal_decodes_and_layouts(name, dtype):

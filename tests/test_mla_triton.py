@@ -58,6 +58,7 @@ def check(reqs, *, hq=4, rank=64, rope=16, dtype="float32", page=4, layout="shuf
     return plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("page, layout", [(1, "shuffled"), (4, "shuffled"), (16, "reversed"), (3, "interleaved")])
 def test_mixed_batch(dtype, page, layout):
@@ -70,6 +71,7 @@ def test_split_keys_are_merged(splits):
     assert plan.num_merge > 0 and int((plan.units[:, 5] >= 0).sum()) > 0
 
 
+@pytest.mark.slow
 def test_sixteen_heads_several_tokens_a_unit_and_wide_trees():
     plan = check([Request("tree", 4, 40, tuple(chain(3))), Request("tree", len(BIG_TREE), 33, BIG_TREE),
                   Request("decode", 1, 65)], hq=16, rank=32, page=8, dtype="float16")

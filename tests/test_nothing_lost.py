@@ -47,6 +47,7 @@ def test_a_backend_that_changes_directory_cannot_redirect_the_run(tiny, tmp_path
     assert not (elsewhere / "tensors").exists()
 
 
+@pytest.mark.slow
 def test_save_tensors_sigterm_mid_case_then_resume_keeps_every_output(tiny, tmp_path):
     out, tensors = tmp_path / "run", tmp_path / "tensors"
     env = {**__import__("os").environ, "ATTNBENCH_TEST_MARK": str(tmp_path / "mark")}
@@ -82,6 +83,7 @@ def test_a_lone_carriage_return_is_one_broken_line_for_reader_and_rewriter(tiny,
     assert (out / "rows.jsonl").read_bytes().split(b"\n")[:-1] == good
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rows.jsonl", "manifest.json", "results.csv"])
 def test_baseline_refuses_to_overwrite_its_own_run(tiny, tmp_path, name):
     out = tmp_path / "run"

@@ -55,6 +55,7 @@ def flag_and_value(draw):
     return prefix, flag, draw(_bad_values(zero_refused, integer))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flag_and_value())
 def test_every_numeric_flag_refuses_nan_inf_zero_negative_and_huge(case):
@@ -110,6 +111,7 @@ def test_no_numeric_flag_is_left_out_of_the_property_test():
     assert not missing, f"numeric flags without a range check test: {sorted(missing)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [0, -1.0, "fast", None])
 def test_a_ceilings_cache_holding_zero_or_junk_is_measured_again(tmp_path, monkeypatch, bad):
     import json

@@ -30,6 +30,7 @@ def tiny(tmp_path):
     return p
 
 
+@pytest.mark.slow
 def test_os_exit_0_in_a_backend_never_exits_0(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.run([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "exits0",
@@ -60,6 +61,7 @@ def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
     raise AssertionError(f"no {n} rows in {folder} after {limit} s")
 
 
+@pytest.mark.slow
 def test_sigterm_exits_143_with_a_message_and_keeps_the_rows(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "sleepy",
@@ -99,6 +101,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_isolate_children_die_with_the_run(tiny, tmp_path):
     out = tmp_path / "run"
@@ -125,6 +128,7 @@ def test_isolate_children_die_with_the_run(tiny, tmp_path):
             os.kill(k, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_chatty_backend_leaves_json_and_csv_on_stdout_intact(tiny, tmp_path):
     for fmt in ("json", "csv"):
         p = subprocess.run([*CMD, "compare", "backends", str(tiny), "-b", "prints", "-b", "reference", "--backend-file", BAD_FILE,
@@ -139,6 +143,7 @@ def test_a_chatty_backend_leaves_json_and_csv_on_stdout_intact(tiny, tmp_path):
             assert p.stdout.splitlines()[0].startswith("case,") or "backend" in p.stdout.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_a_message_and_the_rows_before_stay(tiny, tmp_path):
     """RLIMIT_FSIZE makes every write past 16 KiB fail the way a full disk does (an OSError)."""
     out = tmp_path / "run"

@@ -46,6 +46,7 @@ def test_an_exception_during_timing_is_reported_as_itself(bad_backends, rounds):
     assert by["sdpa"].status == "ok"  # the next backend of the case is untouched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dev", ["gpu", "cuda:x", "cuda:", "CPU", "cuda:0:1"])
 def test_bad_device_names_are_a_message_and_exit_2(tiny, tmp_path, dev):
     r = cli.invoke(app, ["run", str(tiny), "--device", dev, "--out", str(tmp_path / "o"), "-q"])
@@ -57,6 +58,7 @@ def test_bad_device_names_are_a_message_and_exit_2(tiny, tmp_path, dev):
     assert r.exit_code == 2 and "not a device name" in r.output, r.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("typo, meant", [("spda", "'sdpa'"), ("SDPA", "'sdpa'"), ("flash", "'flash-attn' or 'flashinfer'"),
                                          ("Reference", "'reference'")])
 def test_unknown_backend_names_say_what_was_meant(tiny, tmp_path, typo, meant):

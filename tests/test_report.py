@@ -89,6 +89,7 @@ def run_table(p: Page) -> tuple[list[str], list[dict]]:
     return cols, [{"attrs": r["attrs"], **{c: cell for c, cell in zip(cols, r["cells"])}} for r in t["rows"][1:]]
 
 
+@pytest.mark.slow
 def test_report_holds_rows_comparison_charts_environment(report, two_runs):
     html = report.read_text()
     p = parse(html)

@@ -94,6 +94,7 @@ def test_resume_refuses_edited_overrides_and_a_missing_scenario_hash(tiny, tmp_p
     _refused(out2, "without its scenario_sha256")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, words", [
     (lambda m: m["options"].update(select=["a", "b"]), ["options.select"]),
     (lambda m: m["options"].update(threads=-3), ["options.threads", "from 1 to 4096"]),
@@ -126,6 +127,7 @@ def test_resume_refuses_k(tiny, tmp_path):
     _refused(out, "drop -k", extra=["-k", "sdpa"])
 
 
+@pytest.mark.slow
 def test_resume_note_says_isolate_when_isolate_is_given(tiny, tmp_path):
     out = _cut(tiny, tmp_path)
     r = cli.invoke(app, ["run", "--resume", str(out), "--isolate", "-q"])
@@ -134,6 +136,7 @@ def test_resume_note_says_isolate_when_isolate_is_given(tiny, tmp_path):
     assert "--isolate with --timeout" in text and "add --isolate" not in text, text
 
 
+@pytest.mark.slow
 def test_repro_of_an_isolated_run_keeps_its_timeout(tiny, tmp_path):
     out = tmp_path / "run"
     r = cli.invoke(app, ["run", str(tiny), "--out", str(out), "--isolate", "--timeout", "7", "-q"])

@@ -79,6 +79,7 @@ def _hold_lock(folder: Path):
     return p
 
 
+@pytest.mark.slow
 def test_a_folder_another_process_writes_is_refused(tiny, tmp_path):
     out = tmp_path / "run"
     assert _run(tiny, out).exit_code == 0
@@ -104,6 +105,7 @@ def test_a_folder_another_process_writes_is_refused(tiny, tmp_path):
     assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_concurrent_runs_on_one_folder_one_wins(tiny, tmp_path):
     out = tmp_path / "race"
     cmd = [sys.executable, "-m", "attnbench", "run", str(tiny), "--out", str(out), *ONE_CASE]
@@ -229,6 +231,7 @@ def test_a_refused_resume_changes_nothing(tiny, tmp_path):
     assert "torch 1.0.0 then" in rf.manifest.resumed[-1]["environment_changes"][1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, named", [
     (["-b", "sdpa"], "-b/--backend"), (["--device", "cpu"], "--device"), (["--measure-ms", "3"], "--measure-ms"),
     (["--save-tensors", "t"], "--save-tensors"), (["--timeout", "9"], "--timeout"), (["--out", "x"], "--out"),
@@ -243,6 +246,7 @@ def test_resume_refuses_flags_that_would_change_the_run(tiny, tmp_path, flags, n
     assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_resume_keeps_isolate_from_the_manifest(tiny, tmp_path):
     args = ["--set", "sweep={}", "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "segfault", "-b", "reference", "--isolate",
             "--timeout", "60"]
@@ -262,6 +266,7 @@ def test_resume_keeps_isolate_from_the_manifest(tiny, tmp_path):
     assert rows["segfault"].status == "error" and "SIGSEGV" in rows["segfault"].reason and rows["reference"].status == "ok"
 
 
+@pytest.mark.slow
 def test_a_compare_backends_folder_resumes_with_its_options(tiny, tmp_path):
     """compare backends records its options as run does: --resume keeps --warmup-ms, --measure-ms,
     --device and --warm-l2 (they were dropped when the folder recorded no options)."""

@@ -81,6 +81,7 @@ def check(name, batch):
     assert rel < default_tolerance(batch.dtype), f"{name}: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["reference", "sdpa", "flex"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("page", [1, 4, 16])

@@ -41,6 +41,7 @@ def shrink(name: str, tmp_path: Path, **sweep) -> Path:
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, sweep, cases",
     [

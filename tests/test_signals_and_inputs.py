@@ -40,6 +40,7 @@ def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
     raise AssertionError(f"no {n} rows in {folder} after {limit} s")
 
 
+@pytest.mark.slow
 def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "sleepy",
@@ -54,6 +55,7 @@ def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
     assert rf.manifest.status == "incomplete" and 2 <= len(rf.rows) < 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rounds", [1, 3])
 def test_a_backend_that_aborts_without_isolate_takes_no_finished_row_along(tiny, tmp_path, rounds):
     out = tmp_path / "run"
@@ -100,6 +102,7 @@ def test_two_backend_files_registering_one_name_are_refused(tiny, tmp_path):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow
 def test_out_with_a_newline_completes_with_exit_0(tiny, tmp_path):
     out = tmp_path / "two\nlines"
     p = subprocess.run([*CMD, "run", str(tiny), "--out", str(out), "--set", "sweep={}", "-b", "sdpa", "-q"],

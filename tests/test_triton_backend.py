@@ -82,6 +82,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reqs,page,layout", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_cases(name, reqs, page, layout, dtype):
@@ -96,12 +97,14 @@ def shared_reqs():
             + [Request("tree", len(t), 9, t, shared_prefix=9, prefix_group=2)] * 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["contiguous", "shuffled", "shuffled-within", "reversed", "interleaved"])
 def test_shared_prefix_pages(layout):
     check(shared_reqs(), page=3, layout=layout)
     check(shared_reqs(), page=3, layout=layout, splits=3, block_n=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reqs,page,layout", CASES, ids=[c[0] for c in CASES])
 def test_split_kv(name, reqs, page, layout):
     """Small key tiles and forced splits: the partial + LSE merge path, empty splits included."""
@@ -110,6 +113,7 @@ def test_split_kv(name, reqs, page, layout):
         assert plan.num_merge > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page,block_n", [(16, 16), (32, 16), (256, 64), (24, 16)])
 def test_tile_in_page(page, block_n):
     """Pages holding whole key tiles (one block-table read per tile) and pages that do not."""
@@ -117,6 +121,7 @@ def test_tile_in_page(page, block_n):
     check(reqs, page=page, block_n=block_n, dtype="float16", splits=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reqs,page,layout", CASES, ids=[c[0] for c in CASES])
 def test_small_row_blocks(name, reqs, page, layout):
     """Several row blocks per request (BLOCK_Q = 16 // G = 8 tokens): the causal bound must
@@ -125,11 +130,13 @@ def test_small_row_blocks(name, reqs, page, layout):
     assert plan.cfg.block_q == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reqs,page,layout", CASES[:5], ids=[c[0] for c in CASES[:5]])
 def test_fused_merge(name, reqs, page, layout):
     check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reqs,page,layout", [CASES[0], CASES[4], CASES[6]], ids=["decode", "tree70", "mixed"])
 def test_kv_major_half_partials(name, reqs, page, layout):
     """The 1-D grid with the KV head fastest, and split partials kept in float16."""
@@ -138,6 +145,7 @@ def test_kv_major_half_partials(name, reqs, page, layout):
     assert plan.po.dtype == torch.float16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [16, 3])
 def test_wide_unmasked_tiles(page):
     """block_nf: the unmasked loop steps 32 keys, the masked one 16; splits start on 32."""
@@ -146,6 +154,7 @@ def test_wide_unmasked_tiles(page):
     assert plan.cfg.block_nf == 32 and (plan.units[:, 4] % 32 == 0).all()
 
 
+@pytest.mark.slow
 def test_fused_merge_counters_reset():
     """The fused merge's arrival counters return to 0, so a second run (a graph replay) is right."""
     need_interpreter()
@@ -159,6 +168,7 @@ def test_fused_merge_counters_reset():
     assert torch.equal(be.run(plan), first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv", [(2, 2), (8, 2), (6, 2)])
 def test_gqa_groups(hq, hkv):
     reqs = [Request("decode", 1, 29), tree(from_choices(CHOICES), 7), Request("prefill", 6, 3)]

@@ -26,6 +26,7 @@ SCENARIO = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["reference", "sdpa"])
 def test_the_interpreted_note_does_not_depend_on_order(tmp_path, first):
     s = tmp_path / "s.yaml"

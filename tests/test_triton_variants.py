@@ -94,6 +94,7 @@ def poison_outside_windows(batch):
                     row.fill_(float("nan"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("page", [1, 16])
 @pytest.mark.parametrize("feature", list(FEATURES))
@@ -101,11 +102,13 @@ def test_variant(feature, page, config):
     run_variant(feature, page=page, seed=page, **CONFIGS[config])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feature", ["window", "sinks", "softcap", "alibi", "bidir", "hnd"])
 def test_variant_float16(feature):
     run_variant(feature, dtype="float16", page=3, layout="interleaved", splits=2, block_n=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 96, 256])
 @pytest.mark.parametrize("feature", ["all", "sinks"])
 def test_head_dims(d, feature):
@@ -115,6 +118,7 @@ def test_head_dims(d, feature):
     run_variant(feature, reqs=reqs, d=d, hq=2, hkv=1, page=16, splits=2, block_n=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [1, 3, 16])
 @pytest.mark.parametrize("feature", ["window", "window1", "all"])
 def test_window_never_reads_outside(feature, page):
@@ -142,6 +146,7 @@ def test_window_keeps_decode_work_flat():
     assert tiles(100) == tiles(3000) <= 2 * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feature", ["all", "window"])
 def test_large_tree(feature):
     """A 70-node tree (two ancestor words per row) with the window on node depths."""
@@ -149,6 +154,7 @@ def test_large_tree(feature):
     run_variant(feature, reqs=reqs, page=16, splits=2, block_n=16)
 
 
+@pytest.mark.slow
 def test_sink_counted_once_across_splits():
     """Sinks with 1, 2 and 4 splits give the same output (the sink joins split 0 only)."""
     reqs = (Request("decode", 1, 60), Request("prefill", 3, 50))
@@ -156,6 +162,7 @@ def test_sink_counted_once_across_splits():
     assert torch.allclose(outs[0], outs[1], atol=1e-5) and torch.allclose(outs[0], outs[2], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fused_merge_with_sinks_and_window():
     run_variant("all", fused_merge=True, splits=3, block_n=16)
 
@@ -183,6 +190,7 @@ def test_cpu_in_fresh_process():
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["triton-fp8-decode", "triton-window-decode", "triton-fp8-trees"])
 def test_gpu_target_scenarios_run_on_the_cpu(name, tmp_path):
     """scripts/gpu/gpu_triton_variants.sh's scenarios, end to end through `attnbench run` with the

@@ -85,6 +85,7 @@ def _check_saved():
     return mod
 
 
+@pytest.mark.slow
 def test_a_run_with_every_feature_checks_skips_and_saves(tmp_path, capsys):
     p = tmp_path / "v.yaml"
     p.write_text(FULL)
@@ -140,6 +141,7 @@ def _small(name: str, tmp_path: Path) -> Path:
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_variant_scenarios_on_cpu(name, tmp_path):
     """Each GPU scenario at CPU sizes (contexts and windows / 16, 2 requests a group, few heads):
@@ -157,6 +159,7 @@ def test_shipped_variant_scenarios_on_cpu(name, tmp_path):
     assert spec.window or spec.sinks or spec.softcap or spec.kv_dtype or name == "head-dim-sweep"
 
 
+@pytest.mark.slow
 def test_the_cpu_variants_scenario_runs_every_cpu_backend(tmp_path):
     r = runner.invoke(app, ["run", "variants-cpu", "--device", "cpu", "-b", "reference", "-b", "sdpa", "-b", "flex",
                             "--out", str(tmp_path / "run"), "-q", "--warmup-ms", "0", "--measure-ms", "1"])

@@ -46,6 +46,7 @@ def batch_for(feature, dtype=None, **kw):
     return make_batch(kw.pop("requests", MIXED), dtype=dtype, **{**dict(hq=6, hkv=2, d=16, page_size=3), **kw}, **v)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_reference_matches_the_independent_oracle(feature):
     b = batch_for(feature, seed=len(feature))
@@ -144,6 +145,7 @@ def test_bytes_count_fp8_and_the_window():
 CPU = ["reference", "sdpa", "flex"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page_size", [1, 3])
 @pytest.mark.parametrize("name", CPU)
 @pytest.mark.parametrize("feature", list(FEATURES))

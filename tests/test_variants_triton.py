@@ -44,6 +44,7 @@ SCRIPT = textwrap.dedent(
 ) % str(ROOT)
 
 
+@pytest.mark.slow
 def test_triton_on_every_feature_or_its_reasons():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)

@@ -112,6 +112,21 @@ def test_xformers_page_size_and_tree_shapes(monkeypatch):
     assert not any("tree" in x or "page_size" in x for x in r), r
 
 
+def test_xformers_triton_only_reasons(monkeypatch):
+    """Triton-only mode: what xformers' split-K kernel takes (16-bit inputs, its head dims,
+    non-tree requests of one query length, causal ones of at most 16 tokens)."""
+    import attnbench.backends.xformers as xf
+
+    monkeypatch.setattr(xf, "triton_only", lambda opted_in: True)
+    t1 = full({"depth": 2, "branching": 2})
+    ok = materialize(spec([tree(t1, 70), decode(50), decode(90)], page=64, d=128, dtype="bfloat16"), 0)
+    assert reasons("xformers", ok) == ["xformers runs on CUDA devices only"]
+    r = reasons("xformers", materialize(spec([decode(50)], page=64, d=96, dtype="float32"), 0))
+    assert any("float16/bfloat16, not float32" in x for x in r) and any("head dims 16/32/64/128/256/512, got 96" in x for x in r)
+    r = reasons("xformers", materialize(spec([decode(50), prefill(17, 30)], page=64, dtype="bfloat16"), 0))
+    assert any("at most 16 tokens" in x for x in r)
+
+
 def test_xformers_tree_needs_default_scale():
     t1 = full({"depth": 2, "branching": 2})
     b = materialize(spec([tree(t1, 70)], page=64, scale=0.1), 0)

@@ -100,19 +100,20 @@ def mla_outputs(blob: dict) -> torch.Tensor:
     rank = int(blob["kv_lora_rank"])
     if not torch.equal(blob["v_cache"].float(), blob["k_cache"][..., :rank].float()):
         raise SystemExit("MLA file: v_cache is not the first kv_lora_rank dims of k_cache")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     ks = blob.get("k_scale")
-    cache = blob["k_cache"].double() * (float(ks.double().reshape(-1)[0]) if ks is not None else 1.0)
-    q, table, ps = blob["q"].double(), blob["block_table"].long(), cache.shape[1]
+    cache = blob["k_cache"].to(dev).double() * (float(ks.double().reshape(-1)[0]) if ks is not None else 1.0)
+    q, table, ps = blob["q"].to(dev).double(), blob["block_table"].long().to(dev), cache.shape[1]
     causal = blob.get("causal") or [True] * len(blob["kinds"])
     out, start = [], 0
     for i, (ql, cl, par) in enumerate(zip(blob["query_lens"].tolist(), blob["context_lens"].tolist(), blob["tree_parents"])):
         kv = ql + cl
         rows = cache[table[i, : -(-kv // ps)]].reshape(-1, cache.shape[-1])[:kv]  # [L, rank + rope]
         s = torch.einsum("qhd,ld->qhl", q[start : start + ql], rows) * blob["scale"]
-        s = s.masked_fill(~visible(ql, cl, par, causal[i], blob.get("window"))[:, None, :], float("-inf"))
+        s = s.masked_fill(~visible(ql, cl, par, causal[i], blob.get("window")).to(dev)[:, None, :], float("-inf"))
         out.append(torch.einsum("qhl,ld->qhd", torch.softmax(s, dim=-1), rows[:, :rank]))
         start += ql
-    return torch.cat(out)
+    return torch.cat(out).cpu()
 
 
 def shared_entries(blob: dict) -> int:

@@ -44,7 +44,7 @@ import gpulib  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LANE_WEIGHT = {"flex": 3.0, "main": 2.0, "flashinfer": 1.5}
-START_MARGIN_S = 45  # no job starts this close to the end
+START_MARGIN_S = 60  # no job starts this close to the end
 CUT_MARGIN_S = 35  # running jobs get SIGINT this long before the end
 FINAL_MARGIN_S = 12  # the table is written in the last seconds
 
@@ -338,7 +338,7 @@ def main(argv=None) -> int:
     ap.add_argument("--specs", default="", help="backend specs, comma-separated (default: every installed backend and route option)")
     ap.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE for every run (tests)")
     ap.add_argument("--backend-file", default=None)
-    ap.add_argument("--workers", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--warm-procs", type=int, default=3)
     ap.add_argument("--warm-s", type=float, default=300)
     ap.add_argument("--budget-s", type=float, default=560)

@@ -15,7 +15,7 @@
 # warm-up, the budget). xformers runs in its Triton-only mode (ATTNBENCH_XFORMERS_TRITON_ONLY=1),
 # flash-attn is the head-dim-128 build (ATTNBENCH_FA2_HDIM128_ONLY=1); the table says so.
 #
-# Settings (environment): BUDGET_S (570: seconds from the start, setup included), WORKERS (5),
+# Settings (environment): BUDGET_S (570: seconds from the start, setup included), WORKERS (4),
 # WARM_S (300) and WARM_PROCS (3) for the FlashInfer warm-up, JOB_MAX_S (300), SAVE_MAX_GB (0.7),
 # VERIFY_ARGS (more verify_all.py arguments). DRY_RUN=1: on a CPU, no setup, two tiny scenarios
 # (tests/test_verify_all.py runs it so).
@@ -29,7 +29,7 @@ OUTDIR=${OUT:-/tmp/verify_all}; WORK=${VERIFY_WORK:-/tmp/verify_work}
 mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/verify.log") 2>&1
 source scripts/gpu/common.sh
-ARGS=(--out "$OUTDIR" --work "$WORK" --t0 "$T0" --budget-s "$BUDGET_S" --workers "${WORKERS:-5}"
+ARGS=(--out "$OUTDIR" --work "$WORK" --t0 "$T0" --budget-s "$BUDGET_S" --workers "${WORKERS:-4}"
       --warm-s "${WARM_S:-300}" --warm-procs "${WARM_PROCS:-3}" --job-max-s "${JOB_MAX_S:-300}" --save-max-gb "${SAVE_MAX_GB:-0.7}")
 [ "${RESUME:-0}" = 1 ] && ARGS+=(--resume)
 if [ "${DRY_RUN:-0}" = 1 ]; then

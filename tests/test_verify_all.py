@@ -196,3 +196,32 @@ def test_save_tensors_skip_rewrites_for_rows_without_output(tmp_path, monkeypatc
 
     blob = torch.load(next((tmp_path / "saved").glob("*.pt")), weights_only=True)
     assert set(blob["outputs"]) == {"sdpa", "reference"}
+
+
+def test_flashinfer_jobs_go_last_and_the_warmup_command_parses(tmp_path, monkeypatch):
+    """verify_all.py's pool runs FlashInfer's jobs after every other (the warm-up builds their
+    kernels meanwhile); the warm-up command it builds parses (run here with --list)."""
+    import argparse
+    import time as _time
+
+    import verify_all as va
+
+    args = argparse.Namespace(t0=_time.time(), work=tmp_path, warm_s=300, warm_procs=3, set=[], workers=2)
+    st = va.State(args, _time.time() + 600, [])
+    started, popen = [], subprocess.Popen
+    monkeypatch.setattr(va.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or popen(["true"]))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "checks").mkdir()
+    va.start_warmup(st, [ROOT / "attnbench/scenarios/decode-llama3-8b.yaml"], gpulib.route_specs("flashinfer"))
+    monkeypatch.undo()
+    res = subprocess.run(started[0] + ["--list"], capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0 and "flashinfer:route=xqa" in res.stdout, res.stdout + res.stderr
+
+    order = []
+    monkeypatch.setattr(va, "run_job", lambda st_, job: order.append(job.key))
+    st.jobs = [va.Job(Path("a.yaml"), "a", lane, ["x"], n, True, key=f"{n}--{lane}")
+               for lane, n in (("flashinfer", 9), ("main", 1), ("flex", 2), ("main", 3))]
+    st.jobs.sort(key=lambda j: (j.lane == "flashinfer", -j.weight))  # as plan_jobs orders them
+    va.pool(st)
+    assert order == ["2--flex", "3--main", "1--main", "9--flashinfer"]
+    assert {j.status for j in st.jobs} == {"running"}  # run_job (stubbed here) sets the end status

@@ -6,9 +6,9 @@ runs this; on a CPU it runs as it is (``--device cpu``, tests/test_verify_all.py
 Work: one ``attnbench run`` per scenario and lane (main: reference, sdpa, triton, flash-attn,
 xformers | flex: its routes | flashinfer: its routes), a pool of ``--workers`` processes sharing the GPU
 (statuses are the point here, not times: docs/benchmarks.md comes from scripts/gpu/gpu_bench.sh),
-the longest jobs first. FlashInfer's JIT modules are built once before its jobs by
-scripts/gpu/flashinfer_warmup.py (in the background while the other lanes run); its jobs start
-when the warm-up is done. After each job: check_saved.py on its saved tensors (then deleted).
+the longest jobs first. FlashInfer's JIT modules are built once by
+scripts/gpu/flashinfer_warmup.py, in the background while the other lanes run; FlashInfer's jobs
+come last. After each job: check_saved.py on its saved tensors (then deleted).
 
 Budget: everything ends by ``--t0 + --budget-s``. A job still running near the end (or past
 ``--job-max-s``) gets SIGINT: attnbench keeps every finished row and marks its folder incomplete;
@@ -226,35 +226,28 @@ def check_saved(st: State, job: Job, save_dir: Path) -> None:
 
 
 def pool(st: State) -> None:
-    """``--workers`` threads take jobs, the longest first; FlashInfer's once its warm-up ended or
-    no other job is left (a kernel the warm-up is building: FlashInfer's lock makes it wait)."""
+    """``--workers`` threads take the jobs in order (the longest first, FlashInfer's last: by the
+    time they start, the warm-up has had the time of every other job; a kernel it is still
+    building is waited for through FlashInfer's lock)."""
 
     def take() -> Optional[Job]:
-        while True:
-            with st.lock:
-                waiting = False
-                for j in st.jobs:
-                    if j.status != "pending":
-                        continue
-                    if st.left() < START_MARGIN_S:
-                        j.status = "not run"
-                        continue
-                    others = any(o.status == "pending" and o.lane != "flashinfer" for o in st.jobs)
-                    if j.lane == "flashinfer" and others and st.warm is not None and st.warm.poll() is None:
-                        waiting = True  # after the warm-up, or once nothing else is left to do
-                        continue
-                    j.status = "running"
-                    return j
-            if not waiting:
-                return None
-            time.sleep(1.0)
+        with st.lock:
+            for j in st.jobs:
+                if j.status != "pending":
+                    continue
+                if st.left() < START_MARGIN_S:
+                    j.status = "not run"
+                    continue
+                j.status = "running"
+                return j
+        return None
 
     def work() -> None:
         while (job := take()) is not None:
             try:
                 run_job(st, job)
             except Exception as e:  # the table says it; the other jobs go on
-                job.status, job.note = "done", f"orchestration error: {type(e).__name__}: {e}"
+                job.status, job.note = "failed", f"orchestration error: {type(e).__name__}: {e}"
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(st.args.workers)]
     for t in threads:

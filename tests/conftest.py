@@ -37,6 +37,14 @@ def mixed_requests():
     ]
 
 
+def pytest_collection_modifyitems(config, items):
+    """``ATTNBENCH_FLASHINFER_LAST=1`` (scripts/gpu/gpu_tests.sh): FlashInfer's tests after the
+    others (a stable sort, the same order in every xdist worker), while its JIT warm-up builds
+    their kernels in the background."""
+    if os.environ.get("ATTNBENCH_FLASHINFER_LAST") == "1":
+        items.sort(key=lambda item: "flashinfer" in item.nodeid.lower())
+
+
 def gpu_available() -> bool:
     return torch.cuda.is_available()
 

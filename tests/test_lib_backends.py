@@ -112,6 +112,21 @@ def test_xformers_page_size_and_tree_shapes(monkeypatch):
     assert not any("tree" in x or "page_size" in x for x in r), r
 
 
+def test_xformers_triton_only_reasons(monkeypatch):
+    """Triton-only mode: what xformers' split-K kernel takes (16-bit inputs, its head dims,
+    non-tree requests of one query length, causal ones of at most 16 tokens)."""
+    import attnbench.backends.xformers as xf
+
+    monkeypatch.setattr(xf, "triton_only", lambda opted_in: True)
+    t1 = full({"depth": 2, "branching": 2})
+    ok = materialize(spec([tree(t1, 70), decode(50), decode(90)], page=64, d=128, dtype="bfloat16"), 0)
+    assert reasons("xformers", ok) == ["xformers runs on CUDA devices only"]
+    r = reasons("xformers", materialize(spec([decode(50)], page=64, d=96, dtype="float32"), 0))
+    assert any("float16/bfloat16, not float32" in x for x in r) and any("head dims 16/32/64/128/256/512, got 96" in x for x in r)
+    r = reasons("xformers", materialize(spec([decode(50), prefill(17, 30)], page=64, dtype="bfloat16"), 0))
+    assert any("at most 16 tokens" in x for x in r)
+
+
 def test_xformers_tree_needs_default_scale():
     t1 = full({"depth": 2, "branching": 2})
     b = materialize(spec([tree(t1, 70)], page=64, scale=0.1), 0)
@@ -232,6 +247,9 @@ def test_flash_attn_variant_reasons():
     assert any("ALiBi" in x for x in rs([prefill(9, 5, causal=False)], alibi=True))
     assert not any("ALiBi" in x for x in rs([prefill(9, 5), decode(70)], alibi=True))
     assert any("two calls" in x for x in rs([prefill(9, 5, causal=False), prefill(4, 3)]))
+    # chains run in the prefills' varlen call as causal rows: not beside a non-causal prefill
+    assert any("two calls" in x for x in rs([tree(chain(5), 300), prefill(9, 5, causal=False)]))
+    assert not any("two calls" in x for x in rs([tree(t40, 300), prefill(9, 5, causal=False)]))  # trees: the split
     assert not any("softcap" in x or "soft" in x for x in rs([tree(t40, 300)], softcap=30.0))
     assert any("sinks" in x for x in rs([decode(40)], sinks=True))  # no sinks in flash-attn 2
     assert any("fp8" in x.lower() for x in rs([decode(40)], kv_dtype="fp8_e4m3"))
@@ -268,18 +286,21 @@ def gpu_cases(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", LIB_BACKENDS)
 def test_gpu_against_reference(name):
+    """Each library on the cases it can read (flash-attn paged by 256, xformers by 64 and in
+    Triton-only mode where its extension does not load: tests/gpu_backends.py)."""
+    from .gpu_backends import gpu_backend
+
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    cls = get_backend_class(name)
-    why = cls.unavailable()
-    if why:
+    be, why = gpu_backend(name)
+    if be is None:
         pytest.skip(why)
     ps = {"flash-attn": 256, "xformers": 64, "flashinfer": 16}[name]
     ran = 0
     for case, reqs, layout in gpu_cases(name):
         sp = BatchSpec(tuple(reqs), 16, 4, 128, "bfloat16", ps, layout)
         b = materialize(sp, 5, "cuda")
-        be = cls()
+        be, _ = gpu_backend(name)
         if be.reasons(b):
             continue
         plan = be.prepare(b)

@@ -107,7 +107,8 @@ class FlashAttnBackend(Backend):
             out.append("flash-attn 2: a window on tree nodes needs their positions (C + depth); its window reads row order")
         if batch.spec.alibi and (branching or not h.causal.all()):
             out.append("flash-attn 2: its ALiBi bias is -slope * |i - j| on row order: exact only for causal rows without trees")
-        multi = (h.query_lens > 1) & ~h.is_tree
+        # chains run in the same varlen call as the prefills (chain-as-causal): they count as causal rows
+        multi = (h.query_lens > 1) & (~h.is_tree if branching else True)
         if len(set(h.causal[multi].tolist())) > 1:
             out.append("flash-attn 2: causal and non-causal prefills in one batch need two calls (not wired)")
         return out

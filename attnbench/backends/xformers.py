@@ -14,8 +14,9 @@ Routes (the plan's ``mode``, copied into each result row):
   ``C..L-1``) is passed dense: gathered by an index built in plan.
 - ``paged+tree_attention``: both in one batch (two calls, outputs scattered back).
 
-Capabilities (declared on the class): CUDA, ``page_size % 64 == 0`` (the split-K kernel's key
-block, required by the paged biases), one tree shape per batch, tree requests with a prefix.
+Capabilities (declared on the class): CUDA, float16/bfloat16 (the kernels that read the paged
+biases take no other), ``page_size % 64 == 0`` (the split-K kernel's key block, required by the
+paged biases), one tree shape per batch, tree requests with a prefix.
 
 Triton-only mode (opt-in): option ``triton_only=on`` (``-b xformers:triton_only=on``; default
 from ``ATTNBENCH_XFORMERS_TRITON_ONLY``).
@@ -26,8 +27,8 @@ kernels, and this backend is unavailable with that reason. With
 ``xformers.ops.fmha.common._built_with_cuda = True`` before its first call, which lets the
 Triton split-K kernel (``triton_splitk.FwOp``) run, and uses that kernel explicitly for every
 call. Every row then says ``triton-only`` in its mode. That kernel takes causal query blocks
-of at most 16 tokens, all of equal length: longer or uneven prefill batches are skipped in
-that mode with the reason (they need the CUDA extension's flash kernels).
+of at most 16 tokens, all of equal length, and head dims 16/32/64/128/256/512: other batches
+are skipped in that mode with the reason (they need the CUDA extension's flash kernels).
 Where it was validated (and what has not run yet): docs/backends.md.
 """
 from __future__ import annotations
@@ -47,6 +48,8 @@ from ._metadata import slots_of, token_ids, tree_masks
 TRITON_ONLY_ENV = "ATTNBENCH_XFORMERS_TRITON_ONLY"
 PAGE_MULTIPLE = 64
 TRITON_MAX_CAUSAL_Q = 16
+#: head dims of the Triton split-K kernel (xformers 0.0.35 ops/fmha/triton_splitk.py, FwOp.shape_not_supported_reasons)
+TRITON_HEAD_DIMS = (16, 32, 64, 128, 256, 512)
 
 
 def _extension_error() -> Optional[str]:
@@ -117,6 +120,8 @@ class XformersBackend(Backend):
         return type(self).unavailable()
 
     label = "xformers"
+    # the kernels that read its paged biases (flash, Triton split-K: SUPPORTED_DTYPES) take 16-bit inputs only
+    dtypes = (torch.float16, torch.bfloat16)
     page_size_multiple = PAGE_MULTIPLE
     max_tree_shapes = 1  # tree_attention's spec bias is one [T, T] tensor
     trees_need_context = True
@@ -135,7 +140,11 @@ class XformersBackend(Backend):
         others = [r for r in batch.requests if r.tree_parents is None]
         if len({r.causal for r in others if r.query > 1}) > 1:
             reasons.append("xformers: causal and non-causal prefills in one batch need two paged biases (not wired)")
-        if others and self._triton_only_reason_check():
+        tonly = self._triton_only_reason_check()
+        if tonly and batch.head_dim not in TRITON_HEAD_DIMS:
+            reasons.append(f"xformers triton-only mode: the split-K kernel takes head dims "
+                           f"{'/'.join(map(str, TRITON_HEAD_DIMS))}, got {batch.head_dim}")
+        if others and tonly:
             qs = {r.query for r in others}
             if max(qs) > TRITON_MAX_CAUSAL_Q or len(qs) > 1:
                 reasons.append(

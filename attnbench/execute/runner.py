@@ -69,7 +69,7 @@ class Runner:
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
         self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
-        self._saved: set[str] = set()  # cases whose --save-tensors file this runner wrote
+        self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
         self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
 
     def backend_versions(self) -> dict[str, str]:
@@ -176,7 +176,9 @@ class Runner:
         if self.opts.save_tensors is None:
             return
         first = case.case_id not in self._saved
-        self._saved.add(case.case_id)
+        if not first and self._saved[case.case_id] == frozenset(outputs):
+            return  # a row without an output (skipped, error): the file already holds every output
+        self._saved[case.case_id] = frozenset(outputs)
         try:
             save_case_tensors(self.opts.save_tensors, case.case_id, batch, outputs, merge=first, run=self.opts.run)
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError

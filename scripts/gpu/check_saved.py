@@ -6,10 +6,14 @@ compare every saved backend output with it. Sharing shows only in the block tabl
 reports how many block-table entries point at a page another request uses. MLA files
 (``attention: mla``) are recomputed by :func:`mla_outputs`, the MLA section of the same page.
 
-    python3 scripts/gpu/check_saved.py DIR [DIR ...]      (exit 1 if an output is off)
+    python3 scripts/gpu/check_saved.py DIR [DIR ...] [--jsonl FILE]    (exit 1 if an output is off)
+
+``--jsonl FILE`` appends one JSON line per saved output (dir, file, case_id, backend, rel, ok,
+variants): scripts/gpu/verify_all.py counts them per backend and scenario.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -96,19 +100,20 @@ def mla_outputs(blob: dict) -> torch.Tensor:
     rank = int(blob["kv_lora_rank"])
     if not torch.equal(blob["v_cache"].float(), blob["k_cache"][..., :rank].float()):
         raise SystemExit("MLA file: v_cache is not the first kv_lora_rank dims of k_cache")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     ks = blob.get("k_scale")
-    cache = blob["k_cache"].double() * (float(ks.double().reshape(-1)[0]) if ks is not None else 1.0)
-    q, table, ps = blob["q"].double(), blob["block_table"].long(), cache.shape[1]
+    cache = blob["k_cache"].to(dev).double() * (float(ks.double().reshape(-1)[0]) if ks is not None else 1.0)
+    q, table, ps = blob["q"].to(dev).double(), blob["block_table"].long().to(dev), cache.shape[1]
     causal = blob.get("causal") or [True] * len(blob["kinds"])
     out, start = [], 0
     for i, (ql, cl, par) in enumerate(zip(blob["query_lens"].tolist(), blob["context_lens"].tolist(), blob["tree_parents"])):
         kv = ql + cl
         rows = cache[table[i, : -(-kv // ps)]].reshape(-1, cache.shape[-1])[:kv]  # [L, rank + rope]
         s = torch.einsum("qhd,ld->qhl", q[start : start + ql], rows) * blob["scale"]
-        s = s.masked_fill(~visible(ql, cl, par, causal[i], blob.get("window"))[:, None, :], float("-inf"))
+        s = s.masked_fill(~visible(ql, cl, par, causal[i], blob.get("window")).to(dev)[:, None, :], float("-inf"))
         out.append(torch.einsum("qhl,ld->qhd", torch.softmax(s, dim=-1), rows[:, :rank]))
         start += ql
-    return torch.cat(out)
+    return torch.cat(out).cpu()
 
 
 def shared_entries(blob: dict) -> int:
@@ -130,8 +135,9 @@ def variants(blob: dict) -> str:
     return ", ".join(w for w in words if w) or "plain"
 
 
-def main(dirs: list[str]) -> int:
+def main(dirs: list[str], jsonl: str | None = None) -> int:
     bad = 0
+    records = []
     for d in dirs:
         for f in sorted(Path(d).glob("*.pt")):
             blob = torch.load(f, weights_only=True)
@@ -143,10 +149,21 @@ def main(dirs: list[str]) -> int:
                 ok = rel <= TOLERANCE[out.dtype]
                 bad += not ok
                 parts.append(f"{name} {rel:.1e}{'' if ok else ' OFF'}")
+                records.append({"dir": str(d), "file": f.name, "case_id": blob.get("case_id"), "backend": name,
+                                "rel": rel if rel != float("inf") else None, "ok": bool(ok), "variants": variants(blob)})
             print(f"{f.parent.name}/{f.stem} [{variants(blob)}]: shared entries {shared_entries(blob)}; " + ", ".join(parts), flush=True)
+    if jsonl:
+        with open(jsonl, "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in records)
     print(f"{bad} output(s) off" if bad else "every saved output matches the recomputation")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    argv = sys.argv[1:]
+    out = None
+    if "--jsonl" in argv:
+        i = argv.index("--jsonl")
+        out = argv[i + 1]
+        del argv[i : i + 2]
+    sys.exit(main(argv, out))

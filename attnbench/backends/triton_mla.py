@@ -180,7 +180,7 @@ def run(p: MlaPlan) -> torch.Tensor:
         p.qk_scale,
         H=b.num_q_heads, D_NOPE=b.spec.kv_lora_rank, D_ROPE=b.spec.rope_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_TREE=p.has_tree, UNIT_COLS=mk.UNIT_COLS,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        IEEE=b.dtype == torch.float32, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if p.num_merge:
         mk.mla_merge_kernel[(p.num_merge,)](

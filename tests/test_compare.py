@@ -490,3 +490,26 @@ def test_compare_backends_real_run(tmp_path, monkeypatch):
     assert "unclear" in r.output and "× slower" not in r.output and "add --set timing.rounds=10" in r.output
     r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "sdpa", "--baseline", "x"])
     assert r.exit_code == 2
+
+
+def test_a_baseline_not_ok_in_a_case_is_not_replaced_by_the_fastest():
+    from attnbench.analyze.compare_tables import backend_records
+
+    rows = [_row("ctx=1", "a", status="error"), _row("ctx=1", "b", 1.0, seed=1), _row("ctx=1", "c", 2.0, seed=2)]
+    comps = cmp.compare_backends(rows, "a")
+    assert all(c.ratio is None and c.reference == "" for c in comps)  # never silently against b, the fastest
+    assert {r["backend"] for r in backend_records(comps)} == {"a", "b", "c"}
+
+
+def test_compare_backends_baseline_is_matched_by_its_canonical_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # mask=blocks is flex's default: its rows say `flex`; the ratios must be against flex, not sdpa
+    r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "flex:mask=blocks", "-b", "sdpa",
+                         "--baseline", "flex:mask=blocks", "--measure-ms", "5", "--set", "timing.rounds=2",
+                         "-k", "context=64", "-q", "--results-dir", str(tmp_path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    records = json.loads(r.stdout)
+    by = {x["backend"]: x for x in records}
+    assert by["flex"]["verdict"] == "baseline" and by["sdpa"]["verdict"] != "baseline"
+    r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "flex", "-b", "sdpa", "--baseline", "flex:mask=dense"])
+    assert r.exit_code == 2 and "not among the compared backends" in r.output

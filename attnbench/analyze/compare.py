@@ -315,7 +315,7 @@ def compare_backends(
         ok = [r for r in rs if _usable(r)]
         ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
         rivals = [r for r in ok if not is_oracle(r.backend)] or ok
-        if ref is None and rivals:
+        if baseline is None and rivals:  # a baseline asked for and not ok here: nothing to compare with
             ref = min(rivals, key=lambda r: r.median_ms)
         for r in rs:
             ratio = None

@@ -31,6 +31,7 @@ from attnbench.analyze.compare_tables import (
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.cli.rounds import with_enough_rounds
+from attnbench.backend import canonical_spec
 from attnbench.store.rows import Status
 from attnbench.store.runfolder import RunFolder
 from attnbench.store.options import RunOptions
@@ -122,8 +123,10 @@ def compare_backends_cmd(
     names = list(dict.fromkeys(backend))
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
-    if baseline is not None and baseline not in names:
-        raise UsageError(f"--baseline {baseline}: not among the compared backends ({', '.join(names)}); add -b {baseline}")
+    if baseline is not None:  # rows carry canonical specs: flex:mask=blocks (the default) is `flex`
+        given, baseline = baseline, canonical_spec(baseline)
+        if baseline not in {canonical_spec(n) for n in names}:
+            raise UsageError(f"--baseline {given}: not among the compared backends ({', '.join(names)}); add -b {given}")
     set_, rounds_note = with_enough_rounds(scenario, list(set_ or []), rounds_needed(REPORT_CONFIDENCE, paired=True))
     if rounds_note:
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
@@ -149,6 +152,11 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
     for r in folder.rows:
         if r.status is not Status.OK:
             info.print(f"{r.case_id} · {r.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
+    if baseline:
+        missing = sorted({c.case_id for c in comps} - {c.case_id for c in comps if c.backend == baseline and c.status == "ok"})
+        if missing:
+            info.print(f"[yellow]note:[/] --baseline {baseline} has no ok row in {len(missing)} case(s) ({', '.join(missing)}): "
+                       "no ratios there", highlight=False)
     few = min((len(r.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "

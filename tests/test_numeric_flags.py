@@ -32,6 +32,11 @@ FLAGS = [
     (["calibrate", "quickstart"], "--runs", True, True),
     (["calibrate", "quickstart"], "--slowdown", True, False),
     (["calibrate", "quickstart"], "--min-delta-us", False, False),
+    (["compare", "commits", "nosuchscenario"], "--min-delta-us", False, False),
+    (["compare", "commits", "nosuchscenario"], "--rounds", True, True),
+    (["compare", "commits", "nosuchscenario"], "--rounds-per-turn", True, True),
+    (["compare", "commits", "nosuchscenario"], "--workers", True, True),
+    (["compare", "commits", "nosuchscenario"], "--timeout", True, False),
     (["tree-costs", "nosuchrun"], "--gain", True, False),
     (["ceilings"], "--threads", True, True),
     *[(["import", "nosuchtrace", "-o", "nosuch.yaml"], f, True, True)

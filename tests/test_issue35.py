@@ -1,0 +1,75 @@
+"""Issue 35: what a new user met on the way from the README to a shared result -- the nightly
+recipe's report order (docs/ci.md), a baseline check would refuse, output in CI logs and pipes."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+
+from .test_compare import _folder, _row
+from .test_report import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+cli = CliRunner()
+
+
+# ---------------------------------------------------------------------------- item 2
+def _documented_report_args(run: str, last_run: str) -> list[str]:
+    """The arguments docs/ci.md's nightly recipe passes to `attnbench report`, expanded by bash."""
+    text = (ROOT / "docs" / "ci.md").read_text()
+    m = re.search(r"^attnbench report .*?(?<!\\)$", text, re.M | re.S)
+    assert m, "docs/ci.md: no `attnbench report` line"
+    line = m.group(0).split("#")[0]
+    script = f'attnbench() {{ printf "%s\\0" "$@"; }}\nRUN={run}\nLAST_RUN={last_run}\n{line}\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode()
+    return out.split("\0")[:-1]
+
+
+def test_the_nightly_recipe_reports_tonights_slowdown_as_slower(tmp_path):
+    last = _folder(tmp_path / "last-night", [_row("ctx=1", "a", 1.0, seed=1)])
+    tonight = _folder(tmp_path / "tonight", [_row("ctx=1", "a", 2.0, seed=2)])  # 2x slower tonight
+    args = _documented_report_args(str(tonight), str(last))
+    assert args[0] == "report"
+    cut = args.index("--history")  # the trends need a database; the order of the runs is what is tested
+    args = args[:cut] + args[cut + 2:]
+    if "-k" in args:
+        i = args.index("-k")
+        args = args[:i] + args[i + 2:]
+    r = cli.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    page = parse((tonight / "report.html").read_text())
+    table = next(t for t in page.tables if t["attrs"].get("data-compare") == "runs")
+    row = [c for c, _ in table["rows"][1]["cells"]]
+    assert row[2] == "regressed", row  # not "faster"
+    ratio = float(re.match(r"[\d.]+", row[5]).group(0))
+    assert 1.8 < ratio < 2.2, row
+
+
+# ---------------------------------------------------------------------------- item 3
+def test_baseline_refuses_a_run_check_would_refuse(tmp_path):
+    one = _folder(tmp_path / "one-round", [_row("ctx=1", "a", 1.0, rounds=1), _row("ctx=2", "a", 1.0, rounds=1),
+                                          _row("ctx=3", "a", status="error")], scenario_path="my.yaml")
+    bl = tmp_path / "b.json"
+    r = cli.invoke(app, ["baseline", str(one), "--to", str(bl)])
+    assert r.exit_code == 2 and not bl.exists(), r.output
+    words = " ".join(r.output.split())
+    assert "2 of 2 ok row(s) have 1 timing round(s)" in words, words
+    assert "needs at least 5 per side" in words
+    assert "attnbench run my.yaml --set timing.rounds=10" in words
+    assert "--allow-few-rounds" in words
+    r = cli.invoke(app, ["baseline", str(one), "--to", str(bl), "--allow-few-rounds"])
+    assert r.exit_code == 0 and bl.exists(), r.output
+    # 4 rounds: still too few for the 99% default; 5 is enough, and check then takes it
+    four = _folder(tmp_path / "four", [_row("ctx=1", "a", 1.0, rounds=4)])
+    assert cli.invoke(app, ["baseline", str(four), "--to", str(tmp_path / "4.json")]).exit_code == 2
+    five = _folder(tmp_path / "five", [_row("ctx=1", "a", 1.0, rounds=5, seed=3)])
+    r = cli.invoke(app, ["baseline", str(five), "--to", str(tmp_path / "5.json")])
+    assert r.exit_code == 0, r.output
+    again = _folder(tmp_path / "again", [_row("ctx=1", "a", 1.0, rounds=5, seed=4)])
+    r = cli.invoke(app, ["check", str(again), "--baseline", str(tmp_path / "5.json")])
+    assert r.exit_code in (0, 1), r.output  # judged, not refused

@@ -73,3 +73,46 @@ def test_baseline_refuses_a_run_check_would_refuse(tmp_path):
     again = _folder(tmp_path / "again", [_row("ctx=1", "a", 1.0, rounds=5, seed=4)])
     r = cli.invoke(app, ["check", str(again), "--baseline", str(tmp_path / "5.json")])
     assert r.exit_code in (0, 1), r.output  # judged, not refused
+
+
+# ---------------------------------------------------------------------------- item 6
+def _attnbench(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a child process, stdout and stderr both pipes (a CI log), COLUMNS as given."""
+    import os
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "attnbench", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+
+
+def _tiny(tmp_path: Path) -> Path:
+    from .test_cli import TINY
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+def test_run_folder_line_is_one_line_in_a_log(tmp_path):
+    out = tmp_path / ("a-rather-long-folder-name-" * 4) / "tonight-run-with-a-long-name"
+    for fmt, stream in (("csv", "stderr"), ("table", "stdout")):
+        folder = out.with_name(out.name + "-" + fmt)
+        r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(folder), "-q", "--format", fmt)
+        assert r.returncode == 0, r.stderr
+        lines = [ln for ln in getattr(r, stream).splitlines() if "run folder:" in ln]
+        assert len(lines) == 1 and f"run folder: {folder}  (" in lines[0], getattr(r, stream)
+        assert len(lines[0]) > 160  # longer than any width the console is given: not wrapped, not cut
+
+
+def test_piped_tables_honour_an_explicit_columns(tmp_path):
+    def widest(text: str) -> int:
+        return max(len(ln) for ln in text.splitlines() if "run folder:" not in ln)
+
+    r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(tmp_path / "80"), "-q", columns="80")
+    assert r.returncode == 0, r.stderr
+    assert widest(r.stdout) <= 80, r.stdout
+    r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(tmp_path / "unset"), "-q")  # no COLUMNS: 160
+    assert r.returncode == 0, r.stderr
+    assert 80 < widest(r.stdout) <= 160, r.stdout

@@ -161,7 +161,7 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
                    f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
-    info.print(f"run folder: {folder.path}", highlight=False, markup=False)
+    info.print(f"run folder: {folder.path}", highlight=False, markup=False, soft_wrap=True)
     if any(r.status.failed for r in folder.rows):
         raise typer.Exit(1)
 
@@ -243,7 +243,7 @@ def baseline_cmd(
     fp = doc["fingerprint"]
     ok = sum(r["status"] == Status.OK for r in doc["rows"])
     console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})", markup=False,
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     bad = [r for r in doc["rows"] if Status(r["status"]).failed]
     if bad:
         err.print(f"[yellow]note:[/] {len(bad)} row(s) of the baseline are error/mismatch; they cannot regress further")
@@ -263,4 +263,4 @@ def plot_cmd(
     rf = RunFolder.load(run)
     paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
     for p in paths:
-        console.print(f"wrote {p}", highlight=False, markup=False)
+        console.print(f"wrote {p}", highlight=False, markup=False, soft_wrap=True)

@@ -49,4 +49,4 @@ def report_cmd(
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, html)
     console.print(f"wrote {out} ({len(html) // 1024} KiB, {sum(len(r.rows) for r in data)} rows)",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)

@@ -116,3 +116,61 @@ def test_piped_tables_honour_an_explicit_columns(tmp_path):
     r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(tmp_path / "unset"), "-q")  # no COLUMNS: 160
     assert r.returncode == 0, r.stderr
     assert 80 < widest(r.stdout) <= 160, r.stdout
+
+
+# ---------------------------------------------------------------------------- item 1
+def _night(tmp_path: Path, name: str, day: int, ms: float, overrides=(), sha="a" * 64, commit=None) -> Path:
+    env = {"device": "cpu test", "torch": "2", "backends": {}, **({"git_commit": commit} if commit else {})}
+    path = _folder(tmp_path / name, [_row("ctx=1", "a", ms, seed=day)], sha=sha, overrides=list(overrides),
+                   environment=env)
+    m = json.loads((path / "manifest.json").read_text())
+    m["start_time"] = f"2026-01-{day:02d}T00:00:00+00:00"
+    (path / "manifest.json").write_text(json.dumps(m))
+    return path
+
+
+def test_history_does_not_compare_other_overrides_or_scenario_text(tmp_path):
+    from attnbench.analyze.history_trends import trends
+    from attnbench.store.history import points
+
+    head = ["model.head_dim=128"]
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111aaaa"), _night(tmp_path, "n2", 2, 1.0),
+              _night(tmp_path, "n3", 3, 1.9, head), _night(tmp_path, "n4", 4, 1.9, head),
+              _night(tmp_path, "n5", 5, 1.0, head, sha="b" * 64)]
+    db = tmp_path / "h.sqlite"
+    r = cli.invoke(app, ["history", "add", str(nights[0]), "--db", str(db)])  # the commit the run recorded
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["history", "add", *map(str, nights[1:]), "--db", str(db), "--commit", "2222222"])
+    assert r.exit_code == 0, r.output
+    pts = points(db)
+    assert [p.run.git_commit for p in pts] == ["1111111aaaa"] + ["2222222"] * 4
+    assert [p.run.overrides for p in pts] == [[], [], head, head, head]
+    steps = trends(pts)[("s", "ctx=1", "a")]
+    assert [s.result is not None for s in steps] == [False, True, False, True, False]
+    assert steps[2].note == "--set overrides changed (none -> --set model.head_dim=128): not compared"
+    assert steps[4].note.startswith("scenario text changed (sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb): not compared")
+    assert all(s.result.verdict != "regressed" for s in steps if s.result)
+    shown = cli.invoke(app, ["history", "show", "--db", str(db)])
+    assert shown.exit_code == 0 and "regressed" not in shown.output and "1111111aaa" in shown.output, shown.output
+
+
+def test_a_history_made_before_overrides_were_stored(tmp_path):
+    import sqlite3
+
+    from attnbench.analyze.history_trends import trends
+    from attnbench.store.history import points
+
+    db = tmp_path / "h.sqlite"
+    old = [_night(tmp_path, "n1", 1, 1.0), _night(tmp_path, "n2", 2, 1.0)]
+    assert cli.invoke(app, ["history", "add", *map(str, old), "--db", str(db)]).exit_code == 0
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE runs DROP COLUMN overrides")  # as an earlier attnbench wrote it
+    con.commit()
+    con.close()
+    assert [p.run.overrides for p in points(db)] == [None, None]  # read as it is
+    new = [_night(tmp_path, "n3", 3, 1.0), _night(tmp_path, "n4", 4, 1.0, ["model.head_dim=128"])]
+    assert cli.invoke(app, ["history", "add", *map(str, new), "--db", str(db)]).exit_code == 0  # adds the column
+    pts = points(db)
+    assert [p.run.overrides for p in pts] == [None, None, [], ["model.head_dim=128"]]
+    steps = trends(pts)[("s", "ctx=1", "a")]
+    assert [s.result is not None for s in steps] == [False, True, True, False]  # not recorded = none

@@ -2,8 +2,9 @@
 first, each judged against the point before it by the regression gate's own ``compare.check``
 (the timing rounds as replicates, the 99% interval, the slowdown thresholds), so a trend
 reads the way ``attnbench check`` would have on that night. A point measured on another device
-(or another host of the same device name, by the host fields both runs recorded) or with
-another scenario text than the one before is not compared (its note says why).
+(or another host of the same device name, by the host fields both runs recorded), with
+another scenario text or other ``--set`` overrides than the one before is not compared (its
+note says why).
 """
 from __future__ import annotations
 
@@ -47,14 +48,31 @@ def _steps(ps: list[Point], th: Thresholds) -> list[Step]:
         if host:  # the same device name on another machine (the host fields both runs recorded)
             out.append(Step(cur, None, f"host changed ({'; '.join(host).replace('(baseline) vs', '->')}): not compared"))
             continue
-        note = "scenario text changed; " if prev.run.scenario_sha256 != cur.run.scenario_sha256 else ""
+        if prev.run.scenario_sha256 != cur.run.scenario_sha256:
+            out.append(Step(cur, None, f"scenario text changed (sha256 {prev.run.scenario_sha256[:12]} -> "
+                                       f"{cur.run.scenario_sha256[:12]}): not compared"))
+            continue
+        sets = _overrides_changed(prev.run.overrides, cur.run.overrides)
+        if sets:
+            out.append(Step(cur, None, f"--set overrides changed ({sets}): not compared"))
+            continue
         try:
             res = check([cur.row], [prev.row], th, gate=False).cases[0]
         except CompareError as e:
-            out.append(Step(cur, None, note + str(e)))
+            out.append(Step(cur, None, str(e)))
             continue
-        out.append(Step(cur, res, note + res.note))
+        out.append(Step(cur, res, res.note))
     return out
+
+
+def _overrides_changed(prev: Optional[list[str]], cur: Optional[list[str]]) -> str:
+    """How two points' --set overrides differ ("" when alike). A point stored before overrides
+    were recorded (None) is alike only to a point without any."""
+    def shown(o: Optional[list[str]]) -> str:
+        return "not recorded" if o is None else " ".join(f"--set {x}" for x in o) or "none"
+    if (prev or []) == (cur or []):
+        return ""
+    return f"{shown(prev)} -> {shown(cur)}"
 
 
 def ratio_text(res: Optional[CaseResult]) -> str:

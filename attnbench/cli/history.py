@@ -46,9 +46,9 @@ def _load(db: Path, since: Optional[str], select: Optional[str]):
 def add_cmd(
     runs: List[Path] = typer.Argument(..., help="run folders to store"),
     db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
-    commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test"),
+    commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test (default: the git commit the run recorded)"),
 ):
-    """Store runs' rows (device fingerprint, commit, scenario text hash, options) in the history."""
+    """Store runs' rows (device fingerprint, commit, scenario text hash, --set overrides, options) in the history."""
     db = db or default_db()
     for run in runs:
         if not run.is_dir():
@@ -73,7 +73,8 @@ def show_cmd(
     since: Optional[str] = typer.Option(None, "--since", metavar="DATE", help="only runs started on or after DATE"),
 ):
     """Trends per case and backend: each point against the one before by the gate's statistics
-    (timing rounds as replicates, 99% interval, the check's thresholds)."""
+    (timing rounds as replicates, 99% interval, the check's thresholds); a point on another
+    device or host, or with another scenario text or other --set overrides, is listed but not compared."""
     db = db or default_db()
     found = _load(db, since, select)
     if not found:

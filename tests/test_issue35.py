@@ -119,8 +119,10 @@ def test_piped_tables_honour_an_explicit_columns(tmp_path):
 
 
 # ---------------------------------------------------------------------------- item 1
-def _night(tmp_path: Path, name: str, day: int, ms: float, overrides=(), sha="a" * 64, commit=None) -> Path:
-    env = {"device": "cpu test", "torch": "2", "backends": {}, **({"git_commit": commit} if commit else {})}
+def _night(tmp_path: Path, name: str, day: int, ms: float, overrides=(), sha="a" * 64, commit=None,
+           dirty=None) -> Path:
+    env = {"device": "cpu test", "torch": "2", "backends": {}, **({"git_commit": commit} if commit else {}),
+           **({"git_dirty": dirty} if dirty is not None else {})}
     path = _folder(tmp_path / name, [_row("ctx=1", "a", ms, seed=day)], sha=sha, overrides=list(overrides),
                    environment=env)
     m = json.loads((path / "manifest.json").read_text())
@@ -174,3 +176,18 @@ def test_a_history_made_before_overrides_were_stored(tmp_path):
     assert [p.run.overrides for p in pts] == [None, None, [], ["model.head_dim=128"]]
     steps = trends(pts)[("s", "ctx=1", "a")]
     assert [s.result is not None for s in steps] == [False, True, True, False]  # not recorded = none
+
+
+def test_history_marks_a_run_of_edited_code(tmp_path):
+    from attnbench.store.history import points
+    from attnbench.store.runfolder import environment, git_dirty
+
+    env = environment("cpu test", {})
+    assert "git_dirty" in env and env["git_dirty"] == git_dirty(ROOT / "attnbench")
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "clean", 1, 1.0, commit="abcdef1234567", dirty=False),
+              _night(tmp_path, "edited", 2, 1.0, commit="abcdef1234567", dirty=True)]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    assert [p.run.git_commit for p in points(db)] == ["abcdef1234567", "abcdef1234567+dirty"]
+    shown = cli.invoke(app, ["history", "show", "--db", str(db)])
+    assert shown.exit_code == 0 and "abcdef1234+dirty" in shown.output, shown.output

@@ -88,8 +88,16 @@ def step_cells(s: Step) -> list[str]:
     res = s.result
     med = f"{r.median_ms:.4g}" if math.isfinite(r.median_ms) else ""
     p = f"{res.ratio.p:.2g}" if res and res.ratio else ""
-    return [s.point.run.started[:19], (s.point.run.git_commit or "")[:10], s.point.run.device, r.status.value, med,
+    return [s.point.run.started[:19], _short_commit(s.point.run.git_commit), s.point.run.device, r.status.value, med,
             ratio_text(res), p, res.verdict if res else "", s.note or (r.reason if r.status.value != "ok" else "")]
+
+
+def _short_commit(c: Optional[str]) -> str:
+    """A commit's first 10 characters, its "+dirty" kept."""
+    if not c:
+        return ""
+    sha, dirty, _ = c.partition("+dirty")
+    return sha[:10] + ("+dirty" if dirty else "")
 
 
 STEP_HEADS = ["started", "commit", "device", "status", "median ms", "vs previous [99% interval]", "p", "verdict",

@@ -152,8 +152,11 @@ def _check_schema(con: sqlite3.Connection, db: Path) -> None:
 
 def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commit: Optional[str]) -> tuple[int, bool]:
     """Store a run; -> (its id, whether it was new). A run stored before keeps its first entry.
-    ``commit``: the code under test's (default: the git commit the run's manifest recorded)."""
-    commit = commit or (manifest.environment or {}).get("git_commit") or None
+    ``commit``: the code under test's (default: the git commit the run's manifest recorded,
+    ``SHA+dirty`` where it recorded uncommitted edits to tracked files)."""
+    env = manifest.environment or {}
+    if not commit and env.get("git_commit"):  # the run's own; "+dirty": made with uncommitted edits
+        commit = str(env["git_commit"]) + ("+dirty" if env.get("git_dirty") else "")
     started = manifest.start_time or ""
     key = f"{Path(run_path).resolve()}|{started}|{manifest.scenario_sha256 or ''}"
     fp = fingerprint(manifest, rows)

@@ -191,3 +191,18 @@ def test_history_marks_a_run_of_edited_code(tmp_path):
     assert [p.run.git_commit for p in points(db)] == ["abcdef1234567", "abcdef1234567+dirty"]
     shown = cli.invoke(app, ["history", "show", "--db", str(db)])
     assert shown.exit_code == 0 and "abcdef1234+dirty" in shown.output, shown.output
+
+
+def test_history_show_as_json(tmp_path):
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111"), _night(tmp_path, "n2", 2, 2.0, commit="2222222"),
+              _night(tmp_path, "n3", 3, 2.0, ["model.head_dim=128"], commit="3333333")]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    r = cli.invoke(app, ["history", "show", "--db", str(db), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    recs = json.loads(r.stdout)
+    assert [(x["commit"], x["compared"], x["verdict"]) for x in recs] == [
+        ("1111111", False, None), ("2222222", True, "regressed"), ("3333333", False, None)]
+    assert 1.8 < recs[1]["ratio"] < 2.2 and recs[1]["lo"] > 1 and recs[2]["overrides"] == ["model.head_dim=128"]
+    assert "not compared" in recs[2]["note"]
+    assert cli.invoke(app, ["history", "show", "--db", str(db), "--format", "xml"]).exit_code == 2

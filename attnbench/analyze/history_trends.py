@@ -100,6 +100,22 @@ def _short_commit(c: Optional[str]) -> str:
     return sha[:10] + ("+dirty" if dirty else "")
 
 
+def step_record(key: Key, s: Step) -> dict:
+    """One step as JSON (``history show --format json``): raw numbers, None where there are none."""
+    r, res, run = s.point.row, s.result, s.point.run
+    ratio = res.ratio if res else None
+
+    def num(v):
+        return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+    return {"scenario": key[0], "case": key[1], "backend": key[2], "started": run.started, "commit": run.git_commit,
+            "device": run.device, "scenario_sha256": run.scenario_sha256, "overrides": run.overrides,
+            "run": run.run_path, "status": r.status.value, "median_ms": num(r.median_ms),
+            "compared": res is not None, "verdict": res.verdict if res else None,
+            "ratio": num(ratio.ratio) if ratio else None, "lo": num(ratio.lo) if ratio else None,
+            "hi": num(ratio.hi) if ratio else None, "p": num(ratio.p) if ratio else None,
+            "note": s.note or (r.reason if r.status.value != "ok" else "")}
+
+
 STEP_HEADS = ["started", "commit", "device", "status", "median ms", "vs previous [99% interval]", "p", "verdict",
               "note"]
 

@@ -206,3 +206,17 @@ def test_history_show_as_json(tmp_path):
     assert 1.8 < recs[1]["ratio"] < 2.2 and recs[1]["lo"] > 1 and recs[2]["overrides"] == ["model.head_dim=128"]
     assert "not compared" in recs[2]["note"]
     assert cli.invoke(app, ["history", "show", "--db", str(db), "--format", "xml"]).exit_code == 2
+
+
+def test_trend_chart_x_axis_is_the_runs_date_and_commit(tmp_path):
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111aaaa"), _night(tmp_path, "n2", 2, 2.0, commit="2222222bbb"),
+              _night(tmp_path, "n3", 3, 2.0, commit="3333333ccc", dirty=True)]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    out = tmp_path / "r.html"
+    r = cli.invoke(app, ["report", str(nights[-1]), "-o", str(out), "--history", str(db)])
+    assert r.exit_code == 0, r.output
+    svg = out.read_text().split('data-chart="trend"', 1)[1].split("</svg>", 1)[0]
+    for label in ("2026-01-01 00:00 1111111", "2026-01-02 00:00 2222222", "2026-01-03 00:00 3333333+dirty"):
+        assert label in svg, svg
+    assert "history point (1 .." not in svg

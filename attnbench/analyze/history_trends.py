@@ -120,6 +120,13 @@ STEP_HEADS = ["started", "commit", "device", "status", "median ms", "vs previous
               "note"]
 
 
+def _point_label(s: Step) -> str:
+    """A point on the trend's x axis: its run's start (to the minute, UTC as stored) and commit."""
+    run = s.point.run
+    sha, dirty, _ = (run.git_commit or "").partition("+dirty")
+    return f"{run.started[:16].replace('T', ' ')} {sha[:7]}{'+dirty' if dirty else ''}".strip()
+
+
 def history_html(found: dict[Key, list[Step]], source: str) -> str:
     """The report's history section: per case a trend chart (a line per backend) and the steps."""
     if not found:
@@ -130,7 +137,7 @@ def history_html(found: dict[Key, list[Step]], source: str) -> str:
     for key in found:
         cases.setdefault(key[:2], []).append(key)
     for (scen, case), keys in cases.items():
-        lines = {k[2]: [(s.point.run.started, s.point.row.median_ms) for s in found[k]] for k in keys}
+        lines = {k[2]: [(_point_label(s), s.point.row.median_ms) for s in found[k]] for k in keys}
         svg = trend(f"{scen} · {case}: median time per point", lines)
         head = "".join(f"<th>{escape(h)}</th>" for h in ["backend", *STEP_HEADS])
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in [k[2], *step_cells(s)]) + "</tr>"

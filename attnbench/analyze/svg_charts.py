@@ -162,13 +162,17 @@ def _legend(body: list[str], names: list[str], colors: dict[str, str], x0: float
 
 # ---------------------------------------------------------------------------- history trend
 def trend(title: str, lines: dict[str, list[tuple[str, float]]]) -> Optional[str]:
-    """Median time per history point: ``lines`` maps a label to [(point label, ms)] in order."""
+    """Median time per history point: ``lines`` maps a label to [(point label, ms)]. The x axis
+    is the points of every line together, in the order of their labels (which start with the
+    run's start time), each tick labelled with its point label (date and commit)."""
     vals = [v for pts in lines.values() for _, v in pts if _finite(v) and v > 0]
     if not vals:
         return None
-    n = max(len(p) for p in lines.values())
-    W, H = 640, 320
-    y = LogAxis(min(vals) / 1.5, max(vals) * 1.5, H - 50, 30)
+    xs = sorted({lab for pts in lines.values() for lab, _ in pts})
+    at = {lab: i for i, lab in enumerate(xs)}
+    n = len(xs)
+    W, H = 640, 360
+    y = LogAxis(min(vals) / 1.5, max(vals) * 1.5, H - 110, 30)
     x0, x1 = 70, W - 170
     step = (x1 - x0) / max(n - 1, 1)
     body = [_text(W / 2, 18, title, 12, "middle")]
@@ -176,13 +180,20 @@ def trend(title: str, lines: dict[str, list[tuple[str, float]]]) -> Optional[str
     for t in _log_ticks(y.lo, y.hi):
         body.append(f'<line x1="{x0}" y1="{y(t):.1f}" x2="{x1}" y2="{y(t):.1f}" stroke="#ddd"/>')
         body.append(_text(x0 - 4, y(t) + 4, short_time(t), 10, "end"))
+    every = max(1, math.ceil(n / 12))  # at most 12 labelled ticks
+    for i, lab in enumerate(xs):
+        if i % every and i != n - 1:
+            continue
+        xt = x0 + i * step
+        body.append(f'<line x1="{xt:.1f}" y1="{y.p0}" x2="{xt:.1f}" y2="{y.p0 + 4}" stroke="#444"/>')
+        body.append(_text(xt, y.p0 + 12, lab[:30], 9, "end", f'transform="rotate(-35 {xt:.1f} {y.p0 + 12})"'))
     names = list(lines)
     for i, name in enumerate(names):
-        pts = [(j, v) for j, (_, v) in enumerate(lines[name]) if _finite(v) and v > 0]
+        pts = [(at[lab], v) for lab, v in lines[name] if _finite(v) and v > 0]
         coords = " ".join(f"{x0 + j * step:.1f},{y(v):.1f}" for j, v in pts)
         body.append(f'<polyline points="{coords}" fill="none" stroke="{color(i)}" stroke-width="1.5"/>')
         body += [f'<circle cx="{x0 + j * step:.1f}" cy="{y(v):.1f}" r="3" fill="{color(i)}"/>' for j, v in pts]
         body.append(f'<rect x="{x1 + 10}" y="{36 + 14 * i}" width="10" height="10" fill="{color(i)}"/>')
         body.append(_text(x1 + 24, 45 + 14 * i, name[:24], 10))
-    body.append(_text((x0 + x1) / 2, H - 20, f"history point (1 .. {n}, oldest first)", 11, "middle"))
+    body.append(_text((x0 + x1) / 2, H - 8, f"run start (UTC) and commit, oldest first ({n} points)", 11, "middle"))
     return _svg("trend", W, H, body, title)

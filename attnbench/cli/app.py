@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
 import shlex
 import sys
 import warnings
@@ -37,9 +38,19 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Benchmark and profile paged and tree attention backends on YAML batch scenarios.",
 )
-# Logs and CI output are not terminals: give tables room rather than rich's 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+def console_width(stream) -> Optional[int]:
+    """None (rich decides: an explicit COLUMNS, else the terminal's width) on a terminal or where
+    COLUMNS is set; else 160: logs and CI output are not terminals, give tables room rather than
+    rich's 80 columns. Lines naming a path are printed with soft_wrap (never broken)."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        tty = False
+    return None if tty or os.environ.get("COLUMNS", "").isdigit() else 160
+
+
+console = Console(width=console_width(sys.stdout))
+err = Console(stderr=True, width=console_width(sys.stderr))
 
 
 _CLOSE_AT_END: list = []  # closers of what a command started (a Dask cluster): handle_errors runs them

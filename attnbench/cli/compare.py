@@ -25,7 +25,7 @@ from attnbench.cli.pipeline import (
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
 )
-from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
+from attnbench.analyze.significance import GATE_CONFIDENCE, REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
     FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
@@ -161,7 +161,7 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
                    f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
-    info.print(f"run folder: {folder.path}", highlight=False, markup=False)
+    info.print(f"run folder: {folder.path}", highlight=False, markup=False, soft_wrap=True)
     if any(r.status.failed for r in folder.rows):
         raise typer.Exit(1)
 
@@ -229,15 +229,21 @@ def compare_runs_cmd(
 def baseline_cmd(
     run: Path = typer.Argument(..., help="run folder to make the baseline from"),
     to: Path = typer.Option(..., help="baseline file to write, e.g. results/baselines/NAME.json"),
+    allow_few_rounds: bool = typer.Option(
+        False, "--allow-few-rounds",
+        help="write it even when its ok rows have fewer timing rounds than check needs at its default "
+             "99% confidence (5; check it then at a lower --confidence)"),
 ):
-    """Write a baseline file (rows with raw samples, device fingerprint, manifest) from a run."""
+    """Write a baseline file (rows with raw samples, device fingerprint, manifest) from a run.
+    Refused (exit 2) when its ok rows have fewer timing rounds than check needs (a run with
+    --set timing.rounds=10 has enough) unless --allow-few-rounds."""
     if not run.is_dir():
         raise UsageError(f"{run}: not a run folder")
-    doc = write_baseline(run, to)
+    doc = write_baseline(run, to, 0 if allow_few_rounds else rounds_needed(GATE_CONFIDENCE))
     fp = doc["fingerprint"]
     ok = sum(r["status"] == Status.OK for r in doc["rows"])
     console.print(f"baseline: {to}  ({len(doc['rows'])} rows, {ok} ok; device {fp['device']}, torch {fp['torch']})", markup=False,
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     bad = [r for r in doc["rows"] if Status(r["status"]).failed]
     if bad:
         err.print(f"[yellow]note:[/] {len(bad)} row(s) of the baseline are error/mismatch; they cannot regress further")
@@ -257,4 +263,4 @@ def plot_cmd(
     rf = RunFolder.load(run)
     paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
     for p in paths:
-        console.print(f"wrote {p}", highlight=False, markup=False)
+        console.print(f"wrote {p}", highlight=False, markup=False, soft_wrap=True)

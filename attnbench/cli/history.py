@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, trends
+from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, step_record, trends
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
 from attnbench.store.runfolder import RunFolder
@@ -46,9 +48,9 @@ def _load(db: Path, since: Optional[str], select: Optional[str]):
 def add_cmd(
     runs: List[Path] = typer.Argument(..., help="run folders to store"),
     db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
-    commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test"),
+    commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test (default: the git commit the run recorded)"),
 ):
-    """Store runs' rows (device fingerprint, commit, scenario text hash, options) in the history."""
+    """Store runs' rows (device fingerprint, commit, scenario text hash, --set overrides, options) in the history."""
     db = db or default_db()
     for run in runs:
         if not run.is_dir():
@@ -71,11 +73,20 @@ def show_cmd(
     db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
     select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
     since: Optional[str] = typer.Option(None, "--since", metavar="DATE", help="only runs started on or after DATE"),
+    fmt: str = typer.Option("table", "--format", help="table | json (one object per point: its run, median, "
+                                                       "and ratio, interval, p and verdict against the point before)"),
 ):
     """Trends per case and backend: each point against the one before by the gate's statistics
-    (timing rounds as replicates, 99% interval, the check's thresholds)."""
+    (timing rounds as replicates, 99% interval, the check's thresholds); a point on another
+    device or host, or with another scenario text or other --set overrides, is listed but not compared."""
+    if fmt not in ("table", "json"):
+        raise UsageError(f"--format {fmt}: choose one of table, json")
     db = db or default_db()
     found = _load(db, since, select)
+    if fmt == "json":
+        records = [step_record(key, s) for key, steps in found.items() for s in steps]
+        sys.stdout.write(json.dumps(records, indent=1) + "\n")
+        return
     if not found:
         console.print(f"{db}: no stored point matches", highlight=False, markup=False)
         return

@@ -47,4 +47,4 @@ def import_cmd(
     atomic_write(out, text)
     console.print(f"wrote {out}: {len(cases.cases)} case(s) from {imp.steps} steps"
                   + (f" ({imp.dropped_steps} steps of rarer shapes left out)" if imp.dropped_steps else ""),
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)

@@ -31,7 +31,7 @@ def load_runs(paths: List[Path]) -> List[RunData]:
 @app.command("report")
 @handle_errors
 def report_cmd(
-    runs: List[Path] = typer.Argument(..., help="run folders (two or more: the last is compared with the first)"),
+    runs: List[Path] = typer.Argument(..., help="run folders, oldest first (two or more: the last is compared with the first; ratio > 1: slower)"),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
     title: str = typer.Option("", help="the page title (default: the runs' names)"),
     history: Optional[Path] = typer.Option(None, "--history", help="also draw the trends of this history database"),
@@ -49,4 +49,4 @@ def report_cmd(
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, html)
     console.print(f"wrote {out} ({len(html) // 1024} KiB, {sum(len(r.rows) for r in data)} rows)",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)

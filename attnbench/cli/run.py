@@ -212,7 +212,8 @@ def _render_and_exit(folder: RunFolder, fmt: str, compact: Optional[bool], title
     render_run(folder.rows, fmt, console, info, title=title, compact=compact)
     if profile:
         print_profiles(folder.rows, info)
-    info.print(escape(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)"), highlight=False)
+    info.print(escape(f"run folder: {folder.path}  (results.csv, rows.jsonl, manifest.json)"), highlight=False,
+               soft_wrap=True)  # one line: grep 'run folder:' in a log finds the whole path
     bad = [r for r in folder.rows if r.status.failed]
     if not complete:
         raise typer.Exit(130)

@@ -153,9 +153,27 @@ def _load(path: Path) -> Loaded:
     return Loaded(str(path), rows, manifest, clean_fingerprint(fp))
 
 
-def make_baseline(run: Path) -> dict:
+def few_rounds_problem(run: Path, rf: RunFolder, need: int) -> Optional[str]:
+    """Why ``check`` (which needs ``need`` timing rounds per side) would refuse this run as a
+    baseline: its ok rows with fewer rounds, counted, with the command that makes a usable run."""
+    few = [r for r in rf.rows if r.status == "ok" and len(r.round_medians_ms or []) < need]
+    if not few:
+        return None
+    ok = sum(r.status == "ok" for r in rf.rows)
+    have = sorted({len(r.round_medians_ms or []) for r in few})
+    m = rf.manifest
+    scenario = m.scenario_path or m.scenario or "SCENARIO"
+    return (f"{run}: {len(few)} of {ok} ok row(s) have {'/'.join(map(str, have))} timing round(s) "
+            f"(e.g. {few[0].case_id} · {few[0].backend}); attnbench check needs at least {need} per side at its "
+            f"default confidence and would refuse this baseline. Make a run with more rounds and the baseline "
+            f"of that: attnbench run {scenario} --set timing.rounds={max(need, 10)} (with the run's other options), "
+            "or pass --allow-few-rounds to keep this one (then check it at a lower --confidence)")
+
+
+def make_baseline(run: Path, min_rounds: int = 0) -> dict:
     """The baseline document of a run folder (not written anywhere); refused when ``check``
-    would refuse it: a damaged row, a duplicate, a line of rows.jsonl that is not a row."""
+    would refuse it: a damaged row, a duplicate, a line of rows.jsonl that is not a row, and
+    (``min_rounds``) ok rows with fewer timing rounds than that."""
     rf = RunFolder.load(Path(run))
     if not rf.rows:
         raise BaselineError(f"{run}: the run folder has no rows")
@@ -164,6 +182,9 @@ def make_baseline(run: Path) -> dict:
                             f"{', '.join(map(str, rf.broken_lines[:10]))}): a baseline of the rest would hide them; "
                             "run the scenario again (or finish it: attnbench run --resume, which sets them aside)")
     check_rows(Loaded(str(run), rf.rows, rf.manifest, {}), need_rounds=True)
+    why = few_rounds_problem(Path(run), rf, min_rounds) if min_rounds else None
+    if why:
+        raise BaselineError(why)
     return {
         "attnbench_baseline": FORMAT_VERSION,
         "created": utc_now(),
@@ -177,7 +198,7 @@ def make_baseline(run: Path) -> dict:
 RUN_FILES = ("manifest.json", "rows.jsonl", "results.csv", "rows.broken.jsonl", ".lock")
 
 
-def write_baseline(run: Path, to: Path) -> dict:
+def write_baseline(run: Path, to: Path, min_rounds: int = 0) -> dict:
     to = Path(to)
     if to.is_dir():
         raise BaselineError(f"--to {to}: a folder; name the baseline file, e.g. {to / 'NAME.json'}")
@@ -185,7 +206,7 @@ def write_baseline(run: Path, to: Path) -> dict:
     if inside and (to.name in RUN_FILES or to.resolve().parent != Path(run).resolve()):
         raise BaselineError(f"--to {to}: a file of the run folder {run} itself; write the baseline elsewhere, "
                             f"e.g. results/baselines/NAME.json")
-    doc = make_baseline(run)
+    doc = make_baseline(run, min_rounds)
     to.parent.mkdir(parents=True, exist_ok=True)
     # one row per line: reviewable diffs when a committed baseline is refreshed
     head = {k: v for k, v in doc.items() if k != "rows"}

@@ -1,7 +1,8 @@
 """A history of runs in an embedded SQLite database (``attnbench history add/show``).
 
-One ``runs`` row per stored run (when it started, the commit of the code under test when
-given, the scenario's name and text hash, the device fingerprint, the options) and its result
+One ``runs`` row per stored run (when it started, the commit of the code under test (given,
+else the one the run recorded), the scenario's name and text hash, its ``--set`` overrides, the
+device fingerprint, the options) and its result
 rows (``points``, each the run's Row as JSON, so that the gate's statistics can be applied
 between consecutive points later). Default file: ``history.sqlite`` in attnbench's cache folder
 (``$ATTNBENCH_CACHE_DIR`` or ``~/.cache/attnbench``).
@@ -42,7 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     device TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     options TEXT NOT NULL,
-    attnbench TEXT NOT NULL
+    attnbench TEXT NOT NULL,
+    overrides TEXT  -- the run's --set KEY=VALUE texts as a JSON list (NULL: stored before they were)
 );
 CREATE TABLE IF NOT EXISTS points (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -73,6 +75,7 @@ class StoredRun:
     scenario_sha256: str
     run_path: str
     fingerprint: dict = field(default_factory=dict)  # store.fingerprint's, as stored (host fields since they were recorded)
+    overrides: Optional[list[str]] = None  # the run's --set texts (None: stored before they were recorded)
 
 
 @dataclass
@@ -127,6 +130,12 @@ def _create(con: sqlite3.Connection) -> None:
     for stmt in filter(str.strip, SCHEMA.split(";")):
         con.execute(stmt)
     con.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    if not _has_overrides(con):  # a database made before the overrides were stored: add the column
+        con.execute("ALTER TABLE runs ADD COLUMN overrides TEXT")
+
+
+def _has_overrides(con: sqlite3.Connection) -> bool:
+    return any(c[1] == "overrides" for c in con.execute("PRAGMA table_info(runs)").fetchall())
 
 
 def _check_schema(con: sqlite3.Connection, db: Path) -> None:
@@ -142,7 +151,12 @@ def _check_schema(con: sqlite3.Connection, db: Path) -> None:
 
 
 def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commit: Optional[str]) -> tuple[int, bool]:
-    """Store a run; -> (its id, whether it was new). A run stored before keeps its first entry."""
+    """Store a run; -> (its id, whether it was new). A run stored before keeps its first entry.
+    ``commit``: the code under test's (default: the git commit the run's manifest recorded,
+    ``SHA+dirty`` where it recorded uncommitted edits to tracked files)."""
+    env = manifest.environment or {}
+    if not commit and env.get("git_commit"):  # the run's own; "+dirty": made with uncommitted edits
+        commit = str(env["git_commit"]) + ("+dirty" if env.get("git_dirty") else "")
     started = manifest.start_time or ""
     key = f"{Path(run_path).resolve()}|{started}|{manifest.scenario_sha256 or ''}"
     fp = fingerprint(manifest, rows)
@@ -153,10 +167,10 @@ def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commi
             return int(old[0]), False
         cur = con.execute(
             "INSERT INTO runs (run_key, started, run_path, git_commit, scenario, scenario_sha256, device, "
-            "fingerprint, options, attnbench) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "fingerprint, options, attnbench, overrides) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (key, started, str(Path(run_path).resolve()), commit, manifest.scenario or "",
              manifest.scenario_sha256 or "", fp["device"], json.dumps(fp, sort_keys=True),
-             json.dumps(opts, sort_keys=True), manifest.attnbench or ""))
+             json.dumps(opts, sort_keys=True), manifest.attnbench or "", json.dumps(list(manifest.overrides or []))))
         run_id = int(cur.lastrowid)
         con.executemany(
             "INSERT OR REPLACE INTO points (run_id, scenario, case_id, backend, status, median_ms, row) "
@@ -170,7 +184,7 @@ def points(db: Path, since: Optional[str] = None) -> list[Point]:
     """Every stored row (of runs started on or after ``since``, an ISO date), oldest run first."""
     with connect(db, write=False) as con:
         q = ("SELECT r.id, r.started, r.git_commit, r.device, r.scenario, r.scenario_sha256, r.run_path, p.row, "
-             "r.fingerprint "
+             "r.fingerprint, " + ("r.overrides " if _has_overrides(con) else "NULL ") +
              "FROM points p JOIN runs r ON r.id = p.run_id")
         args: tuple = ()
         if since:
@@ -178,15 +192,25 @@ def points(db: Path, since: Optional[str] = None) -> list[Point]:
             args = (since,)
         got = con.execute(q + " ORDER BY r.started, r.id", args).fetchall()
     out, runs = [], {}
-    for rid, started, commit, device, scen, sha, path, row, fp in got:
+    for rid, started, commit, device, scen, sha, path, row, fp, sets in got:
         if rid not in runs:
-            runs[rid] = StoredRun(rid, started, commit, device, scen, sha, path, _stored_fingerprint(fp))
+            runs[rid] = StoredRun(rid, started, commit, device, scen, sha, path, _stored_fingerprint(fp),
+                                  _stored_overrides(sets))
         run = runs[rid]
         try:
             out.append(Point(run, typed_row(json.loads(row))))
         except (ValueError, TypeError) as e:
             raise _damaged(db, f"run {rid}: a stored row does not read back: {e}") from None
     return out
+
+
+def _stored_overrides(text: Optional[str]) -> Optional[list[str]]:
+    """Stored --set texts read back (None: not recorded, or not a list of texts)."""
+    try:
+        got = json.loads(text) if text is not None else None
+    except (TypeError, ValueError):
+        return None
+    return [str(x) for x in got] if isinstance(got, list) else None
 
 
 def _stored_fingerprint(text: str) -> dict:

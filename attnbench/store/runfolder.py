@@ -88,6 +88,16 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
         return None
 
 
+def git_dirty(cwd: Optional[Path] = None) -> Optional[bool]:
+    """Whether the work tree has uncommitted changes to tracked files (None: not a git checkout)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                             capture_output=True, text=True, timeout=5)
+        return bool(out.stdout.strip()) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def environment(device_name: str, backend_versions: dict[str, str], host: Optional[dict] = None) -> dict:
     """What a manifest records about this machine; ``host``: the fields that tell it from
     another machine of the same device name (``measure.host.host_fingerprint``)."""
@@ -108,6 +118,7 @@ def environment(device_name: str, backend_versions: dict[str, str], host: Option
         "device": device_name,
         "backends": backend_versions,
         "git_commit": git_commit(Path(__file__).resolve().parent),
+        "git_dirty": git_dirty(Path(__file__).resolve().parent),  # the commit is not all of the code run
         **({"host": dict(host)} if host else {}),
     }
 

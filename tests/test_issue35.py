@@ -1,0 +1,222 @@
+"""Issue 35: what a new user met on the way from the README to a shared result -- the nightly
+recipe's report order (docs/ci.md), a baseline check would refuse, output in CI logs and pipes."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+
+from .test_compare import _folder, _row
+from .test_report import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+cli = CliRunner()
+
+
+# ---------------------------------------------------------------------------- item 2
+def _documented_report_args(run: str, last_run: str) -> list[str]:
+    """The arguments docs/ci.md's nightly recipe passes to `attnbench report`, expanded by bash."""
+    text = (ROOT / "docs" / "ci.md").read_text()
+    m = re.search(r"^attnbench report .*?(?<!\\)$", text, re.M | re.S)
+    assert m, "docs/ci.md: no `attnbench report` line"
+    line = m.group(0).split("#")[0]
+    script = f'attnbench() {{ printf "%s\\0" "$@"; }}\nRUN={run}\nLAST_RUN={last_run}\n{line}\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode()
+    return out.split("\0")[:-1]
+
+
+def test_the_nightly_recipe_reports_tonights_slowdown_as_slower(tmp_path):
+    last = _folder(tmp_path / "last-night", [_row("ctx=1", "a", 1.0, seed=1)])
+    tonight = _folder(tmp_path / "tonight", [_row("ctx=1", "a", 2.0, seed=2)])  # 2x slower tonight
+    args = _documented_report_args(str(tonight), str(last))
+    assert args[0] == "report"
+    cut = args.index("--history")  # the trends need a database; the order of the runs is what is tested
+    args = args[:cut] + args[cut + 2:]
+    if "-k" in args:
+        i = args.index("-k")
+        args = args[:i] + args[i + 2:]
+    r = cli.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    page = parse((tonight / "report.html").read_text())
+    table = next(t for t in page.tables if t["attrs"].get("data-compare") == "runs")
+    row = [c for c, _ in table["rows"][1]["cells"]]
+    assert row[2] == "regressed", row  # not "faster"
+    ratio = float(re.match(r"[\d.]+", row[5]).group(0))
+    assert 1.8 < ratio < 2.2, row
+
+
+# ---------------------------------------------------------------------------- item 3
+def test_baseline_refuses_a_run_check_would_refuse(tmp_path):
+    one = _folder(tmp_path / "one-round", [_row("ctx=1", "a", 1.0, rounds=1), _row("ctx=2", "a", 1.0, rounds=1),
+                                          _row("ctx=3", "a", status="error")], scenario_path="my.yaml")
+    bl = tmp_path / "b.json"
+    r = cli.invoke(app, ["baseline", str(one), "--to", str(bl)])
+    assert r.exit_code == 2 and not bl.exists(), r.output
+    words = " ".join(r.output.split())
+    assert "2 of 2 ok row(s) have 1 timing round(s)" in words, words
+    assert "needs at least 5 per side" in words
+    assert "attnbench run my.yaml --set timing.rounds=10" in words
+    assert "--allow-few-rounds" in words
+    r = cli.invoke(app, ["baseline", str(one), "--to", str(bl), "--allow-few-rounds"])
+    assert r.exit_code == 0 and bl.exists(), r.output
+    # 4 rounds: still too few for the 99% default; 5 is enough, and check then takes it
+    four = _folder(tmp_path / "four", [_row("ctx=1", "a", 1.0, rounds=4)])
+    assert cli.invoke(app, ["baseline", str(four), "--to", str(tmp_path / "4.json")]).exit_code == 2
+    five = _folder(tmp_path / "five", [_row("ctx=1", "a", 1.0, rounds=5, seed=3)])
+    r = cli.invoke(app, ["baseline", str(five), "--to", str(tmp_path / "5.json")])
+    assert r.exit_code == 0, r.output
+    again = _folder(tmp_path / "again", [_row("ctx=1", "a", 1.0, rounds=5, seed=4)])
+    r = cli.invoke(app, ["check", str(again), "--baseline", str(tmp_path / "5.json")])
+    assert r.exit_code in (0, 1), r.output  # judged, not refused
+
+
+# ---------------------------------------------------------------------------- item 6
+def _attnbench(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a child process, stdout and stderr both pipes (a CI log), COLUMNS as given."""
+    import os
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "attnbench", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+
+
+def _tiny(tmp_path: Path) -> Path:
+    from .test_cli import TINY
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+def test_run_folder_line_is_one_line_in_a_log(tmp_path):
+    out = tmp_path / ("a-rather-long-folder-name-" * 4) / "tonight-run-with-a-long-name"
+    for fmt, stream in (("csv", "stderr"), ("table", "stdout")):
+        folder = out.with_name(out.name + "-" + fmt)
+        r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(folder), "-q", "--format", fmt)
+        assert r.returncode == 0, r.stderr
+        lines = [ln for ln in getattr(r, stream).splitlines() if "run folder:" in ln]
+        assert len(lines) == 1 and f"run folder: {folder}  (" in lines[0], getattr(r, stream)
+        assert len(lines[0]) > 160  # longer than any width the console is given: not wrapped, not cut
+
+
+def test_piped_tables_honour_an_explicit_columns(tmp_path):
+    def widest(text: str) -> int:
+        return max(len(ln) for ln in text.splitlines() if "run folder:" not in ln)
+
+    r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(tmp_path / "80"), "-q", columns="80")
+    assert r.returncode == 0, r.stderr
+    assert widest(r.stdout) <= 80, r.stdout
+    r = _attnbench("run", str(_tiny(tmp_path)), "--out", str(tmp_path / "unset"), "-q")  # no COLUMNS: 160
+    assert r.returncode == 0, r.stderr
+    assert 80 < widest(r.stdout) <= 160, r.stdout
+
+
+# ---------------------------------------------------------------------------- item 1
+def _night(tmp_path: Path, name: str, day: int, ms: float, overrides=(), sha="a" * 64, commit=None,
+           dirty=None) -> Path:
+    env = {"device": "cpu test", "torch": "2", "backends": {}, **({"git_commit": commit} if commit else {}),
+           **({"git_dirty": dirty} if dirty is not None else {})}
+    path = _folder(tmp_path / name, [_row("ctx=1", "a", ms, seed=day)], sha=sha, overrides=list(overrides),
+                   environment=env)
+    m = json.loads((path / "manifest.json").read_text())
+    m["start_time"] = f"2026-01-{day:02d}T00:00:00+00:00"
+    (path / "manifest.json").write_text(json.dumps(m))
+    return path
+
+
+def test_history_does_not_compare_other_overrides_or_scenario_text(tmp_path):
+    from attnbench.analyze.history_trends import trends
+    from attnbench.store.history import points
+
+    head = ["model.head_dim=128"]
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111aaaa"), _night(tmp_path, "n2", 2, 1.0),
+              _night(tmp_path, "n3", 3, 1.9, head), _night(tmp_path, "n4", 4, 1.9, head),
+              _night(tmp_path, "n5", 5, 1.0, head, sha="b" * 64)]
+    db = tmp_path / "h.sqlite"
+    r = cli.invoke(app, ["history", "add", str(nights[0]), "--db", str(db)])  # the commit the run recorded
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["history", "add", *map(str, nights[1:]), "--db", str(db), "--commit", "2222222"])
+    assert r.exit_code == 0, r.output
+    pts = points(db)
+    assert [p.run.git_commit for p in pts] == ["1111111aaaa"] + ["2222222"] * 4
+    assert [p.run.overrides for p in pts] == [[], [], head, head, head]
+    steps = trends(pts)[("s", "ctx=1", "a")]
+    assert [s.result is not None for s in steps] == [False, True, False, True, False]
+    assert steps[2].note == "--set overrides changed (none -> --set model.head_dim=128): not compared"
+    assert steps[4].note.startswith("scenario text changed (sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb): not compared")
+    assert all(s.result.verdict != "regressed" for s in steps if s.result)
+    shown = cli.invoke(app, ["history", "show", "--db", str(db)])
+    assert shown.exit_code == 0 and "regressed" not in shown.output and "1111111aaa" in shown.output, shown.output
+
+
+def test_a_history_made_before_overrides_were_stored(tmp_path):
+    import sqlite3
+
+    from attnbench.analyze.history_trends import trends
+    from attnbench.store.history import points
+
+    db = tmp_path / "h.sqlite"
+    old = [_night(tmp_path, "n1", 1, 1.0), _night(tmp_path, "n2", 2, 1.0)]
+    assert cli.invoke(app, ["history", "add", *map(str, old), "--db", str(db)]).exit_code == 0
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE runs DROP COLUMN overrides")  # as an earlier attnbench wrote it
+    con.commit()
+    con.close()
+    assert [p.run.overrides for p in points(db)] == [None, None]  # read as it is
+    new = [_night(tmp_path, "n3", 3, 1.0), _night(tmp_path, "n4", 4, 1.0, ["model.head_dim=128"])]
+    assert cli.invoke(app, ["history", "add", *map(str, new), "--db", str(db)]).exit_code == 0  # adds the column
+    pts = points(db)
+    assert [p.run.overrides for p in pts] == [None, None, [], ["model.head_dim=128"]]
+    steps = trends(pts)[("s", "ctx=1", "a")]
+    assert [s.result is not None for s in steps] == [False, True, True, False]  # not recorded = none
+
+
+def test_history_marks_a_run_of_edited_code(tmp_path):
+    from attnbench.store.history import points
+    from attnbench.store.runfolder import environment, git_dirty
+
+    env = environment("cpu test", {})
+    assert "git_dirty" in env and env["git_dirty"] == git_dirty(ROOT / "attnbench")
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "clean", 1, 1.0, commit="abcdef1234567", dirty=False),
+              _night(tmp_path, "edited", 2, 1.0, commit="abcdef1234567", dirty=True)]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    assert [p.run.git_commit for p in points(db)] == ["abcdef1234567", "abcdef1234567+dirty"]
+    shown = cli.invoke(app, ["history", "show", "--db", str(db)])
+    assert shown.exit_code == 0 and "abcdef1234+dirty" in shown.output, shown.output
+
+
+def test_history_show_as_json(tmp_path):
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111"), _night(tmp_path, "n2", 2, 2.0, commit="2222222"),
+              _night(tmp_path, "n3", 3, 2.0, ["model.head_dim=128"], commit="3333333")]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    r = cli.invoke(app, ["history", "show", "--db", str(db), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    recs = json.loads(r.stdout)
+    assert [(x["commit"], x["compared"], x["verdict"]) for x in recs] == [
+        ("1111111", False, None), ("2222222", True, "regressed"), ("3333333", False, None)]
+    assert 1.8 < recs[1]["ratio"] < 2.2 and recs[1]["lo"] > 1 and recs[2]["overrides"] == ["model.head_dim=128"]
+    assert "not compared" in recs[2]["note"]
+    assert cli.invoke(app, ["history", "show", "--db", str(db), "--format", "xml"]).exit_code == 2
+
+
+def test_trend_chart_x_axis_is_the_runs_date_and_commit(tmp_path):
+    db = tmp_path / "h.sqlite"
+    nights = [_night(tmp_path, "n1", 1, 1.0, commit="1111111aaaa"), _night(tmp_path, "n2", 2, 2.0, commit="2222222bbb"),
+              _night(tmp_path, "n3", 3, 2.0, commit="3333333ccc", dirty=True)]
+    assert cli.invoke(app, ["history", "add", *map(str, nights), "--db", str(db)]).exit_code == 0
+    out = tmp_path / "r.html"
+    r = cli.invoke(app, ["report", str(nights[-1]), "-o", str(out), "--history", str(db)])
+    assert r.exit_code == 0, r.output
+    svg = out.read_text().split('data-chart="trend"', 1)[1].split("</svg>", 1)[0]
+    for label in ("2026-01-01 00:00 1111111", "2026-01-02 00:00 2222222", "2026-01-03 00:00 3333333+dirty"):
+        assert label in svg, svg
+    assert "history point (1 .." not in svg

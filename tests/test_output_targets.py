@@ -1,0 +1,140 @@
+"""Issue 37, data loss 1 and 2: one rule for every file a command writes (report -o, import -o,
+baseline --to, history add --db): never over something that is not a regular file (a device
+such as /dev/null, a fifo, a socket, a folder, a symbolic link to one), never over an input of
+the command, never over a run folder's own files or into a folder below a run folder."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli.app import app
+from attnbench.store.runfolder import RunFolderError, atomic_write, check_output
+
+from .test_cli import TINY
+
+cli = CliRunner()
+TRACE = Path(__file__).resolve().parents[1] / "attnbench" / "scenarios" / "traces" / "synthetic-serving.jsonl"
+
+
+@pytest.fixture(scope="module")
+def made_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("made")
+    (d / "tiny.yaml").write_text(TINY)
+    r = cli.invoke(app, ["run", str(d / "tiny.yaml"), "--out", str(d / "run"), "-q", "--set", "sweep={}"])
+    assert r.exit_code == 0, r.output
+    return d / "run"
+
+
+@pytest.fixture
+def run(made_run, tmp_path):
+    shutil.copytree(made_run, tmp_path / "run")
+    (tmp_path / "run" / ".lock").unlink(missing_ok=True)
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def trace(tmp_path):
+    t = tmp_path / "trace.jsonl"
+    shutil.copyfile(TRACE, t)
+    return t
+
+
+def _write(cmd: str, run: Path, trace: Path, target: Path):
+    args = {
+        "report": ["report", str(run), "-o", str(target)],
+        "import": ["import", str(trace), "-o", str(target)],
+        "baseline": ["baseline", str(run), "--to", str(target)],
+        "history": ["history", "add", str(run), "--db", str(target)],
+    }[cmd]
+    return cli.invoke(app, args)
+
+
+FLAGS = {"report": "--out/-o", "import": "--out/-o", "baseline": "--to", "history": "--db"}
+
+
+@pytest.mark.parametrize("cmd", ["report", "import", "baseline", "history"])
+@pytest.mark.parametrize("how", ["fifo", "link to a fifo"])
+def test_a_target_that_is_not_a_regular_file_is_refused_and_kept(cmd, how, run, trace, tmp_path):
+    # a fifo stands in for /dev/null: as root, `report RUN -o /dev/null` replaced the device
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = fifo
+    if how != "fifo":
+        target = tmp_path / "link"
+        target.symlink_to(fifo)
+    r = _write(cmd, run, trace, target)
+    assert r.exit_code == 2, r.output
+    assert FLAGS[cmd] in r.output and str(target) in r.output and "not a regular file" in r.output, r.output
+    assert "choose another path" in r.output or "elsewhere" in r.output, r.output
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if how != "fifo":
+        assert target.is_symlink() and os.readlink(target) == str(fifo)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_folder_as_report_or_import_target_is_refused(run, trace, tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    for cmd in ("report", "import"):
+        r = _write(cmd, run, trace, d)
+        assert r.exit_code == 2 and "a folder" in r.output and "--out/-o" in r.output, r.output
+        assert d.is_dir() and list(d.iterdir()) == []
+
+
+def test_import_never_replaces_its_trace(trace, tmp_path):
+    before = trace.read_bytes()
+    r = cli.invoke(app, ["import", str(trace), "-o", str(trace)])
+    assert r.exit_code == 2 and "an input of this command" in r.output, r.output
+    assert trace.read_bytes() == before
+    link = tmp_path / "same.yaml"
+    link.symlink_to(trace)
+    r = cli.invoke(app, ["import", str(trace), "-o", str(link)])
+    assert r.exit_code == 2 and "an input of this command" in r.output, r.output
+    assert trace.read_bytes() == before
+
+
+def test_report_never_replaces_its_history(run, tmp_path):
+    db = tmp_path / "h.db"
+    assert cli.invoke(app, ["history", "add", str(run), "--db", str(db)]).exit_code == 0
+    before = db.read_bytes()
+    r = cli.invoke(app, ["report", str(run), "--history", str(db), "-o", str(db)])
+    assert r.exit_code == 2 and "an input of this command" in r.output, r.output
+    assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("cmd,name", [("report", "rows.jsonl"), ("report", "manifest.json"),
+                                      ("report", "results.csv"), ("import", "rows.jsonl"),
+                                      ("import", "manifest.json"), ("history", "rows.jsonl")])
+def test_no_command_writes_over_a_run_folders_files(cmd, name, run, trace):
+    before = (run / name).read_bytes()
+    r = _write(cmd, run, trace, run / name)
+    assert r.exit_code == 2 and "of the run folder" in r.output and FLAGS[cmd] in r.output, r.output
+    assert (run / name).read_bytes() == before
+
+
+def test_nor_into_a_folder_below_a_run_folder_but_beside_its_files_is_fine(run, trace):
+    (run / "plots").mkdir()
+    for cmd in ("report", "import"):
+        r = _write(cmd, run, trace, run / "plots" / "x.out")
+        assert r.exit_code == 2 and "of the run folder" in r.output, r.output
+        assert not (run / "plots" / "x.out").exists()
+    r = _write("report", run, trace, run / "report.html")
+    assert r.exit_code == 0, r.output
+    r = _write("import", run, trace, run / "scenario.yaml")
+    assert r.exit_code == 0, r.output
+
+
+def test_the_rule_and_atomic_write_refuse_a_fifo(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RunFolderError, match="--x .*fifo.*not a regular file"):
+        check_output(fifo, "--x")
+    with pytest.raises(OSError, match="not a regular file"):
+        atomic_write(fifo, "text")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert check_output(tmp_path / "new.txt", "--x") == tmp_path / "new.txt"

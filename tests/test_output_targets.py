@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.app import app
-from attnbench.store.runfolder import RunFolderError, atomic_write, check_output
+from attnbench.store.outputs import check_write_target
+from attnbench.store.runfolder import RunFolderError, atomic_write
 
 from .test_cli import TINY
 
@@ -133,8 +134,39 @@ def test_the_rule_and_atomic_write_refuse_a_fifo(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with pytest.raises(RunFolderError, match="--x .*fifo.*not a regular file"):
-        check_output(fifo, "--x")
+        check_write_target(fifo, "--x")
     with pytest.raises(OSError, match="not a regular file"):
         atomic_write(fifo, "text")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    assert check_output(tmp_path / "new.txt", "--x") == tmp_path / "new.txt"
+    assert check_write_target(tmp_path / "new.txt", "--x") == tmp_path / "new.txt"
+
+
+# ---------------------------------------------------------------- data loss 4: --save-tensors
+def _saved(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.pt"))}
+
+
+def test_save_tensors_into_another_runs_tensors_is_refused(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    one = ["run", str(tmp_path / "tiny.yaml"), "-q", "--set", "sweep={}"]
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "a"), "--save-tensors", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    kept = _saved(tmp_path / "t")
+    assert kept
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "b"), "--save-tensors", str(tmp_path / "t")])
+    assert r.exit_code == 2 and "--save-tensors" in r.output and "holds the case files of the run" in r.output, r.output
+    assert str(tmp_path / "a") in r.output
+    assert _saved(tmp_path / "t") == kept and not (tmp_path / "b" / "rows.jsonl").exists()
+    # inside another run's folder, or a run folder itself (another's, or this run's own --out)
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "c"), "--save-tensors", str(tmp_path / "a" / "tensors")])
+    assert r.exit_code == 2 and "inside the run folder" in r.output, r.output
+    assert not (tmp_path / "a" / "tensors").exists()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if p.is_file()}
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "d"), "--save-tensors", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "a run folder" in r.output, r.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if p.is_file()} == before
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "e"), "--save-tensors", str(tmp_path / "e")])
+    assert r.exit_code == 2 and "a run folder" in r.output, r.output
+    # this run's own tensors folder inside its own --out is its own
+    r = cli.invoke(app, [*one, "--out", str(tmp_path / "f"), "--save-tensors", str(tmp_path / "f" / "tensors")])
+    assert "inside the run folder" not in r.output and "a run folder (its" not in r.output, r.output

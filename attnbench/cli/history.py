@@ -13,7 +13,8 @@ from rich.text import Text
 from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, trends
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
-from attnbench.store.runfolder import RunFolder, check_output
+from attnbench.store.outputs import check_write_target
+from attnbench.store.runfolder import RunFolder
 
 history_app = typer.Typer(no_args_is_help=True,
                           help="Keep runs in an SQLite history and show trends per case and backend.")
@@ -49,7 +50,7 @@ def add_cmd(
     commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test"),
 ):
     """Store runs' rows (device fingerprint, commit, scenario text hash, options) in the history."""
-    db = check_output(db or default_db(), "--db", inputs=runs, example="results/history.db")
+    db = check_write_target(db or default_db(), "--db", inputs=runs, example="results/history.db")
     for run in runs:
         if not run.is_dir():
             raise UsageError(f"{run}: not a run folder (no such folder)")

@@ -20,7 +20,8 @@ from typing import Any, Optional
 from attnbench.store.fingerprint import clean_fingerprint, fingerprint
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
-from attnbench.store.runfolder import RunFolder, atomic_write, check_output, utc_now
+from attnbench.store.outputs import check_write_target
+from attnbench.store.runfolder import RunFolder, atomic_write, utc_now
 
 class BaselineError(ValueError):
     """A file that is not a usable baseline or run folder; the message says which and why."""
@@ -178,7 +179,7 @@ def write_baseline(run: Path, to: Path) -> dict:
     to = Path(to)
     if to.is_dir():
         raise BaselineError(f"--to {to}: a folder; name the baseline file, e.g. {to / 'NAME.json'}")
-    to = check_output(to, "--to", inputs=[run], example="results/baselines/NAME.json")
+    to = check_write_target(to, "--to", inputs=[run], example="results/baselines/NAME.json")
     doc = make_baseline(run)
     to.parent.mkdir(parents=True, exist_ok=True)
     # one row per line: reviewable diffs when a committed baseline is refreshed

@@ -26,7 +26,7 @@ TRACE = Path(__file__).resolve().parents[1] / "attnbench" / "scenarios" / "trace
 def made_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("made")
     (d / "tiny.yaml").write_text(TINY)
-    r = cli.invoke(app, ["run", str(d / "tiny.yaml"), "--out", str(d / "run"), "-q", "--set", "sweep={}"])
+    r = cli.invoke(app, ["run", str(d / "tiny.yaml"), "--out", str(d / "run"), "-q"])
     assert r.exit_code == 0, r.output
     return d / "run"
 
@@ -170,3 +170,26 @@ def test_save_tensors_into_another_runs_tensors_is_refused(tmp_path):
     # this run's own tensors folder inside its own --out is its own
     r = cli.invoke(app, [*one, "--out", str(tmp_path / "f"), "--save-tensors", str(tmp_path / "f" / "tensors")])
     assert "inside the run folder" not in r.output and "a run folder (its" not in r.output, r.output
+
+
+def test_plot_never_writes_a_png_over_a_fifo_or_through_a_link(run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plots"
+    out.mkdir()
+    elsewhere = tmp_path / "precious.txt"
+    elsewhere.write_text("keep me")
+    r = cli.invoke(app, ["plot", str(run), "--x", "page_size", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in out.glob("*.png"))
+    assert names
+    for p in out.glob("*.png"):
+        p.unlink()
+    os.mkfifo(out / names[0])
+    r = cli.invoke(app, ["plot", str(run), "--x", "page_size", "--out", str(out)])
+    assert r.exit_code == 2 and names[0] in r.output and "not a regular file" in r.output, r.output
+    assert stat.S_ISFIFO(os.lstat(out / names[0]).st_mode)
+    os.unlink(out / names[0])
+    (out / names[0]).symlink_to(elsewhere)
+    r = cli.invoke(app, ["plot", str(run), "--x", "page_size", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert elsewhere.read_text() == "keep me" and not (out / names[0]).is_symlink()

@@ -49,8 +49,8 @@ class RowsFileWarning(UserWarning):
     """Lines of a rows.jsonl that are not result rows: skipped and counted, never silently."""
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file of this writer's own (never one a
+def atomic_write(path: Path, text) -> None:
+    """Write ``text`` (str, or bytes) to ``path`` through a temporary file of this writer's own (never one a
     second process shares), so that ``path`` holds the old text or the new, never a mix; the
     temporary file goes away when the write fails (a full disk, say), and the error names
     ``path`` (a failed write to a file descriptor names no file of its own)."""
@@ -61,7 +61,7 @@ def atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it (mkstemp makes 0600): rows.jsonl's mode
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

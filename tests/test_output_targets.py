@@ -193,3 +193,10 @@ def test_plot_never_writes_a_png_over_a_fifo_or_through_a_link(run, tmp_path):
     r = cli.invoke(app, ["plot", str(run), "--x", "page_size", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert elsewhere.read_text() == "keep me" and not (out / names[0]).is_symlink()
+
+
+def test_another_programs_manifest_json_above_makes_no_run_folder(trace, tmp_path):
+    (tmp_path / "manifest.json").write_text('{"name": "a web app", "version": 2}')
+    (tmp_path / "docs").mkdir()
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "docs" / "s.yaml")])
+    assert r.exit_code == 0, r.output

@@ -3,6 +3,7 @@
 the command, never over a run folder's own files (issue 37)."""
 from __future__ import annotations
 
+import json
 import os
 import stat as _stat
 from pathlib import Path
@@ -13,10 +14,26 @@ from attnbench.store.runfolder import LOCK_NAME, RunFolderError
 RUN_FILES = ("manifest.json", "rows.jsonl", "results.csv", "rows.broken.jsonl", LOCK_NAME)
 
 
+def is_run_folder(d: Path) -> bool:
+    """A folder holding a rows.jsonl, or an attnbench manifest.json (an object with a ``scenario``:
+    another program's manifest.json higher up, a web project's, makes no run folder)."""
+    d = Path(d)
+    if (d / "rows.jsonl").is_file():
+        return True
+    m = d / "manifest.json"
+    try:
+        if not m.is_file() or m.stat().st_size > 50_000_000:
+            return False
+        doc = json.loads(m.read_bytes())
+    except (OSError, ValueError):
+        return (d / LOCK_NAME).is_file()  # a run's manifest being written, or damaged: still the run's
+    return isinstance(doc, dict) and "scenario" in doc
+
+
 def _run_folder_of(path: Path) -> Optional[Path]:
-    """The run folder holding ``path`` (a folder above it with a manifest.json or rows.jsonl), or None."""
+    """The run folder holding ``path`` (a folder above it), or None."""
     for d in path.parents:
-        if (d / "manifest.json").is_file() or (d / "rows.jsonl").is_file():
+        if is_run_folder(d):
             return d
     return None
 

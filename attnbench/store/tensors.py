@@ -106,10 +106,6 @@ def _owner(directory: Path) -> Optional[str]:
     return None
 
 
-def _is_run_folder(d: Path) -> bool:
-    return (d / "manifest.json").is_file() or (d / "rows.jsonl").is_file()
-
-
 def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None:
     """Refuse, before a new run starts, a ``--save-tensors`` folder whose files are another
     run's (case files would be replaced, their outputs lost): a run folder (another's, or this
@@ -117,6 +113,7 @@ def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None
     run folder that still exists. RunFolderError names the flag, the folder and the fix."""
     if directory is None:
         return
+    from attnbench.store.outputs import is_run_folder as _is_run_folder
     from attnbench.store.runfolder import RunFolderError
 
     d = Path(os.path.realpath(directory))

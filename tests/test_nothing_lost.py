@@ -166,11 +166,21 @@ def test_k_count_1_runs_only_count_1(tiny, tmp_path):
 
 
 def test_a_new_run_into_the_same_tensors_folder_keeps_no_output_of_the_old_run(tiny, tmp_path):
+    # while the old run's folder exists its case files are its own: refused (issue 37); once it
+    # is gone, a new run's files replace its orphans and never merge with them
+    import shutil
+
     tensors = tmp_path / "tensors"
-    for out, backends in (("one", ["reference", "sdpa"]), ("two", ["reference"])):
+    for out, backends, code in (("one", ["reference", "sdpa"], 0), ("two", ["reference"], 2), ("two", ["reference"], 0)):
+        if out == "two" and code == 0:
+            shutil.rmtree(tmp_path / "one")
         args = ["run", str(tiny), "--out", str(tmp_path / out), "--save-tensors", str(tensors), "--set", "sweep={}", "-q"]
         r = cli.invoke(app, args + [x for b in backends for x in ("-b", b)])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == code, r.output
+        if code == 2:
+            assert "holds the case files of the run" in r.output, r.output
+            [f] = list(tensors.glob("*.pt"))
+            assert sorted(torch.load(f, weights_only=True)["outputs"]) == ["reference", "sdpa"]
     [f] = list(tensors.glob("*.pt"))
     blob = torch.load(f, weights_only=True)
     assert sorted(blob["outputs"]) == ["reference"] and blob["run"] == str(tmp_path / "two")

@@ -133,6 +133,18 @@ def _series(rows: list[Row], x: str, metric: str) -> tuple[list, list[float], li
     return xs, [statistics.median(at[v]) for v in xs], [min(at[v]) for v in xs], [max(at[v]) for v in xs]
 
 
+def _save(fig, path: Path) -> None:
+    """The PNG through ``atomic_write``: never written through a link or over a device or fifo
+    placed where a plot goes, never half written."""
+    import io
+
+    from attnbench.store.runfolder import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomic_write(path, buf.getvalue())
+
+
 def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> None:
     combos = list(dict.fromkeys(tuple(_value(r, k) for k in facets) for r in rows))[:MAX_PANELS]
     ncols = min(3, len(combos))
@@ -166,7 +178,7 @@ def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> 
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     fig.suptitle(head + (f"\n{sub}" if sub else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -255,7 +267,7 @@ def roofline_chart(plt, rows: list[Row], path: Path, scenario: str) -> Optional[
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, path)
     plt.close(fig)
     return path
 

@@ -15,6 +15,7 @@ from rich.text import Text
 from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, step_record, trends
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
+from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import RunFolder
 
 history_app = typer.Typer(no_args_is_help=True,
@@ -51,7 +52,7 @@ def add_cmd(
     commit: Optional[str] = typer.Option(None, "--commit", metavar="SHA", help="the commit of the code under test (default: the git commit the run recorded)"),
 ):
     """Store runs' rows (device fingerprint, commit, scenario text hash, --set overrides, options) in the history."""
-    db = db or default_db()
+    db = check_write_target(db or default_db(), "--db", inputs=runs, example="results/history.db")
     for run in runs:
         if not run.is_dir():
             raise UsageError(f"{run}: not a run folder (no such folder)")

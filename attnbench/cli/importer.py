@@ -9,6 +9,7 @@ import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
 from attnbench.cli.numbers import check_numbers
+from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import atomic_write
 from attnbench.workload.traces import TraceError, read_trace, scenario_yaml
 
@@ -32,6 +33,7 @@ def import_cmd(
                   round_context=round_context, max_cases=max_cases)
     if not trace.is_file():
         raise UsageError(f"{trace}: no such trace file")
+    check_write_target(out, "--out/-o", inputs=[trace], example="scenarios/NAME.yaml")
     try:
         imp = read_trace(trace, round_context, max_cases)
     except TraceError as e:

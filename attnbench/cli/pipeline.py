@@ -85,6 +85,9 @@ def ensure_selected(runner: "Runner", path: str) -> None:
 def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool, spec) -> RunFolder:
     """A new run folder with its manifest (profiles go inside it, with --profile)."""
     opts = runner.opts
+    from attnbench.store.tensors import check_tensors_folder
+
+    check_tensors_folder(opts.save_tensors, out)
     check_writable(opts.save_tensors, "--save-tensors")
     folder = RunFolder.create(results_dir, runner.sf.name, out)
     opts.run = str(folder.path)  # whose --save-tensors files a resume may merge into

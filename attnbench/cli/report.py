@@ -9,6 +9,7 @@ import typer
 
 from attnbench.analyze.report import RunData, build_report
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import RunFolder, atomic_write
 
 
@@ -40,6 +41,7 @@ def report_cmd(
 ):
     """Write one self-contained HTML report of runs: the rows (sortable, filterable), the
     comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
+    check_write_target(out, "--out/-o", inputs=[*runs, history], example="report.html")
     data = load_runs(runs)
     extra = []
     if history is not None:

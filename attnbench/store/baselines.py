@@ -20,6 +20,7 @@ from typing import Any, Optional
 from attnbench.store.fingerprint import clean_fingerprint, fingerprint
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
+from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import RunFolder, atomic_write, utc_now
 
 class BaselineError(ValueError):
@@ -195,17 +196,11 @@ def make_baseline(run: Path, min_rounds: int = 0) -> dict:
     }
 
 
-RUN_FILES = ("manifest.json", "rows.jsonl", "results.csv", "rows.broken.jsonl", ".lock")
-
-
 def write_baseline(run: Path, to: Path, min_rounds: int = 0) -> dict:
     to = Path(to)
     if to.is_dir():
         raise BaselineError(f"--to {to}: a folder; name the baseline file, e.g. {to / 'NAME.json'}")
-    inside = Path(run).resolve() in to.resolve().parents
-    if inside and (to.name in RUN_FILES or to.resolve().parent != Path(run).resolve()):
-        raise BaselineError(f"--to {to}: a file of the run folder {run} itself; write the baseline elsewhere, "
-                            f"e.g. results/baselines/NAME.json")
+    to = check_write_target(to, "--to", inputs=[run], example="results/baselines/NAME.json")
     doc = make_baseline(run, min_rounds)
     to.parent.mkdir(parents=True, exist_ok=True)
     # one row per line: reviewable diffs when a committed baseline is refreshed

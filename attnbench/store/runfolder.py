@@ -38,6 +38,9 @@ from attnbench.workload.units import safe_name
 CSV_EVERY_S = 10.0  # rewriting results.csv after every row made a 300-row sweep quadratic
 
 
+LOCK_NAME = ".lock"
+
+
 class RunFolderError(ValueError):
     """A folder that cannot be used as a run folder; the message names it and the fix."""
 
@@ -46,16 +49,19 @@ class RowsFileWarning(UserWarning):
     """Lines of a rows.jsonl that are not result rows: skipped and counted, never silently."""
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file of this writer's own (never one a
+def atomic_write(path: Path, text) -> None:
+    """Write ``text`` (str, or bytes) to ``path`` through a temporary file of this writer's own (never one a
     second process shares), so that ``path`` holds the old text or the new, never a mix; the
     temporary file goes away when the write fails (a full disk, say), and the error names
     ``path`` (a failed write to a file descriptor names no file of its own)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a device, a fifo, a folder: never renamed over
+        raise IsADirectoryError(21, "not a regular file: writing would replace it", str(path)) if path.is_dir() \
+            else OSError(17, "not a regular file: writing would replace it", str(path))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it (mkstemp makes 0600): rows.jsonl's mode
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -123,7 +129,7 @@ def environment(device_name: str, backend_versions: dict[str, str], host: Option
     }
 
 
-LOCK = ".lock"
+LOCK = LOCK_NAME
 
 
 def _lock(path: Path):

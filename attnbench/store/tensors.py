@@ -93,5 +93,48 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
     return path
 
 
+def _owner(directory: Path) -> Optional[str]:
+    """The run folder whose case files ``directory`` holds (the ``run`` of its first ``.pt``
+    file that names one), else None. Memory-mapped: only the small fields are read."""
+    for f in sorted(Path(directory).glob("*.pt"))[:8]:
+        try:
+            blob = torch.load(f, weights_only=True, map_location="cpu", mmap=True)
+        except Exception:  # not a case file of ours
+            continue
+        if isinstance(blob, dict) and isinstance(blob.get("run"), str):
+            return blob["run"]
+    return None
+
+
+def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None:
+    """Refuse, before a new run starts, a ``--save-tensors`` folder whose files are another
+    run's (case files would be replaced, their outputs lost): a run folder (another's, or this
+    run's own ``--out``), a folder inside another run folder, a folder holding the case files of a
+    run folder that still exists. RunFolderError names the flag, the folder and the fix."""
+    if directory is None:
+        return
+    from attnbench.store.outputs import is_run_folder as _is_run_folder
+    from attnbench.store.runfolder import RunFolderError
+
+    d = Path(os.path.realpath(directory))
+    own = Path(os.path.realpath(out)) if out is not None else None
+    fix = f"choose a folder of its own, e.g. {Path(out) / 'tensors'}" if out is not None else \
+        "choose a new folder for this run's tensors"
+    if d == own or (d.is_dir() and _is_run_folder(d)):
+        raise RunFolderError(f"--save-tensors {directory}: a run folder (its case files would sit among the run's "
+                             f"files, and replace another run's); {fix}")
+    for parent in d.parents:
+        if parent == own:
+            break  # inside this run's own folder (--out R --save-tensors R/tensors): its own
+        if _is_run_folder(parent):
+            raise RunFolderError(f"--save-tensors {directory}: inside the run folder {parent}, whose files are its own; "
+                                 f"{fix}")
+    if d.is_dir():
+        owner = _owner(d)
+        if owner and _is_run_folder(Path(owner)) and (own is None or Path(os.path.realpath(owner)) != own):
+            raise RunFolderError(f"--save-tensors {directory}: holds the case files of the run {owner}; this run would "
+                                 f"replace them (their outputs lost): {fix}, or remove those files first")
+
+
 def _cpu(t):
     return None if t is None else t.cpu()

@@ -24,6 +24,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$OUTDIR/pip_e.log" 2>&1 || cat "$OUTDIR/pip_e.log"
 TIMING="--warmup-ms 10 --measure-ms 60"
 SAVE=/tmp/gpu_workloads_tensors  # GBs of caches: kept off $OUT
+rm -rf "$SAVE"  # a new run refuses a tensors folder holding the case files of a run folder that still exists
 python3 -m attnbench backends
 for s in shared-prefix-decode-llama3-8b shared-prefix-trees-llama3-8b tree-costs-llama3-8b; do
   el "$s: every backend"

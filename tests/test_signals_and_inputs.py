@@ -44,7 +44,9 @@ def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
 def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "sleepy",
-                          "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128]}", "-q"],
+                          # 24 cases of >= 0.4 s each: the SIGINT lands mid-run even when this process is
+                          # descheduled for seconds (a loaded CI machine finished 6 cases before it once)
+                          "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128], seed: [0, 1, 2, 3]}", "-q"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_rows(out, 2)
     os.kill(p.pid, signal.SIGINT)  # the supervising parent's pid, not the process group
@@ -52,7 +54,7 @@ def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
     assert p.returncode == 130, stderr
     assert "interrupted" in stderr and f"--resume {out}" in stderr and "Traceback" not in stderr
     rf = RunFolder.load(out)
-    assert rf.manifest.status == "incomplete" and 2 <= len(rf.rows) < 12
+    assert rf.manifest.status == "incomplete" and 2 <= len(rf.rows) < 48
 
 
 @pytest.mark.slow

@@ -501,6 +501,7 @@ def test_a_baseline_not_ok_in_a_case_is_not_replaced_by_the_fastest():
     assert {r["backend"] for r in backend_records(comps)} == {"a", "b", "c"}
 
 
+@pytest.mark.slow
 def test_compare_backends_baseline_is_matched_by_its_canonical_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # mask=blocks is flex's default: its rows say `flex`; the ratios must be against flex, not sdpa

@@ -197,6 +197,7 @@ def _issue_like_batch(feature, seed=0):
 
 @pytest.mark.parametrize("mask", ["blocks", "dense"])
 @pytest.mark.parametrize("feature", list(ISSUE_FEATURES))
+@pytest.mark.slow
 def test_the_emulated_fused_kernel_matches_the_reference_per_request(feature, mask, monkeypatch):
     monkeypatch.setattr(flex_mod, "BLOCK", 4)
     b = _issue_like_batch(feature)

@@ -5,9 +5,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_flex_diag_runs_on_the_cpu(capsys):
     spec = importlib.util.spec_from_file_location("flex_diag", ROOT / "scripts" / "gpu" / "flex_diag.py")
     mod = importlib.util.module_from_spec(spec)

@@ -71,6 +71,7 @@ def _count(fn, device):  # the kernel count needs CUDA's profiler; one "kernel" 
 
 @pytest.mark.parametrize("scale", ["per-tensor", "per-head"])
 @pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.slow
 def test_graph_check_on_the_fp8_window_tree_batch(page, scale, cuda_like_fp8):
     """The check the timer runs on a captured graph, with the eager call standing in for the
     replay: no false alarm, the caches really perturbed (finite FP8), every input back bit for bit."""

@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.app import app
@@ -95,6 +96,7 @@ def _tiny(tmp_path: Path) -> Path:
     return p
 
 
+@pytest.mark.slow
 def test_run_folder_line_is_one_line_in_a_log(tmp_path):
     out = tmp_path / ("a-rather-long-folder-name-" * 4) / "tonight-run-with-a-long-name"
     for fmt, stream in (("csv", "stderr"), ("table", "stdout")):
@@ -106,6 +108,7 @@ def test_run_folder_line_is_one_line_in_a_log(tmp_path):
         assert len(lines[0]) > 160  # longer than any width the console is given: not wrapped, not cut
 
 
+@pytest.mark.slow
 def test_piped_tables_honour_an_explicit_columns(tmp_path):
     def widest(text: str) -> int:
         return max(len(ln) for ln in text.splitlines() if "run folder:" not in ln)

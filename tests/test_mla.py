@@ -119,6 +119,7 @@ def test_spec_refuses_inconsistent_mla_fields():
 
 # -- reference and counting -----------------------------------------------------------------
 @pytest.mark.parametrize("page", [1, 4, 16])
+@pytest.mark.slow
 def test_reference_is_the_formula(page):
     batch = mla_batch(MIXED, page=page)
     ref, lse = reference_attention(batch)
@@ -212,6 +213,7 @@ def test_flashinfer_mla_reasons_without_flashinfer():
 
 
 # -- the independent check of saved tensors -------------------------------------------------
+@pytest.mark.slow
 def test_check_saved_follows_the_semantics_alone(tmp_path):
     import importlib.util
 

@@ -66,6 +66,7 @@ def test_mixed_batch(dtype, page, layout):
 
 
 @pytest.mark.parametrize("splits", [2, 5])
+@pytest.mark.slow
 def test_split_keys_are_merged(splits):
     plan = check(MIXED, splits=splits, hq=2, rank=32)
     assert plan.num_merge > 0 and int((plan.units[:, 5] >= 0).sum()) > 0
@@ -78,6 +79,7 @@ def test_sixteen_heads_several_tokens_a_unit_and_wide_trees():
     assert plan.cfg.block_m == 64 and plan.anc.shape[1] == 2
 
 
+@pytest.mark.slow
 def test_plan_splits_long_decodes_by_itself():
     plan = check([Request("decode", 1, 2000), Request("decode", 1, 700)], hq=16, rank=32)
     assert plan.num_merge == 32  # both decodes split: 16 heads each

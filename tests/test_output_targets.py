@@ -172,6 +172,7 @@ def test_save_tensors_into_another_runs_tensors_is_refused(tmp_path):
     assert "inside the run folder" not in r.output and "a run folder (its" not in r.output, r.output
 
 
+@pytest.mark.slow
 def test_plot_never_writes_a_png_over_a_fifo_or_through_a_link(run, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"

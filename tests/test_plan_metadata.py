@@ -188,6 +188,7 @@ batch:
         load_text(base.replace("TREE", "{chain: 2, dynamic: maybe}"))
 
 
+@pytest.mark.slow
 def test_plan_gets_what_convert_returned_and_rows_report_convert_ms(tmp_path):
     """SDPA's gather and dense mask are convert_ms, its plan is what is left; backends that
     convert nothing report 0. The column is in the CSV."""

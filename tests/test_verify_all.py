@@ -42,6 +42,7 @@ def test_route_specs_cover_every_route_option():
     assert gpulib.route_specs("sdpa") == ["sdpa"]
 
 
+@pytest.mark.slow
 def test_shrink_keeps_what_decides_the_kernels():
     """Every GPU scenario's cases shrink to a few pages per request with the same signature, and
     FlashInfer takes the same route (every route's reasons and auto's choice) on the small batch."""
@@ -82,6 +83,7 @@ def test_status_table_counts_and_reasons():
     assert gpulib.failed_rows(rows) == ["s1 | a | flex: mismatch: rel err 0.3"]
 
 
+@pytest.mark.slow
 def test_warmup_worker_protocol_and_budget(tmp_path):
     """The warm-up's workers on the CPU (sdpa stands in for FlashInfer): every distinct item ok;
     with no time, every item is cut and the workers are gone."""
@@ -169,6 +171,7 @@ def test_verify_all_sh_dry_run(tmp_path):
     assert "| sdpa | quickstart | 2 | 2 | 0 | 0 | 0 | 2 ok |" in table, table
 
 
+@pytest.mark.slow
 def test_gpu_tests_sh_dry_run(tmp_path):
     env = _env(DRY_RUN="1", OUT=str(tmp_path))
     res = subprocess.run(["bash", str(GPU / "gpu_tests.sh"), "-k", "harness"], capture_output=True, text=True, env=env,
@@ -198,6 +201,7 @@ def test_save_tensors_skip_rewrites_for_rows_without_output(tmp_path, monkeypatc
     assert set(blob["outputs"]) == {"sdpa", "reference"}
 
 
+@pytest.mark.slow
 def test_flashinfer_jobs_go_last_and_the_warmup_command_parses(tmp_path, monkeypatch):
     """verify_all.py's pool runs FlashInfer's jobs after every other (the warm-up builds their
     kernels meanwhile); the warm-up command it builds parses (run here with --list)."""

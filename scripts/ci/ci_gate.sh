@@ -4,7 +4,7 @@
 # No stored numbers decide: a baseline from another host (another CPU model, another load) said
 # "regressed 1.5x" of unchanged code, so every machine now compares the two commits itself.
 #
-#   scripts/ci/ci_gate.sh [ARGS]     # working tree vs HEAD~1 (ARGS go to `compare commits`, e.g. --all);
+#   scripts/ci/ci_gate.sh [ARGS]     # working tree vs HEAD~1, every case listed (ARGS go to `compare commits`);
 #                                    # exit 1 on a regression or a broken case, 2 on bad input
 #   CI_GATE_BASE=REV                 # compare against REV instead (e.g. origin/main in a PR job)
 #   scripts/ci/gate_rates.sh [AA] [SLOW]   # measure this gate's false-alarm rate and power here
@@ -28,6 +28,6 @@ if ! git rev-parse --verify --quiet "$BASE^{commit}" >/dev/null; then
 fi
 rc=0
 attnbench compare commits attnbench/scenarios/ci-gate.yaml --base "$BASE" --device cpu \
-    --max-slowdown 20% --min-delta-us 2 --confidence 99% "$@" || rc=$?
+    --max-slowdown 20% --min-delta-us 2 --confidence 99% --all "$@" || rc=$?
 echo "ci-gate: $([[ $rc -eq 0 ]] && echo pass || echo "FAIL (exit $rc)") against $BASE ($(git rev-parse --short "$BASE"))"
 exit "$rc"

@@ -21,6 +21,7 @@ from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, err, handle_errors
 from attnbench.cli.rounds import with_enough_rounds
 from attnbench.cli.numbers import check_numbers
+from attnbench.execute.interleave import run_command
 from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.workload.units import safe_name
@@ -159,13 +160,7 @@ def check_cmd(
 # ---------------------------------------------------------------------------- calibrate
 def _spawn_run(scenario: Path, folder: Path, sets: List[str], backends: List[str], device: Optional[str]) -> float:
     """One ``attnbench run`` in a fresh process (runs of a gate are separate processes too)."""
-    cmd = [sys.executable, "-m", "attnbench", "run", str(scenario), "--out", str(folder), "-q"]
-    for s in sets:
-        cmd += ["--set", s]
-    for b in backends:
-        cmd += ["-b", b]
-    if device:
-        cmd += ["--device", device]
+    cmd = [sys.executable, "-m", "attnbench", *run_command(scenario, folder, sets, backends, device)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode not in (0, 1):  # 1: some row error/mismatch; the check reports it

@@ -65,16 +65,23 @@ def order(turns: int) -> list[tuple[int, int]]:
     return out
 
 
+def run_command(scenario: Path, folder: Path, sets: Sequence[str], backends: Sequence[str],
+                device: Optional[str]) -> list[str]:
+    """The ``attnbench`` arguments of one quiet ``run`` into ``folder`` (``calibrate``'s runs too)."""
+    args = ["run", str(scenario), "--out", str(folder), "-q"]
+    for s in sets:
+        args += ["--set", s]
+    for b in backends:
+        args += ["-b", b]
+    if device:
+        args += ["--device", device]
+    return args
+
+
 def run_args(plan: Plan, folder: Path) -> list[str]:
     """The ``attnbench`` arguments of one turn."""
-    args = ["run", str(plan.scenario), "--out", str(folder), "-q", "--set", f"timing.rounds={plan.rounds_per_turn}"]
-    for s in plan.sets:
-        args += ["--set", s]
-    for b in plan.backends:
-        args += ["-b", b]
-    if plan.device:
-        args += ["--device", plan.device]
-    return args
+    return run_command(plan.scenario, folder, [f"timing.rounds={plan.rounds_per_turn}", *plan.sets],
+                       plan.backends, plan.device)
 
 
 # What a worker runs: written next to the run folders, executed with the checkout on PYTHONPATH.

@@ -404,8 +404,11 @@ def _environment(st: State) -> str:
         m = st.args.work / "runs" / j.key / "manifest.json"
         if m.is_file():
             e = json.loads(m.read_text()).get("environment") or {}
+            # the device machine gets a copy of the working tree whose git metadata need not be the
+            # session's: the caller names the commit it sent (HOST_COMMIT, +dirty for uncommitted edits)
+            commit = os.environ.get("HOST_COMMIT") or f"{e.get('git_commit') or 'n/a'} (the copy's git metadata)"
             return (f"{e.get('device')}; torch {e.get('torch')}, CUDA {e.get('cuda')}, triton {e.get('triton')}; "
-                    f"attnbench commit {e.get('git_commit') or 'n/a'}")
+                    f"attnbench commit {commit}")
     return ""
 
 

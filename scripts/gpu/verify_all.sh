@@ -17,7 +17,11 @@
 #
 # Settings (environment): BUDGET_S (570: seconds from the start, setup included), WORKERS (4),
 # WARM_S (300) and WARM_PROCS (3) for the FlashInfer warm-up, JOB_MAX_S (300), SAVE_MAX_GB (0.7),
-# VERIFY_ARGS (more verify_all.py arguments). DRY_RUN=1: on a CPU, no setup, two tiny scenarios
+# VERIFY_ARGS (more verify_all.py arguments), HOST_COMMIT (the commit the caller sent: the table's
+# header names it; the device copy's own git metadata can be older), VERIFY_WORK (/tmp/verify_work).
+# Held-out batches: `python3 scripts/gpu/random_scenarios.py --n 30 --seed S --out /tmp/rand` then
+# VERIFY_ARGS="--scenarios /tmp/rand/*.yaml" (two such runs side by side need their own OUT and VERIFY_WORK).
+# DRY_RUN=1: on a CPU, no setup, two tiny scenarios
 # (tests/test_verify_all.py runs it so).
 # Leaves in $OUT: verify_table.md (the table), verify_rows.csv (every row), verify.log (all that
 # was printed), verify_runs.tgz (run folders, per-job logs, check_saved records, warm-up log).

@@ -113,11 +113,11 @@ def probe(device: str, backend_file: Optional[str]) -> dict[str, Optional[str]]:
 
 def plan_jobs(args, avail: dict[str, Optional[str]]) -> tuple[list[Job], list[str], list[str]]:
     """The jobs, the scenarios left out (why) and the backends left out (why)."""
-    from attnbench.backend import BUILTIN, backend_name
+    from attnbench.backend import BUILTIN, backend_name, canonical_spec
     from attnbench.workload.scenario import load
 
-    if args.specs:
-        specs = [s for s in args.specs.split(",") if s]
+    if args.specs:  # canonical, as the rows name them (xformers -> xformers:triton_only=on where set)
+        specs = list(dict.fromkeys(canonical_spec(s) for s in args.specs.split(",") if s))
     else:
         specs = [s for n, why in avail.items() if not why and n in BUILTIN for s in gpulib.route_specs(n)]
 

@@ -117,7 +117,7 @@ def plan_jobs(args, avail: dict[str, Optional[str]]) -> tuple[list[Job], list[st
     from attnbench.workload.scenario import load
 
     if args.specs:  # canonical, as the rows name them (xformers -> xformers:triton_only=on where set)
-        specs = list(dict.fromkeys(canonical_spec(s) for s in args.specs.split(",") if s))
+        specs = list(dict.fromkeys(_canonical(canonical_spec, s) for s in args.specs.split(",") if s))
     else:
         specs = [s for n, why in avail.items() if not why and n in BUILTIN for s in gpulib.route_specs(n)]
 
@@ -141,6 +141,13 @@ def plan_jobs(args, avail: dict[str, Optional[str]]) -> tuple[list[Job], list[st
                             note="" if save else f"not saved: its largest case's inputs are {biggest / 1e9:.1f} GB"))
     jobs.sort(key=lambda j: (j.lane == "flashinfer", -j.weight))
     return jobs, left_out_s, left_out_b
+
+
+def _canonical(canonical_spec, spec: str) -> str:
+    try:
+        return canonical_spec(spec)
+    except Exception:  # a --backend-file plugin: registered in the run's own process, not here
+        return spec
 
 
 def job_env(args) -> dict:

@@ -40,6 +40,16 @@ def test_flashinfer_profile_keeps_quick_builds():
         assert m["head_dim"] in (64, 128) and m["dtype"] in ("bfloat16", "float16")
 
 
+def test_plain_draws_are_ones_the_narrow_libraries_read():
+    docs = rs.generate(40, seed=4)
+    plain = [d for d in docs if d["kv_cache"]["page_size"] in (64, 256, 512) and d["model"].get("head_dim") == 128
+             and set(d["model"]) == {"num_q_heads", "num_kv_heads", "head_dim", "dtype"}]
+    assert len(plain) >= 8
+    for d in rs.generate(10, seed=4, profile="plain"):
+        assert set(d["model"]) == {"num_q_heads", "num_kv_heads", "head_dim", "dtype"} and d["model"]["head_dim"] == 128
+        assert d["kv_cache"]["page_size"] % 64 == 0 and "dtype" not in d["kv_cache"]
+
+
 def test_a_refused_draw_is_drawn_again(monkeypatch):
     calls = []
     real = rs.draw_scenario

@@ -9,7 +9,9 @@ missed (held-out checks find such batches too).
     python3 scripts/gpu/random_scenarios.py --n 24 --seed 7 --out /tmp/rand --profile flashinfer
 
 ``--profile flashinfer`` keeps the draws FlashInfer's JIT can build in minutes (head dims 64/128,
-16-bit dtypes): every new (dtype, head dim, variant) is a new module of 30-250 s there.
+16-bit dtypes): every new (dtype, head dim, variant) is a new module of 30-250 s there. About a
+third of the ``all`` draws (every ``--profile plain`` draw) keep to what every library reads (16-bit,
+head dim 128, NHD pages of 64/256/512, no variant), so that flash-attn and xformers run them too.
 Each file says its seed and index at the top; the same seed always gives the same files.
 """
 from __future__ import annotations
@@ -72,6 +74,15 @@ def draw_group(r: random.Random, max_ctx: int) -> dict[str, Any]:
     return g
 
 
+def draw_plain(r: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model and cache every library reads (16-bit, head dim 128, NHD, pages of 64/256/512, no
+    variant): the libraries with narrow limits (flash-attn, xformers) then run the random batch."""
+    kv = r.choice([1, 2, 4, 8])
+    model = {"num_q_heads": kv * r.choice([1, 2, 4, 8]), "num_kv_heads": kv, "head_dim": 128,
+             "dtype": r.choice(["bfloat16", "float16"])}
+    return model, {"page_size": r.choice([64, 256, 256, 512]), "layout": r.choice(LAYOUTS)}
+
+
 def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
     if profile != "flashinfer" and r.random() < 0.08:
         return {"attention": "mla", "num_q_heads": r.choice([1, 16, 16, 128]), "kv_lora_rank": 512, "rope_dim": 64,
@@ -97,14 +108,17 @@ def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
 
 def draw_scenario(seed: int, index: int, profile: str = "all") -> dict[str, Any]:
     r = random.Random(seed * 100_003 + index)
-    model = draw_model(r, profile)
-    mla = model.get("attention") == "mla"
-    kv: dict[str, Any] = {"page_size": r.choice(PAGES), "layout": r.choice(LAYOUTS)}
-    if not mla and model["dtype"] != "float32" and r.random() < 0.25:
-        kv["dtype"] = r.choice(["fp8_e4m3", "fp8_e4m3", "fp8_e5m2"])
-        kv["scale"] = r.choice(["per-tensor", "per-head"])
-    if not mla and r.random() < 0.2:
-        kv["order"] = "HND"
+    if profile == "plain" or (profile == "all" and r.random() < 0.35):
+        model, kv = draw_plain(r)
+    else:
+        model = draw_model(r, profile)
+        mla = model.get("attention") == "mla"
+        kv = {"page_size": r.choice(PAGES), "layout": r.choice(LAYOUTS)}
+        if not mla and model["dtype"] != "float32" and r.random() < 0.25:
+            kv["dtype"] = r.choice(["fp8_e4m3", "fp8_e4m3", "fp8_e5m2"])
+            kv["scale"] = r.choice(["per-tensor", "per-head"])
+        if not mla and r.random() < 0.2:
+            kv["order"] = "HND"
     max_ctx = r.choice([300, 2000, 6000])
     batch = [draw_group(r, max_ctx) for _ in range(r.randint(1, 5))]
     return {
@@ -145,7 +159,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", choices=("all", "flashinfer"), default="all")
+    ap.add_argument("--profile", choices=("all", "flashinfer", "plain"), default="all")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from attnbench.backend_reasons import head_dim_reasons, request_reasons, variant_reasons
 from attnbench.backend_options import BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve
+from attnbench.workload.mla import is_mla
 from attnbench.workload.spec import KINDS  # the request kinds (docs/semantics.md), defined once there
 
 if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
@@ -183,7 +184,7 @@ class Backend(ABC):
         if cls.dtypes and batch.dtype not in cls.dtypes:
             names = "/".join(_dtype_name(d) for d in cls.dtypes)
             out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
-        if batch.spec.attention != "mla":
+        if not is_mla(batch):
             out += head_dim_reasons(cls, label, batch.head_dim)
         elif not cls.supports_mla:
             out.append(f"{label} cannot compute multi-head latent attention (attention: mla: {batch.num_q_heads}"

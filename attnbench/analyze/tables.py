@@ -27,17 +27,6 @@ def fmt_time(ms: float) -> str:
     return f"{ms:.0f} ms"
 
 
-def fmt_bandwidth(tbps: float) -> str:
-    """TB/s -> ``2.04 TB/s`` or, below 0.1 TB/s (CPUs), ``12.3 GB/s``."""
-    if tbps is None or not math.isfinite(tbps):
-        return "-"
-    return f"{tbps:.2f} TB/s" if tbps >= 0.1 else f"{tbps * 1e3:.3g} GB/s"
-
-
-def fmt_num(x: float, spec: str = ".3g") -> str:
-    return "-" if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) else format(x, spec)
-
-
 COMPACT_FROM = 24  # rows: from here on one line per row
 
 

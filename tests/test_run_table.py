@@ -1,20 +1,22 @@
 """The run table fits the terminal: at 80 and 120 columns every line fits, no header or value
-is cut, columns are dropped least important first and named under the table; a sweep's case
-ids become one column per swept value."""
+is cut, columns are dropped least important first and named under the table; a sweep's
+values (typed, ``Row.params``) become one column per swept value."""
 import pytest
 from rich.console import Console
 
 from attnbench.analyze.run_table import print_results, results_table, short_err, short_rate, short_time
 from attnbench.store.rows import Row
+from attnbench.workload.sweeps import case_id_for
 
 
 def _rows(n_seeds=5):
     out = []
-    for ctx in ("128", "1k"):
+    for ctx in (128, 1024):
         for page in (1, 256):
             for seed in range(n_seeds):
                 for b, t in (("reference", 2.34), ("sdpa", 1.56), ("flex", 17.4)):
-                    out.append(Row("cpu-sweep", f"context={ctx},page_size={page},seed={seed}", b, median_ms=t,
+                    params = {"batch.0.context": ctx, "kv_cache.page_size": page, "seed": seed}
+                    out.append(Row("cpu-sweep", case_id_for(params), b, params=params, median_ms=t,
                                    plan_ms=0.000126 if b != "flex" else 19.6, convert_ms=0.0 if b == "reference" else 0.47,
                                    n=5, iqr_rel=0.15, rel_err=3.2e-7, tbps=0.000578, pct_of_ceiling=2.4, bound="memory",
                                    samples_ms=[t] * 5, timing_method="cpu-thread", threads=1))

@@ -1,7 +1,8 @@
 """The run's results table, fitted to the terminal: columns are taken by importance while they
 fit the console's width (case, backend, status and kernel time always), in short units; what
-does not fit is named under the table (it is all in results.csv). A sweep's case ids become
-one column per swept value (``context  page_size  seed``), values only.
+does not fit is named under the table (it is all in results.csv). A sweep's typed values
+(``Row.params``) become one column per swept value (``context  page_size  seed``), values
+only, rendered here (4096 as ``4k``, None as ``null``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from attnbench.analyze.tables import (
     COMPACT_FROM, STATUS_STYLE, batch_lines, fastest_by_case, fmt_roofline, has_convert, numbered_notes, vs_best,
 )
 from attnbench.store.rows import Row, Status
+from attnbench.workload.sweeps import display_name, value_text
 
 
 def short_time(ms: float) -> str:
@@ -94,31 +96,17 @@ OPTIONAL = [
 ORDER = ["plan", "convert", "kernel", "iqr", "vs_best", "roofline", "rel_err", "bandwidth"]  # left to right
 
 
-def swept_values(rows: list[Row]) -> Optional[list[str]]:
-    """The names of the swept values when every case id reads ``name=value,...`` with the same
-    names (a sweep), else None. Case ids are made that way (workload.sweeps.case_id_for)."""
-    names = None
-    for r in rows:
-        parts = [p.split("=", 1) for p in r.case_id.split(",")]
-        if any(len(p) != 2 for p in parts):
-            return None
-        these = [p[0] for p in parts]
-        if names is None:
-            names = these
-        elif these != names:
-            return None
-    return names
-
-
 def _case_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], list[str]]:
     """(headers, cells per row, values fixed in every row as name=value): the case as one column
-    per swept value that varies, or one ``case`` column."""
-    names = swept_values(rows)
-    if not names:
+    per swept value that varies (from the rows' typed params, rendered here), or one ``case``
+    column when the rows have no sweep or do not share one."""
+    keys = list(rows[0].params) if rows else []
+    if not keys or any(list(r.params) != keys for r in rows):
         return ["case"], [[r.case_id] for r in rows], []
-    values = [[p.split("=", 1)[1] for p in r.case_id.split(",")] for r in rows]
-    varies = [i for i in range(len(names)) if len({v[i] for v in values}) > 1]
-    fixed = [f"{names[i]}={values[0][i]}" for i in range(len(names)) if i not in varies]
+    values = [[value_text(r.params[k]) for k in keys] for r in rows]
+    names = [display_name(k, keys) for k in keys]
+    varies = [i for i in range(len(keys)) if len({v[i] for v in values}) > 1]
+    fixed = [f"{names[i]}={values[0][i]}" for i in range(len(keys)) if i not in varies]
     if not varies:
         return ["case"], [[r.case_id] for r in rows], []
     return [names[i] for i in varies], [[v[i] for i in varies] for v in values], fixed

@@ -183,7 +183,7 @@ def pick_rows(rows: list, select: Optional[str], keep: Optional[str] = None) -> 
     if not select:
         return rows
     picks = selector(select)
-    return [r for r in rows if picks(r.case_id, r.backend) or r.backend == keep]
+    return [r for r in rows if picks(r.case_id, r.backend, r.params) or r.backend == keep]
 
 
 @compare_app.command("runs")

@@ -108,7 +108,7 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
     device = opts.device or sf.scenario.device
     if not DEVICE_NAMES.match(device):
         raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
-    picks = selector(opts.select) if opts.select else (lambda case_id, backend: True)
+    picks = selector(opts.select) if opts.select else (lambda *_row: True)
     print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
 
 
@@ -159,7 +159,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             from attnbench.cli.caselist import case_records, print_case_list
 
             prior.folder.unlock()
-            left = lambda case_id, b: runner.picks(case_id, b) and (case_id, b) not in prior.done  # noqa: E731
+            left = lambda case_id, b, params: runner.picks(case_id, b, params) and (case_id, b) not in prior.done  # noqa: E731
             return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
         note = begin(prior, isolate, changes, spec.to_json())

@@ -70,7 +70,7 @@ class Runner:
         self.threads = opts.threads or 1
         self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
         self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
-        self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
+        self.picks = parse_selector(opts.select) if opts.select else (lambda *_row: True)  # ValueError
 
     def backend_versions(self) -> dict[str, str]:
         out = {}
@@ -93,7 +93,8 @@ class Runner:
 
     def todo(self, case: Case, done: frozenset = frozenset()) -> list[str]:
         """The backends of ``case`` still to run: not in ``done`` and picked by ``-k``."""
-        return [b for b in self.backend_names if (case.case_id, b) not in done and self.picks(case.case_id, b)]
+        return [b for b in self.backend_names
+                if (case.case_id, b) not in done and self.picks(case.case_id, b, case.params)]
 
     def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:
         """Yields each row as soon as it is finished. ``done``: (case_id, backend) to skip."""

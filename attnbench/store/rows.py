@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from attnbench.workload.sweeps import upgraded_params
+
 # The backend that runs the oracle (workload/reference.py): never a competitor. It is kept out
 # of ranks, bests and summaries unless asked for, and refused as a check's normalizer: it is
 # written to be right (float64, per request), not fast.
@@ -137,6 +139,8 @@ class Row:
         for k in _FLOAT_FIELDS:
             if k in kw and kw[k] is None:
                 kw[k] = math.nan
+        if isinstance(kw.get("params"), dict):
+            kw["params"] = upgraded_params(kw["params"])
         return cls(**kw)
 
 
@@ -172,6 +176,8 @@ def typed_row(d) -> Row:
             if not ok(v):
                 raise RowError(f"{k}: {str(v)[:40]!r} is not {what}")
             kw[k] = math.nan if v is None and what == "a number" else v
+    if "params" in kw:  # a row written before swept values were typed: "4k" -> 4096
+        kw["params"] = upgraded_params(kw["params"])
     return Row(**kw)
 
 

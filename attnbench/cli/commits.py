@@ -125,6 +125,7 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
     except (InterleaveError, MergeError, BaselineError) as e:
         raise UsageError(f"{e} (run folders under {work / 'runs'})") from None
     opts.default_for(hrows, brows)
+    normalize_by = opts.normalize_by
     picked = pick_rows(hrows, select, normalize_by), pick_rows(brows, select, normalize_by)
     result = run_check(*picked, opts.thresholds, normalize_by, paired=True)
     for h, b in zip(hl, bl):

@@ -17,7 +17,7 @@ from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
     EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, selector,
+    backend_among, executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
@@ -124,9 +124,8 @@ def compare_backends_cmd(
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None:  # rows carry canonical specs: flex:mask=blocks (the default) is `flex`
-        given, baseline = baseline, canonical_spec(baseline)
-        if baseline not in {canonical_spec(n) for n in names}:
-            raise UsageError(f"--baseline {given}: not among the compared backends ({', '.join(names)}); add -b {given}")
+        baseline = backend_among(baseline, [canonical_spec(n) for n in names], "--baseline", "the compared backends",
+                                 f"; add -b {baseline}")
     set_, rounds_note = with_enough_rounds(scenario, list(set_ or []), rounds_needed(REPORT_CONFIDENCE, paired=True))
     if rounds_note:
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
@@ -203,6 +202,9 @@ def compare_runs_cmd(
     a 95% bootstrap interval; rows on one side only are listed."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
+    if normalize_by:
+        normalize_by = backend_among(normalize_by, [r.backend for r in b.rows + a.rows], "--normalize-by",
+                                     "the rows' backends")
     b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)
     # no thresholds: this is a report, not a gate
     th = Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=REPORT_CONFIDENCE)

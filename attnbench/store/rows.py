@@ -32,8 +32,10 @@ ORACLE_BACKEND = "reference"
 
 
 def is_oracle(backend: str) -> bool:
-    """The row's backend (its canonical spec, options after a colon) is the oracle."""
-    return backend.split(":", 1)[0] == ORACLE_BACKEND
+    """The row's backend is the oracle: the oracle declares no option, so its canonical
+    identity (the rows' ``backend``, made once from ``-b``) is its bare name; nothing to parse."""
+    return backend == ORACLE_BACKEND
+
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -170,6 +170,17 @@ def selector(text: str):
         raise UsageError(str(e)) from None
 
 
+def check_format(fmt: str, choices: Optional[tuple] = None) -> str:
+    """``--format``'s value when it is one of ``choices`` (default: table, markdown, csv, json),
+    else a usage error listing them: the one check of every command's --format."""
+    from attnbench.analyze.tables import FORMATS
+
+    choices = choices or FORMATS
+    if fmt not in choices:
+        raise UsageError(f"--format {fmt}: choose one of {', '.join(choices)}")
+    return fmt
+
+
 def backend_among(text: str, present: Iterable[str], flag: str, where: str, hint: str = "") -> str:
     """The one of ``present`` (rows' backends) that a user's ``text`` names, resolved as ``-b``
     resolves it and compared by value (``flex:mask=blocks`` is the rows' ``flex``); text that

@@ -16,8 +16,8 @@ import typer
 from attnbench.analyze.compare import check as run_check
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, err, handle_errors
-from attnbench.cli.compare import FORMAT_HELP, check_format, compare_app, info_console, pick_rows, user_errors
+from attnbench.cli.app import SELECT_HELP, UsageError, check_format, err, handle_errors
+from attnbench.cli.compare import FORMAT_HELP, compare_app, info_console, pick_rows, user_errors
 from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, gate_options, report_check
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.checkouts import CheckoutError, checkout, repo_root

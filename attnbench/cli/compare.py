@@ -17,7 +17,7 @@ from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
     EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    backend_among, executor_spec, handle_errors, load_backend_files, selector,
+    backend_among, check_format, executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
@@ -27,7 +27,7 @@ from attnbench.analyze.compare import (
 )
 from attnbench.analyze.significance import GATE_CONFIDENCE, REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
-    FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
+    backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.cli.rounds import with_enough_rounds
@@ -56,12 +56,6 @@ def user_errors(fn):
             raise UsageError(str(e)) from None  # handle_errors prints it as text
 
     return wrapper
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
-    return fmt
 
 
 def info_console(fmt: str):

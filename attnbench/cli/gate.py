@@ -18,11 +18,11 @@ from attnbench.analyze.gate_defaults import CPU_MAX_SLOWDOWN, GPU_MAX_SLOWDOWN, 
 from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, app, backend_among, console, err, handle_errors
+from attnbench.cli.app import SELECT_HELP, UsageError, app, backend_among, check_format, console, err, handle_errors
 from attnbench.cli.rounds import with_enough_rounds
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.interleave import run_command
-from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
+from attnbench.cli.compare import FORMAT_HELP, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.workload.units import safe_name
 

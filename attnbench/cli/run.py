@@ -15,10 +15,10 @@ from rich.markup import escape
 
 from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
-from attnbench.analyze.tables import FORMATS, print_profiles
+from attnbench.analyze.tables import print_profiles
 from attnbench.cli.app import (
     EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, start_runner,
+    check_format, executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_reference, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
@@ -110,12 +110,6 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
         raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
     picks = selector(opts.select) if opts.select else (lambda *_row: True)
     print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
-    return fmt
 
 
 def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optional[str], spec) -> None:

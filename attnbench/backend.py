@@ -41,7 +41,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from attnbench.backend_reasons import head_dim_reasons, request_reasons, variant_reasons
-from attnbench.backend_options import BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve
+from attnbench.backend_options import (
+    BackendId, BackendOption, OptionError, ResolvedSpec, backend_name, parse_spec, resolve, suggest,
+)
+from attnbench.workload.mla import is_mla
 from attnbench.workload.spec import KINDS  # the request kinds (docs/semantics.md), defined once there
 
 if TYPE_CHECKING:  # torch is imported when a backend is, not with the registry
@@ -183,7 +186,7 @@ class Backend(ABC):
         if cls.dtypes and batch.dtype not in cls.dtypes:
             names = "/".join(_dtype_name(d) for d in cls.dtypes)
             out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
-        if batch.spec.attention != "mla":
+        if not is_mla(batch):
             out += head_dim_reasons(cls, label, batch.head_dim)
         elif not cls.supports_mla:
             out.append(f"{label} cannot compute multi-head latent attention (attention: mla: {batch.num_q_heads}"
@@ -335,24 +338,6 @@ def get_backend_class(name: str) -> type[Backend]:
     raise unknown_backend(name)
 
 
-def suggest(name: str, names: list[str]) -> list[str]:
-    """The registered names a typo most likely meant: the same letters in another case, the
-    names it begins (``flash`` -> ``flash-attn``, ``flashinfer``), a close spelling
-    (``spda`` -> ``sdpa``); [] when nothing is close."""
-    import difflib
-
-    if not isinstance(name, str) or not name:
-        return []
-    low = {n.lower(): n for n in names}
-    key = name.lower().replace("_", "-")
-    if key in low:
-        return [low[key]]
-    starts = [n for n in names if n.lower().startswith(key) or key.startswith(n.lower())]
-    if starts:
-        return starts
-    return [low[c] for c in difflib.get_close_matches(key, list(low), n=2, cutoff=0.6)]
-
-
 def unknown_backend(name: str) -> UnknownBackend:
     """The error for a name no backend has: what it may have meant, and every valid name."""
     names = all_names()
@@ -375,15 +360,27 @@ def resolve_spec(spec: str) -> ResolvedSpec:
         raise UnknownBackend(str(e)) from None
 
 
+def user_backend_id(text: str) -> BackendId:
+    """What a user's backend text (``-b``, ``--baseline``, ``--normalize-by``, a ``-k`` word with a
+    colon) names: a registered backend's spec resolved (``flex:mask=blocks`` is ``flex``, its
+    default), an unregistered one (rows of another machine's backend) read by its syntax."""
+    if backend_name(text) in all_names():
+        return resolve_spec(text).id
+    try:
+        return BackendId.from_text(text)
+    except OptionError as e:
+        raise UnknownBackend(str(e)) from None
+
+
 def canonical_spec(spec: str) -> str:
     """The identity string of a spec: the name plus the options that differ from the declared
     defaults (environment included), sorted: ``flashinfer:route=fa3``, or ``flashinfer``."""
     return resolve_spec(spec).canonical
 
 
-def make_backend(spec: str) -> Backend:
-    """An instance of the spec's backend with its options set."""
-    rs = resolve_spec(spec)
+def make_backend(spec: "str | ResolvedSpec") -> Backend:
+    """An instance of the spec's backend with its options set (a spec resolved before: as is)."""
+    rs = spec if isinstance(spec, ResolvedSpec) else resolve_spec(spec)
     be = get_backend_class(rs.name)()
     be.__dict__["_option_values"] = dict(rs.values)
     return be

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -67,13 +67,37 @@ class BackendOption:
 
 
 @dataclass(frozen=True)
+class BackendId:
+    """A row's backend identity: the name and the options that differ from the declared
+    defaults, sorted by key. Hashable and compared by value; ``str()`` is the canonical text
+    the rows carry (``flashinfer:route=fa3``, ``flex``)."""
+
+    name: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.name}:{','.join(f'{k}={v}' for k, v in self.options)}" if self.options else self.name
+
+    @classmethod
+    def from_text(cls, text: str) -> "BackendId":
+        """The identity a canonical text (a row's ``backend``) spells, by syntax alone: for
+        text read back from files, whose backend may not be registered here."""
+        name, pairs = parse_spec(text)
+        return cls(name, tuple(sorted(pairs.items())))
+
+
+@dataclass(frozen=True)
 class ResolvedSpec:
     """A backend spec after validation: ``values`` holds every declared option (defaults and
-    environment included), ``canonical`` the identity string of the rows."""
+    environment included), ``id`` the identity of the rows (``canonical``: its text)."""
 
     name: str
     values: dict[str, str] = field(default_factory=dict)
-    canonical: str = ""
+    id: BackendId = BackendId("")
+
+    @property
+    def canonical(self) -> str:
+        return str(self.id)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -124,8 +148,48 @@ def resolve(name: str, given: dict[str, str], options: dict[str, BackendOption])
                 raise OptionError(f"backend {name!r}: option {key}={given[key]!r} is not valid; {e}") from None
         else:
             values[key] = _env_default(name, opt)
-    changed = [f"{k}={values[k]}" for k in sorted(values) if values[k] != options[k].declared_default()]
-    return ResolvedSpec(name, values, f"{name}:{','.join(changed)}" if changed else name)
+    changed = tuple((k, values[k]) for k in sorted(values) if values[k] != options[k].declared_default())
+    return ResolvedSpec(name, values, BackendId(name, changed))
+
+
+def same_backend(want: BackendId, backend: str) -> bool:
+    """A row's backend text is the identity ``want``, compared by value (option order aside)."""
+    try:
+        return BackendId.from_text(backend) == want
+    except OptionError:  # not a spec at all: no identity
+        return False
+
+
+def pick_backend(want: BackendId, present: Iterable[str]) -> Optional[str]:
+    """The one of ``present`` (rows' backend texts) that is ``want``; None when none is."""
+    return next((b for b in present if same_backend(want, b)), None)
+
+
+def backend_word(resolve: Callable[[str], BackendId]) -> Callable[[str], Callable]:
+    """How a ``-k`` word holding ``:`` picks rows: ``resolve`` makes it an identity (as ``-b``
+    would), and a row is picked when its backend is that identity."""
+    def word(text: str) -> Callable:
+        want = resolve(text)
+        return lambda _s, _params, backend: same_backend(want, backend)
+    return word
+
+
+def suggest(name: str, names: list[str]) -> list[str]:
+    """The registered names a typo most likely meant: the same letters in another case, the
+    names it begins (``flash`` -> ``flash-attn``, ``flashinfer``), a close spelling
+    (``spda`` -> ``sdpa``); [] when nothing is close."""
+    import difflib
+
+    if not isinstance(name, str) or not name:
+        return []
+    low = {n.lower(): n for n in names}
+    key = name.lower().replace("_", "-")
+    if key in low:
+        return [low[key]]
+    starts = [n for n in names if n.lower().startswith(key) or key.startswith(n.lower())]
+    if starts:
+        return starts
+    return [low[c] for c in difflib.get_close_matches(key, list(low), n=2, cutoff=0.6)]
 
 
 def describe_options(options: dict[str, BackendOption]) -> list[str]:

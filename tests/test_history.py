@@ -43,7 +43,7 @@ def test_add_then_show_judges_each_point_against_the_one_before(runs, tmp_path):
     assert again.exit_code == 0 and "already stored" in again.output
     pts = points(db)
     assert len(pts) == 12 and [p.run.git_commit for p in pts[::4]] == ["c0ffee0", "c0ffee1", "c0ffee2"]
-    found = trends(pts, lambda case, backend: backend == "sdpa" and "16" in case)
+    found = trends(pts, lambda case, backend, params: backend == "sdpa" and "16" in case)
     assert list(found) == [("quickstart", "page_size=16", "sdpa")]
     steps = found[("quickstart", "page_size=16", "sdpa")]
     assert steps[0].result is None and len(steps) == 3

@@ -53,3 +53,36 @@ def test_timed_plans_and_converts_rebuild_the_tree_inputs(monkeypatch):
     # convert and plan are each timed over >= 2 warm-up calls and >= 1 timed call (more while the
     # budget lasts: a loaded machine gave 8 in all), one step each, every call rebuilding them
     assert len(calls) >= 6, len(calls)
+
+
+class _CountTensorMaking(torch.overrides.TorchFunctionMode):
+    """Counts the torch calls that make or move a tensor (a host-to-device copy on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in ("tensor", "to", "as_tensor"):
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_plan_from_the_host_arrays_makes_no_device_copy():
+    """Issue 34: the tree inputs uploaded which requests are trees and their slots (two copies no
+    backend read) and every device copy in every plan step, although flash-attn's plan reads
+    only the host arrays: its plan_ms held copies it never used. Device copies are made on use."""
+    tree = tuple(from_choices([[0], [1], [0, 0]]))
+    b = materialize(BatchSpec((Request("decode", 1, 9), Request("tree", len(tree), 5, tree)), 4, 2, 16,
+                              dtype="float32", page_size=4), 0)
+    b.new_step()
+    with _CountTensorMaking() as made:
+        t = b.trees  # what flash-attn's plan and unsupported() read:
+        n = len(tree)
+        assert (t.tmax, t.sizes.tolist(), t.reqs.tolist(), t.parents_host.shape) == (n, [n], [1], (1, n))
+    assert made.calls == []
+    with _CountTensorMaking() as made:
+        assert t.reqs_t.tolist() == [1] and t.topology_id_t.tolist() == [0]
+        assert t.parents.tolist() == [list(tree)]
+    assert len(made.calls) == 3  # one copy each, on first use

@@ -28,12 +28,12 @@ class Step:
     note: str = ""
 
 
-def trends(pts: Sequence[Point], pick: Optional[Callable[[str, str], bool]] = None,
+def trends(pts: Sequence[Point], pick: Optional[Callable[..., bool]] = None,
            thresholds: Thresholds = Thresholds()) -> dict[Key, list[Step]]:
-    """The steps of every (scenario, case, backend) ``pick(case_id, backend)`` keeps."""
+    """The steps of every (scenario, case, backend) ``pick(case_id, backend, params)`` keeps."""
     by_key: dict[Key, list[Point]] = {}
     for p in pts:
-        if pick is None or pick(p.row.case_id, p.row.backend):
+        if pick is None or pick(p.row.case_id, p.row.backend, p.row.params):
             by_key.setdefault(p.row.key, []).append(p)
     return {key: _steps(ps, thresholds) for key, ps in by_key.items()}
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from attnbench.store.rows import Row, Status
+from attnbench.workload.sweeps import display_name, key_matches, value_order, value_text
 from attnbench.workload.units import safe_name
 
 MAX_PANELS = 12  # per figure; more: one figure per value of the first facet
@@ -44,7 +45,7 @@ def _matplotlib():
 
 
 def _short(key: str) -> str:
-    return key.split(".")[-1]
+    return display_name(key) if key != "backend" else key
 
 
 def _value(row: Row, key: str):
@@ -55,7 +56,7 @@ def _resolve(name: str, keys: list[str], flag: str) -> str:
     """A swept key by its full path or its last part (``context`` for ``batch.0.context``)."""
     if name in keys or name == "backend":
         return name
-    hits = [k for k in keys if _short(k) == name]
+    hits = [k for k in keys if key_matches(name.lower(), k)]
     if len(hits) == 1:
         return hits[0]
     hint = ", ".join(keys) or "none (the scenario has no sweep)"
@@ -75,9 +76,7 @@ def _log2_axis(values: list) -> bool:
 
 
 def _label(v) -> str:
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 1024 and v % 1024 == 0:
-        return f"{v // 1024}k"
-    return str(v)
+    return v if isinstance(v, str) else value_text(v)
 
 
 def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title: str = "") -> list[Path]:
@@ -86,7 +85,7 @@ def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title:
     keys = list(dict.fromkeys(k for r in rows for k in r.params))
     x = _resolve(x, keys, "--x")
     by = _resolve(by, keys, "--by")
-    ok = [r for r in rows if r.status is Status.OK and _value(r, x) is not None]
+    ok = [r for r in rows if r.status is Status.OK]  # a null x is a value of its own (a category)
     if not ok:
         raise PlotError("no ok rows to plot")
     varying = [k for k in keys if len({json.dumps(_value(r, k), default=str) for r in ok}) > 1]
@@ -118,7 +117,7 @@ def _figure_groups(rows: list[Row], facets: list[str]) -> list[tuple[str, list[R
     if len(combos) <= MAX_PANELS or not facets:
         return [("", rows)]
     first = facets[0]
-    values = list(dict.fromkeys(_value(r, first) for r in rows))
+    values = sorted(dict.fromkeys(_value(r, first) for r in rows), key=value_order)
     return [(f"{_short(first)}={_label(v)}", [r for r in rows if _value(r, first) == v]) for v in values]
 
 
@@ -129,31 +128,32 @@ def _series(rows: list[Row], x: str, metric: str) -> tuple[list, list[float], li
         y = getattr(r, metric)
         if y is not None and math.isfinite(y):
             at.setdefault(_value(r, x), []).append(y)
-    xs = sorted(at, key=lambda v: (not _numeric([v]), v if _numeric([v]) else str(v)))
+    xs = sorted(at, key=value_order)
     return xs, [statistics.median(at[v]) for v in xs], [min(at[v]) for v in xs], [max(at[v]) for v in xs]
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, metadata: Optional[dict] = None) -> None:
     """The PNG through ``atomic_write``: never written through a link or over a device or fifo
-    placed where a plot goes, never half written."""
+    placed where a plot goes, never half written. ``metadata``: text chunks of the PNG."""
     import io
 
     from attnbench.store.runfolder import atomic_write
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", metadata=metadata)
     atomic_write(path, buf.getvalue())
 
 
 def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> None:
-    combos = list(dict.fromkeys(tuple(_value(r, k) for k in facets) for r in rows))[:MAX_PANELS]
+    combos = sorted(dict.fromkeys(tuple(_value(r, k) for k in facets) for r in rows),
+                    key=lambda c: [value_order(v) for v in c])[:MAX_PANELS]
     ncols = min(3, len(combos))
     nrows = -(-len(combos) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 0.9), dpi=110, sharey=True,
                              squeeze=False)
     xs_all = [_value(r, x) for r in rows]
     numeric = _numeric(xs_all)
-    cats = None if numeric else list(dict.fromkeys(str(v) for v in xs_all))
+    cats = None if numeric else [_label(v) for v in sorted(dict.fromkeys(xs_all), key=value_order)]
     lines = list(dict.fromkeys(_value(r, by) for r in rows))
     colors = {v: f"C{i % 10}" for i, v in enumerate(lines)}
     for ax, combo in zip(axes.flat, combos):
@@ -162,7 +162,7 @@ def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> 
             xs, med, lo, hi = _series([r for r in here if _value(r, by) == v], x, metric)
             if not xs:
                 continue
-            xv = xs if numeric else [cats.index(str(s)) for s in xs]
+            xv = xs if numeric else [cats.index(_label(s)) for s in xs]
             ax.plot(xv, med, marker="o", ms=3.5, color=colors[v], label=str(v))
             if any(a != b for a, b in zip(lo, hi)):
                 ax.fill_between(xv, lo, hi, color=colors[v], alpha=0.18, lw=0)
@@ -178,7 +178,10 @@ def _facet_figure(plt, rows, x, by, facets, metric, ylabel, head, sub, path) -> 
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     fig.suptitle(head + (f"\n{sub}" if sub else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    _save(fig, path)
+    # the x values in their plotted order, as a text chunk of the PNG (what a reader or a test
+    # checks without reading pixels)
+    order = cats or [_label(v) for v in sorted(set(xs_all), key=value_order)]
+    _save(fig, path, {"attnbench x": f"{_short(x)}: {' '.join(order)}"})
     plt.close(fig)
 
 

@@ -22,6 +22,7 @@ from attnbench.analyze.significance import REPORT_CONFIDENCE
 from attnbench.analyze.svg_charts import case_bars, color, roofline
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import options_to_json
+from attnbench.store.columns import COLUMNS as REGISTRY, context_of
 from attnbench.store.rows import Row, Status
 
 
@@ -79,23 +80,22 @@ def environment_section(runs: Sequence[RunData]) -> str:
 
 
 # ---------------------------------------------------------------------------- run table
-COLUMNS = [("run", "run"), ("case", "case"), ("backend", "backend"), ("status", "status"), ("reason", "reason"),
-           ("batch", "batch"), ("median_ms", "kernel ms"), ("p20_ms", "p20 ms"), ("p80_ms", "p80 ms"),
-           ("plan_ms", "plan ms"), ("rounds", "rounds"), ("pct_of_ceiling", "% roofline"), ("bound", "bound"),
-           ("rel_err", "rel err"), ("repro", "repro")]
+def columns() -> list[tuple[str, str]]:
+    """(data-col, header) of the run table: the row's identity and outcome, the column
+    registry's columns (store/columns.py), the count of timing rounds and the repro command."""
+    return [("run", "run"), ("case", "case"), ("backend", "backend"), ("status", "status"), ("reason", "reason"),
+            ("batch", "batch"), *((c.name, c.header) for c in REGISTRY), ("rounds", "rounds"), ("repro", "repro")]
 
 
-def _row_cells(label: str, r: Row) -> list[str]:
+def _row_cells(label: str, r: Row, ctx: dict) -> list[str]:
     cells = [_td(escape(label)), _td(escape(r.case_id)), _td(escape(r.backend)),
              _td(escape(r.status.value)), _td(escape(r.reason)), _td(escape(r.batch))]
-    for v, f in ((r.median_ms, "{:.4g}"), (r.p20_ms, "{:.4g}"), (r.p80_ms, "{:.4g}"), (r.plan_ms, "{:.3g}")):
-        text, sort = _num(v, f)
-        cells.append(_td(text, sort, "num"))
+    for c in REGISTRY:  # shown as every table shows it, sorted by the raw value
+        v = c.value(r, ctx)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        sort = (repr(float(v)) if math.isfinite(v) else "") if number else None
+        cells.append(_td(escape(c.text(r, ctx)), sort, "num" if number else ""))
     cells.append(_td(str(len(r.round_medians_ms)), str(len(r.round_medians_ms)), "num"))
-    text, sort = _num(r.pct_of_ceiling, "{:.0f}%")
-    cells += [_td(text, sort, "num"), _td(escape(r.bound))]
-    text, sort = _num(r.rel_err, "{:.2g}")
-    cells.append(_td(text, sort, "num"))
     cells.append(_td(f"<code>{escape(r.repro)}</code>" if r.repro else "", r.repro, "repro"))
     return cells
 
@@ -106,14 +106,15 @@ def _select(ident: str, label: str, values: list[str]) -> str:
 
 
 def run_table_section(runs: Sequence[RunData]) -> str:
-    all_rows = [(run.label, r) for run in runs for r in run.rows]
-    head = "".join(f'<th data-col="{c}">{escape(t)}</th>' for c, t in COLUMNS)
+    ctxs = [context_of(run.rows) for run in runs]  # "vs best": within its own run
+    all_rows = [(run.label, r, ctx) for run, ctx in zip(runs, ctxs) for r in run.rows]
+    head = "".join(f'<th data-col="{c}">{escape(t)}</th>' for c, t in columns())
     body = []
-    for label, r in all_rows:
+    for label, r, ctx in all_rows:
         attrs = f'data-backend="{escape(r.backend)}" data-case="{escape(r.case_id)}" class="status-{r.status.value}"'
-        body.append(f"<tr {attrs}>" + "".join(_row_cells(label, r)) + "</tr>")
-    backends = sorted({r.backend for _, r in all_rows})
-    cases = list(dict.fromkeys(r.case_id for _, r in all_rows))
+        body.append(f"<tr {attrs}>" + "".join(_row_cells(label, r, ctx)) + "</tr>")
+    backends = sorted({r.backend for _, r, _ in all_rows})
+    cases = list(dict.fromkeys(r.case_id for _, r, _ in all_rows))
     filters = (f'<div class="filters">{_select("f-backend", "backend", backends)}{_select("f-case", "case", cases)}'
                f'<span class="note"><span id="shown">{len(all_rows)}</span> of {len(all_rows)} rows shown; '
                "click a header to sort</span></div>")

@@ -4,37 +4,38 @@ machines and pull requests."""
 from __future__ import annotations
 
 import json
-import math
 
 from rich.console import Console
 
 from attnbench.analyze.summary import backend_summary
-from attnbench.analyze.run_table import KERNEL, OPTIONAL, print_results, short_err
-from attnbench.analyze.tables import batch_lines, fastest_by_case, fmt_roofline, fmt_time, has_convert, row_notes, vs_best
+from attnbench.analyze.run_table import print_results, table_columns
+from attnbench.analyze.tables import batch_lines, row_notes
+from attnbench.store.columns import COLUMNS, context_of, derived_columns
 from attnbench.store.rows import Row, rows_csv, strict_json
 
 
 def row_records(rows: list[Row]) -> list[dict]:
-    """Every field of every row (raw samples left out: they are in rows.jsonl), plus x_fastest."""
-    best = fastest_by_case(rows)
+    """Every field of every row (raw samples left out: they are in rows.jsonl), plus the
+    registry's derived columns (x_fastest)."""
+    ctx, derived = context_of(rows), derived_columns()
     out = []
     for r in rows:
         d = {k: v for k, v in r.to_json().items() if k != "samples_ms"}
-        b = best.get(r.case_id)
-        d["x_fastest"] = r.median_ms / b.median_ms if b is not None and r.status == "ok" else None
+        d.update((c.name, c.value(r, ctx)) for c in derived)
         out.append(strict_json(d))
     return out
 
 
 def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
-    """The run as a Markdown table (for a pull request): every column of the terminal table."""
-    best = fastest_by_case(rows)
-    convert = has_convert(rows)
+    """The run as a Markdown table (for a pull request): the terminal table's columns (the
+    registry's, left to right), every one of them."""
+    ctx = context_of(rows)
+    shown = set(c.name for c in table_columns(rows))
+    cols = [c for c in COLUMNS if c.name in shown]
     lines = [f"**{title}**", ""] if title else []
-    heads = ["case", "backend", "status", "plan"] + (["convert"] if convert else []) + [
-        "kernel", "IQR", "vs best", "roofline", "rel err", "notes"]
-    lines += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" if h in ("case", "backend", "status", "notes")
-                                                                else "---:" for h in heads) + "|"]
+    heads = ["case", "backend", "status", *(c.header for c in cols), "notes"]
+    lines += ["| " + " | ".join(heads) + " |",
+              "|" + "|".join(["---"] * 3 + ["---:"] * len(cols) + ["---"]) + "|"]
     notes: list[str] = []
     for r in rows:
         refs = []
@@ -42,16 +43,10 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))
-        roof = fmt_roofline(r)
-        iqr = f"{100 * r.iqr_rel:.0f}%" if r.status == "ok" and math.isfinite(r.iqr_rel) else "-"
-        cells = [r.case_id, r.backend, r.status.value, fmt_time(r.plan_ms)]
-        cells += [fmt_time(r.convert_ms) if r.convert_ms else "-"] if convert else []
-        cells += [fmt_time(r.median_ms), iqr, vs_best(r, best), roof, short_err(r.rel_err),
-                  " ".join(f"[{x}]" for x in refs)]
+        cells = [r.case_id, r.backend, r.status.value, *(c.text(r, ctx) for c in cols),
+                 " ".join(f"[{x}]" for x in refs)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    legend = "; ".join(c.legend for c in [KERNEL, *OPTIONAL]
-                       if c.key not in ("bandwidth",) and (convert or c.key != "convert"))
-    lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", f"_{legend}_"]
+    lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", "_" + "; ".join(c.legend for c in cols) + "_"]
     if notes:
         lines += [""] + [f"{i}. {n}" for i, n in enumerate(notes, 1)]
     summary = backend_summary(rows)

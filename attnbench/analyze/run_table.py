@@ -1,13 +1,12 @@
 """The run's results table, fitted to the terminal: columns are taken by importance while they
-fit the console's width (case, backend, status and kernel time always), in short units; what
-does not fit is named under the table (it is all in results.csv). A sweep's case ids become
-one column per swept value (``context  page_size  seed``), values only.
+fit the console's width (case, backend, status and kernel time always), as the column
+registry (``store/columns.py``) orders and formats them; what does not fit is named under the table (it is all in results.csv). A sweep's typed values
+(``Row.params``) become one column per swept value (``context  page_size  seed``), values
+only, rendered here (4096 as ``4k``, None as ``null``).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from rich import box
 from rich.cells import cell_len
@@ -15,110 +14,31 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.analyze.tables import (
-    COMPACT_FROM, STATUS_STYLE, batch_lines, fastest_by_case, fmt_roofline, has_convert, numbered_notes, vs_best,
-)
-from attnbench.store.rows import Row, Status
+from attnbench.analyze.tables import COMPACT_FROM, STATUS_STYLE, batch_lines, has_convert, numbered_notes
+from attnbench.store.columns import COLUMNS, Column, context_of
+from attnbench.store.rows import Row
+from attnbench.workload.sweeps import display_name, value_text
 
 
-def short_time(ms: float) -> str:
-    """Milliseconds -> ``94.5ns`` / ``67.3µs`` / ``1.25ms`` / ``129ms`` / ``2.1s`` / ``-``."""
-    if ms is None or not math.isfinite(ms):
-        return "-"
-    if ms < 1e-3:
-        return f"{ms * 1e6:.3g}ns"
-    if ms < 1.0:
-        return f"{ms * 1e3:.3g}µs"
-    if ms < 1000:
-        return f"{ms:.3g}ms"
-    return f"{ms / 1e3:.3g}s"
-
-
-def short_rate(tbps: float) -> str:
-    """TB/s -> ``2.04TB/s`` / ``578GB/s`` / ``58.1MB/s``."""
-    if tbps is None or not math.isfinite(tbps):
-        return "-"
-    for unit, scale in (("TB/s", 1.0), ("GB/s", 1e3), ("MB/s", 1e6)):
-        if tbps * scale >= 1 or unit == "MB/s":
-            return f"{tbps * scale:.3g}{unit}"
-    return "-"  # not reached
-
-
-def short_err(x: float) -> str:
-    """A relative error in one glance: ``3e-7``, ``0``, ``-``."""
-    if x is None or not math.isfinite(x):
-        return "-"
-    if x == 0:
-        return "0"
-    mant, exp = f"{x:.0e}".split("e")
-    return f"{mant}e{int(exp)}"
-
-
-@dataclass(frozen=True)
-class Col:
-    key: str
-    header: str
-    cell: Callable[[Row, dict], str]  # (row, context) -> text
-    legend: str = ""
-    full_only: bool = False  # left out of the compact (one line per row) table
-
-
-def _roof(r: Row, _ctx) -> str:
-    return fmt_roofline(r)
-
-
-def _iqr(r: Row, _ctx) -> str:
-    if r.status is Status.OK and r.n == 1:
-        return "n=1"  # one timed call (a slow row under its budget): no spread to show
-    return f"{100 * r.iqr_rel:.0f}%" if r.status is Status.OK and math.isfinite(r.iqr_rel) else "-"
-
-
-KERNEL = Col("kernel", "kernel", lambda r, c: short_time(r.median_ms), "kernel: median per call")
-#: the optional columns, most important first: each is shown only when it still fits
-OPTIONAL = [
-    Col("vs_best", "vs best", lambda r, c: vs_best(r, c["best"]),
-        "vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, the order may not hold;"
-        " oracle: the float64 reference, not ranked)"),
-    Col("iqr", "IQR", _iqr, "IQR: interquartile range of the samples, % of the median (n=1: one timed call)"),
-    Col("plan", "plan", lambda r, c: short_time(r.plan_ms),
-        "plan: the engine's per-step metadata work (library plan call included)"),
-    Col("convert", "convert", lambda r, c: short_time(r.convert_ms) if r.convert_ms else "-",
-        "convert: what attnbench adds because the library cannot read the batch natively (gathered K/V, dense "
-        "masks; - for none)"),
-    Col("roofline", "roofline", _roof, "roofline: % of the binding ceiling, mem = memory-bound (measured bandwidth), "
-        "com = compute-bound (measured matmul rate)"),
-    Col("rel_err", "rel err", lambda r, c: short_err(r.rel_err), "rel err: ‖out − ref‖/‖ref‖", full_only=True),
-    Col("bandwidth", "bandwidth", lambda r, c: short_rate(r.tbps), "bandwidth: bytes moved / kernel time",
-        full_only=True),
-]
-ORDER = ["plan", "convert", "kernel", "iqr", "vs_best", "roofline", "rel_err", "bandwidth"]  # left to right
-
-
-def swept_values(rows: list[Row]) -> Optional[list[str]]:
-    """The names of the swept values when every case id reads ``name=value,...`` with the same
-    names (a sweep), else None. Case ids are made that way (workload.sweeps.case_id_for)."""
-    names = None
-    for r in rows:
-        parts = [p.split("=", 1) for p in r.case_id.split(",")]
-        if any(len(p) != 2 for p in parts):
-            return None
-        these = [p[0] for p in parts]
-        if names is None:
-            names = these
-        elif these != names:
-            return None
-    return names
+def table_columns(rows: list[Row], compact: bool = False) -> list[Column]:
+    """The registry's columns a terminal or Markdown table may show, most important first
+    (kernel always; convert only when some backend converted)."""
+    cols = [c for c in COLUMNS if c.importance is not None and not (compact and c.full_only)
+            and (c.name != "convert_ms" or has_convert(rows))]
+    return sorted(cols, key=lambda c: c.importance)
 
 
 def _case_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], list[str]]:
     """(headers, cells per row, values fixed in every row as name=value): the case as one column
-    per swept value that varies, or one ``case`` column."""
-    names = swept_values(rows)
-    if not names:
+    per swept value that varies (from the rows' typed params, rendered here), or one ``case``
+    column when the rows have no sweep or do not share one."""
+    keys = list(rows[0].params) if rows else []
+    if not keys or any(list(r.params) != keys for r in rows):
         return ["case"], [[r.case_id] for r in rows], []
-    values = [[p.split("=", 1)[1] for p in r.case_id.split(",")] for r in rows]
-    varies = [i for i in range(len(names)) if len({v[i] for v in values}) > 1]
-    fixed = [f"{names[i]}={values[0][i]}" for i in range(len(names)) if i not in varies]
+    values = [[value_text(r.params[k]) for k in keys] for r in rows]
+    names = [display_name(k, keys) for k in keys]
+    varies = [i for i in range(len(keys)) if len({v[i] for v in values}) > 1]
+    fixed = [f"{names[i]}={values[0][i]}" for i in range(len(keys)) if i not in varies]
     if not varies:
         return ["case"], [[r.case_id] for r in rows], []
     return [names[i] for i in varies], [[v[i] for i in varies] for v in values], fixed
@@ -145,24 +65,23 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
     ``width`` cells wide (None: every column)."""
     rows = list(rows)
     notes, refs_of = numbered_notes(rows)
-    best = fastest_by_case(rows)
-    ctx = {"best": best}
+    ctx = context_of(rows)
     case_heads, case_cells, fixed = _case_cells(rows)
     if fixed:
         title = f"{title} ({', '.join(fixed)})" if title else ", ".join(fixed)
-    cols = {c.key: c for c in [KERNEL, *OPTIONAL]}
-    wanted = [c.key for c in OPTIONAL if (c.key != "convert" or has_convert(rows)) and not (compact and c.full_only)]
-    texts = {k: [cols[k].cell(r, ctx) for r in rows] for k in ["kernel", *wanted]}
-    widths = {k: max(_width(v), cell_len(cols[k].header)) for k, v in texts.items()}
+    cols = table_columns(rows, compact)  # kernel (importance 0) first
+    texts = {c.name: [c.text(r, ctx) for r in rows] for c in cols}
+    widths = {c.name: max(_width(texts[c.name]), cell_len(c.header)) for c in cols}
     ref_texts = [",".join(f"[{x}]" for x in refs) for refs in refs_of]
     must = [max(_width(c[i] for c in case_cells), cell_len(h)) for i, h in enumerate(case_heads)]
-    must += [max(_width(r.backend for r in rows), 7), max(_width(r.status.value for r in rows), 6), widths["kernel"]]
+    must += [max(_width(r.backend for r in rows), 7), max(_width(r.status.value for r in rows), 6), widths[cols[0].name]]
     if notes:
         must.append(_width(ref_texts))
     fixed_width = sum(must) + 2 * (len(must) - 1)
+    wanted = [c.name for c in cols[1:]]
     shown = wanted if width is None else fit_columns(widths, fixed_width, width, wanted)
-    left_out = [cols[k].header for k in wanted if k not in shown]
-    order = [k for k in ORDER if k == "kernel" or k in shown]
+    left_out = [c.header for c in cols[1:] if c.name not in shown]
+    order = [c for c in COLUMNS if c is cols[0] or c.name in shown]  # left to right as the registry lists them
 
     t = Table(title=Text(title) if title else None, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
               show_edge=False, padding=(0, 1, 0, 0))  # columns 2 cells apart: fit_columns counts that
@@ -170,8 +89,8 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
         t.add_column(h, no_wrap=True, overflow="ellipsis")
     t.add_column("backend", no_wrap=True, overflow="ellipsis")
     t.add_column("status", no_wrap=True)
-    for k in order:
-        t.add_column(cols[k].header, justify="right", no_wrap=True)
+    for c in order:
+        t.add_column(c.header, justify="right", no_wrap=True)
     if notes:
         t.add_column("", no_wrap=True)
     last_case = None
@@ -180,10 +99,10 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
             t.add_section()
         case = case_cells[i] if r.case_id != last_case else [""] * len(case_heads)
         cells = [*(Text(c) for c in case), Text(r.backend), Text(r.status.value, style=STATUS_STYLE.get(r.status, ""))]
-        cells += [texts[k][i] for k in order]
+        cells += [texts[c.name][i] for c in order]
         t.add_row(*cells, *([refs] if notes else []))
         last_case = r.case_id
-    legend = [cols[k].legend for k in order]
+    legend = [c.legend for c in order]
     return t, notes, legend, left_out
 
 

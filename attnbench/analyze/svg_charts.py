@@ -15,7 +15,7 @@ import math
 from html import escape
 from typing import Optional, Sequence
 
-from attnbench.analyze.run_table import short_time
+from attnbench.store.columns import fmt_time
 from attnbench.store.rows import Row, Status
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -76,11 +76,11 @@ def case_bars(case_id: str, series: Sequence[tuple[str, Row]], colors: dict[str,
         c = colors.get(r.backend, "#888")
         body.append(_text(left - 6, y + bar_h * 0.75, lab, 11, "end"))
         body.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar_h}" fill="{c}" '
-                    f'data-backend="{escape(r.backend)}"><title>{escape(lab)}: {short_time(r.median_ms)}</title></rect>')
+                    f'data-backend="{escape(r.backend)}"><title>{escape(lab)}: {fmt_time(r.median_ms)}</title></rect>')
         if _finite(r.p20_ms) and _finite(r.p80_ms):
             x0, x1, ym = left + r.p20_ms * scale, left + r.p80_ms * scale, y + bar_h / 2
             body.append(f'<line x1="{x0:.1f}" y1="{ym:.1f}" x2="{x1:.1f}" y2="{ym:.1f}" stroke="#000" stroke-width="1.2"/>')
-        body.append(_text(left + w + 6, y + bar_h * 0.75, short_time(r.median_ms), 10))
+        body.append(_text(left + w + 6, y + bar_h * 0.75, fmt_time(r.median_ms), 10))
         y += bar_h * 1.4
     if not ok:
         y += bar_h * 1.4
@@ -179,7 +179,7 @@ def trend(title: str, lines: dict[str, list[tuple[str, float]]]) -> Optional[str
     body.append(f'<rect x="{x0}" y="{y.p1}" width="{x1 - x0}" height="{y.p0 - y.p1}" fill="none" stroke="#444"/>')
     for t in _log_ticks(y.lo, y.hi):
         body.append(f'<line x1="{x0}" y1="{y(t):.1f}" x2="{x1}" y2="{y(t):.1f}" stroke="#ddd"/>')
-        body.append(_text(x0 - 4, y(t) + 4, short_time(t), 10, "end"))
+        body.append(_text(x0 - 4, y(t) + 4, fmt_time(t), 10, "end"))
     every = max(1, math.ceil(n / 12))  # at most 12 labelled ticks
     for i, lab in enumerate(xs):
         if i % every and i != n - 1:

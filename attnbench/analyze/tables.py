@@ -8,86 +8,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnbench.measure.stats import quantile
-from attnbench.store.rows import Row, Status, is_oracle
+from attnbench.store.columns import (  # noqa: F401 (the formatters and per-case helpers, re-exported)
+    above_ceiling, close_to_best, fastest_by_case, fmt_roofline, fmt_time, quartiles, vs_best,
+)
+from attnbench.store.rows import Row, Status
 
 STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "yellow", Status.ERROR: "bold red", Status.MISMATCH: "bold red"}
 #: the --format choices of every command that prints a table
 FORMATS = ("table", "markdown", "csv", "json")
-
-
-def fmt_time(ms: float) -> str:
-    """Milliseconds -> ``67.3 µs`` / ``1.25 ms`` / ``-``."""
-    if ms is None or not math.isfinite(ms):
-        return "-"
-    if ms < 1.0:
-        return f"{ms * 1e3:.1f} µs"
-    if ms < 100:
-        return f"{ms:.3g} ms"
-    return f"{ms:.0f} ms"
-
-
-def fmt_bandwidth(tbps: float) -> str:
-    """TB/s -> ``2.04 TB/s`` or, below 0.1 TB/s (CPUs), ``12.3 GB/s``."""
-    if tbps is None or not math.isfinite(tbps):
-        return "-"
-    return f"{tbps:.2f} TB/s" if tbps >= 0.1 else f"{tbps * 1e3:.3g} GB/s"
-
-
-def fmt_num(x: float, spec: str = ".3g") -> str:
-    return "-" if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) else format(x, spec)
-
-
 COMPACT_FROM = 24  # rows: from here on one line per row
-
-
-def quartiles(row: Row) -> tuple[float, float]:
-    """(p25, p75) of the row's samples (p20, p80 when the samples are not kept)."""
-    if row.samples_ms:
-        xs = sorted(row.samples_ms)
-        return quantile(xs, 0.25), quantile(xs, 0.75)
-    return row.p20_ms, row.p80_ms
-
-
-def close_to_best(row: Row, best: Row) -> bool:
-    """The middle half of ``row``'s samples overlaps the fastest's: the order may not hold."""
-    lo, _ = quartiles(row)
-    _, hi = quartiles(best)
-    return row is not best and math.isfinite(lo) and math.isfinite(hi) and lo <= hi
-
-
-def fastest_by_case(rows: list[Row], rank_oracle: bool = False) -> dict[str, Row]:
-    """Each case's fastest ok row; the oracle (float64, there to be right) is no competitor
-    unless ``rank_oracle``."""
-    best: dict[str, Row] = {}
-    for r in rows:
-        if r.status is Status.OK and math.isfinite(r.median_ms) and (rank_oracle or not is_oracle(r.backend)):
-            if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
-                best[r.case_id] = r
-    return best
-
-
-def vs_best(row: Row, best: dict[str, Row]) -> str:
-    b = best.get(row.case_id)
-    if row.status is not Status.OK or b is None or not math.isfinite(row.median_ms):
-        return "-"
-    if row is b:
-        return "best"
-    if is_oracle(row.backend):  # not ranked: the column compares competitors
-        return "oracle"
-    return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "")
-
-
-def above_ceiling(row: Row) -> bool:
-    """Faster than its measured ceiling allows: the ceiling is wrong (measured low), not the row."""
-    return math.isfinite(row.pct_of_ceiling) and row.pct_of_ceiling > 100
-
-
-def fmt_roofline(row: Row) -> str:
-    """``54% mem``; ``ceiling?`` above 100% (the ceiling is wrong: a note says so); ``-``."""
-    if not math.isfinite(row.pct_of_ceiling):
-        return "-"
-    return "ceiling?" if above_ceiling(row) else f"{row.pct_of_ceiling:.0f}% {row.bound[:3]}"
 
 
 def _ceiling_note(row: Row) -> str:

@@ -40,7 +40,6 @@ class TreeSplit:
     reqs: list[int]
     tok: torch.Tensor  # [Nt] long: packed token ids of the tree tokens
     all_tokens: bool  # the tree tokens are the whole batch, in order
-    contexts: list[int]
     cu_q: torch.Tensor  # [Bt+1] int32
     cu_k_prefix: torch.Tensor  # [Bt+1] int32 (cumulative contexts)
     max_q: int
@@ -78,7 +77,6 @@ def build_tree_split(batch: Batch) -> TreeSplit:
         reqs=reqs.tolist(),
         tok=torch.from_numpy(token_ids(batch, reqs)).to(dev),
         all_tokens=bt == batch.num_requests,
-        contexts=ctx.tolist(),
         cu_q=cu_seqlens(sizes, dev),
         cu_k_prefix=cu_seqlens(ctx, dev),
         max_q=tmax,

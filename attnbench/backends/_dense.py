@@ -16,6 +16,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 from attnbench.workload.kvcache import dequantize
+from attnbench.workload.mla import is_mla
 
 from ._metadata import dense_masks
 
@@ -63,7 +64,7 @@ def gather_padded_kv(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     ps = batch.page_size
     npages = -(-lmax // ps)
     pages = batch.block_table[:, :npages].long()  # [B, npages]
-    if batch.spec.attention == "mla":
+    if is_mla(batch):
         k = batch.k_cache[pages].reshape(b, npages * ps, batch.num_kv_heads, batch.head_dim)[:, :lmax]
         k = dequantize(k, batch.k_scale).to(batch.dtype).transpose(1, 2).contiguous()
         return k, k[..., : batch.v_head_dim]

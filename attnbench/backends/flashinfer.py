@@ -36,6 +36,7 @@ import torch
 
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
+from attnbench.workload.mla import is_mla
 
 from . import flashinfer_mla
 from .flashinfer_cascade import CASCADE_ENV, plan_cascade
@@ -82,7 +83,7 @@ class FlashInferBackend(Backend):
 
     def unsupported(self, batch: Batch) -> list[str]:
         """The chosen route's reasons (auto: the route it picks for this batch)."""
-        if batch.spec.attention == "mla":
+        if is_mla(batch):
             return flashinfer_mla.mla_reasons(batch, self.option("route"))
         f, major = facts_of(batch), sm_major(batch.device)
         route = self.option("route")
@@ -98,7 +99,7 @@ class FlashInferBackend(Backend):
 
     def plan(self, batch: Batch) -> FlashInferPlan:
         t0 = time.perf_counter()  # a first use's seconds include the plan (FlashInfer JIT-builds there)
-        if batch.spec.attention == "mla":  # BatchMLAPagedAttentionWrapper (flashinfer_mla.py)
+        if is_mla(batch):  # BatchMLAPagedAttentionWrapper (flashinfer_mla.py)
             p = flashinfer_mla.plan(batch, self.option("route"), workspace_for(self.__dict__.setdefault("_wrappers", {}),
                                     batch.device), self.__dict__.setdefault("_mla_wrappers", {}))
             return self._first_use(p.mode, batch, FlashInferPlan(p.mode, lambda: flashinfer_mla.run(p), False), t0)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
+from attnbench.workload.mla import is_mla
 
 from ._bias import float_bias, needs_bias, with_sink_column
 from . import sdpa_mla
@@ -71,7 +72,7 @@ class SdpaBackend(Backend):
         return dense_working_set(spec, device_type, mask=True)
 
     def convert(self, batch: Batch) -> Dense:
-        if batch.spec.attention == "mla":
+        if is_mla(batch):
             return sdpa_mla.convert(batch)
         kind = _uniform(batch)
         if kind is not None:

@@ -30,6 +30,7 @@ import torch
 
 from attnbench.backend import Backend
 from attnbench.workload.batch import Batch
+from attnbench.workload.mla import is_mla
 
 from . import triton_features as tf
 from . import triton_mla
@@ -123,11 +124,11 @@ class TritonBackend(Backend):
         for name, t in (("q", batch.q), ("k_cache", batch.k_cache), ("v_cache", batch.v_cache)):
             if t.stride(-1) != 1:
                 reasons.append(f"{name} must have a contiguous last dimension")
-        return reasons + (triton_mla.mla_problems(batch) if batch.spec.attention == "mla" else [])
+        return reasons + (triton_mla.mla_problems(batch) if is_mla(batch) else [])
 
     def plan(self, batch: Batch) -> TritonPlan:
         dev = batch.device
-        if batch.spec.attention == "mla":
+        if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits)
         cfg = tp.choose_config(batch, **self.config)
         positions = tf.token_positions(batch) if tf.needs_positions(batch) else None
@@ -168,9 +169,8 @@ class TritonBackend(Backend):
         d_pad = tp.next_pow2(b.head_dim)
         dummy = p.units  # the pointer of an input its variant is off for (never read)
         g = b.num_q_heads // b.num_kv_heads
-        # the compiled kernel (registers, spills, shared memory) is kept for reports
         grid = (p.units.shape[0] * b.num_kv_heads,) if self.kv_major else (p.units.shape[0], b.num_kv_heads)
-        self.last_kernel = tk.paged_attention_kernel[grid](
+        tk.paged_attention_kernel[grid](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
             *(dummy if t is None else t for t in (f.positions, f.sinks, f.slopes, f.k_scale, f.v_scale)),
             q.stride(0), q.stride(1),

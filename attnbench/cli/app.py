@@ -161,12 +161,37 @@ SELECT_HELP = "pick rows: words matched in 'case_id backend', with and/or/not (l
 
 def selector(text: str):
     """A parsed -k expression; a malformed one is a usage error (exit 2)."""
-    from attnbench.workload.select import SelectError, parse_selector
+    from attnbench.execute.cases import select_rows
+    from attnbench.workload.select import SelectError
 
     try:
-        return parse_selector(text)
+        return select_rows(text)
     except SelectError as e:
         raise UsageError(str(e)) from None
+
+
+def check_format(fmt: str, choices: Optional[tuple] = None) -> str:
+    """``--format``'s value when it is one of ``choices`` (default: table, markdown, csv, json),
+    else a usage error listing them: the one check of every command's --format."""
+    from attnbench.analyze.tables import FORMATS
+
+    choices = choices or FORMATS
+    if fmt not in choices:
+        raise UsageError(f"--format {fmt}: choose one of {', '.join(choices)}")
+    return fmt
+
+
+def backend_among(text: str, present: Iterable[str], flag: str, where: str, hint: str = "") -> str:
+    """The one of ``present`` (rows' backends) that a user's ``text`` names, resolved as ``-b``
+    resolves it and compared by value (``flex:mask=blocks`` is the rows' ``flex``); text that
+    names none of them is a usage error, never a fallback (issue 34)."""
+    from attnbench.backend_options import pick_backend
+
+    hit = pick_backend(registry.user_backend_id(text), present)
+    if hit is None:
+        have = ", ".join(dict.fromkeys(present)) or "none"
+        raise UsageError(f"{flag} {text}: not among {where} ({have}){hint}")
+    return hit
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:

@@ -51,10 +51,10 @@ def listed_backends(sf: ScenarioFile, opts: RunOptions) -> list[str]:
     return here if all(_plain(n) for n in here) else backend_names_for(sf, opts, available=here)
 
 
-def case_records(sf: ScenarioFile, backends: list[str], picks: Callable[[str, str], bool]) -> list[dict]:
+def case_records(sf: ScenarioFile, backends: list[str], picks: Callable[..., bool]) -> list[dict]:
     out = []
     for case in sf.cases:
-        todo = [b for b in backends if picks(case.case_id, b)]
+        todo = [b for b in backends if picks(case.case_id, b, case.params)]
         if todo:
             out.append({"case_id": case.case_id, "params": case.params, "backends": todo,
                         "batch": describe(case.scenario.batch_spec())})

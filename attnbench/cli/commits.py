@@ -16,8 +16,8 @@ import typer
 from attnbench.analyze.compare import check as run_check
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, err, handle_errors
-from attnbench.cli.compare import FORMAT_HELP, check_format, compare_app, info_console, pick_rows, user_errors
+from attnbench.cli.app import SELECT_HELP, UsageError, check_format, err, handle_errors
+from attnbench.cli.compare import FORMAT_HELP, compare_app, info_console, pick_rows, user_errors
 from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, gate_options, report_check
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.checkouts import CheckoutError, checkout, repo_root
@@ -125,6 +125,7 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
     except (InterleaveError, MergeError, BaselineError) as e:
         raise UsageError(f"{e} (run folders under {work / 'runs'})") from None
     opts.default_for(hrows, brows)
+    normalize_by = opts.normalize_by
     picked = pick_rows(hrows, select, normalize_by), pick_rows(brows, select, normalize_by)
     result = run_check(*picked, opts.thresholds, normalize_by, paired=True)
     for h, b in zip(hl, bl):

@@ -17,17 +17,19 @@ from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
     EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, selector,
+    backend_among, check_format, executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    BACKEND_FILE_OPT, DEVICE_OPT, FLUSH_OPT, FORMAT_OPT, ISOLATE_OPT, MEASURE_OPT, NO_GRAPHS_OPT, OUT_OPT, QUIET_OPT, RESULTS_DIR_OPT,
+    SELECT_OPT, SET_OPT, TIMEOUT_OPT, WARM_L2_OPT, WARMUP_OPT, Launch, ensure_selected, launch_of, new_folder,
+    new_options, new_runner, run_rows,
 )
 from attnbench.analyze.compare import (
     CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
 )
 from attnbench.analyze.significance import GATE_CONFIDENCE, REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.compare_tables import (
-    FORMATS, backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
+    backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
 from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.cli.rounds import with_enough_rounds
@@ -58,12 +60,6 @@ def user_errors(fn):
     return wrapper
 
 
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
-    return fmt
-
-
 def info_console(fmt: str):
     """Where notes go: the terminal for tables/markdown, stderr when stdout is CSV/JSON."""
     return console if fmt in ("table", "markdown") else err
@@ -89,22 +85,21 @@ def compare_backends_cmd(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     backend: List[str] = typer.Option(..., "--backend", "-b", help="backend to compare (repeat: -b a -b b)"),
     baseline: Optional[str] = typer.Option(None, help="compare against this backend (default: each case's fastest)"),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
-    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
-    warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
-    measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    set_: Optional[List[str]] = SET_OPT,
+    device: Optional[str] = DEVICE_OPT,
+    warmup_ms: Optional[float] = WARMUP_OPT,
+    measure_ms: Optional[float] = MEASURE_OPT,
     flush: Optional[str] = FLUSH_OPT,
-    warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
-    no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
-    isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
-    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout",
-                                  help="with --isolate: seconds a backend may run before it is killed"),
-    results_dir: Path = typer.Option(Path("results"), help="where the run folder goes"),
-    out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
-    format: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
-    backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    warm_l2: bool = WARM_L2_OPT,
+    no_graphs: bool = NO_GRAPHS_OPT,
+    isolate: bool = ISOLATE_OPT,
+    timeout: float = TIMEOUT_OPT,
+    results_dir: Path = RESULTS_DIR_OPT,
+    out: Optional[Path] = OUT_OPT,
+    format: str = FORMAT_OPT,
+    select: Optional[str] = SELECT_OPT,
+    backend_file: Optional[List[Path]] = BACKEND_FILE_OPT,
+    quiet: bool = QUIET_OPT,
     executor: str = EXECUTOR_OPT,
     workers: Optional[int] = WORKERS_OPT,
     oversubscribe: bool = OVERSUBSCRIBE_OPT,
@@ -124,9 +119,8 @@ def compare_backends_cmd(
     if len(names) < 2:
         raise UsageError("compare backends needs at least two backends: -b a -b b")
     if baseline is not None:  # rows carry canonical specs: flex:mask=blocks (the default) is `flex`
-        given, baseline = baseline, canonical_spec(baseline)
-        if baseline not in {canonical_spec(n) for n in names}:
-            raise UsageError(f"--baseline {given}: not among the compared backends ({', '.join(names)}); add -b {given}")
+        baseline = backend_among(baseline, [canonical_spec(n) for n in names], "--baseline", "the compared backends",
+                                 f"; add -b {baseline}")
     set_, rounds_note = with_enough_rounds(scenario, list(set_ or []), rounds_needed(REPORT_CONFIDENCE, paired=True))
     if rounds_note:
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
@@ -183,7 +177,7 @@ def pick_rows(rows: list, select: Optional[str], keep: Optional[str] = None) -> 
     if not select:
         return rows
     picks = selector(select)
-    return [r for r in rows if picks(r.case_id, r.backend) or r.backend == keep]
+    return [r for r in rows if picks(r.case_id, r.backend, r.params) or r.backend == keep]
 
 
 @compare_app.command("runs")
@@ -203,6 +197,9 @@ def compare_runs_cmd(
     a 95% bootstrap interval; rows on one side only are listed."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
+    if normalize_by:
+        normalize_by = backend_among(normalize_by, [r.backend for r in b.rows + a.rows], "--normalize-by",
+                                     "the rows' backends")
     b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)
     # no thresholds: this is a report, not a gate
     th = Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=REPORT_CONFIDENCE)

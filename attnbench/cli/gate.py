@@ -18,11 +18,11 @@ from attnbench.analyze.gate_defaults import CPU_MAX_SLOWDOWN, GPU_MAX_SLOWDOWN, 
 from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, app, console, err, handle_errors
+from attnbench.cli.app import SELECT_HELP, UsageError, app, backend_among, check_format, console, err, handle_errors
 from attnbench.cli.rounds import with_enough_rounds
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.interleave import run_command
-from attnbench.cli.compare import FORMAT_HELP, check_format, info_console, load_pair, pick_rows, user_errors
+from attnbench.cli.compare import FORMAT_HELP, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.workload.units import safe_name
 
@@ -38,7 +38,12 @@ class GateOptions:
     default_why: str = ""  # which default applied and why (the gate line says it)
 
     def default_for(self, *sides) -> None:
-        """Without --max-slowdown: the default for the device the rows were measured on (20% on a CPU, 10% else)."""
+        """What the rows decide: without --max-slowdown, the default for the device they were
+        measured on (20% on a CPU, 10% else); --normalize-by as the rows spell it (resolved as
+        -b is, a usage error when no row has it: ``backend_among``)."""
+        if self.normalize_by:
+            self.normalize_by = backend_among(self.normalize_by, [r.backend for rows in sides for r in rows],
+                                              "--normalize-by", "the rows' backends")
         if not self.max_slowdown_given:
             self.thresholds.max_slowdown, self.default_why = default_max_slowdown(*sides)
 
@@ -146,6 +151,7 @@ def check_cmd(
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by, strict, allow_scenario_change)
     cur, ref = load_pair(run, baseline, allow_cross_device, fmt, need_rounds=True)
     opts.default_for(cur.rows, ref.rows)
+    normalize_by = opts.normalize_by
     picked = pick_rows(cur.rows, select, normalize_by), pick_rows(ref.rows, select, normalize_by)
     res = run_check(*picked, opts.thresholds, normalize_by)
     res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
@@ -248,7 +254,7 @@ def calibrate_cmd(
     rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device,
                          rounds_needed(opts.thresholds.confidence))
     opts.default_for(*rows)
-    cal = calibrate(rows, opts.thresholds, normalize_by, factors)
+    cal = calibrate(rows, opts.thresholds, opts.normalize_by, factors)
     info = info_console(fmt)
     info.print(f"gate: {opts.describe()}", style="dim", highlight=False)
     render(summary_records(cal), SUMMARY_COLUMNS, fmt, console,

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, step_record, trends
-from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
+from attnbench.cli.app import SELECT_HELP, UsageError, app, check_format, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
 from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import RunFolder
@@ -80,8 +80,7 @@ def show_cmd(
     """Trends per case and backend: each point against the one before by the gate's statistics
     (timing rounds as replicates, 99% interval, the check's thresholds); a point on another
     device or host, or with another scenario text or other --set overrides, is listed but not compared."""
-    if fmt not in ("table", "json"):
-        raise UsageError(f"--format {fmt}: choose one of table, json")
+    check_format(fmt, ("table", "json"))
     db = db or default_db()
     found = _load(db, since, select)
     if fmt == "json":

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
+from attnbench.cli.app import SELECT_HELP, UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
 from attnbench.store.options import RunOptions
@@ -21,8 +21,26 @@ if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --hel
     from attnbench.execute.runner import Runner
 
 DEFAULT_TIMEOUT_S = 300.0
+# The options every command that runs a scenario shares (``run``, ``compare backends``),
+# declared once: the same flag reads the same and means the same in both.
 FLUSH_OPT = typer.Option(None, "--flush", metavar="MODE",
                          help="how the L2 is emptied before each timed call: read | write | write+read (default: the scenario's)")
+SET_OPT = typer.Option(None, "--set", metavar="KEY=VALUE",
+                       help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)")
+DEVICE_OPT = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)")
+OUT_OPT = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)")
+RESULTS_DIR_OPT = typer.Option(Path("results"), help="where new run folders go")
+WARM_L2_OPT = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls")
+NO_GRAPHS_OPT = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs")
+WARMUP_OPT = typer.Option(None, help="warm-up budget per row (ms)")
+MEASURE_OPT = typer.Option(None, help="measurement budget per row (ms)")
+BACKEND_FILE_OPT = typer.Option(None, metavar="FILE", help="Python file defining Backend subclasses (RUNS it)")
+QUIET_OPT = typer.Option(False, "--quiet", "-q", help="no progress on stderr")
+ISOLATE_OPT = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)")
+FORMAT_OPT = typer.Option("table", "--format", help="results on stdout as table | markdown (for a pull request) | csv | json")
+SELECT_OPT = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP)
+TIMEOUT_OPT = typer.Option(DEFAULT_TIMEOUT_S, "--timeout",
+                           help="with --isolate: seconds a backend may run before it is killed")
 
 
 @dataclass

@@ -15,13 +15,15 @@ from rich.markup import escape
 
 from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
-from attnbench.analyze.tables import FORMATS, print_profiles
+from attnbench.analyze.tables import print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, start_runner,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, console, err,
+    check_format, executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
-    DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_reference, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
+    DEFAULT_TIMEOUT_S, BACKEND_FILE_OPT, DEVICE_OPT, FLUSH_OPT, FORMAT_OPT, ISOLATE_OPT, MEASURE_OPT, NO_GRAPHS_OPT, OUT_OPT, QUIET_OPT, RESULTS_DIR_OPT,
+    SELECT_OPT, SET_OPT, TIMEOUT_OPT, WARM_L2_OPT, WARMUP_OPT, Launch, check_reference, ensure_selected, launch_of,
+    new_folder, new_options, new_runner, run_rows,
 )
 from attnbench.cli.numbers import check_numbers
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
@@ -37,40 +39,38 @@ if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them
 def run(
     ctx: typer.Context,
     scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
-    set_: Optional[List[str]] = typer.Option(
-        None, "--set", metavar="KEY=VALUE", help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)"
-    ),
+    set_: Optional[List[str]] = SET_OPT,
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", metavar="NAME", help="backend to run (repeatable; default: those that can run here)"
     ),
-    select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
+    select: Optional[str] = SELECT_OPT,
     list_: bool = typer.Option(False, "--list", help="print the cases (and backends) the scenario expands to; run nothing"),
-    format: str = typer.Option("table", "--format", help="results on stdout as table | markdown | csv | json"),
+    format: str = FORMAT_OPT,
     compact: Optional[bool] = typer.Option(None, "--compact/--full", show_default=False, help="one line per row (default: from 24 rows)"),
-    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
-    out: Optional[Path] = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)"),
-    results_dir: Path = typer.Option(Path("results"), help="where new run folders go"),
+    device: Optional[str] = DEVICE_OPT,
+    out: Optional[Path] = OUT_OPT,
+    results_dir: Path = RESULTS_DIR_OPT,
     save_tensors: Optional[Path] = typer.Option(None, help="write each case's inputs and outputs here (.pt)"),
-    warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
-    no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
-    warmup_ms: Optional[float] = typer.Option(None, help="warm-up budget per row (ms)"),
-    measure_ms: Optional[float] = typer.Option(None, help="measurement budget per row (ms)"),
+    warm_l2: bool = WARM_L2_OPT,
+    no_graphs: bool = NO_GRAPHS_OPT,
+    warmup_ms: Optional[float] = WARMUP_OPT,
+    measure_ms: Optional[float] = MEASURE_OPT,
     flush: Optional[str] = FLUSH_OPT,
     rtol: Optional[float] = typer.Option(None, help="relative-error tolerance vs the reference"),
     threads: Optional[int] = typer.Option(
         None, "--threads", help="CPU rows: intra-op threads while backends run (default 1: steady medians)"
     ),
     profile: bool = typer.Option(False, "--profile", help="one torch.profiler pass per row (kernel table, trace)"),
-    backend_file: Optional[List[Path]] = typer.Option(None, metavar="FILE", help="Python file defining Backend subclasses (RUNS it)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
+    backend_file: Optional[List[Path]] = BACKEND_FILE_OPT,
+    quiet: bool = QUIET_OPT,
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="finish an incomplete run folder with its own scenario and options, skipping rows done"
     ),
     allow_env_change: bool = typer.Option(
         False, "--allow-env-change", help="with --resume: go on although attnbench, torch or the device changed"
     ),
-    isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
-    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
+    isolate: bool = ISOLATE_OPT,
+    timeout: float = TIMEOUT_OPT,
     executor: str = EXECUTOR_OPT,
     workers: Optional[int] = WORKERS_OPT,
     oversubscribe: bool = OVERSUBSCRIBE_OPT,
@@ -108,14 +108,8 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
     device = opts.device or sf.scenario.device
     if not DEVICE_NAMES.match(device):
         raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
-    picks = selector(opts.select) if opts.select else (lambda case_id, backend: True)
+    picks = selector(opts.select) if opts.select else (lambda *_row: True)
     print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
-    return fmt
 
 
 def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optional[str], spec) -> None:
@@ -159,7 +153,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             from attnbench.cli.caselist import case_records, print_case_list
 
             prior.folder.unlock()
-            left = lambda case_id, b: runner.picks(case_id, b) and (case_id, b) not in prior.done  # noqa: E731
+            left = lambda case_id, b, params: runner.picks(case_id, b, params) and (case_id, b) not in prior.done  # noqa: E731
             return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
         note = begin(prior, isolate, changes, spec.to_json())

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.app import UsageError, app, check_format, console, handle_errors
 from attnbench.cli.numbers import check_numbers
 
 
@@ -46,14 +46,13 @@ def tree_costs_cmd(
     Ratios with 95% intervals over timing rounds (timing.rounds >= 4). The tree pays against the chain while
     tree/chain stays below the tree's acceptance gain (accepted tokens per step, tree over
     chain); against plain decoding it must accept more than tree/decode tokens per step."""
-    from attnbench.analyze.compare_tables import FORMATS, Column, fmt_ratio, render
+    from attnbench.analyze.compare_tables import Column, fmt_ratio, render
     from attnbench.analyze.tables import fmt_time
     from attnbench.analyze.tree_costs import TreeCostError, records
     from attnbench.store.baselines import BaselineError, load_rows
 
     check_numbers(gain=gain)
-    if format not in FORMATS:
-        raise UsageError(f"--format {format}: choose one of {', '.join(FORMATS)}")
+    check_format(format)
     try:
         recs = records(load_rows(run).rows, gain, str(run))
     except (TreeCostError, BaselineError) as e:

@@ -1,15 +1,17 @@
-"""What a run is made of, apart from running it: which backends it measures, and the row of
-a (case, backend) before anything ran (the runner fills it in; an executor whose worker died
+"""What a run is made of, apart from running it: which backends it measures (resolved once),
+the rows ``-k`` picks, and the row of a (case, backend) before anything ran (the runner fills it in; an executor whose worker died
 writes its error there)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from attnbench import backend as registry
+from attnbench.backend_options import backend_word
 from attnbench.execute.options import RunOptions
 from attnbench.store.rows import Row
 from attnbench.workload.spec import describe
 from attnbench.workload.scenario import Case, ScenarioFile
+from attnbench.workload.select import parse_selector
 
 
 def default_backends(device_type: Optional[str] = None) -> list[str]:
@@ -28,17 +30,26 @@ def default_backends(device_type: Optional[str] = None) -> list[str]:
 
 def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None,
                       device_type: Optional[str] = None) -> list[str]:
+    """The backends a run measures, as their canonical texts (``resolved_backends``)."""
+    return list(resolved_backends(sf, opts, available, device_type))
+
+
+def resolved_backends(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None,
+                      device_type: Optional[str] = None) -> dict[str, "registry.ResolvedSpec"]:
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
-    available (``available``, or the ones available on this machine for ``device_type``)."""
+    available (``available``, or the ones available on this machine for ``device_type``); each
+    spec resolved once (its options validated against the backend's declaration), keyed by its
+    canonical text, the rows' ``backend``."""
     from_file = not opts.backends and bool(sf.scenario.backends)
     names = opts.backends or sf.scenario.backends or (default_backends(device_type) if available is None else available)
-    out = []
+    out: dict[str, registry.ResolvedSpec] = {}
     for i, n in enumerate(names):
-        try:  # each spec as its canonical identity (its options validated against the backend's declaration)
-            out.append(registry.canonical_spec(n))
+        try:
+            rs = registry.resolve_spec(n)
         except registry.UnknownBackend as e:
             raise registry.UnknownBackend(f"{sf.path}: backends.{i}: {e}" if from_file else str(e)) from None
-    return list(dict.fromkeys(out))
+        out.setdefault(rs.canonical, rs)
+    return out
 
 
 def case_base_row(scenario: str, case: Case, name: str, device: str = "", device_id: str = "") -> Row:
@@ -58,3 +69,12 @@ def case_base_row(scenario: str, case: Case, name: str, device: str = "", device
         num_tokens=spec.num_tokens,
         params=dict(case.params),
     )
+
+
+def select_rows(text: Optional[str]) -> Callable[..., bool]:
+    """``-k``'s test ``(case_id, backend, params) -> bool`` (every row without ``text``): a word
+    with a colon is a backend spec resolved as ``-b`` resolves it (``registry.user_backend_id``)
+    and compared by value. SelectError (a ValueError) for a malformed expression."""
+    if not text:
+        return lambda *_row: True
+    return parse_selector(text, backend_word(registry.user_backend_id))

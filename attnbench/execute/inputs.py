@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from attnbench.workload.batch import Batch
+from attnbench.workload.mla import is_mla
 
 #: the tensor fields of a Batch that backends read (the metadata a backend must not change too)
 INPUT_FIELDS = (
@@ -30,7 +31,7 @@ def clone_batch(batch: Batch) -> Batch:
     """A deep copy of the batch's tensors on the same device; host metadata is shared
     (it is immutable: the spec and its requests are frozen dataclasses)."""
     fields = {f: getattr(batch, f).clone() for f in INPUT_FIELDS if getattr(batch, f) is not None}
-    if batch.spec.attention == "mla":  # the values stay a view of the latent cache
+    if is_mla(batch):  # the values stay a view of the latent cache
         fields["v_cache"] = fields["k_cache"][..., : batch.v_head_dim]
     return dataclasses.replace(batch, **fields, _masks={})
 

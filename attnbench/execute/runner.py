@@ -16,7 +16,9 @@ import torch
 from attnbench import backend as registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
-from attnbench.execute.cases import backend_names_for, case_base_row, default_backends  # noqa: F401
+from attnbench.execute.cases import (  # noqa: F401
+    backend_names_for, case_base_row, default_backends, resolved_backends, select_rows,
+)
 from attnbench.execute.output_check import check_output  # noqa: F401 - the runner's, for callers
 from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
@@ -28,7 +30,6 @@ from attnbench.store.rows import Row, Status, checked
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
-from attnbench.workload.select import parse_selector
 from attnbench.measure.stats import Summary
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
@@ -68,9 +69,10 @@ class Runner:
         self.device_name = device_name(self.device)
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
-        self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
+        self.specs = resolved_backends(sf, opts, device_type=self.device.type)  # -b parsed once, here
+        self.backend_names = list(self.specs)
         self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
-        self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
+        self.picks = select_rows(opts.select)  # ValueError
 
     def backend_versions(self) -> dict[str, str]:
         out = {}
@@ -93,7 +95,8 @@ class Runner:
 
     def todo(self, case: Case, done: frozenset = frozenset()) -> list[str]:
         """The backends of ``case`` still to run: not in ``done`` and picked by ``-k``."""
-        return [b for b in self.backend_names if (case.case_id, b) not in done and self.picks(case.case_id, b)]
+        return [b for b in self.backend_names
+                if (case.case_id, b) not in done and self.picks(case.case_id, b, case.params)]
 
     def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:
         """Yields each row as soon as it is finished. ``done``: (case_id, backend) to skip."""
@@ -279,9 +282,9 @@ class Runner:
     def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
         timing needs, or None when the row is already finished (skipped or mismatch)."""
-        name = row.backend
-        cls = registry.get_backend_class(name)
-        be = registry.make_backend(name)  # the spec's options, validated when the run began
+        spec = self.specs[row.backend]  # resolved when the runner was made, never parsed again
+        cls = registry.get_backend_class(spec.name)
+        be = registry.make_backend(spec)
         why = be.why_unavailable()
         row.backend_version = "" if why else cls.version()
         if why:
@@ -307,7 +310,7 @@ class Runner:
             row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
         if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
-            outputs[name] = out.detach().cpu()
+            outputs[row.backend] = out.detach().cpu()
         if status is not Status.OK:
             row.status, row.reason = status, reason
             return

@@ -27,6 +27,7 @@ import torch
 
 from attnbench.workload.batch import BatchSpec
 from attnbench.workload.masks import first_needed_slot, visible_pairs
+from attnbench.workload.mla import is_mla
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def work_of(spec: BatchSpec) -> Work:
     el = torch.empty((), dtype=spec.torch_dtype).element_size()
     # QK^T over head_dim and PV over v_head_dim, a multiply-add each (4 * head_dim for MHA)
     flops = 2 * (spec.head_dim + spec.v_head_dim) * spec.num_q_heads * allowed_pairs(spec)
-    caches = 1 if spec.attention == "mla" else 2  # MLA: the latent row (K and V at once) read once
+    caches = 1 if is_mla(spec) else 2  # MLA: the latent row (K and V at once) read once
     kv = caches * kv_slots(spec) * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
     kv += caches * 4 * spec.kv_scale_count  # FP8 scales, float32
     qo = spec.num_tokens * spec.num_q_heads * (spec.head_dim + spec.v_head_dim) * el

@@ -23,15 +23,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
-# The backend that runs the oracle (workload/reference.py): never a competitor. It is kept out
-# of ranks, bests and summaries unless asked for, and refused as a check's normalizer: it is
-# written to be right (float64, per request), not fast.
-ORACLE_BACKEND = "reference"
-
-
-def is_oracle(backend: str) -> bool:
-    """The row's backend (its canonical spec, options after a colon) is the oracle."""
-    return backend.split(":", 1)[0] == ORACLE_BACKEND
+from attnbench.store.columns import ORACLE_BACKEND, context_of, derived_columns, is_oracle  # noqa: F401 (re-exported)
+from attnbench.workload.sweeps import upgraded_params
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,6 +130,8 @@ class Row:
         for k in _FLOAT_FIELDS:
             if k in kw and kw[k] is None:
                 kw[k] = math.nan
+        if isinstance(kw.get("params"), dict):
+            kw["params"] = upgraded_params(kw["params"])
         return cls(**kw)
 
 
@@ -172,6 +167,8 @@ def typed_row(d) -> Row:
             if not ok(v):
                 raise RowError(f"{k}: {str(v)[:40]!r} is not {what}")
             kw[k] = math.nan if v is None and what == "a number" else v
+    if "params" in kw:  # a row written before swept values were typed: "4k" -> 4096
+        kw["params"] = upgraded_params(kw["params"])
     return Row(**kw)
 
 
@@ -219,28 +216,25 @@ CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params"
 
 def rows_table(rows: Iterable[Row]) -> tuple[list[str], list[dict]]:
     """(columns, one dict per row) of results.csv: the CSV fields with the sweep values as
-    columns after case_id, plus ``x_fastest`` (median over the fastest ok backend's median in
-    the same case; the oracle is not a candidate for fastest, its own row is relative to the
-    fastest competitor)."""
+    columns after case_id, plus the registry's derived columns (``store/columns.py``:
+    ``x_fastest``, the median over the case's fastest competitor's; the oracle is never the
+    fastest, its own row is relative to the fastest competitor)."""
     rows = list(rows)
     param_cols: list[str] = []
     for r in rows:
         for k in r.params:
             if k not in param_cols:
                 param_cols.append(k)
-    best: dict[str, float] = {}  # the fastest competitor: the oracle is never "fastest"
-    for r in rows:
-        if r.status is Status.OK and r.median_ms == r.median_ms and not is_oracle(r.backend):
-            best[r.case_id] = min(best.get(r.case_id, math.inf), r.median_ms)
+    ctx, derived = context_of(rows), derived_columns()
     recs = []
     for r in rows:
         d = {k: getattr(r, k) for k in CSV_FIELDS}
         for k in param_cols:
             v = r.params.get(k)
             d[k] = json.dumps(v, default=str) if isinstance(v, (list, dict)) else v
-        d["x_fastest"] = (r.median_ms / best[r.case_id]) if r.status is Status.OK and r.case_id in best else math.nan
+        d.update((c.name, c.value(r, ctx)) for c in derived)
         recs.append(d)
-    return CSV_FIELDS[:2] + param_cols + CSV_FIELDS[2:] + ["x_fastest"], recs
+    return CSV_FIELDS[:2] + param_cols + CSV_FIELDS[2:] + [c.name for c in derived], recs
 
 
 def rows_frame(rows: Iterable[Row]) -> "pd.DataFrame":

@@ -17,12 +17,9 @@ import torch
 from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
-from attnbench.workload.mla import default_scale
+from attnbench.workload.mla import default_scale, is_mla
 from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 from attnbench.workload.trees import depths
-
-DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-
 
 @dataclass
 class Batch:
@@ -237,11 +234,25 @@ class TreeInputs:
     topologies: tuple  # the distinct parent arrays, in first-seen order
     topology_id: np.ndarray  # [Bt] int64 index into ``topologies``
     parents_host: np.ndarray  # [Bt, max(Tmax, 1)] int32; -1: root or padding
-    parents: torch.Tensor  # ``parents_host`` on the batch's device
-    reqs_t: torch.Tensor  # ``reqs`` as an int64 tensor on the batch's device
-    topology_id_t: torch.Tensor  # ``topology_id`` on the batch's device
-    is_tree_t: torch.Tensor  # [B] bool on the batch's device
-    slot_t: torch.Tensor  # [B] int64 on the batch's device: a request's row in the [Bt, ...] arrays (0: none)
+    device: torch.device  # where the device copies below go
+
+    # The device copies are made on first use (issue 34): a plan step rebuilds this object
+    # (``Batch.new_step``), and a backend that plans from the host arrays (flash-attn) must
+    # not pay host-to-device copies it never reads inside its timed plan.
+    @functools.cached_property
+    def parents(self) -> torch.Tensor:
+        """``parents_host`` on the batch's device."""
+        return torch.from_numpy(self.parents_host).to(self.device)
+
+    @functools.cached_property
+    def reqs_t(self) -> torch.Tensor:
+        """``reqs`` as an int64 tensor on the batch's device."""
+        return torch.from_numpy(self.reqs).to(self.device)
+
+    @functools.cached_property
+    def topology_id_t(self) -> torch.Tensor:
+        """``topology_id`` on the batch's device."""
+        return torch.from_numpy(self.topology_id).to(self.device)
 
 
 def host_lens(spec: BatchSpec) -> HostLens:
@@ -263,8 +274,6 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
     parents = np.full((len(reqs), max(tmax, 1)), -1, dtype=np.int32)
     for b, i in enumerate(reqs):
         parents[b, : sizes[b]] = spec.requests[i].tree_parents
-    slot = np.zeros(len(spec.requests), dtype=np.int64)
-    slot[reqs] = np.arange(len(reqs))
     return TreeInputs(
         reqs=np.array(reqs, dtype=np.int64),
         sizes=sizes,
@@ -274,11 +283,7 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
         topologies=tuple(index),
         topology_id=np.array(ids, dtype=np.int64),
         parents_host=parents,
-        parents=torch.from_numpy(parents).to(device),
-        reqs_t=torch.tensor(reqs, dtype=torch.long, device=device),
-        topology_id_t=torch.tensor(ids, dtype=torch.long, device=device),
-        is_tree_t=torch.tensor([r.tree_parents is not None for r in spec.requests], device=device),
-        slot_t=torch.from_numpy(slot).to(device),
+        device=device,
     )
 
 
@@ -338,14 +343,14 @@ def _caches(spec: BatchSpec, table: torch.Tensor, gen: torch.Generator, device: 
     latent cache; the values are the view of its first ``kv_lora_rank`` dims (same scales)."""
     shape_kv = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
     out = []
-    for _ in range(1 if spec.attention == "mla" else 2):
+    for _ in range(1 if is_mla(spec) else 2):
         x = _randn(shape_kv, gen, torch.float32 if spec.fp8 else spec.torch_dtype, device)
         copy_partial_prefix_pages(spec, table, (x,))
         scale = None
         if spec.fp8:
             x, scale = quantize_fp8(x, spec.kv_dtype, spec.kv_scale == "per-head")
         out.append((to_order(x, spec.kv_order)[1], scale))
-    if spec.attention == "mla":
+    if is_mla(spec):
         out.append((out[0][0][..., : spec.kv_lora_rank], out[0][1]))
     return out
 

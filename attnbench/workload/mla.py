@@ -33,7 +33,7 @@ def default_mla_scale(rope_dim: int, qk_nope_head_dim: int = DEFAULT_QK_NOPE_HEA
 
 def default_scale(spec: Any) -> float:
     """A BatchSpec's scale when none is given: ``head_dim ** -0.5``; for MLA the original head's."""
-    return default_mla_scale(spec.rope_dim) if spec.attention == "mla" else spec.head_dim ** -0.5
+    return default_mla_scale(spec.rope_dim) if is_mla(spec) else spec.head_dim ** -0.5
 
 
 def spec_problems(attention: str, num_kv_heads: int, head_dim: int, kv_lora_rank: int, rope_dim: int) -> list[str]:
@@ -83,7 +83,7 @@ def model_problems(model: Any) -> list[str]:
 def attention_fields(model: Any) -> dict:
     """The BatchSpec fields of a scenario's ``model:`` attention: num_kv_heads, head_dim and
     scale, plus the MLA fields (defaults filled in) for ``attention: mla``."""
-    if model.attention != "mla":
+    if not is_mla(model):
         return dict(num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, scale=model.scale)
     rank = model.kv_lora_rank if model.kv_lora_rank is not None else DEFAULT_KV_LORA_RANK
     rope = model.rope_dim if model.rope_dim is not None else DEFAULT_ROPE_DIM

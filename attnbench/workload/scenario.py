@@ -19,7 +19,7 @@ from attnbench.workload.messages import ScenarioError, check_shape, format_valid
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.dotted import parse_override, read_mapping, set_path
-from attnbench.workload.sweeps import case_id_for, override_sweep
+from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
 from attnbench.workload.variants import variant_docs
@@ -374,6 +374,7 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
             set_path(doc, k, v, f"{path}: sweep.{k}")
         label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")
+        params = typed_params(params, sc)  # "4k" -> 4096: numbers stay numbers to every output
         variants = variant_docs(doc, sc.batch)
         if not variants:
             cases.append(Case(case_id_for(params), params, sc))

@@ -9,15 +9,24 @@ row when it is a substring (case-insensitive) of ``"<case_id> <backend>"``:
 
 Words are anything without spaces or parentheses (``=``, ``,``, ``.`` and ``-`` included).
 A word holding ``=`` names swept values and matches whole ones: ``count=1`` picks the cases
-whose id has ``count=1``, never ``count=16``; ``context=4k`` also matches a dotted key's last
-part (``batch.0.context=4k``); ``page_size=16,context=4k`` needs both. Other words match as
-substrings.
+whose count is 1, never 16; ``page_size=16,context=4k`` needs both. The key is the swept key
+(``batch.0.context``), its last part (``context``) or its table name (``kv_dtype`` for
+``kv_cache.dtype``); a last part two swept keys share (``dtype``: ``model.dtype`` and
+``kv_cache.dtype``) names both. The value is compared with the row's typed value (issue 34):
+``context=4k``, ``context=4096`` and ``context=4K`` are the same number, ``dtype=fp8_e4m3``
+(the YAML spelling) and ``dtype=fp8-e4m3`` (the case id's) the same text, ``window=null`` a
+null. Without the swept values (a caller that has only ids), the word matches whole
+``key=value`` items of the case id. A word holding ``:`` is a backend spec, resolved as ``-b``
+resolves it and compared by value (``flex:mask=blocks`` picks the rows of ``flex``, whose
+default that is). Other words match as substrings.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
+
+from attnbench.workload.sweeps import key_matches, value_matches
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 KEYWORDS = ("and", "or", "not")
@@ -29,13 +38,14 @@ class SelectError(ValueError):
 
 @dataclass(frozen=True)
 class Selector:
-    """A parsed -k expression: ``selector(case_id, backend)`` says whether the row is picked."""
+    """A parsed -k expression: ``selector(case_id, backend, params)`` says whether the row is
+    picked (``params``: the case's typed swept values; None: match ``key=value`` words in the id)."""
 
     text: str
-    test: Callable[[str], bool]
+    test: Callable[[str, Optional[dict], str], bool]
 
-    def __call__(self, case_id: str, backend: str) -> bool:
-        return self.test(f"{case_id} {backend}".lower())
+    def __call__(self, case_id: str, backend: str, params: Optional[dict] = None) -> bool:
+        return self.test(f"{case_id} {backend}".lower(), params, backend)
 
 
 def _tokens(text: str) -> list[str]:
@@ -53,8 +63,9 @@ def _tokens(text: str) -> list[str]:
 class _Parser:
     """expr := or ; or := and ('or' and)* ; and := not ('and' not)* ; not := 'not' not | atom."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, backend_word: Optional[Callable] = None):
         self.text = text
+        self.backend_word = backend_word
         self.toks = _tokens(text)
         self.i = 0
 
@@ -86,20 +97,20 @@ class _Parser:
         while self.peek() == "or":
             self.take()
             parts.append(self.and_())
-        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): any(p(s) for p in ps))
+        return parts[0] if len(parts) == 1 else (lambda s, v, b, ps=tuple(parts): any(p(s, v, b) for p in ps))
 
     def and_(self):
         parts = [self.not_()]
         while self.peek() == "and":
             self.take()
             parts.append(self.not_())
-        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): all(p(s) for p in ps))
+        return parts[0] if len(parts) == 1 else (lambda s, v, b, ps=tuple(parts): all(p(s, v, b) for p in ps))
 
     def not_(self):
         if self.peek() == "not":
             self.take()
             inner = self.not_()
-            return lambda s: not inner(s)
+            return lambda s, v, b: not inner(s, v, b)
         return self.atom()
 
     def atom(self):
@@ -113,11 +124,14 @@ class _Parser:
         if tok == ")" or tok in KEYWORDS:
             self.i -= 1
             raise self.fail(f"unexpected {tok!r}")
+        if ":" in tok and self.backend_word is not None:  # a backend spec: its identity, by value
+            return self.backend_word(tok)
         word = tok.lower()
         if "=" in word:
             parts = [p for p in word.split(",") if p]
-            return lambda s: all(_has_item(s, p) for p in parts)
-        return lambda s: word in s
+            return lambda s, v, b: all(_has_item(s, p) if v is None or _NUMBERED.match(p) else _has_value(v, p)
+                                       for p in parts)
+        return lambda s, v, b: word in s
 
 
 _ITEM_SPLIT = re.compile(r"[,\s]+")
@@ -128,15 +142,26 @@ def _has_item(text: str, part: str) -> bool:
     """``part`` (``key=value``) is a whole item of ``text`` (``a=1,b=2 backend``), its key
     possibly the last part of a dotted key."""
     for item in _ITEM_SPLIT.split(text):
+        if item == part:  # a numbered id's first item, as unique_selector writes it
+            return True
         item = _NUMBERED.sub("", item)
         if item == part or (item.endswith(part) and item[len(item) - len(part) - 1] == "." and "=" not in item[:-len(part)]):
             return True
     return False
 
 
-def parse_selector(text: str) -> Selector:
-    """Parse a -k expression; :class:`SelectError` names what is wrong."""
-    return Selector(text, _Parser(text).parse())
+def _has_value(params: dict, part: str) -> bool:
+    """``part`` (``key=value``, lower case) names one of the typed swept values ``params``."""
+    key, _, want = part.partition("=")
+    return any(key_matches(key, k) and value_matches(v, want) for k, v in params.items())
+
+
+def parse_selector(text: str, backend_word: Optional[Callable] = None) -> Selector:
+    """Parse a -k expression; :class:`SelectError` names what is wrong. ``backend_word``: how a
+    word holding ``:`` (a backend spec, ``flex:mask=blocks``) becomes a test ``(s, params,
+    backend) -> bool`` (``backend.backend_word``: the spec's identity compared by value with the
+    row's); without it such a word is matched as text."""
+    return Selector(text, _Parser(text, backend_word).parse())
 
 
 def unique_selector(case_id: str, all_ids: Iterable[str]) -> str:

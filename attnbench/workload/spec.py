@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from attnbench.workload.mla import spec_problems
+from attnbench.workload.mla import is_mla, spec_problems
 from attnbench.workload.units import format_int
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 KINDS = ("prefill", "decode", "tree")
 #: how a request's pages are placed in the cache (workload.pages)
 LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved")
-#: dtype name -> bytes per element (the torch dtypes are in ``batch.DTYPES``)
+#: dtype name -> bytes per element (``BatchSpec.torch_dtype`` is the torch dtype)
 DTYPE_NAMES = {"float32": 4, "float16": 2, "bfloat16": 2}
 MODEL_DTYPES = tuple(DTYPE_NAMES)
 #: FP8 KV-cache dtype name -> (torch dtype name, largest finite value); 1 byte per element
@@ -126,15 +126,9 @@ class BatchSpec:
         return 1 if self.kv_scale == "per-tensor" else self.num_kv_heads
 
     @property
-    def kv_torch_dtype(self) -> "torch.dtype":
-        import torch
-
-        return getattr(torch, FP8_DTYPES[self.kv_dtype][0]) if self.fp8 else self.torch_dtype
-
-    @property
     def v_head_dim(self) -> int:
         """Width of a value (and of the output): ``kv_lora_rank`` for MLA, ``head_dim`` otherwise."""
-        return self.kv_lora_rank if self.attention == "mla" else self.head_dim
+        return self.kv_lora_rank if is_mla(self) else self.head_dim
 
     @property
     def torch_dtype(self) -> "torch.dtype":
@@ -185,7 +179,7 @@ class BatchSpec:
         """Bytes the materialized batch takes on its device (q, out, caches, tables); an FP8
         cache adds the float32 copy of one cache it is quantized from while it is built."""
         el = DTYPE_NAMES[self.dtype]
-        caches = 1 if self.attention == "mla" else 2  # MLA's values are a view of its latent cache
+        caches = 1 if is_mla(self) else 2  # MLA's values are a view of its latent cache
         slots = self.num_pages * self.page_size * self.num_kv_heads * self.head_dim
         kv = caches * slots * self.kv_element_bytes + (4 * slots if self.fp8 else 0)
         qo = self.num_tokens * self.num_q_heads * (self.head_dim + self.v_head_dim) * el
@@ -221,7 +215,7 @@ def _request_text(r: Request) -> str:
 def variant_words(spec: BatchSpec) -> list[str]:
     """The attention variants of ``spec`` in words (``fp8_e4m3 KV per-head``, ``window 128``,
     ...); [] for plain attention in the model dtype, NHD."""
-    words = [f"MLA {spec.kv_lora_rank}+{spec.rope_dim}"] if spec.attention == "mla" else []
+    words = [f"MLA {spec.kv_lora_rank}+{spec.rope_dim}"] if is_mla(spec) else []
     if spec.fp8:
         words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
     if spec.kv_order != "NHD":

@@ -4,9 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Optional
 
-from attnbench.workload.units import format_int, short_repr
+from attnbench.workload.units import format_int, parse_int, short_repr
 
 
 def override_sweep(raw: dict, key: str, value: Any, where: str, error: type = ValueError) -> list[str]:
@@ -63,3 +63,121 @@ def case_id_for(params: dict[str, Any]) -> str:
     lasts = [k.split(".")[-1] for k in params]
     names = [last if lasts.count(last) == 1 else key for key, last in zip(params, lasts)]
     return ",".join(f"{n}={_slug(v)}" for n, v in zip(names, params.values()))
+
+
+# -- typed swept values (issue 34) ---------------------------------------------------------
+# A swept value is kept as the scenario's validated value: ``context: [1k, 4k]`` is 1024 and
+# 4096 in params, rows.jsonl, results.csv and JSON; ``null`` is None. Text is made only when
+# rendering (``value_text``), and ``-k`` compares a word with the value, not with its text.
+
+#: swept keys shown by another name than their last part: the cache's dtype is not the
+#: results' ``dtype`` column (the model's), so tables and plots call it ``kv_dtype``
+DISPLAY_NAMES = {"kv_cache.dtype": "kv_dtype"}
+
+
+def _validated_at(scenario: Any, key: str) -> Any:
+    """The validated scenario's value at a dotted ``key`` (``batch.0.context``); KeyError if none."""
+    node = scenario
+    for part in key.split("."):
+        if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        elif not isinstance(node, (list, tuple, dict)) and hasattr(node, part):
+            node = getattr(node, part)
+        else:
+            raise KeyError(key)
+    return node
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def typed_params(params: dict[str, Any], scenario: Any) -> dict[str, Any]:
+    """``params`` with each scalar value replaced by the number the scenario validated it to
+    (``"4k"`` -> 4096); other values (text, mappings, lists, null) as written."""
+    out = {}
+    for key, value in params.items():
+        typed = value
+        if isinstance(value, (str, float)) and not isinstance(value, bool):
+            try:
+                validated = _validated_at(scenario, key)
+            except KeyError:
+                validated = None
+            if _is_number(validated):
+                typed = validated
+        out[key] = typed
+    return out
+
+
+def upgraded_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Params of a row written before swept values were typed: ``"4k"`` and ``"4096"`` (the
+    only text a number was swept as) become 4096; everything else as it was."""
+    out = {}
+    for key, value in params.items():
+        out[key] = _sized_int(value) if isinstance(value, str) and _sized_int(value) is not None else value
+    return out
+
+
+def _sized_int(text: str) -> Optional[int]:
+    """``4k`` -> 4096, ``16`` -> 16; None for text that is no such integer."""
+    try:
+        return parse_int(text)
+    except ValueError:
+        return None
+
+
+def display_name(key: str, keys: Any = ()) -> str:
+    """How a table or plot names the swept ``key``: its last part, the full key when another
+    of ``keys`` ends the same, ``DISPLAY_NAMES`` where the last part names another column."""
+    if key in DISPLAY_NAMES:
+        return DISPLAY_NAMES[key]
+    last = key.split(".")[-1]
+    return key if sum(1 for k in keys if k.split(".")[-1] == last) > 1 else last
+
+
+def value_text(value: Any) -> str:
+    """A swept value for a table, a plot label or a title: 4096 -> ``4k``, None -> ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return format_int(value)
+    if isinstance(value, (str, float)):
+        return str(value) if isinstance(value, str) else f"{value:g}"
+    return short_repr(value, 40)
+
+
+def value_order(value: Any) -> tuple:
+    """A sort key putting null first, then numbers by value, then the rest by text."""
+    if value is None:
+        return (0, 0.0, "")
+    if _is_number(value):
+        return (1, float(value), "")
+    return (2, 0.0, json.dumps(value, sort_keys=True, default=str))
+
+
+def key_matches(word_key: str, key: str) -> bool:
+    """A ``-k`` word's key (lower case) names the swept ``key``: its full path, its last part
+    or its display name (``kv_dtype``)."""
+    key = key.lower()
+    return word_key in (key, key.split(".")[-1], DISPLAY_NAMES.get(key, key))
+
+
+def value_matches(value: Any, word_value: str) -> bool:
+    """A ``-k`` word's value (lower case) is the swept ``value``: its YAML spelling (``4k``,
+    ``4096``, ``fp8_e4m3``, ``null``) or its case-id spelling (``fp8-e4m3``)."""
+    if value is None:
+        return word_value in ("null", "none", "~")
+    if _is_number(value):
+        if _sized_int(word_value) is not None:
+            return _sized_int(word_value) == value
+        try:
+            return float(word_value) == float(value)
+        except ValueError:
+            return False
+    if isinstance(value, str) and value.lower() == word_value:
+        return True
+    return _slug(value).lower() == word_value

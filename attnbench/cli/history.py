@@ -16,7 +16,7 @@ from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cell
 from attnbench.cli.app import SELECT_HELP, UsageError, app, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
 from attnbench.store.outputs import check_write_target
-from attnbench.store.runfolder import RunFolder
+from attnbench.store.run_reader import read_run
 
 history_app = typer.Typer(no_args_is_help=True,
                           help="Keep runs in an SQLite history and show trends per case and backend.")
@@ -56,7 +56,7 @@ def add_cmd(
     for run in runs:
         if not run.is_dir():
             raise UsageError(f"{run}: not a run folder (no such folder)")
-        rf = RunFolder.load(run)
+        rf = read_run(run)  # the rows check would refuse are refused here too
         if not rf.manifest.complete:
             console.print(f"note: {run} is not complete (its manifest says {rf.manifest.status or 'nothing'})",
                           highlight=False, markup=False)

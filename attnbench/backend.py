@@ -375,15 +375,25 @@ def resolve_spec(spec: str) -> ResolvedSpec:
         raise UnknownBackend(str(e)) from None
 
 
+def _resolve_values(spec: str, values: dict[str, str]) -> ResolvedSpec:
+    name = backend_name(spec)
+    try:
+        return resolve(name, dict(values), dict(getattr(get_backend_class(name), "options", {}) or {}))
+    except OptionError as e:
+        raise UnknownBackend(str(e)) from None
+
+
 def canonical_spec(spec: str) -> str:
     """The identity string of a spec: the name plus the options that differ from the declared
     defaults (environment included), sorted: ``flashinfer:route=fa3``, or ``flashinfer``."""
     return resolve_spec(spec).canonical
 
 
-def make_backend(spec: str) -> Backend:
-    """An instance of the spec's backend with its options set."""
-    rs = resolve_spec(spec)
+def make_backend(spec: str, values: Optional[dict[str, str]] = None) -> Backend:
+    """An instance of the spec's backend with its options set; ``values``: every option's value
+    as resolved when the run began (``RunOptions.backend_specs``), so that an environment
+    variable set now (on a ``--resume``, in a child) changes nothing."""
+    rs = resolve_spec(spec) if values is None else _resolve_values(spec, values)
     be = get_backend_class(rs.name)()
     be.__dict__["_option_values"] = dict(rs.values)
     return be

@@ -5,6 +5,7 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -142,7 +143,8 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     except ResumeError as e:
         raise UsageError(str(e)) from None
     try:
-        opts, isolate = prior.options, isolate or prior.isolate
+        # a copy: the runner records resolved backend specs in its options, never in the manifest's
+        opts, isolate = copy.deepcopy(prior.options), isolate or prior.isolate
         if conflicts:
             raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")
@@ -151,6 +153,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         spec = dataclasses.replace(spec, isolate=isolate, timeout=prior.timeout or DEFAULT_TIMEOUT_S)
         runner = start_runner(prior.sf, opts, spec, prior.scenario_path, prior.overrides, backend_file)
         changes = environment_changes(prior, runner.device_name)
+        check_same_backends(path, prior, runner.backend_names)
         if changes and not allow_env_change:
             raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
                              "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
@@ -173,6 +176,17 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         err.print(escape(n), highlight=False, soft_wrap=True)
     _execute(runner, prior.folder, prior.done, launch_of(prior.scenario_path, prior.overrides, backend_file), spec, show,
              opts.profile_dir is not None)
+
+
+def check_same_backends(path: Path, prior, names: list[str]) -> None:
+    """A run whose manifest records no resolved backend specs (made before they were recorded)
+    resolves its backends again here: refused when that gives other specs than the run's (an
+    environment variable such as ATTNBENCH_FLASHINFER_BACKEND set only now, or only then)."""
+    ran = prior.folder.manifest.backends_requested
+    if ran and sorted(names) != sorted(ran):
+        raise UsageError(f"--resume {path}: the run's backends resolve to {', '.join(names)} here, but it ran "
+                         f"{', '.join(ran)} (an environment variable that sets a backend option, set only now or only "
+                         "then?): rows of both would be mixed; set the environment as it was, or start a new run")
 
 
 def kept_settings(prior, isolate: Optional[bool] = None) -> str:

@@ -29,16 +29,23 @@ def default_backends(device_type: Optional[str] = None) -> list[str]:
 def backend_names_for(sf: ScenarioFile, opts: RunOptions, available: Optional[list[str]] = None,
                       device_type: Optional[str] = None) -> list[str]:
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
-    available (``available``, or the ones available on this machine for ``device_type``)."""
+    available (``available``, or the ones available on this machine for ``device_type``), as
+    canonical specs. Resolved once: each spec's option values go to ``opts.backend_specs``
+    (the manifest records them); options that hold them already (a ``--resume``, a child, a
+    worker) give their specs back unchanged, whatever this process's environment says."""
+    if opts.backend_specs:
+        return list(opts.backend_specs)
     from_file = not opts.backends and bool(sf.scenario.backends)
     names = opts.backends or sf.scenario.backends or (default_backends(device_type) if available is None else available)
-    out = []
+    specs: dict[str, dict[str, str]] = {}
     for i, n in enumerate(names):
         try:  # each spec as its canonical identity (its options validated against the backend's declaration)
-            out.append(registry.canonical_spec(n))
+            rs = registry.resolve_spec(n)
         except registry.UnknownBackend as e:
             raise registry.UnknownBackend(f"{sf.path}: backends.{i}: {e}" if from_file else str(e)) from None
-    return list(dict.fromkeys(out))
+        specs.setdefault(rs.canonical, dict(rs.values))
+    opts.backend_specs = specs
+    return list(specs)
 
 
 def case_base_row(scenario: str, case: Case, name: str, device: str = "", device_id: str = "") -> Row:

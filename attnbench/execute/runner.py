@@ -281,7 +281,7 @@ class Runner:
         timing needs, or None when the row is already finished (skipped or mismatch)."""
         name = row.backend
         cls = registry.get_backend_class(name)
-        be = registry.make_backend(name)  # the spec's options, validated when the run began
+        be = registry.make_backend(name, (self.opts.backend_specs or {}).get(name))  # the options resolved when the run began
         why = be.why_unavailable()
         row.backend_version = "" if why else cls.version()
         if why:

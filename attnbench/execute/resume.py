@@ -90,7 +90,7 @@ def _check(folder: RunFolder) -> Resumed:
         files = man.backend_files
         hint = f" pass --backend-file {' --backend-file '.join(files)} again" if files else " pass its --backend-file again"
         raise ResumeError(f"--resume {path}: backend {missing[0]!r} is unknown here;{hint} (it runs that file's code)")
-    done = _rows_done(folder, sf)
+    done = _rows_done(folder, sf, list(opts.backend_specs or man.backends_requested))
     return Resumed(folder, sf, opts, list(man.overrides), scenario_path, done, man.isolate, man.timeout)
 
 
@@ -99,11 +99,12 @@ _USED = ("scenario", "scenario_text", "scenario_sha256", "settings_sha256", "ove
          "backends_requested", "backend_files", "isolate", "timeout", "select")
 
 
-def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
+def _rows_done(folder: RunFolder, sf: ScenarioFile, backends: list[str]) -> frozenset:
     """The (case, backend) rows already in the folder; ResumeError for a row that cannot be
-    one of this run's: another scenario's, a case the scenario does not have, or a second
-    row of one case and backend (which one counts would depend on their order)."""
-    cases = {c.case_id for c in sf.cases}
+    one of this run's: another scenario's, a case the scenario does not have, a backend the
+    run never ran (``backends``: its specs; [] when not recorded), or a second row of one case
+    and backend (which one counts would depend on their order)."""
+    cases, ran = {c.case_id for c in sf.cases}, set(backends)
     seen: set[tuple[str, str]] = set()
     for i, r in enumerate(folder.rows, 1):
         where = f"--resume {folder.path}: rows.jsonl: row {i} ({r.case_id} · {r.backend})"
@@ -111,6 +112,8 @@ def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
             why = f"is of scenario {r.scenario!r}, not this run's {sf.name!r}"
         elif r.case_id not in cases:
             why = f"is of a case the scenario does not have (its cases: {', '.join(sorted(cases)[:5])}, ...)"
+        elif ran and r.backend not in ran:
+            why = f"is of backend {r.backend!r}, which the run never ran (its backends: {', '.join(backends)})"
         elif (r.case_id, r.backend) in seen:
             why = "repeats an earlier row of that case and backend"
         else:

@@ -4,6 +4,7 @@ sets a backend option, set only at the run or only at the resume, used to split 
 run between two specs, 21 rows of 18); a planted row of a backend the run never ran is refused
 (it used to be kept: 19 rows of 18); changed code (another commit, other uncommitted edits, an
 edited --backend-file) is refused unless --allow-env-change, which records it."""
+import hashlib
 import json
 from pathlib import Path
 
@@ -97,3 +98,45 @@ def test_resume_refuses_a_planted_row_of_a_backend_the_run_never_ran(tiny, tmp_p
     text = r.output.replace("\n", "")
     assert "row 3 (page_size=4 · flex) is of backend 'flex', which the run never ran (its backends: reference, sdpa)" in text
     assert "Traceback" not in r.output and (out / "rows.jsonl").read_bytes() == before
+
+
+def _edit_env(out: Path, **env) -> None:
+    man = json.loads((out / "manifest.json").read_text())
+    man["environment"].update(env)
+    (out / "manifest.json").write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize("change, words", [
+    ("backend file", "edited since the run (sha256"),
+    ("commit", "attnbench commit 000000000000 then"),
+    ("edits", "uncommitted edits of the attnbench package differ (diff sha256 abababababab then"),
+])
+def test_resume_refuses_changed_code_unless_allowed_and_then_records_it(tiny, tmp_path, change, words):
+    plugin = tmp_path / "my_backend.py"
+    plugin.write_text(Path(OPTION_FILE).read_text())
+    out = tmp_path / "run"
+    args = ["--backend-file", str(plugin), "-q"]
+    r = cli.invoke(app, ["run", str(tiny), "--out", str(out), "-b", "sdpa-opt", *args])
+    assert r.exit_code == 0, r.output
+    sha = hashlib.sha256(plugin.read_bytes()).hexdigest()
+    _cut(out, 1)
+    if change == "backend file":
+        plugin.write_text(plugin.read_text() + "\n# edited between the run and the resume\n")
+    elif change == "commit":
+        _edit_env(out, git_commit="0" * 40)
+    else:
+        _edit_env(out, code_diff_sha256="ab" * 32)
+    before = (out / "rows.jsonl").read_bytes()
+    r = cli.invoke(app, ["run", "--resume", str(out), *args])
+    text = r.output.replace("\n", "")
+    assert r.exit_code == 2 and words in text and "--allow-env-change" in text, r.output
+    assert (out / "rows.jsonl").read_bytes() == before
+    r = cli.invoke(app, ["run", "--resume", str(out), *args, "--allow-env-change"])
+    assert r.exit_code == 0, r.output
+    entry = json.loads((out / "manifest.json").read_text())["resumed"][-1]
+    assert any(words in c for c in entry["environment_changes"]), entry
+    assert {"git_commit", "git_dirty", "code_diff_sha256", "backend_files_sha256"} <= set(entry["code"])
+    assert len(_rows(out)) == 2
+    recorded = json.loads((out / "manifest.json").read_text())
+    assert recorded["backend_files_sha256"] == {str(plugin.resolve()): sha}
+    assert "code_diff_sha256" in recorded["environment"]

@@ -13,6 +13,7 @@ import typer
 from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
+from attnbench.store.code_identity import backend_file_hashes
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
@@ -94,7 +95,8 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     if profile:
         opts.profile_dir = folder.path / "profiles"
     man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
-    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files], isolate=spec.isolate,
+    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files],
+               backend_files_sha256=backend_file_hashes(launch.backend_files), isolate=spec.isolate,
                timeout=spec.timeout if spec.isolate else None, executor=spec.to_json())
     folder.start(man)
     return folder

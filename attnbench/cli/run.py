@@ -68,7 +68,7 @@ def run(
         None, "--resume", help="finish an incomplete run folder with its own scenario and options, skipping rows done"
     ),
     allow_env_change: bool = typer.Option(
-        False, "--allow-env-change", help="with --resume: go on although attnbench, torch or the device changed"
+        False, "--allow-env-change", help="with --resume: go on although attnbench (its version, commit, edits or --backend-file), torch or the device changed"
     ),
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="with --isolate: seconds a backend may run before it is killed"),
@@ -133,7 +133,8 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     """``run --resume``: the run's own scenario and options; refuses flags that would change
     them, and a changed attnbench version, torch or device unless --allow-env-change. Nothing in the
     folder is rewritten until every check passed."""
-    from attnbench.execute.resume import ResumeError, begin, environment_changes, open_run
+    from attnbench.execute.resume import ResumeError, begin, code_now, environment_changes, open_run
+    from attnbench.store.code_identity import backend_file_hashes
 
     conflicts = flags_given(ctx, RESUME_KEEPS)
     if set(conflicts) & {"SCENARIO", "--set"}:
@@ -152,12 +153,13 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             raise UsageError(f"--resume {path}: the run was isolated (--isolate), which --executor dask does not do")
         spec = dataclasses.replace(spec, isolate=isolate, timeout=prior.timeout or DEFAULT_TIMEOUT_S)
         runner = start_runner(prior.sf, opts, spec, prior.scenario_path, prior.overrides, backend_file)
-        changes = environment_changes(prior, runner.device_name)
+        code = dict(code_now(), backend_files_sha256=backend_file_hashes(backend_file or []))
+        changes = environment_changes(prior, runner.device_name, backend_file or [], code)
         check_same_backends(path, prior, runner.backend_names)
         if changes and not allow_env_change:
-            raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
-                             "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
-                             "(the manifest records the change)")
+            raise UsageError(f"--resume {path}: this run folder was made elsewhere or by other code ({'; '.join(changes)}): "
+                             "its rows and new ones would sit under one manifest. Start a new run, or pass "
+                             "--allow-env-change (the manifest records the change)")
         if show.get("list"):  # what the resume would run, and nothing else: the folder is not touched
             from attnbench.cli.caselist import case_records, print_case_list
 
@@ -165,7 +167,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             left = lambda case_id, b: runner.picks(case_id, b) and (case_id, b) not in prior.done  # noqa: E731
             return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
-        note = begin(prior, isolate, changes, spec.to_json())
+        note = begin(prior, isolate, changes, spec.to_json(), code)
     except ValueError as e:  # Runner: a recorded device that is not here
         prior.folder.unlock()
         raise UsageError(f"--resume {path}: {e}") from None

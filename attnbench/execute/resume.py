@@ -20,9 +20,10 @@ from typing import Optional
 
 from attnbench import __version__
 from attnbench import backend as registry
+from attnbench.store.code_identity import PACKAGE_DIR, backend_file_changes, code_changes, code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import RunOptions
-from attnbench.store.runfolder import RunFolder, scenario_hash, utc_now
+from attnbench.store.runfolder import RunFolder, git_commit, git_dirty, scenario_hash, utc_now
 from attnbench.workload.scenario import ScenarioError, ScenarioFile, load_text
 
 
@@ -124,9 +125,16 @@ def _rows_done(folder: RunFolder, sf: ScenarioFile, backends: list[str]) -> froz
     return frozenset(seen)
 
 
-def environment_changes(prior: Resumed, device_name: str) -> list[str]:
-    """What differs between the run's recorded attnbench version, torch and device and this
-    machine's (rows from both would sit under one manifest); [] when nothing does."""
+def code_now() -> dict:
+    """The code running now, as a manifest's ``environment`` records it (commit, edits)."""
+    return {"git_commit": git_commit(PACKAGE_DIR), "git_dirty": git_dirty(PACKAGE_DIR),
+            "code_diff_sha256": code_diff_sha256()}
+
+
+def environment_changes(prior: Resumed, device_name: str, backend_files=(), code: Optional[dict] = None) -> list[str]:
+    """What differs between the run's recorded attnbench version, code (commit, uncommitted
+    edits, ``--backend-file`` bytes), torch and device and this machine's (rows from both
+    would sit under one manifest); [] when nothing does. ``code``: ``code_now()``."""
     import torch
 
     man = prior.folder.manifest
@@ -138,15 +146,19 @@ def environment_changes(prior: Resumed, device_name: str) -> list[str]:
     ):
         if then != now:
             changes.append(f"{what} {then if then is not None else '(not recorded)'} then, {now} now")
-    return changes
+    changes += code_changes(man.environment, code if code is not None else code_now())
+    return changes + backend_file_changes(man.backend_files_sha256, backend_files)
 
 
-def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None) -> Optional[str]:
+def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None,
+          code: Optional[dict] = None) -> Optional[str]:
     """The resume proceeds: set aside broken lines of rows.jsonl (returns a note saying so),
-    rewrite results.csv from the rows, and record the resume in the manifest."""
+    rewrite results.csv from the rows, and record the resume in the manifest (with ``code``,
+    the code it runs: ``code_now()`` and the backend files' hashes)."""
     folder = prior.folder
     note = folder.set_aside_broken_lines()
-    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"}}
+    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"},
+             "code": code or code_now()}
     if env_changes:
         entry["environment_changes"] = env_changes
     folder.manifest.resumed.append(entry)

@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+from attnbench.store.code_identity import code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row, rows_csv, typed_row
 from attnbench.workload.units import safe_name
@@ -125,6 +126,7 @@ def environment(device_name: str, backend_versions: dict[str, str], host: Option
         "backends": backend_versions,
         "git_commit": git_commit(Path(__file__).resolve().parent),
         "git_dirty": git_dirty(Path(__file__).resolve().parent),  # the commit is not all of the code run
+        "code_diff_sha256": code_diff_sha256(),  # which uncommitted edits (--resume compares it)
         **({"host": dict(host)} if host else {}),
     }
 

@@ -159,19 +159,22 @@ def _lock(path: Path):
     return f
 
 
-def _entries(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.name != LOCK)
+def _entries(path: Path, own: Optional[Path] = None) -> list[str]:
+    """The names in ``path`` but the lock and ``own``: the run's own --save-tensors folder, while empty."""
+    return sorted(p.name for p in path.iterdir() if p.name != LOCK and not (
+        own is not None and p.is_dir() and not p.is_symlink() and p.absolute() == Path(own).absolute() and not any(p.iterdir())))
 
 
-def _check_out(out: Path) -> None:
-    """``--out`` must name a new or empty folder (not a file, not a dangling link)."""
+def check_out(out: Path, own: Optional[Path] = None) -> None:
+    """``--out`` must name a new or empty folder (not a file, not a dangling link); ``own``:
+    the run's --save-tensors folder, which may already be there inside it, empty."""
     if out.is_symlink() and not out.exists():
         raise RunFolderError(f"--out {out}: a symbolic link to {os.readlink(out)}, which does not exist; "
                              "remove the link or choose another --out")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out}: a file, not a folder; choose a folder name")
     if out.is_dir():
-        names = _entries(out)
+        names = _entries(out, own)
         # (a manifest being written by another run shows first as its temporary file)
         if "manifest.json" in names or "rows.jsonl" in names or any(n.startswith(".manifest.json.") for n in names):
             raise RunFolderError(
@@ -197,8 +200,9 @@ class RunFolder:
         self._csv_written = -math.inf
 
     @classmethod
-    def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None) -> "RunFolder":
-        """A new run folder, locked: ``out`` (new or empty), else a fresh ``root/<UTC time>-<name>``."""
+    def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None, own: Optional[Path] = None) -> "RunFolder":
+        """A new run folder, locked: ``out`` (new or empty but for ``own``, its --save-tensors
+        folder), else a fresh ``root/<UTC time>-<name>``."""
         if out is None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             Path(root).mkdir(parents=True, exist_ok=True)
@@ -211,13 +215,13 @@ class RunFolder:
                     continue
         else:
             out = Path(out)
-            _check_out(out)
+            check_out(out, own)
             out.mkdir(parents=True, exist_ok=True)
         rf = cls(out)
         rf.lock()
-        if _entries(out):  # another run took it between the check and the lock
+        if _entries(out, own):  # another run took it between the check and the lock
             rf.unlock()
-            _check_out(out)
+            check_out(out, own)
         return rf
 
     def lock(self) -> None:

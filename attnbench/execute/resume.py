@@ -23,6 +23,7 @@ from attnbench import backend as registry
 from attnbench.store.code_identity import PACKAGE_DIR, backend_file_changes, code_changes, code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import RunOptions
+from attnbench.store.outputs import RUN_FILES, remove_stale_temporaries
 from attnbench.store.runfolder import RunFolder, git_commit, git_dirty, scenario_hash, utc_now
 from attnbench.workload.scenario import ScenarioError, ScenarioFile, load_text
 
@@ -157,6 +158,11 @@ def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optio
     the code it runs: ``code_now()`` and the backend files' hashes)."""
     folder = prior.folder
     note = folder.set_aside_broken_lines()
+    # what a kill mid-write left (a case file's temporary: SIGKILL inside torch.save)
+    stale = remove_stale_temporaries(folder.path, RUN_FILES) + remove_stale_temporaries(prior.options.save_tensors, ("*.pt",))
+    if stale:
+        note = "; ".join(filter(None, [note, f"removed {len(stale)} temporary file(s) a killed process left: "
+                                             + ", ".join(str(p) for p in stale[:3]) + (", ..." if stale[3:] else "")]))
     entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"},
              "code": code or code_now()}
     if env_changes:

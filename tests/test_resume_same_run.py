@@ -140,3 +140,19 @@ def test_resume_refuses_changed_code_unless_allowed_and_then_records_it(tiny, tm
     recorded = json.loads((out / "manifest.json").read_text())
     assert recorded["backend_files_sha256"] == {str(plugin.resolve()): sha}
     assert "code_diff_sha256" in recorded["environment"]
+
+
+def test_history_add_refuses_an_incomplete_run_and_stores_it_once_resumed(tiny, tmp_path):
+    """Item 3: a history point is a whole run (an incomplete run's rows were stored, and after
+    --resume completed it `history add` said "already stored as point 1; kept": 1 row of 4 for good)."""
+    out, db = tmp_path / "run", tmp_path / "h.sqlite"
+    r = cli.invoke(app, ["run", str(tiny), "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    _cut(out, 1)
+    r = cli.invoke(app, ["history", "add", str(out), "--db", str(db)])
+    assert r.exit_code == 2, r.output
+    assert "not complete" in r.output and f"attnbench run --resume {out}" in r.output.replace("\n", "")
+    assert not db.exists()
+    assert cli.invoke(app, ["run", "--resume", str(out), "-q"]).exit_code == 0
+    r = cli.invoke(app, ["history", "add", str(out), "--db", str(db)])
+    assert r.exit_code == 0 and "stored 4 rows as point 1" in r.output, r.output

@@ -249,19 +249,23 @@ class RunFolder:
         write that fails (a full disk) leaves no half line behind and names the file."""
         path = self.path / "rows.jsonl"
         line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
-        with open(path, "a+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size > 0:  # a line a crash cut short must not swallow this one
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    line = b"\n" + line
+        # unbuffered: a buffered file's truncate flushed the failing buffer first (cutting nothing)
+        # and its close raised again, naming no file
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":  # a line a crash cut short must not swallow this one
+                line = b"\n" + line
             try:
-                f.write(line)
-                f.flush()  # in the OS's hands: a crash of this process loses no finished row
+                view = memoryview(line)
+                while view:  # in the OS's hands once written: a crash of this process loses no finished row
+                    view = view[os.write(fd, view):]
             except OSError as e:
                 with contextlib.suppress(OSError):
-                    f.truncate(size)
+                    os.ftruncate(fd, size)
                 raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        finally:
+            os.close(fd)
         self.rows.append(row)
         if time.monotonic() - self._csv_written >= CSV_EVERY_S:
             self.write_csv()

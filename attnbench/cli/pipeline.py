@@ -13,6 +13,7 @@ import typer
 from attnbench.cli.app import UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
+from attnbench.execute.lifeline import announce_run_folder
 from attnbench.store.code_identity import backend_file_hashes
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder, check_out
@@ -93,6 +94,7 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
         check_out(Path(out), opts.save_tensors)
     check_writable(opts.save_tensors, "--save-tensors")
     folder = RunFolder.create(results_dir, runner.sf.name, out, own=opts.save_tensors)
+    announce_run_folder(folder.path)  # now: a parent that sees this process die before the manifest removes it
     opts.run = str(folder.path)  # whose --save-tensors files a resume may merge into
     if profile:
         opts.profile_dir = folder.path / "profiles"

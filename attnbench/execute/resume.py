@@ -50,6 +50,9 @@ def open_run(path: Path) -> Resumed:
     if not path.is_dir():
         raise ResumeError(f"--resume {path}: no such run folder")
     if not (path / "rows.jsonl").is_file() and not (path / "manifest.json").is_file():
+        if {p.name for p in path.iterdir()} <= {".lock"}:  # stopped between making the folder and its manifest
+            raise ResumeError(f"--resume {path}: holds no run yet (it was stopped before its manifest was written), so "
+                              f"there is nothing to resume; start the run again with --out {path}")
         raise ResumeError(f"--resume {path}: not a run folder (no manifest.json, no rows.jsonl)")
     folder = RunFolder.open_locked(path)  # RunFolderError when another process writes it
     try:

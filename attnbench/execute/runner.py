@@ -61,14 +61,14 @@ class Runner:
 
     def __init__(self, sf: ScenarioFile, opts: RunOptions, on_step: Optional[Callable[[Row, bool], None]] = None):
         self.sf = sf
-        self.opts = opts
+        self.opts = replace(opts)  # its own: the backend specs it resolves go here, not into the caller's options
         self.on_step = on_step or (lambda row, ended: None)  # the step observer
         self.notes: list[str] = []  # what the command line should tell the user (the executor protocol)
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
-        self.backend_names = backend_names_for(sf, opts, device_type=self.device.type)
+        self.backend_names = backend_names_for(sf, self.opts, device_type=self.device.type)
         self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
         self.picks = parse_selector(opts.select) if opts.select else (lambda case_id, backend: True)  # ValueError
 

@@ -372,6 +372,16 @@ def user_backend_id(text: str) -> BackendId:
         raise UnknownBackend(str(e)) from None
 
 
+def resolve_values(spec: str, values: dict[str, str]) -> ResolvedSpec:
+    """The spec with every option's value as recorded when its run began (the manifest's
+    ``backend_specs``): the environment of this process changes nothing."""
+    name = backend_name(spec)
+    try:
+        return resolve(name, dict(values), dict(getattr(get_backend_class(name), "options", {}) or {}))
+    except OptionError as e:
+        raise UnknownBackend(str(e)) from None
+
+
 def canonical_spec(spec: str) -> str:
     """The identity string of a spec: the name plus the options that differ from the declared
     defaults (environment included), sorted: ``flashinfer:route=fa3``, or ``flashinfer``."""
@@ -379,7 +389,8 @@ def canonical_spec(spec: str) -> str:
 
 
 def make_backend(spec: "str | ResolvedSpec") -> Backend:
-    """An instance of the spec's backend with its options set (a spec resolved before: as is)."""
+    """An instance of the spec's backend with its options set (a spec resolved before, e.g. from
+    the run's recorded values by ``resolve_values``: as is)."""
     rs = spec if isinstance(spec, ResolvedSpec) else resolve_spec(spec)
     be = get_backend_class(rs.name)()
     be.__dict__["_option_values"] = dict(rs.values)

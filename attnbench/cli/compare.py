@@ -35,6 +35,7 @@ from attnbench.analyze.plots import PlotError, default_plot_dir, plot_run
 from attnbench.cli.rounds import with_enough_rounds
 from attnbench.backend import canonical_spec
 from attnbench.store.rows import Status
+from attnbench.store.run_reader import read_run
 from attnbench.store.runfolder import RunFolder
 from attnbench.store.options import RunOptions
 
@@ -257,7 +258,7 @@ def plot_cmd(
 ):
     """PNGs: median kernel time and % of the roofline ceiling vs a swept key (a panel per fixed
     combination of the other swept keys, seeds summarised), and the roofline chart."""
-    rf = RunFolder.load(run)
+    rf = read_run(run)  # the rows check would refuse are refused here too
     paths = plot_run(rf.rows, x, out or default_plot_dir(run), by=by, title="")
     for p in paths:
         console.print(f"wrote {p}", highlight=False, markup=False, soft_wrap=True)

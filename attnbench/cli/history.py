@@ -16,7 +16,7 @@ from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cell
 from attnbench.cli.app import SELECT_HELP, UsageError, app, check_format, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
 from attnbench.store.outputs import check_write_target
-from attnbench.store.runfolder import RunFolder
+from attnbench.store.run_reader import read_run
 
 history_app = typer.Typer(no_args_is_help=True,
                           help="Keep runs in an SQLite history and show trends per case and backend.")
@@ -53,13 +53,16 @@ def add_cmd(
 ):
     """Store runs' rows (device fingerprint, commit, scenario text hash, --set overrides, options) in the history."""
     db = check_write_target(db or default_db(), "--db", inputs=runs, example="results/history.db")
-    for run in runs:
+    folders = []
+    for run in runs:  # every run checked before any is stored
         if not run.is_dir():
             raise UsageError(f"{run}: not a run folder (no such folder)")
-        rf = RunFolder.load(run)
-        if not rf.manifest.complete:
-            console.print(f"note: {run} is not complete (its manifest says {rf.manifest.status or 'nothing'})",
-                          highlight=False, markup=False)
+        rf = read_run(run)  # the rows check would refuse are refused here too
+        if not rf.manifest.complete:  # a point is a whole run: its partial rows would stay the point for good
+            raise UsageError(f"{run}: the run is not complete (its manifest says {rf.manifest.status or 'nothing'}, "
+                             f"{len(rf.rows)} rows): finish it with `attnbench run --resume {run}`, then add it")
+        folders.append((run, rf))
+    for run, rf in folders:
         try:
             run_id, new = add_run(db, run, rf.manifest, rf.rows, commit)
         except HistoryError as e:

@@ -13,8 +13,10 @@ import typer
 from attnbench.cli.app import SELECT_HELP, UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
+from attnbench.execute.lifeline import announce_run_folder
+from attnbench.store.code_identity import backend_file_hashes
 from attnbench.store.options import RunOptions
-from attnbench.store.runfolder import RunFolder
+from attnbench.store.runfolder import RunFolder, check_out
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
 
 if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --help
@@ -106,13 +108,17 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     from attnbench.store.tensors import check_tensors_folder
 
     check_tensors_folder(opts.save_tensors, out)
+    if out is not None:  # before --save-tensors is made: inside --out, it must not make --out "not empty"
+        check_out(Path(out), opts.save_tensors)
     check_writable(opts.save_tensors, "--save-tensors")
-    folder = RunFolder.create(results_dir, runner.sf.name, out)
+    folder = RunFolder.create(results_dir, runner.sf.name, out, own=opts.save_tensors)
+    announce_run_folder(folder.path)  # now: a parent that sees this process die before the manifest removes it
     opts.run = str(folder.path)  # whose --save-tensors files a resume may merge into
     if profile:
         opts.profile_dir = folder.path / "profiles"
     man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
-    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files], isolate=spec.isolate,
+    man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files],
+               backend_files_sha256=backend_file_hashes(launch.backend_files), isolate=spec.isolate,
                timeout=spec.timeout if spec.isolate else None, executor=spec.to_json())
     folder.start(man)
     return folder

@@ -10,7 +10,8 @@ import typer
 from attnbench.analyze.report import RunData, build_report
 from attnbench.cli.app import UsageError, app, console, handle_errors
 from attnbench.store.outputs import check_write_target
-from attnbench.store.runfolder import RunFolder, atomic_write
+from attnbench.store.run_reader import read_run
+from attnbench.store.runfolder import atomic_write
 
 
 def _labels(paths: List[Path]) -> List[str]:
@@ -24,7 +25,7 @@ def load_runs(paths: List[Path]) -> List[RunData]:
     for path, label in zip(paths, _labels(paths)):
         if not path.is_dir():
             raise UsageError(f"{path}: not a run folder (no such folder); pass folders written by attnbench run")
-        rf = RunFolder.load(path)
+        rf = read_run(path)  # the rows check would refuse are refused here too
         runs.append(RunData(label, rf.manifest, rf.rows))
     return runs
 

@@ -5,6 +5,7 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -67,7 +68,7 @@ def run(
         None, "--resume", help="finish an incomplete run folder with its own scenario and options, skipping rows done"
     ),
     allow_env_change: bool = typer.Option(
-        False, "--allow-env-change", help="with --resume: go on although attnbench, torch or the device changed"
+        False, "--allow-env-change", help="with --resume: go on although attnbench (its version, commit, edits or --backend-file), torch or the device changed"
     ),
     isolate: bool = ISOLATE_OPT,
     timeout: float = TIMEOUT_OPT,
@@ -126,7 +127,8 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     """``run --resume``: the run's own scenario and options; refuses flags that would change
     them, and a changed attnbench version, torch or device unless --allow-env-change. Nothing in the
     folder is rewritten until every check passed."""
-    from attnbench.execute.resume import ResumeError, begin, environment_changes, open_run
+    from attnbench.execute.resume import ResumeError, begin, code_now, environment_changes, open_run
+    from attnbench.store.code_identity import backend_file_hashes
 
     conflicts = flags_given(ctx, RESUME_KEEPS)
     if set(conflicts) & {"SCENARIO", "--set"}:
@@ -136,7 +138,8 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     except ResumeError as e:
         raise UsageError(str(e)) from None
     try:
-        opts, isolate = prior.options, isolate or prior.isolate
+        # a copy: the runner records resolved backend specs in its options, never in the manifest's
+        opts, isolate = copy.deepcopy(prior.options), isolate or prior.isolate
         if conflicts:
             raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")
@@ -144,11 +147,13 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             raise UsageError(f"--resume {path}: the run was isolated (--isolate), which --executor dask does not do")
         spec = dataclasses.replace(spec, isolate=isolate, timeout=prior.timeout or DEFAULT_TIMEOUT_S)
         runner = start_runner(prior.sf, opts, spec, prior.scenario_path, prior.overrides, backend_file)
-        changes = environment_changes(prior, runner.device_name)
+        code = dict(code_now(), backend_files_sha256=backend_file_hashes(backend_file or []))
+        changes = environment_changes(prior, runner.device_name, backend_file or [], code)
+        check_same_backends(path, prior, runner.backend_names)
         if changes and not allow_env_change:
-            raise UsageError(f"--resume {path}: this run folder was made elsewhere ({'; '.join(changes)}): its rows and "
-                             "new ones would sit under one manifest. Start a new run, or pass --allow-env-change "
-                             "(the manifest records the change)")
+            raise UsageError(f"--resume {path}: this run folder was made elsewhere or by other code ({'; '.join(changes)}): "
+                             "its rows and new ones would sit under one manifest. Start a new run, or pass "
+                             "--allow-env-change (the manifest records the change)")
         if show.get("list"):  # what the resume would run, and nothing else: the folder is not touched
             from attnbench.cli.caselist import case_records, print_case_list
 
@@ -156,7 +161,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             left = lambda case_id, b, params: runner.picks(case_id, b, params) and (case_id, b) not in prior.done  # noqa: E731
             return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
-        note = begin(prior, isolate, changes, spec.to_json())
+        note = begin(prior, isolate, changes, spec.to_json(), code)
     except ValueError as e:  # Runner: a recorded device that is not here
         prior.folder.unlock()
         raise UsageError(f"--resume {path}: {e}") from None
@@ -167,6 +172,17 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
         err.print(escape(n), highlight=False, soft_wrap=True)
     _execute(runner, prior.folder, prior.done, launch_of(prior.scenario_path, prior.overrides, backend_file), spec, show,
              opts.profile_dir is not None)
+
+
+def check_same_backends(path: Path, prior, names: list[str]) -> None:
+    """A run whose manifest records no resolved backend specs (made before they were recorded)
+    resolves its backends again here: refused when that gives other specs than the run's (an
+    environment variable such as ATTNBENCH_FLASHINFER_BACKEND set only now, or only then)."""
+    ran = prior.folder.manifest.backends_requested
+    if ran and sorted(names) != sorted(ran):
+        raise UsageError(f"--resume {path}: the run's backends resolve to {', '.join(names)} here, but it ran "
+                         f"{', '.join(ran)} (an environment variable that sets a backend option, set only now or only "
+                         "then?): rows of both would be mixed; set the environment as it was, or start a new run")
 
 
 def kept_settings(prior, isolate: Optional[bool] = None) -> str:

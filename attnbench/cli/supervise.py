@@ -169,6 +169,19 @@ def _status(folder: str) -> str:
         return ""
 
 
+def _remove_if_never_began(folder: str) -> bool:
+    """Remove a run folder that holds nothing but its lock file (the process died between
+    making it and writing its manifest: `--resume` could not use it); True when removed."""
+    try:
+        if sorted(os.listdir(folder)) != [".lock"]:
+            return False
+        os.unlink(os.path.join(folder, ".lock"))
+        os.rmdir(folder)
+    except OSError:
+        return False
+    return True
+
+
 def _rows(folder: str) -> int:
     try:
         with open(os.path.join(folder, "rows.jsonl"), "rb") as f:
@@ -183,6 +196,8 @@ def verdict(code: int, said: Optional[int], folders: list[str], step: Optional[d
     incomplete = [f for f in folders if _status(f) != "complete"]
     if said is not None and (said != 0 or not incomplete):
         return said
+    never_began = [f for f in incomplete if _remove_if_never_began(f)]
+    incomplete = [f for f in incomplete if f not in never_began]
     if code < 0:
         how, out = f"was killed by {_signame(-code)}", 128 - code
     elif said == 0:
@@ -190,13 +205,25 @@ def verdict(code: int, said: Optional[int], folders: list[str], step: Optional[d
     else:
         how, out = f"ended with exit status {code} without finishing (a backend called os._exit or exit?)", EXIT_STOPPED
     msg = f"error: attnbench {how}; no cleanup ran."
+    own_fault = code >= 0 or -code in _CRASHES  # else a kill from outside (kill -9, the OOM killer, a SIGTERM)
     if step and said is None and incomplete:
-        msg += _record_culprit(incomplete[-1], step, how)
+        msg += _record_culprit(incomplete[-1], step, how) if own_fault else (
+            f"\n  {step.get('backend')} was running in case {step.get('case_id')}: a kill from outside is no backend's "
+            "fault, so no row was recorded for it and --resume runs it again")
+    for f in never_began:
+        msg += f"\n  the run stopped before it began (no manifest yet): removed its empty run folder {f}"
     for f in incomplete:
-        msg += (f"\n  run folder {f} is incomplete ({_rows(f)} rows recorded): "
-                f"finish it with `attnbench run --resume {f}` (add --isolate to survive the backend that did this)")
+        msg += (f"\n  run folder {f} is incomplete ({_rows(f)} rows recorded): finish it with `attnbench run --resume {f}`"
+                + (" (add --isolate to survive the backend that did this)" if own_fault and step else ""))
     sys.stderr.write(msg + f"\n  exit code {out}\n")
     return out
+
+
+# signals a process gets from its own crash (a backend's segfault, abort, bad instruction): the
+# backend running is to blame. SIGKILL (kill -9, the OOM killer), SIGTERM, SIGINT, SIGHUP and the
+# rest come from outside: the row that was running is not recorded, and --resume runs it again.
+_CRASHES = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP")
+                     if hasattr(signal, n))
 
 
 def _record_culprit(folder: str, step: dict, how: str) -> str:

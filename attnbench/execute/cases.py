@@ -39,7 +39,11 @@ def resolved_backends(sf: ScenarioFile, opts: RunOptions, available: Optional[li
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
     available (``available``, or the ones available on this machine for ``device_type``); each
     spec resolved once (its options validated against the backend's declaration), keyed by its
-    canonical text, the rows' ``backend``."""
+    canonical text, the rows' ``backend``. Each spec's option values go to ``opts.backend_specs``
+    (the manifest records them); options that hold them already (a ``--resume``, a child, a
+    worker) give those specs back, whatever this process's environment says."""
+    if opts.backend_specs:
+        return {c: registry.resolve_values(c, v) for c, v in opts.backend_specs.items()}
     from_file = not opts.backends and bool(sf.scenario.backends)
     names = opts.backends or sf.scenario.backends or (default_backends(device_type) if available is None else available)
     out: dict[str, registry.ResolvedSpec] = {}
@@ -49,6 +53,7 @@ def resolved_backends(sf: ScenarioFile, opts: RunOptions, available: Optional[li
         except registry.UnknownBackend as e:
             raise registry.UnknownBackend(f"{sf.path}: backends.{i}: {e}" if from_file else str(e)) from None
         out.setdefault(rs.canonical, rs)
+    opts.backend_specs = {c: dict(rs.values) for c, rs in out.items()}
     return out
 
 

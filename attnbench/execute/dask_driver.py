@@ -36,7 +36,7 @@ def _drop_topics(dask_scheduler=None, topics=()):
 
 class DaskRunner:
     def __init__(self, sf, opts, job: Job, cluster: Cluster, resources: dict | None = None):
-        self.sf, self.opts, self.job, self.cluster = sf, opts, job, cluster
+        self.sf, self.opts, self.job, self.cluster = sf, dataclasses.replace(opts), job, cluster  # its own copy: specs go here
         self.resources = dict(resources or {})
         self.run_id = uuid.uuid4().hex[:12]
         self.notes: list[str] = []
@@ -45,7 +45,7 @@ class DaskRunner:
         available: list[str] = []
         for w in self.workers:
             available += [b for b in w["available"] if b not in available]
-        self.backend_names = backend_names_for(sf, opts, available)
+        self.backend_names = backend_names_for(sf, self.opts, available)
         devices = list(dict.fromkeys(w["device"] for w in self.workers))
         self.device_name = " + ".join(devices)
         if len(devices) > 1:

@@ -20,9 +20,11 @@ from typing import Optional
 
 from attnbench import __version__
 from attnbench import backend as registry
+from attnbench.store.code_identity import PACKAGE_DIR, backend_file_changes, code_changes, code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import RunOptions
-from attnbench.store.runfolder import RunFolder, scenario_hash, utc_now
+from attnbench.store.outputs import RUN_FILES, remove_stale_temporaries
+from attnbench.store.runfolder import RunFolder, git_commit, git_dirty, scenario_hash, utc_now
 from attnbench.workload.scenario import ScenarioError, ScenarioFile, load_text
 
 
@@ -48,6 +50,9 @@ def open_run(path: Path) -> Resumed:
     if not path.is_dir():
         raise ResumeError(f"--resume {path}: no such run folder")
     if not (path / "rows.jsonl").is_file() and not (path / "manifest.json").is_file():
+        if {p.name for p in path.iterdir()} <= {".lock"}:  # stopped between making the folder and its manifest
+            raise ResumeError(f"--resume {path}: holds no run yet (it was stopped before its manifest was written), so "
+                              f"there is nothing to resume; start the run again with --out {path}")
         raise ResumeError(f"--resume {path}: not a run folder (no manifest.json, no rows.jsonl)")
     folder = RunFolder.open_locked(path)  # RunFolderError when another process writes it
     try:
@@ -90,7 +95,7 @@ def _check(folder: RunFolder) -> Resumed:
         files = man.backend_files
         hint = f" pass --backend-file {' --backend-file '.join(files)} again" if files else " pass its --backend-file again"
         raise ResumeError(f"--resume {path}: backend {missing[0]!r} is unknown here;{hint} (it runs that file's code)")
-    done = _rows_done(folder, sf)
+    done = _rows_done(folder, sf, list(opts.backend_specs or man.backends_requested))
     return Resumed(folder, sf, opts, list(man.overrides), scenario_path, done, man.isolate, man.timeout)
 
 
@@ -99,11 +104,12 @@ _USED = ("scenario", "scenario_text", "scenario_sha256", "settings_sha256", "ove
          "backends_requested", "backend_files", "isolate", "timeout", "select")
 
 
-def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
+def _rows_done(folder: RunFolder, sf: ScenarioFile, backends: list[str]) -> frozenset:
     """The (case, backend) rows already in the folder; ResumeError for a row that cannot be
-    one of this run's: another scenario's, a case the scenario does not have, or a second
-    row of one case and backend (which one counts would depend on their order)."""
-    cases = {c.case_id for c in sf.cases}
+    one of this run's: another scenario's, a case the scenario does not have, a backend the
+    run never ran (``backends``: its specs; [] when not recorded), or a second row of one case
+    and backend (which one counts would depend on their order)."""
+    cases, ran = {c.case_id for c in sf.cases}, set(backends)
     seen: set[tuple[str, str]] = set()
     for i, r in enumerate(folder.rows, 1):
         where = f"--resume {folder.path}: rows.jsonl: row {i} ({r.case_id} · {r.backend})"
@@ -111,6 +117,8 @@ def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
             why = f"is of scenario {r.scenario!r}, not this run's {sf.name!r}"
         elif r.case_id not in cases:
             why = f"is of a case the scenario does not have (its cases: {', '.join(sorted(cases)[:5])}, ...)"
+        elif ran and r.backend not in ran:
+            why = f"is of backend {r.backend!r}, which the run never ran (its backends: {', '.join(backends)})"
         elif (r.case_id, r.backend) in seen:
             why = "repeats an earlier row of that case and backend"
         else:
@@ -121,9 +129,16 @@ def _rows_done(folder: RunFolder, sf: ScenarioFile) -> frozenset:
     return frozenset(seen)
 
 
-def environment_changes(prior: Resumed, device_name: str) -> list[str]:
-    """What differs between the run's recorded attnbench version, torch and device and this
-    machine's (rows from both would sit under one manifest); [] when nothing does."""
+def code_now() -> dict:
+    """The code running now, as a manifest's ``environment`` records it (commit, edits)."""
+    return {"git_commit": git_commit(PACKAGE_DIR), "git_dirty": git_dirty(PACKAGE_DIR),
+            "code_diff_sha256": code_diff_sha256()}
+
+
+def environment_changes(prior: Resumed, device_name: str, backend_files=(), code: Optional[dict] = None) -> list[str]:
+    """What differs between the run's recorded attnbench version, code (commit, uncommitted
+    edits, ``--backend-file`` bytes), torch and device and this machine's (rows from both
+    would sit under one manifest); [] when nothing does. ``code``: ``code_now()``."""
     import torch
 
     man = prior.folder.manifest
@@ -135,15 +150,24 @@ def environment_changes(prior: Resumed, device_name: str) -> list[str]:
     ):
         if then != now:
             changes.append(f"{what} {then if then is not None else '(not recorded)'} then, {now} now")
-    return changes
+    changes += code_changes(man.environment, code if code is not None else code_now())
+    return changes + backend_file_changes(man.backend_files_sha256, backend_files)
 
 
-def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None) -> Optional[str]:
+def begin(prior: Resumed, isolate: bool, env_changes: list[str], executor: Optional[dict] = None,
+          code: Optional[dict] = None) -> Optional[str]:
     """The resume proceeds: set aside broken lines of rows.jsonl (returns a note saying so),
-    rewrite results.csv from the rows, and record the resume in the manifest."""
+    rewrite results.csv from the rows, and record the resume in the manifest (with ``code``,
+    the code it runs: ``code_now()`` and the backend files' hashes)."""
     folder = prior.folder
     note = folder.set_aside_broken_lines()
-    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"}}
+    # what a kill mid-write left (a case file's temporary: SIGKILL inside torch.save)
+    stale = remove_stale_temporaries(folder.path, RUN_FILES) + remove_stale_temporaries(prior.options.save_tensors, ("*.pt",))
+    if stale:
+        note = "; ".join(filter(None, [note, f"removed {len(stale)} temporary file(s) a killed process left: "
+                                             + ", ".join(str(p) for p in stale[:3]) + (", ..." if stale[3:] else "")]))
+    entry = {"time": utc_now(), "rows_before": len(folder.rows), "isolate": isolate, "executor": executor or {"kind": "local"},
+             "code": code or code_now()}
     if env_changes:
         entry["environment_changes"] = env_changes
     folder.manifest.resumed.append(entry)

@@ -62,14 +62,14 @@ class Runner:
 
     def __init__(self, sf: ScenarioFile, opts: RunOptions, on_step: Optional[Callable[[Row, bool], None]] = None):
         self.sf = sf
-        self.opts = opts
+        self.opts = replace(opts)  # its own: the backend specs it resolves go here, not into the caller's options
         self.on_step = on_step or (lambda row, ended: None)  # the step observer
         self.notes: list[str] = []  # what the command line should tell the user (the executor protocol)
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
-        self.specs = resolved_backends(sf, opts, device_type=self.device.type)  # -b parsed once, here
+        self.specs = resolved_backends(sf, self.opts, device_type=self.device.type)  # -b parsed once, here
         self.backend_names = list(self.specs)
         self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
         self.picks = select_rows(opts.select)  # ValueError
@@ -282,7 +282,7 @@ class Runner:
     def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
         timing needs, or None when the row is already finished (skipped or mismatch)."""
-        spec = self.specs[row.backend]  # resolved when the runner was made, never parsed again
+        spec = self.specs[row.backend]  # resolved when the run began, never parsed again
         cls = registry.get_backend_class(spec.name)
         be = registry.make_backend(spec)
         why = be.why_unavailable()

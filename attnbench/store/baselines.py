@@ -12,20 +12,16 @@ The raw samples stay in it: a regression check needs distributions, not single n
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from attnbench.store.fingerprint import clean_fingerprint, fingerprint
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
 from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import RunFolder, atomic_write, utc_now
-
-class BaselineError(ValueError):
-    """A file that is not a usable baseline or run folder; the message says which and why."""
-
+from attnbench.store.run_reader import BaselineError, check_rows, row_problem  # noqa: F401 - importable from here as before
 
 FORMAT_VERSION = 1
 # manifest keys a baseline keeps: what ran and where (not the scenario text's copy of itself)
@@ -45,41 +41,6 @@ class Loaded:
     fingerprint: dict
 
 
-def _bad_time(v: Any) -> bool:
-    return isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
-
-
-def _times_problem(name: str, v: Any, required: bool) -> Optional[str]:
-    """What is wrong with a list of times in ms (None: nothing)."""
-    if not isinstance(v, list):
-        return f"{name}: {type(v).__name__}, expected a list of times in ms"
-    if not v:
-        return f"{name}: empty" if required else None
-    for k, x in enumerate(v):
-        if _bad_time(x):
-            return f"{name}[{k}] = {x!r}: not a finite time > 0 ms"
-    return None
-
-
-def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
-    """The first field of ``row`` that makes it unusable for a comparison (None: none)."""
-    for name in ("scenario", "case_id", "backend"):
-        if not isinstance(getattr(row, name), str) or not getattr(row, name):
-            return f"{name}: {getattr(row, name)!r}, expected a non-empty string"
-    if not isinstance(row.params, dict):
-        return f"params: {type(row.params).__name__}, expected an object"
-    if row.status != "ok":
-        return None
-    if _bad_time(row.median_ms):
-        return f"median_ms = {row.median_ms!r}: not a finite time > 0 ms"
-    why = _times_problem("samples_ms", row.samples_ms, required=True)
-    if why is None and (need_rounds or row.round_medians_ms):
-        why = _times_problem("round_medians_ms", row.round_medians_ms, required=True)
-        if why == "round_medians_ms: empty":
-            why += " (rows made before attnbench kept a median per timing round)"
-    return why
-
-
 def _rows_from_json(items: list, where: str, fix: str) -> list[Row]:
     rows = []
     for i, d in enumerate(items):
@@ -92,30 +53,11 @@ def _rows_from_json(items: list, where: str, fix: str) -> list[Row]:
     return rows
 
 
-def check_rows(loaded: "Loaded", need_rounds: bool) -> None:
-    """Raise BaselineError naming the file, row and field that cannot be compared, or the two
-    rows of one (scenario, case, backend): which one counts would depend on their order."""
-    is_file = not Path(loaded.label).is_dir()
-    fix = (f"make the baseline again: attnbench baseline RUN --to {loaded.label}" if is_file
-           else "the run folder was edited or damaged: run the scenario again")
-    first: dict[tuple, int] = {}
-    for i, r in enumerate(loaded.rows):
-        where = f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl"
-        why = row_problem(r, need_rounds)
-        if why:
-            raise BaselineError(f"{loaded.label}: {where} ({r.case_id} · {r.backend}).{why}; {fix}")
-        if r.key in first:
-            was = f"rows[{first[r.key]}]" if is_file else f"row {first[r.key] + 1}"
-            raise BaselineError(f"{loaded.label}: {where} ({r.case_id} · {r.backend}) repeats {was}: one row per "
-                                f"case and backend, or the verdict would depend on their order; {fix}")
-        first[r.key] = i
-
-
 def load_rows(path: Path, need_rounds: bool = False) -> Loaded:
     """A run folder (``rows.jsonl`` + ``manifest.json``) or a baseline JSON file, every row
     checked (``check_rows``); ``need_rounds``: ok rows must have their round medians."""
     loaded = _load(Path(path))
-    check_rows(loaded, need_rounds)
+    check_rows(loaded.label, loaded.rows, loaded.manifest, need_rounds)
     return loaded
 
 
@@ -182,7 +124,7 @@ def make_baseline(run: Path, min_rounds: int = 0) -> dict:
         raise BaselineError(f"{run}: rows.jsonl has {len(rf.broken_lines)} line(s) that are not rows (line "
                             f"{', '.join(map(str, rf.broken_lines[:10]))}): a baseline of the rest would hide them; "
                             "run the scenario again (or finish it: attnbench run --resume, which sets them aside)")
-    check_rows(Loaded(str(run), rf.rows, rf.manifest, {}), need_rounds=True)
+    check_rows(str(run), rf.rows, rf.manifest, need_rounds=True)
     why = few_rounds_problem(Path(run), rf, min_rounds) if min_rounds else None
     if why:
         raise BaselineError(why)

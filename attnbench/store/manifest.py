@@ -48,6 +48,8 @@ _ACCEPTS = {
     "backends_requested": (_texts, "a list of names"),
     "environment": (lambda v: isinstance(v, dict), "an object"),
     "backend_files": (_texts, "a list of paths"),
+    "backend_files_sha256": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and (x is None or isinstance(x, str))
+                                                                     for k, x in v.items()), "a mapping of paths to SHA-256 texts"),
     "isolate": (lambda v: isinstance(v, bool), "true or false"),
     "timeout": (_opt(lambda v: _num(v) and math.isfinite(v) and 0 < v <= 7 * 24 * 3600),
                 "a number of seconds > 0 (at most a week) or null"),
@@ -80,6 +82,7 @@ class Manifest:
     environment: dict = field(default_factory=dict)  # python, torch, device, backend versions, ...
     options: Optional[RunOptions] = None
     backend_files: list[str] = field(default_factory=list)
+    backend_files_sha256: dict = field(default_factory=dict)  # each backend file's bytes: --resume compares them
     isolate: bool = False
     timeout: Optional[float] = None  # with isolate: seconds a backend may run
     executor: dict = field(default_factory=dict)  # ExecutorSpec.to_json()

@@ -25,10 +25,16 @@ class RunOptions:
     threads: Optional[int] = None  # CPU rows: intra-op threads while backends run (None: 1)
     select: Optional[str] = None  # a -k expression over "case_id backend" (workload.select)
     run: Optional[str] = None  # the run folder: --save-tensors merges only files this run wrote
+    # each backend's canonical spec -> every option's value, resolved once when the run began
+    # (environment variables included): a --resume, an --isolate child or a Dask worker makes
+    # exactly these backends, whatever its own environment says (None: not resolved yet)
+    backend_specs: Optional[dict[str, dict[str, str]]] = None
 
 
 def options_to_json(opts) -> dict:
     d = dataclasses.asdict(opts)
+    if d.get("backend_specs") is None:  # absent, as in manifests written before it was (their settings_sha256 holds)
+        d.pop("backend_specs", None)
     for k in ("profile_dir", "save_tensors"):
         if d.get(k) is not None:
             d[k] = str(d[k])
@@ -55,6 +61,9 @@ _ACCEPTS = {
                 "an integer from 1 to 4096, or null"),
     "select": (lambda v: v is None or isinstance(v, str), "a -k expression or null"),
     "run": (lambda v: v is None or isinstance(v, str), "a run folder path or null"),
+    "backend_specs": (lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(o, dict) and all(isinstance(x, str) and isinstance(y, str) for x, y in o.items())
+        for k, o in v.items())), "a mapping of backend specs to their option values, or null"),
 }
 
 

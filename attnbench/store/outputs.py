@@ -79,3 +79,21 @@ def check_write_target(path: Path, flag: str, inputs=(), example: str = "") -> P
         raise RunFolderError(f"{flag} {path}: a file of the run folder {run} itself; a run's files are the run's: "
                              f"{elsewhere}")
     return path
+
+
+def remove_stale_temporaries(directory: Optional[Path], patterns: tuple[str, ...]) -> list[Path]:
+    """Remove the temporary files (``.NAME.XXXX.tmp``, ``atomic_write``'s and ``--save-tensors``')
+    that a process killed mid-write left in ``directory`` for the files ``patterns`` match
+    (``"*.pt"``, ``"manifest.json"``); returns them. Call it holding the run folder's lock."""
+    removed = []
+    if directory is None or not Path(directory).is_dir():
+        return removed
+    for pattern in patterns:
+        for tmp in Path(directory).glob(f".{pattern}.*.tmp"):
+            try:
+                if tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink()
+                    removed.append(tmp)
+            except OSError:
+                continue
+    return removed

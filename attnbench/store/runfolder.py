@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+from attnbench.store.code_identity import code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row, rows_csv, typed_row
 from attnbench.workload.units import safe_name
@@ -125,6 +126,7 @@ def environment(device_name: str, backend_versions: dict[str, str], host: Option
         "backends": backend_versions,
         "git_commit": git_commit(Path(__file__).resolve().parent),
         "git_dirty": git_dirty(Path(__file__).resolve().parent),  # the commit is not all of the code run
+        "code_diff_sha256": code_diff_sha256(),  # which uncommitted edits (--resume compares it)
         **({"host": dict(host)} if host else {}),
     }
 
@@ -157,19 +159,22 @@ def _lock(path: Path):
     return f
 
 
-def _entries(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.name != LOCK)
+def _entries(path: Path, own: Optional[Path] = None) -> list[str]:
+    """The names in ``path`` but the lock and ``own``: the run's own --save-tensors folder, while empty."""
+    return sorted(p.name for p in path.iterdir() if p.name != LOCK and not (
+        own is not None and p.is_dir() and not p.is_symlink() and p.absolute() == Path(own).absolute() and not any(p.iterdir())))
 
 
-def _check_out(out: Path) -> None:
-    """``--out`` must name a new or empty folder (not a file, not a dangling link)."""
+def check_out(out: Path, own: Optional[Path] = None) -> None:
+    """``--out`` must name a new or empty folder (not a file, not a dangling link); ``own``:
+    the run's --save-tensors folder, which may already be there inside it, empty."""
     if out.is_symlink() and not out.exists():
         raise RunFolderError(f"--out {out}: a symbolic link to {os.readlink(out)}, which does not exist; "
                              "remove the link or choose another --out")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out}: a file, not a folder; choose a folder name")
     if out.is_dir():
-        names = _entries(out)
+        names = _entries(out, own)
         # (a manifest being written by another run shows first as its temporary file)
         if "manifest.json" in names or "rows.jsonl" in names or any(n.startswith(".manifest.json.") for n in names):
             raise RunFolderError(
@@ -195,8 +200,9 @@ class RunFolder:
         self._csv_written = -math.inf
 
     @classmethod
-    def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None) -> "RunFolder":
-        """A new run folder, locked: ``out`` (new or empty), else a fresh ``root/<UTC time>-<name>``."""
+    def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None, own: Optional[Path] = None) -> "RunFolder":
+        """A new run folder, locked: ``out`` (new or empty but for ``own``, its --save-tensors
+        folder), else a fresh ``root/<UTC time>-<name>``."""
         if out is None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             Path(root).mkdir(parents=True, exist_ok=True)
@@ -209,13 +215,13 @@ class RunFolder:
                     continue
         else:
             out = Path(out)
-            _check_out(out)
+            check_out(out, own)
             out.mkdir(parents=True, exist_ok=True)
         rf = cls(out)
         rf.lock()
-        if _entries(out):  # another run took it between the check and the lock
+        if _entries(out, own):  # another run took it between the check and the lock
             rf.unlock()
-            _check_out(out)
+            check_out(out, own)
         return rf
 
     def lock(self) -> None:
@@ -243,19 +249,23 @@ class RunFolder:
         write that fails (a full disk) leaves no half line behind and names the file."""
         path = self.path / "rows.jsonl"
         line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
-        with open(path, "a+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size > 0:  # a line a crash cut short must not swallow this one
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    line = b"\n" + line
+        # unbuffered: a buffered file's truncate flushed the failing buffer first (cutting nothing)
+        # and its close raised again, naming no file
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":  # a line a crash cut short must not swallow this one
+                line = b"\n" + line
             try:
-                f.write(line)
-                f.flush()  # in the OS's hands: a crash of this process loses no finished row
+                view = memoryview(line)
+                while view:  # in the OS's hands once written: a crash of this process loses no finished row
+                    view = view[os.write(fd, view):]
             except OSError as e:
                 with contextlib.suppress(OSError):
-                    f.truncate(size)
+                    os.ftruncate(fd, size)
                 raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        finally:
+            os.close(fd)
         self.rows.append(row)
         if time.monotonic() - self._csv_written >= CSV_EVERY_S:
             self.write_csv()

@@ -242,7 +242,7 @@ def test_k_on_check_and_compare_runs(sweep, tmp_path):
     assert r.exit_code == 0, r.output
     r = cli.invoke(app, ["check", str(out), "--baseline", str(out), "-k", "sdpa and seed=10", "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert [(x["case"], x["backend"]) for x in strict_loads(r.stdout)] == [("page_size=4,seed=10", "sdpa")]
+    assert [(x["case"], x["backend"]) for x in strict_loads(r.stdout)["cases"]] == [("page_size=4,seed=10", "sdpa")]
     r = cli.invoke(app, ["compare", "runs", str(out), str(out), "-k", "not sdpa", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert {x["backend"] for x in strict_loads(r.stdout)} == {"reference"}

@@ -223,3 +223,64 @@ def test_trend_chart_x_axis_is_the_runs_date_and_commit(tmp_path):
     for label in ("2026-01-01 00:00 1111111", "2026-01-02 00:00 2222222", "2026-01-03 00:00 3333333+dirty"):
         assert label in svg, svg
     assert "history point (1 .." not in svg
+
+
+# ---------------------------------------------------------------------------- item 8
+def _help(*cmd: str) -> str:
+    r = cli.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    return " ".join(r.output.split())
+
+
+def test_help_says_what_the_tool_does():
+    for cmd in (("compare", "backends"), ("compare", "runs")):
+        assert "bootstrap" not in _help(*cmd)  # the intervals are exact rank intervals over timing rounds
+    assert "signed-rank" in _help("compare", "backends") and "Mann-Whitney" in _help("compare", "runs")
+    for cmd in (("run",), ("compare", "backends"), ("calibrate",)):
+        assert "built-in scenario's name" in _help(*cmd), cmd
+
+
+def test_a_timing_flag_and_the_same_set_key_is_refused(tmp_path):
+    for cmd in (["run"], ["compare", "backends", "-b", "reference", "-b", "sdpa"]):
+        r = cli.invoke(app, [*cmd, str(_tiny(tmp_path)), "--measure-ms", "50", "--set", "timing.measure_ms=100",
+                             "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2, r.output
+        assert "--measure-ms and --set timing.measure_ms=... both set timing.measure_ms; give one" in r.stderr
+        assert not (tmp_path / "x").exists()
+
+
+def test_check_json_carries_the_verdict_and_why(tmp_path):
+    base = _folder(tmp_path / "base", [_row("ctx=1", "a", 1.0, seed=1), _row("ctx=2", "a", 1.0, seed=2)])
+    slow = _folder(tmp_path / "slow", [_row("ctx=1", "a", 2.0, seed=3), _row("ctx=2", "a", 1.0, seed=4)])
+    r = cli.invoke(app, ["check", str(slow), "--baseline", str(base), "--format", "json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "fail" and doc["exit_code"] == 1
+    assert doc["reasons"] == ["ctx=1 · a: regressed"], doc["reasons"]
+    assert {c["case"]: c["verdict"] for c in doc["cases"]}["ctx=1"] == "regressed"
+    r = cli.invoke(app, ["check", str(base), "--baseline", str(base), "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "pass" and json.loads(r.stdout)["reasons"] == []
+    r = cli.invoke(app, ["check", str(base), "--baseline", str(base), "--format", "json", "-k", "nomatch"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and doc["verdict"] == "fail" and "picks no row" in doc["reasons"][0], doc
+
+
+def test_list_with_a_k_that_picks_nothing_exits_as_run_does(tmp_path):
+    for extra in (["--list"], []):
+        r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-k", "nomatch", *extra, "--out", str(tmp_path / "o")])
+        assert r.exit_code == 2 and "picks no row" in r.stderr, (extra, r.output)
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-k", "page_size=4", "--list"])
+    assert r.exit_code == 0 and "1 case(s)" in r.stdout
+
+
+def test_results_folder_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    where = tmp_path / "elsewhere"
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "-k", "page_size=4 and reference", "--format", "csv"],
+                   env={"ATTNBENCH_RESULTS_DIR": str(where)})
+    assert r.exit_code == 0, r.output
+    assert len(list(where.glob("*-tiny"))) == 1 and not (tmp_path / "results").exists()
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "-k", "page_size=4 and reference", "--format", "csv",
+                         "--results-dir", str(tmp_path / "flag")], env={"ATTNBENCH_RESULTS_DIR": str(where)})
+    assert r.exit_code == 0 and len(list((tmp_path / "flag").glob("*-tiny"))) == 1  # the flag wins
+    assert "ATTNBENCH_RESULTS_DIR" in _help("run")

@@ -156,6 +156,8 @@ def _printed_warnings():
         yield
 
 
+SCENARIO_HELP = "scenario YAML file, or a built-in scenario's name (attnbench scenarios lists them)"
+RESULTS_DIR_HELP = "where new run folders go (default: $ATTNBENCH_RESULTS_DIR, else results/ in the current folder)"
 SELECT_HELP = "pick rows: words matched in 'case_id backend', with and/or/not (like pytest -k)"
 
 

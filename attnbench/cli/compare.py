@@ -16,8 +16,8 @@ from rich.markup import escape
 from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
-    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, selector,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCENARIO_HELP, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app,
+    RESULTS_DIR_HELP, console, err, executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
@@ -86,7 +86,7 @@ def _run_scenario(scenario, set_, opts: RunOptions, launch: Launch, results_dir,
 @handle_errors
 @user_errors
 def compare_backends_cmd(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Path = typer.Argument(..., help=SCENARIO_HELP),
     backend: List[str] = typer.Option(..., "--backend", "-b", help="backend to compare (repeat: -b a -b b)"),
     baseline: Optional[str] = typer.Option(None, help="compare against this backend (default: each case's fastest)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set model.head_dim=64"),
@@ -99,8 +99,8 @@ def compare_backends_cmd(
     isolate: bool = typer.Option(False, "--isolate", help="run each case's backends in a child process (crash-safe)"),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout",
                                   help="with --isolate: seconds a backend may run before it is killed"),
-    results_dir: Path = typer.Option(Path("results"), help="where the run folder goes"),
-    out: Optional[Path] = typer.Option(None, help="run folder (default: results/<UTC time>-<scenario>/)"),
+    results_dir: Optional[Path] = typer.Option(None, help=RESULTS_DIR_HELP),
+    out: Optional[Path] = typer.Option(None, help="run folder (default: <results-dir>/<UTC time>-<scenario>/)"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
     select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
     backend_file: Optional[List[Path]] = typer.Option(None, help="Python file defining Backend subclasses (RUNS it)"),
@@ -113,8 +113,9 @@ def compare_backends_cmd(
 ):
     """Run a scenario for some backends and compare them, case by case.
 
-    Per case: each backend's time relative to the baseline backend (or the fastest), with a
-    95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
+    Per case: each backend's time relative to the baseline backend (or the fastest), paired by
+    timing round, with an exact 95% signed-rank interval over the rounds; '≈ same' only where
+    that interval lies within ±5%, 'unclear' where it is wider."""
     check_numbers(warmup_ms=warmup_ms, measure_ms=measure_ms, timeout=timeout, workers=workers)
     fmt = check_format(format)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout,
@@ -131,7 +132,7 @@ def compare_backends_cmd(
     if rounds_note:
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
     timing = dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush)
-    opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select)
+    opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select, set_)
     launch = launch_of(str(scenario), set_, backend_file)
     folder = _run_scenario(scenario, set_, opts, launch, results_dir, out, quiet, spec, backend_file)
     _report_backends(folder, baseline, fmt)
@@ -200,7 +201,8 @@ def compare_runs_cmd(
     """The same rows of two runs side by side, with ratios and intervals.
 
     Rows are matched by scenario, case and backend, never by order; ratio = after/before with
-    a 95% bootstrap interval; rows on one side only are listed."""
+    an exact 95% Mann-Whitney interval over the two runs' timing rounds; rows on one side only
+    are listed."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
     b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)

@@ -36,11 +36,15 @@ class Launch:
 
 
 def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_tensors, threads,
-                select=None) -> RunOptions:
+                select=None, set_=()) -> RunOptions:
     """The run options of the flags, checked (a bad value is a UsageError; the numbers were
     checked first, by ``check_numbers``). Paths are made absolute here, once: a backend that
     calls os.chdir must not move where the run writes."""
     overrides = {k: v for k, v in timing.items() if v is not None}
+    both = [k for k in overrides if any(s.split("=", 1)[0].strip() == f"timing.{k}" for s in set_ or ())]
+    if both:  # which one wins is nowhere obvious: the flag used to, silently
+        k = both[0]
+        raise UsageError(f"{TIMING_FLAGS[k]} and --set timing.{k}=... both set timing.{k}; give one of them")
     for k, v in overrides.items():
         why = override_problem(k, v)
         if why:

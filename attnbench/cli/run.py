@@ -17,8 +17,8 @@ from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import FORMATS, print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    executor_spec, handle_errors, load_backend_files, start_runner,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCENARIO_HELP, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app,
+    RESULTS_DIR_HELP, console, err, executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, FLUSH_OPT, Launch, check_reference, ensure_selected, launch_of, new_folder, new_options, new_runner, run_rows,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them
 @handle_errors
 def run(
     ctx: typer.Context,
-    scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
+    scenario: Optional[Path] = typer.Argument(None, help=SCENARIO_HELP + " (not with --resume)"),
     set_: Optional[List[str]] = typer.Option(
         None, "--set", metavar="KEY=VALUE", help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)"
     ),
@@ -48,8 +48,8 @@ def run(
     format: str = typer.Option("table", "--format", help="results on stdout as table | markdown | csv | json"),
     compact: Optional[bool] = typer.Option(None, "--compact/--full", show_default=False, help="one line per row (default: from 24 rows)"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)"),
-    out: Optional[Path] = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)"),
-    results_dir: Path = typer.Option(Path("results"), help="where new run folders go"),
+    out: Optional[Path] = typer.Option(None, help="new run folder (default: <results-dir>/<UTC time>-<scenario>/)"),
+    results_dir: Optional[Path] = typer.Option(None, help=RESULTS_DIR_HELP),
     save_tensors: Optional[Path] = typer.Option(None, help="write each case's inputs and outputs here (.pt)"),
     warm_l2: bool = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls"),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs"),
@@ -87,7 +87,7 @@ def run(
         return _resume(ctx, resume, isolate, allow_env_change, backend_file, dict(show, list=list_), spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
     opts = new_options(backend, device, warm_l2, no_graphs, dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush),
-                       rtol, save_tensors, threads, select)
+                       rtol, save_tensors, threads, select, set_)
     if list_:
         return _print_cases(scenario, set_, opts, show["fmt"])
     runner = new_runner(scenario, set_, opts, spec, backend_file)
@@ -109,7 +109,12 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
     if not DEVICE_NAMES.match(device):
         raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
     picks = selector(opts.select) if opts.select else (lambda case_id, backend: True)
-    print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
+    backends = listed_backends(sf, opts)
+    recs = case_records(sf, backends, picks)
+    if opts.select and not recs:  # as `run -k` says it: a -k that picks nothing is a mistake, not an empty list
+        raise UsageError(f"-k {opts.select!r} picks no row of {scenario} ({len(sf.cases)} case(s) x "
+                         f"{', '.join(backends)}); see them with: attnbench run {scenario} --list")
+    print_case_list(recs, fmt, console)
 
 
 def check_format(fmt: str) -> str:

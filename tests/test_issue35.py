@@ -284,3 +284,51 @@ def test_results_folder_from_the_environment(tmp_path, monkeypatch):
                          "--results-dir", str(tmp_path / "flag")], env={"ATTNBENCH_RESULTS_DIR": str(where)})
     assert r.exit_code == 0 and len(list((tmp_path / "flag").glob("*-tiny"))) == 1  # the flag wins
     assert "ATTNBENCH_RESULTS_DIR" in _help("run")
+
+
+# ---------------------------------------------------------------------------- item 4
+WEAK = """\
+name: weak
+seed: 1
+device: cpu
+model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+kv_cache: {page_size: 4}
+batch: [{kind: decode, count: 2, context: 64}]
+backends: [reference, sdpa, flex]
+timing: {warmup_ms: 0.001, measure_ms: 0.001}
+"""
+
+
+@pytest.mark.slow
+def test_rows_timed_once_are_ranked_with_a_warning(tmp_path):
+    p = tmp_path / "weak.yaml"
+    p.write_text(WEAK)  # a budget far below one call: every row is timed once (n=1)
+    r = cli.invoke(app, ["run", str(p), "-q", "--out", str(tmp_path / "run")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    words = " ".join(r.stdout.split())
+    assert "best ?" in words and re.search(r"\d\.\d\d× (≈ )?\?", words), words
+    assert "warning: 2 of 2 ok rows were timed fewer than 3 times (2 once" in words, words
+    assert "`attnbench scenarios` says which" in words
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "--out", str(tmp_path / "run2")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "warning:" not in r.stdout and " ?" not in r.stdout.split("batch:")[0], r.stdout
+
+
+def test_an_interpreted_row_is_not_ranked():
+    from rich.console import Console
+
+    from attnbench.analyze.run_formats import markdown_lines
+    from attnbench.analyze.run_table import print_results
+    from attnbench.store.rows import Row
+
+    rows = [Row("s", "c=1", b, median_ms=t, n=20, iqr_rel=0.01, samples_ms=[t] * 20, timing_method="cpu")
+            for b, t in (("reference", 3.0), ("sdpa", 1.0), ("flex", 2.0), ("triton", 233.0))]
+    rows[3].mode = "interpreted (TRITON_INTERPRET=1)"
+    rows[3].median_ms = 233.0
+    con = Console(width=200, record=True)
+    print_results(rows, con)
+    text = con.export_text()
+    assert "interp." in text and "233.00×" not in text and "233×" not in text, text
+    assert "triton not ranked: run by an interpreter" in text
+    assert not re.search(r"triton fastest|slower than sdpa.*triton|triton.*slower", text), text
+    md = "\n".join(markdown_lines(rows))
+    assert "interp." in md and "233.00×" not in md

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnbench.measure.stats import quantile
-from attnbench.store.rows import Row, Status, is_oracle
+from attnbench.store.rows import Row, Status, is_interpreted, is_oracle
 
 STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "yellow", Status.ERROR: "bold red", Status.MISMATCH: "bold red"}
 #: the --format choices of every command that prints a table
@@ -61,6 +61,8 @@ def fastest_by_case(rows: list[Row], rank_oracle: bool = False) -> dict[str, Row
     unless ``rank_oracle``."""
     best: dict[str, Row] = {}
     for r in rows:
+        if is_interpreted(r):  # an interpreter's time says nothing about the kernel's
+            continue
         if r.status is Status.OK and math.isfinite(r.median_ms) and (rank_oracle or not is_oracle(r.backend)):
             if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
                 best[r.case_id] = r
@@ -71,11 +73,23 @@ def vs_best(row: Row, best: dict[str, Row]) -> str:
     b = best.get(row.case_id)
     if row.status is not Status.OK or b is None or not math.isfinite(row.median_ms):
         return "-"
+    weak = " ?" if weak_timing(row) or weak_timing(b) else ""
     if row is b:
-        return "best"
+        return "best" + weak
     if is_oracle(row.backend):  # not ranked: the column compares competitors
         return "oracle"
-    return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "")
+    if is_interpreted(row):
+        return "interp."
+    return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "") + weak
+
+
+WEAK_N = 3  # an ok row timed fewer times than this has no spread to judge a rank by
+
+
+def weak_timing(row: Row) -> bool:
+    """An ok row whose median rests on fewer than WEAK_N timed calls (a call longer than the
+    measurement budget is timed once: n=1)."""
+    return row.status is Status.OK and 0 < row.n < WEAK_N
 
 
 def above_ceiling(row: Row) -> bool:

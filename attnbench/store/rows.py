@@ -33,6 +33,12 @@ def is_oracle(backend: str) -> bool:
     """The row's backend (its canonical spec, options after a colon) is the oracle."""
     return backend.split(":", 1)[0] == ORACLE_BACKEND
 
+
+def is_interpreted(row) -> bool:
+    """The row ran through an interpreter (triton under TRITON_INTERPRET=1, its ``mode`` says):
+    hundreds of times slower than the compiled kernel, so it is no competitor in a ranking."""
+    return str(getattr(row, "mode", "") or "").startswith("interpreted")
+
 if TYPE_CHECKING:
     import pandas as pd
 

@@ -89,7 +89,7 @@ def test_list_prints_the_cases_and_runs_nothing(sweep, tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
     assert lines[0].split()[:2] == ["page_size=4,seed=10", "sdpa"] and "2 decode@19" in lines[0]
-    assert lines[-1] == "2 case(s), 2 row(s)"
+    assert lines[-2] == "2 case(s), 2 row(s)" and lines[-1].startswith("CPU-sized, ~")
     assert not (tmp_path / "res").exists()
     r = cli.invoke(app, ["run", str(sweep), "--list", "--format", "json"])
     recs = strict_loads(r.stdout)

@@ -307,7 +307,7 @@ def test_rows_timed_once_are_ranked_with_a_warning(tmp_path):
     assert r.exit_code == 0, r.output
     words = " ".join(r.stdout.split())
     assert "best ?" in words and re.search(r"\d\.\d\d× (≈ )?\?", words), words
-    assert "warning: 2 of 2 ok rows were timed fewer than 3 times (2 once" in words, words
+    assert "warning: 2 of 2 ok rows were timed once (n=1" in words, words
     assert "`attnbench scenarios` says which" in words
     r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "--out", str(tmp_path / "run2")], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "warning:" not in r.stdout and " ?" not in r.stdout.split("batch:")[0], r.stdout
@@ -332,3 +332,41 @@ def test_an_interpreted_row_is_not_ranked():
     assert not re.search(r"triton fastest|slower than sdpa.*triton|triton.*slower", text), text
     md = "\n".join(markdown_lines(rows))
     assert "interp." in md and "233.00×" not in md
+
+
+def test_eta_weighs_cases_by_their_estimated_cost(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from attnbench.cli import progress
+    from attnbench.workload.builtin import builtin_path
+    from attnbench.workload.cost import case_seconds
+    from attnbench.workload.scenario import load
+
+    cases = {c.case_id: c for c in load(builtin_path("decode-llama3-8b"), []).cases}
+    costs = {k: case_seconds(c, 3) for k, c in cases.items()}
+    assert costs["context=16k,page_size=16"] > 3 * costs["context=4k,page_size=16"] > 3 * costs["context=1k,page_size=16"]
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    counts = {"context=1k,page_size=16": 1, "context=16k,page_size=16": 1}
+    out = io.StringIO()
+    lines = progress.CaseLines(Console(file=out, width=200), counts, "decode", {k: costs[k] for k in counts})
+    now[0] = 10.0
+    lines.advance("context=1k,page_size=16", "sdpa", "ok")
+    eta = re.search(r"ETA (\d+):(\d\d)", out.getvalue())
+    left = int(eta.group(1)) * 60 + int(eta.group(2))
+    expect = 10.0 * costs["context=16k,page_size=16"] / costs["context=1k,page_size=16"]
+    assert abs(left - expect) <= 1 and left > 60, out.getvalue()  # rows alone said 0:10
+
+
+def test_scenarios_say_which_are_cpu_sized_and_about_how_long():
+    r = cli.invoke(app, ["scenarios"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    size = dict(re.findall(r"^│ ([\w/-]+)\s*│ (CPU|GPU) ", r.stdout, re.M))
+    assert size["quickstart"] == "CPU" and size["variants-cpu"] == "CPU" and size["decode-llama3-8b"] == "GPU"
+    assert re.search(r"quickstart\s*│ CPU\s*│ ~\d+ s", r.stdout), r.stdout
+    r = cli.invoke(app, ["run", "decode-llama3-8b", "--list"])
+    assert r.exit_code == 0 and "GPU-sized: ~" in r.stdout and "timed once (n=1)" in r.stdout, r.stdout
+    r = cli.invoke(app, ["run", "quickstart", "--list"])
+    assert r.exit_code == 0 and "CPU-sized, ~" in r.stdout, r.stdout

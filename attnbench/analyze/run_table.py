@@ -78,7 +78,7 @@ KERNEL = Col("kernel", "kernel", lambda r, c: short_time(r.median_ms), "kernel: 
 OPTIONAL = [
     Col("vs_best", "vs best", lambda r, c: vs_best(r, c["best"]),
         "vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, the order may not hold;"
-        " ?: one side timed fewer than 3 times, the rank may not hold; oracle: the float64 reference, interp.: run by"
+        " ?: one side timed once (n=1), the rank may not hold; oracle: the float64 reference, interp.: run by"
         " an interpreter, neither ranked)"),
     Col("iqr", "IQR", _iqr, "IQR: interquartile range of the samples, % of the median (n=1: one timed call)"),
     Col("plan", "plan", lambda r, c: short_time(r.plan_ms),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from attnbench.analyze.tables import WEAK_N, weak_timing
+from attnbench.analyze.tables import weak_timing
 from attnbench.store.rows import Row, Status, is_interpreted, is_oracle
 
 
@@ -59,12 +59,11 @@ def backend_summary(rows: Iterable[Row], rank_oracle: bool = False) -> list[str]
 
 
 def weak_lines(rows: list[Row]) -> list[str]:
-    """A warning when ranks rest on rows timed fewer than WEAK_N times (shown with ``?``)."""
+    """A warning when ranks rest on rows timed once (``tables.weak_timing``, shown with ``?``)."""
     ok = [r for r in rows if r.status is Status.OK]
     weak = [r for r in ok if weak_timing(r)]
     if not weak:
         return []
-    once = sum(r.n == 1 for r in weak)
-    return [f"  warning: {len(weak)} of {len(ok)} ok rows were timed fewer than {WEAK_N} times ({once} once: a call "
-            "took longer than the measurement budget), so their medians and ranks (marked ?) are weak; give a longer "
+    return [f"  warning: {len(weak)} of {len(ok)} ok rows were timed once (n=1: a call took longer than the "
+            "measurement budget), so their medians and ranks (marked ?) rest on one sample; give a longer "
             "--measure-ms, or run a scenario sized for this device (`attnbench scenarios` says which)"]

@@ -83,7 +83,7 @@ def vs_best(row: Row, best: dict[str, Row]) -> str:
     return f"{row.median_ms / b.median_ms:.2f}×" + (" ≈" if close_to_best(row, b) else "") + weak
 
 
-WEAK_N = 3  # an ok row timed fewer times than this has no spread to judge a rank by
+WEAK_N = 2  # an ok row timed fewer times than this (once) has no spread to judge a rank by
 
 
 def weak_timing(row: Row) -> bool:

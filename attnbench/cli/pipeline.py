@@ -16,6 +16,7 @@ from attnbench.cli.safety import check_writable
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
+from attnbench.workload.cost import case_seconds
 
 if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --help
     from attnbench.execute.runner import Runner
@@ -115,7 +116,9 @@ def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, q
     base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, spec.isolate,
                       spec.timeout)
     rows = with_repro(runner.rows(done=done), base, [c.case_id for c in sf.cases])
-    return record_rows(folder, rows, rows_per_case(runner, done), sf.name, quiet)
+    counts = rows_per_case(runner, done)
+    costs = {c.case_id: case_seconds(c, counts[c.case_id]) for c in sf.cases if c.case_id in counts}
+    return record_rows(folder, rows, counts, sf.name, quiet, costs)
 
 
 def launch_of(scenario_path: str, overrides, backend_file) -> Launch:

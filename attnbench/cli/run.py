@@ -115,6 +115,12 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
         raise UsageError(f"-k {opts.select!r} picks no row of {scenario} ({len(sf.cases)} case(s) x "
                          f"{', '.join(backends)}); see them with: attnbench run {scenario} --list")
     print_case_list(recs, fmt, console)
+    if fmt in ("table", "markdown"):
+        from attnbench.workload.cost import size_words
+
+        picked = {r["case_id"] for r in recs}
+        console.out(size_words([c for c in sf.cases if c.case_id in picked], len(backends)) + " (a rough estimate)",
+                    highlight=False)
 
 
 def check_format(fmt: str) -> str:

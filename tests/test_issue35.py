@@ -370,3 +370,31 @@ def test_scenarios_say_which_are_cpu_sized_and_about_how_long():
     assert r.exit_code == 0 and "GPU-sized: ~" in r.stdout and "timed once (n=1)" in r.stdout, r.stdout
     r = cli.invoke(app, ["run", "quickstart", "--list"])
     assert r.exit_code == 0 and "CPU-sized, ~" in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------- item 7
+def test_scenarios_show_prints_a_builtin_as_a_template(tmp_path):
+    from attnbench.workload.builtin import builtin_path
+
+    r = cli.invoke(app, ["scenarios", "--show", "quickstart"])
+    assert r.exit_code == 0 and r.stdout == builtin_path("quickstart").read_text(), r.output
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(r.stdout)
+    assert cli.invoke(app, ["validate", str(mine)]).exit_code == 0
+    r = cli.invoke(app, ["scenarios", "--show", "quickstar"])
+    assert r.exit_code == 2 and "--show quickstar: no built-in scenario" in r.stderr and "quickstart" in r.stderr
+
+
+def test_show_reprints_a_finished_runs_table(tmp_path):
+    out = tmp_path / "run"
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "--out", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    printed = r.stdout.split("run folder:")[0]
+    r = cli.invoke(app, ["show", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert r.stdout == printed  # the same table, legend, notes and summary
+    r = cli.invoke(app, ["show", str(out), "--format", "csv", "-k", "sdpa"])
+    assert r.exit_code == 0 and r.stdout == (out / "results.csv").read_text().splitlines()[0] + "\n" + "".join(
+        ln + "\n" for ln in (out / "results.csv").read_text().splitlines()[1:] if ",sdpa," in ln), r.stdout
+    r = cli.invoke(app, ["show", str(tmp_path / "nothing")])
+    assert r.exit_code == 2 and "no such run folder" in r.stderr

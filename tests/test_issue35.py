@@ -398,3 +398,30 @@ def test_show_reprints_a_finished_runs_table(tmp_path):
         ln + "\n" for ln in (out / "results.csv").read_text().splitlines()[1:] if ",sdpa," in ln), r.stdout
     r = cli.invoke(app, ["show", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "no such run folder" in r.stderr
+
+
+def _fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+
+
+@pytest.mark.slow
+def test_the_documented_backend_plugin_runs_and_is_checked(tmp_path, monkeypatch):
+    import shlex
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    (code,) = _fenced(doc, "python")
+    assert len(code.strip().splitlines()) <= 25  # a minimal example stays minimal
+    (command,) = _fenced(doc, "bash")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_backend.py").write_text(code)
+    args = shlex.split(command.strip())
+    assert args[0] == "attnbench"
+    r = cli.invoke(app, [*args[1:], "-q", "--out", str(tmp_path / "run"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    mine = [x for x in rows if x["backend"] == "my-decode"]
+    assert len(mine) == 2 and all(x["status"] == "ok" and x["rel_err"] < 1e-5 for x in mine), mine
+    r = cli.invoke(app, ["run", "quickstart", "--backend-file", "my_backend.py", "-b", "my-decode", "-q",
+                         "--out", str(tmp_path / "mixed"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert {x["status"] for x in json.loads(r.stdout)} == {"skipped"}

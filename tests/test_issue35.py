@@ -425,3 +425,18 @@ def test_the_documented_backend_plugin_runs_and_is_checked(tmp_path, monkeypatch
                          "--out", str(tmp_path / "mixed"), "--format", "json"])
     assert r.exit_code == 0, r.output
     assert {x["status"] for x in json.loads(r.stdout)} == {"skipped"}
+
+
+def test_imported_trace_case_ids_are_readable(tmp_path):
+    trace = ROOT / "attnbench" / "scenarios" / "traces" / "synthetic-serving.jsonl"
+    out = tmp_path / "t.yaml"
+    r = cli.invoke(app, ["import", str(trace), "-o", str(out), "--round-context", "64", "--max-cases", "6"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["run", str(out), "--list", "--format", "json"])
+    ids = [x["case_id"] for x in json.loads(r.stdout)]
+    assert ids[0] == "batch=2decode-at192+1chain3-at64+1chain3-at192", ids
+    assert len(set(ids)) == 6 and not any("kind-" in i or re.search(r"-h[0-9a-f]{8}$", i) for i in ids), ids
+    assert "batch=3decode-at192+1prefill64-at64" in ids
+    from attnbench.workload.sweeps import case_id_for
+    tree = [{"kind": "tree", "count": 1, "context": 8, "tree": {"choices": [[0], [1]]}}]
+    assert case_id_for({"batch": tree}).startswith("batch=kind-tree")  # words would lose the tree: its JSON

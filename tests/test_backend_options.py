@@ -153,7 +153,7 @@ def test_env_default_shows_in_rows_and_check_never_pairs_different_options(tmp_p
     assert stored == {"sdpa-opt:flavor=fancy"}  # the environment's value, recorded as an option
     res = cli.invoke(app, ["check", str(cur), "--baseline", str(base), "--format", "json"])
     assert res.exit_code == 1, res.output  # nothing compared: the rows are other backends
-    verdicts = {(c["backend"], c["verdict"]) for c in json.loads(res.stdout)}
+    verdicts = {(c["backend"], c["verdict"]) for c in json.loads(res.stdout)["cases"]}
     assert verdicts == {("sdpa-opt:flavor=fancy", "new"), ("sdpa-opt", "vanished")}, verdicts
     res = cli.invoke(app, ["compare", "runs", str(base), str(cur), "--format", "json"])
     assert res.exit_code == 0, res.output

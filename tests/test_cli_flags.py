@@ -89,7 +89,7 @@ def test_list_prints_the_cases_and_runs_nothing(sweep, tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
     assert lines[0].split()[:2] == ["page_size=4,seed=10", "sdpa"] and "2 decode@19" in lines[0]
-    assert lines[-1] == "2 case(s), 2 row(s)"
+    assert lines[-2] == "2 case(s), 2 row(s)" and lines[-1].startswith("CPU-sized, ~")
     assert not (tmp_path / "res").exists()
     r = cli.invoke(app, ["run", str(sweep), "--list", "--format", "json"])
     recs = strict_loads(r.stdout)
@@ -242,7 +242,7 @@ def test_k_on_check_and_compare_runs(sweep, tmp_path):
     assert r.exit_code == 0, r.output
     r = cli.invoke(app, ["check", str(out), "--baseline", str(out), "-k", "sdpa and seed=10", "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert [(x["case"], x["backend"]) for x in strict_loads(r.stdout)] == [("page_size=4,seed=10", "sdpa")]
+    assert [(x["case"], x["backend"]) for x in strict_loads(r.stdout)["cases"]] == [("page_size=4,seed=10", "sdpa")]
     r = cli.invoke(app, ["compare", "runs", str(out), str(out), "-k", "not sdpa", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert {x["backend"] for x in strict_loads(r.stdout)} == {"reference"}

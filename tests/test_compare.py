@@ -348,7 +348,7 @@ def test_baseline_file_roundtrip_and_formats(runs, tmp_path):
     assert [x.key for x in loaded.rows] == [x.key for x in load_rows(Path(runs["base"])).rows]
     r = cli.invoke(app, ["check", runs["slow"], "--baseline", str(bl), "--format", "json"])
     assert r.exit_code == 1
-    recs = json.loads(r.stdout)
+    recs = json.loads(r.stdout)["cases"]
     assert {(x["case"], x["backend"]) for x in recs if x["failed"]} == {("ctx=1", "b"), ("ctx=2", "b")}
     r = cli.invoke(app, ["compare", "runs", runs["base"], runs["slow"], "--format", "csv"])
     assert r.exit_code == 0 and r.stdout.splitlines()[0].startswith("scenario,case,backend,verdict")

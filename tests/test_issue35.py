@@ -223,3 +223,249 @@ def test_trend_chart_x_axis_is_the_runs_date_and_commit(tmp_path):
     for label in ("2026-01-01 00:00 1111111", "2026-01-02 00:00 2222222", "2026-01-03 00:00 3333333+dirty"):
         assert label in svg, svg
     assert "history point (1 .." not in svg
+
+
+# ---------------------------------------------------------------------------- item 8
+def _help(*cmd: str) -> str:
+    r = cli.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    return " ".join(r.output.split())
+
+
+def test_help_says_what_the_tool_does():
+    for cmd in (("compare", "backends"), ("compare", "runs")):
+        assert "bootstrap" not in _help(*cmd)  # the intervals are exact rank intervals over timing rounds
+    assert "signed-rank" in _help("compare", "backends") and "Mann-Whitney" in _help("compare", "runs")
+    for cmd in (("run",), ("compare", "backends"), ("calibrate",)):
+        assert "built-in scenario's name" in _help(*cmd), cmd
+
+
+def test_a_timing_flag_and_the_same_set_key_is_refused(tmp_path):
+    for cmd in (["run"], ["compare", "backends", "-b", "reference", "-b", "sdpa"]):
+        r = cli.invoke(app, [*cmd, str(_tiny(tmp_path)), "--measure-ms", "50", "--set", "timing.measure_ms=100",
+                             "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2, r.output
+        assert "--measure-ms and --set timing.measure_ms=... both set timing.measure_ms; give one" in r.stderr
+        assert not (tmp_path / "x").exists()
+
+
+def test_check_json_carries_the_verdict_and_why(tmp_path):
+    base = _folder(tmp_path / "base", [_row("ctx=1", "a", 1.0, seed=1), _row("ctx=2", "a", 1.0, seed=2)])
+    slow = _folder(tmp_path / "slow", [_row("ctx=1", "a", 2.0, seed=3), _row("ctx=2", "a", 1.0, seed=4)])
+    r = cli.invoke(app, ["check", str(slow), "--baseline", str(base), "--format", "json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "fail" and doc["exit_code"] == 1
+    assert doc["reasons"] == ["ctx=1 · a: regressed"], doc["reasons"]
+    assert {c["case"]: c["verdict"] for c in doc["cases"]}["ctx=1"] == "regressed"
+    r = cli.invoke(app, ["check", str(base), "--baseline", str(base), "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "pass" and json.loads(r.stdout)["reasons"] == []
+    r = cli.invoke(app, ["check", str(base), "--baseline", str(base), "--format", "json", "-k", "nomatch"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and doc["verdict"] == "fail" and "picks no row" in doc["reasons"][0], doc
+
+
+def test_list_with_a_k_that_picks_nothing_exits_as_run_does(tmp_path):
+    for extra in (["--list"], []):
+        r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-k", "nomatch", *extra, "--out", str(tmp_path / "o")])
+        assert r.exit_code == 2 and "picks no row" in r.stderr, (extra, r.output)
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-k", "page_size=4", "--list"])
+    assert r.exit_code == 0 and "1 case(s)" in r.stdout
+
+
+def test_results_folder_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    where = tmp_path / "elsewhere"
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "-k", "page_size=4 and reference", "--format", "csv"],
+                   env={"ATTNBENCH_RESULTS_DIR": str(where)})
+    assert r.exit_code == 0, r.output
+    assert len(list(where.glob("*-tiny"))) == 1 and not (tmp_path / "results").exists()
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "-k", "page_size=4 and reference", "--format", "csv",
+                         "--results-dir", str(tmp_path / "flag")], env={"ATTNBENCH_RESULTS_DIR": str(where)})
+    assert r.exit_code == 0 and len(list((tmp_path / "flag").glob("*-tiny"))) == 1  # the flag wins
+    assert "ATTNBENCH_RESULTS_DIR" in _help("run")
+
+
+# ---------------------------------------------------------------------------- item 4
+WEAK = """\
+name: weak
+seed: 1
+device: cpu
+model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32}
+kv_cache: {page_size: 4}
+batch: [{kind: decode, count: 2, context: 64}]
+backends: [reference, sdpa, flex]
+timing: {warmup_ms: 0.001, measure_ms: 0.001}
+"""
+
+
+@pytest.mark.slow
+def test_rows_timed_once_are_ranked_with_a_warning(tmp_path):
+    p = tmp_path / "weak.yaml"
+    p.write_text(WEAK)  # a budget far below one call: every row is timed once (n=1)
+    r = cli.invoke(app, ["run", str(p), "-q", "--out", str(tmp_path / "run")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    words = " ".join(r.stdout.split())
+    assert "best ?" in words and re.search(r"\d\.\d\d× (≈ )?\?", words), words
+    assert "warning: 2 of 2 ok rows were timed once (n=1" in words, words
+    assert "`attnbench scenarios` says which" in words
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "--out", str(tmp_path / "run2")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "warning:" not in r.stdout and " ?" not in r.stdout.split("batch:")[0], r.stdout
+
+
+def test_an_interpreted_row_is_not_ranked():
+    from rich.console import Console
+
+    from attnbench.analyze.run_formats import markdown_lines
+    from attnbench.analyze.run_table import print_results
+    from attnbench.store.rows import Row
+
+    rows = [Row("s", "c=1", b, median_ms=t, n=20, iqr_rel=0.01, samples_ms=[t] * 20, timing_method="cpu")
+            for b, t in (("reference", 3.0), ("sdpa", 1.0), ("flex", 2.0), ("triton", 233.0))]
+    rows[3].mode = "interpreted (TRITON_INTERPRET=1)"
+    rows[3].median_ms = 233.0
+    con = Console(width=200, record=True)
+    print_results(rows, con)
+    text = con.export_text()
+    assert "interp." in text and "233.00×" not in text and "233×" not in text, text
+    assert "triton not ranked: run by an interpreter" in text
+    assert not re.search(r"triton fastest|slower than sdpa.*triton|triton.*slower", text), text
+    md = "\n".join(markdown_lines(rows))
+    assert "interp." in md and "233.00×" not in md
+
+
+def test_eta_weighs_cases_by_their_estimated_cost(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from attnbench.cli import progress
+    from attnbench.workload.builtin import builtin_path
+    from attnbench.workload.cost import case_seconds
+    from attnbench.workload.scenario import load
+
+    cases = {c.case_id: c for c in load(builtin_path("decode-llama3-8b"), []).cases}
+    costs = {k: case_seconds(c, 3) for k, c in cases.items()}
+    assert costs["context=16k,page_size=16"] > 3 * costs["context=4k,page_size=16"] > 3 * costs["context=1k,page_size=16"]
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    counts = {"context=1k,page_size=16": 1, "context=16k,page_size=16": 1}
+    out = io.StringIO()
+    lines = progress.CaseLines(Console(file=out, width=200), counts, "decode", {k: costs[k] for k in counts})
+    now[0] = 10.0
+    lines.advance("context=1k,page_size=16", "sdpa", "ok")
+    eta = re.search(r"ETA (\d+):(\d\d)", out.getvalue())
+    left = int(eta.group(1)) * 60 + int(eta.group(2))
+    expect = 10.0 * costs["context=16k,page_size=16"] / costs["context=1k,page_size=16"]
+    assert abs(left - expect) <= 1 and left > 60, out.getvalue()  # rows alone said 0:10
+
+
+def test_scenarios_say_which_are_cpu_sized_and_about_how_long():
+    r = cli.invoke(app, ["scenarios"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    size = dict(re.findall(r"^│ ([\w/-]+)\s*│ (CPU|GPU) ", r.stdout, re.M))
+    assert size["quickstart"] == "CPU" and size["variants-cpu"] == "CPU" and size["decode-llama3-8b"] == "GPU"
+    assert re.search(r"quickstart\s*│ CPU\s*│ ~\d+ s", r.stdout), r.stdout
+    r = cli.invoke(app, ["run", "decode-llama3-8b", "--list"])
+    assert r.exit_code == 0 and "GPU-sized: ~" in r.stdout and "timed once (n=1)" in r.stdout, r.stdout
+    r = cli.invoke(app, ["run", "quickstart", "--list"])
+    assert r.exit_code == 0 and "CPU-sized, ~" in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------- item 7
+def test_scenarios_show_prints_a_builtin_as_a_template(tmp_path):
+    from attnbench.workload.builtin import builtin_path
+
+    r = cli.invoke(app, ["scenarios", "--show", "quickstart"])
+    assert r.exit_code == 0 and r.stdout == builtin_path("quickstart").read_text(), r.output
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(r.stdout)
+    assert cli.invoke(app, ["validate", str(mine)]).exit_code == 0
+    r = cli.invoke(app, ["scenarios", "--show", "quickstar"])
+    assert r.exit_code == 2 and "--show quickstar: no built-in scenario" in r.stderr and "quickstart" in r.stderr
+
+
+def test_show_reprints_a_finished_runs_table(tmp_path):
+    out = tmp_path / "run"
+    r = cli.invoke(app, ["run", str(_tiny(tmp_path)), "-q", "--out", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    printed = r.stdout.split("run folder:")[0]
+    r = cli.invoke(app, ["show", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert r.stdout == printed  # the same table, legend, notes and summary
+    r = cli.invoke(app, ["show", str(out), "--format", "csv", "-k", "sdpa"])
+    assert r.exit_code == 0 and r.stdout == (out / "results.csv").read_text().splitlines()[0] + "\n" + "".join(
+        ln + "\n" for ln in (out / "results.csv").read_text().splitlines()[1:] if ",sdpa," in ln), r.stdout
+    r = cli.invoke(app, ["show", str(tmp_path / "nothing")])
+    assert r.exit_code == 2 and "no such run folder" in r.stderr
+
+
+def _fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+
+
+@pytest.mark.slow
+def test_the_documented_backend_plugin_runs_and_is_checked(tmp_path, monkeypatch):
+    import shlex
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    (code,) = _fenced(doc, "python")
+    assert len(code.strip().splitlines()) <= 30  # a minimal example stays minimal
+    (command,) = _fenced(doc, "bash")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_backend.py").write_text(code)
+    args = shlex.split(command.strip())
+    assert args[0] == "attnbench"
+    r = cli.invoke(app, [*args[1:], "-q", "--out", str(tmp_path / "run"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    mine = [x for x in rows if x["backend"] == "my-decode"]
+    assert len(mine) == 2 and all(x["status"] == "ok" and x["rel_err"] < 1e-5 for x in mine), mine
+    r = cli.invoke(app, ["run", "quickstart", "--backend-file", "my_backend.py", "-b", "my-decode", "-q",
+                         "--out", str(tmp_path / "mixed"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert {x["status"] for x in json.loads(r.stdout)} == {"skipped"}
+
+
+def test_imported_trace_case_ids_are_readable(tmp_path):
+    trace = ROOT / "attnbench" / "scenarios" / "traces" / "synthetic-serving.jsonl"
+    out = tmp_path / "t.yaml"
+    r = cli.invoke(app, ["import", str(trace), "-o", str(out), "--round-context", "64", "--max-cases", "6"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["run", str(out), "--list", "--format", "json"])
+    ids = [x["case_id"] for x in json.loads(r.stdout)]
+    assert ids[0] == "batch=2decode-at192+1chain3-at64+1chain3-at192", ids
+    assert len(set(ids)) == 6 and not any("kind-" in i or re.search(r"-h[0-9a-f]{8}$", i) for i in ids), ids
+    assert "batch=3decode-at192+1prefill64-at64" in ids
+    from attnbench.workload.sweeps import case_id_for
+    tree = [{"kind": "tree", "count": 1, "context": 8, "tree": {"choices": [[0], [1]]}}]
+    assert case_id_for({"batch": tree}).startswith("batch=kind-tree")  # words would lose the tree: its JSON
+
+
+# ---------------------------------------------------------------------------- item 9: the README's walk
+@pytest.mark.slow
+def test_the_readmes_first_steps_go_from_a_baseline_to_a_failing_check_a_report_and_a_trend(tmp_path):
+    import os
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("## First steps", 1)[1].split("\n## ", 1)[0]
+    (walk,) = _fenced(first, "bash")
+    (code,) = _fenced((ROOT / "docs" / "plugins.md").read_text(), "python")
+    (tmp_path / "my_backend.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    seen = {}
+    for line in walk.strip().splitlines():
+        script = f'attnbench() {{ "{sys.executable}" -m attnbench "$@"; }}\n{line}\n'
+        r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        cmd = line.split("attnbench ", 1)[1].split()[0]
+        seen[cmd if cmd not in seen else cmd + "2"] = r
+        want = 1 if cmd == "check" else 0
+        assert r.returncode == want, (line, r.stdout, r.stderr)
+    check = seen["check"].stdout
+    # the slowed plugin regresses; sdpa's verdict is left alone: on a loaded 2-core machine an
+    # unchanged backend can read regressed too (docs/ci.md: calibrate measures how often)
+    assert re.search(r"my-decode\s*│\s*regressed", check), check
+    assert re.search(r"my-decode(.|\n)*regressed", seen["history2"].stdout), seen["history2"].stdout  # history show
+    page = (tmp_path / "report.html").read_text()
+    assert "regressed" in page and 'data-chart="trend"' in page

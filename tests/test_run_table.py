@@ -90,3 +90,14 @@ def test_a_single_timed_call_shows_no_spread():
     iqr = next(c for c in table.columns if c.header == "IQR")
     assert list(iqr.cells)[2] == "n=1" and list(iqr.cells)[1] == "15%"
     assert any("n=1: one timed call" in x for x in legend)
+
+
+def test_legend_wraps_at_a_reading_width_in_a_wide_log():
+    """Issue 35 item 6: on a log's 160 columns (COLUMNS unset) the legend was 5 lines of 160."""
+    con = Console(width=160, record=True, force_terminal=False)
+    print_results(_rows(1), con, title="t")
+    lines = con.export_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(("plan:", "kernel:")))
+    legend = lines[start:next(i for i, ln in enumerate(lines) if i > start and ln.startswith("["))]
+    assert len(legend) > 1 and all(len(ln.rstrip()) <= 100 for ln in legend), legend
+    assert any(len(ln.rstrip()) > 100 for ln in lines[:start])  # the table still takes the width

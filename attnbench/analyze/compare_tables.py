@@ -156,7 +156,7 @@ def _cell(rec: dict, col: Column) -> str:
     return col.show(v) if v is not None else "-"
 
 
-def _jsonable(v):
+def json_value(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
@@ -165,7 +165,7 @@ def _jsonable(v):
 def render(records: list[dict], columns: list[Column], fmt: str, console: Console, title: str = "") -> None:
     """Print ``records`` as a rich table, Markdown, CSV or JSON (raw numbers for the last two)."""
     if fmt == "json":
-        console.print_json(json.dumps([{k: _jsonable(v) for k, v in r.items()} for r in records]))
+        console.print_json(json.dumps([{k: json_value(v) for k, v in r.items()} for r in records]))
         return
     if fmt == "csv":
         import csv

@@ -106,6 +106,9 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
     return t, notes, legend, left_out
 
 
+PROSE_WIDTH = 100  # the legend's lines at most (a table may be wider)
+
+
 def print_results(rows: Iterable[Row], console: Console, title: str = "", compact: bool | None = None,
                   notes_console: Console | None = None) -> None:
     """The table on ``console``, fitted to its width; batch, legend, notes and the per-backend
@@ -120,7 +123,8 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "", compac
     console.print(table)
     for line in batch_lines(rows):
         info.print(line, highlight=False, markup=False)  # wrapped at words, not mid-word by the terminal
-    info.print("; ".join(legend), style="dim", highlight=False)
+    # prose: wrapped at a reading width, not spread over a log's 160 columns
+    info.print("; ".join(legend), style="dim", highlight=False, width=min(info.width, PROSE_WIDTH))
     if left_out:
         info.print(f"not shown at {console.width} columns: {', '.join(left_out)} (all in results.csv)",
                    style="dim", highlight=False)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from attnbench.store.rows import Row, is_oracle
+from attnbench.analyze.tables import weak_timing
+from attnbench.store.rows import Row, Status, is_interpreted, is_oracle
 
 
 def ok_times(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
@@ -33,6 +34,8 @@ def backend_summary(rows: Iterable[Row], rank_oracle: bool = False) -> list[str]
     line per backend; nothing when fewer than two backends ran ok. The oracle is no
     competitor: left out unless ``rank_oracle``."""
     rows = [r for r in rows if rank_oracle or not is_oracle(r.backend)]
+    interpreted = list(dict.fromkeys(r.backend for r in rows if is_interpreted(r)))
+    rows = [r for r in rows if not is_interpreted(r)]
     times = ok_times(rows)
     backends = list(dict.fromkeys(b for t in times.values() for b in t))
     if len(backends) < 2:
@@ -51,4 +54,16 @@ def backend_summary(rows: Iterable[Row], rank_oracle: bool = False) -> list[str]
                 how = f"{g:.2f}× faster than" if g >= 1 else f"{1 / g:.2f}× slower than"
                 text += f", geo-mean {how} {base}" + (f" ({n} shared cases)" if n < ran else "")
         lines.append(text)
-    return lines
+    lines += [f"  {b} not ranked: run by an interpreter (its mode says), not the compiled kernel" for b in interpreted]
+    return lines + weak_lines(rows)
+
+
+def weak_lines(rows: list[Row]) -> list[str]:
+    """A warning when ranks rest on rows timed once (``tables.weak_timing``, shown with ``?``)."""
+    ok = [r for r in rows if r.status is Status.OK]
+    weak = [r for r in ok if weak_timing(r)]
+    if not weak:
+        return []
+    return [f"  warning: {len(weak)} of {len(ok)} ok rows were timed once (n=1: a call took longer than the "
+            "measurement budget), so their medians and ranks (marked ?) rest on one sample; give a longer "
+            "--measure-ms, or run a scenario sized for this device (`attnbench scenarios` says which)"]

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnbench.store.columns import (  # noqa: F401 (the formatters and per-case helpers, re-exported)
-    above_ceiling, close_to_best, fastest_by_case, fmt_roofline, fmt_time, quartiles, vs_best,
+    above_ceiling, close_to_best, fastest_by_case, fmt_roofline, fmt_time, quartiles, vs_best, weak_timing,
 )
 from attnbench.store.rows import Row, Status
 

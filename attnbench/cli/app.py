@@ -156,6 +156,8 @@ def _printed_warnings():
         yield
 
 
+SCENARIO_HELP = "scenario YAML file, or a built-in scenario's name (attnbench scenarios lists them)"
+RESULTS_DIR_HELP = "where new run folders go (default: $ATTNBENCH_RESULTS_DIR, else results/ in the current folder)"
 SELECT_HELP = "pick rows: words matched in 'case_id backend', with and/or/not (like pytest -k)"
 
 
@@ -281,9 +283,11 @@ def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]
     )
 
 
-def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], label: str, quiet: bool) -> bool:
+def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], label: str, quiet: bool,
+                costs: Optional[dict[str, float]] = None) -> bool:
     """Write each row to the run folder as it comes, with progress on stderr (a bar with an ETA
-    on a terminal, a line per finished case elsewhere, ``counts``: rows per case); mark the folder
+    on a terminal, a line per finished case elsewhere, ``counts``: rows per case, ``costs``: each
+    case's estimated seconds, for the ETA); mark the folder
     complete, or incomplete when interrupted (Ctrl-C: returns False; SIGTERM: exit 143) or
     when a write fails (the error goes on to ``handle_errors``). Returns whether every row
     was recorded. While backends run, what they print goes to stderr, not stdout."""
@@ -293,7 +297,7 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
     announce_run_folder(folder.path)
     complete = False
     try:
-        with sigterm_as_interrupt(), stdout_to_stderr(), progress_for(err, counts, label, quiet) as progress:
+        with sigterm_as_interrupt(), stdout_to_stderr(), progress_for(err, counts, label, quiet, costs) as progress:
             for row in rows:
                 folder.add(row)
                 progress.advance(row.case_id, row.backend, getattr(row.status, "value", row.status))

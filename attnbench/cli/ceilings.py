@@ -57,3 +57,4 @@ def ceilings_cmd(
     for key, c in kept.items():
         t.add_row(*_show(key, c))
     console.print(t if kept else f"no ceilings kept yet in {cl.cache_path()}: a run measures them when it needs them")
+    console.print(f"how: {cl.METHOD_TEXT}", style="dim", highlight=False)

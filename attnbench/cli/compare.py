@@ -16,8 +16,8 @@ from rich.markup import escape
 from attnbench.cli.numbers import check_numbers
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
-    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app, console, err,
-    backend_among, check_format, executor_spec, handle_errors, load_backend_files, selector,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCENARIO_HELP, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app,
+    console, err, backend_among, check_format, executor_spec, handle_errors, load_backend_files, selector,
 )
 from attnbench.cli.pipeline import (
     BACKEND_FILE_OPT, DEVICE_OPT, FLUSH_OPT, FORMAT_OPT, ISOLATE_OPT, MEASURE_OPT, NO_GRAPHS_OPT, OUT_OPT, QUIET_OPT, RESULTS_DIR_OPT,
@@ -83,7 +83,7 @@ def _run_scenario(scenario, set_, opts: RunOptions, launch: Launch, results_dir,
 @handle_errors
 @user_errors
 def compare_backends_cmd(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Path = typer.Argument(..., help=SCENARIO_HELP),
     backend: List[str] = typer.Option(..., "--backend", "-b", help="backend to compare (repeat: -b a -b b)"),
     baseline: Optional[str] = typer.Option(None, help="compare against this backend (default: each case's fastest)"),
     set_: Optional[List[str]] = SET_OPT,
@@ -95,7 +95,7 @@ def compare_backends_cmd(
     no_graphs: bool = NO_GRAPHS_OPT,
     isolate: bool = ISOLATE_OPT,
     timeout: float = TIMEOUT_OPT,
-    results_dir: Path = RESULTS_DIR_OPT,
+    results_dir: Optional[Path] = RESULTS_DIR_OPT,
     out: Optional[Path] = OUT_OPT,
     format: str = FORMAT_OPT,
     select: Optional[str] = SELECT_OPT,
@@ -109,8 +109,9 @@ def compare_backends_cmd(
 ):
     """Run a scenario for some backends and compare them, case by case.
 
-    Per case: each backend's time relative to the baseline backend (or the fastest), with a
-    95% bootstrap interval; '≈ same' where the samples cannot tell them apart."""
+    Per case: each backend's time relative to the baseline backend (or the fastest), paired by
+    timing round, with an exact 95% signed-rank interval over the rounds; '≈ same' only where
+    that interval lies within ±5%, 'unclear' where it is wider."""
     check_numbers(warmup_ms=warmup_ms, measure_ms=measure_ms, timeout=timeout, workers=workers)
     fmt = check_format(format)
     spec = executor_spec(executor, workers, scheduler, resource, isolate=isolate, timeout=timeout,
@@ -126,7 +127,7 @@ def compare_backends_cmd(
     if rounds_note:
         err.print(f"note: {rounds_note}", highlight=False, markup=False)
     timing = dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush)
-    opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select)
+    opts = new_options(names, device, warm_l2, no_graphs, timing, None, None, None, select, set_)
     launch = launch_of(str(scenario), set_, backend_file)
     folder = _run_scenario(scenario, set_, opts, launch, results_dir, out, quiet, spec, backend_file)
     _report_backends(folder, baseline, fmt)
@@ -195,7 +196,8 @@ def compare_runs_cmd(
     """The same rows of two runs side by side, with ratios and intervals.
 
     Rows are matched by scenario, case and backend, never by order; ratio = after/before with
-    a 95% bootstrap interval; rows on one side only are listed."""
+    an exact 95% Mann-Whitney interval over the two runs' timing rounds; rows on one side only
+    are listed."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
     if normalize_by:

@@ -2,6 +2,7 @@
 that check cries wolf, and what it catches, on this machine). Parse, call, render, exit."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -15,15 +16,20 @@ from rich.markup import escape
 from attnbench.analyze.calibration import calibrate, summary_records, wander_records
 from attnbench.analyze.compare import CheckResult, Thresholds, check as run_check, parse_fraction
 from attnbench.analyze.gate_defaults import CPU_MAX_SLOWDOWN, GPU_MAX_SLOWDOWN, default_max_slowdown
-from attnbench.analyze.compare_tables import Column, check_columns, check_records, check_summary, fmt_ratio, render
+from attnbench.analyze.compare_tables import (
+    Column, check_columns, check_records, check_summary, fmt_ratio, json_value, render,
+)
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import GATE_CONFIDENCE, rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, app, backend_among, check_format, console, err, handle_errors
+from attnbench.cli.app import (
+    SCENARIO_HELP, SELECT_HELP, UsageError, app, backend_among, check_format, console, err, handle_errors,
+)
 from attnbench.cli.rounds import with_enough_rounds
 from attnbench.cli.numbers import check_numbers
 from attnbench.execute.interleave import run_command
 from attnbench.cli.compare import FORMAT_HELP, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
+from attnbench.store.runfolder import results_root
 from attnbench.workload.units import safe_name
 
 
@@ -91,7 +97,9 @@ def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labe
     info = info_console(fmt)
     shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
     th = opts.thresholds
-    if shown:
+    if fmt == "json":  # one object: the gate's verdict and why, then every case
+        console.print_json(json.dumps(verdict_record(res, opts, labels, check_records(shown))))
+    elif shown:
         title = f"{len(fails)} failing case(s)" if shown is fails else f"{labels[0]} vs {labels[1]}"
         render(check_records(shown), check_columns(bool(opts.normalize_by), th.confidence), fmt, console, title)
     info.print(f"gate: {opts.describe()}", style="dim", highlight=False)
@@ -120,6 +128,15 @@ def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labe
     if not res.failed:
         compared = sum(c.ratio is not None for c in res.cases)
         info.print(f"[green]PASS[/]: no regression against {labels[1]} ({compared} cases compared)", highlight=False)
+
+
+def verdict_record(res: CheckResult, opts: GateOptions, labels: tuple[str, str], cases: list[dict]) -> dict:
+    """``check --format json``: ``verdict`` pass or fail (exit 0 or 1), the ``reasons`` it failed
+    (run-level problems, then a line per failing case), the gate's settings and every case."""
+    reasons = list(res.problems) + [f"{c.case_id} · {c.backend}: {c.verdict}" for c in res.failures]
+    return {"verdict": "fail" if res.failed else "pass", "exit_code": 1 if res.failed else 0, "reasons": reasons,
+            "summary": check_summary(res), "gate": opts.describe(), "run": labels[0], "baseline": labels[1],
+            "cases": [{k: json_value(v) for k, v in r.items()} for r in cases]}
 
 
 @app.command("check")
@@ -227,9 +244,9 @@ WANDER_COLUMNS = [
 @handle_errors
 @user_errors
 def calibrate_cmd(
-    scenario: Path = typer.Argument(..., help="scenario YAML file (the one the gate runs)"),
+    scenario: Path = typer.Argument(..., help=SCENARIO_HELP + " (the one the gate runs)"),
     runs: int = typer.Option(20, "--runs", help="runs of the scenario (each checked against each other)"),
-    out: Optional[Path] = typer.Option(None, help="folder for the runs (default results/calibrate-<scenario>); runs there are reused"),
+    out: Optional[Path] = typer.Option(None, help="folder for the runs (default <$ATTNBENCH_RESULTS_DIR or results>/calibrate-<scenario>); runs there are reused"),
     slowdown: Optional[List[float]] = typer.Option(None, "--slowdown", help="injected slowdown (repeat; default 1.05 1.1 1.2 1.3 1.5 2)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set timing.rounds=20"),
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="backends to run (default: the scenario's)"),
@@ -250,7 +267,7 @@ def calibrate_cmd(
     fmt = check_format(format)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
     factors = slowdown or [1.05, 1.1, 1.2, 1.3, 1.5, 2.0]
-    folder = out or Path("results") / f"calibrate-{safe_name(scenario.stem)}"
+    folder = out or results_root() / f"calibrate-{safe_name(scenario.stem)}"
     rows = _collect_runs(scenario, folder, runs, list(set_ or []), list(backend or []), device,
                          rounds_needed(opts.thresholds.confidence))
     opts.default_for(*rows)

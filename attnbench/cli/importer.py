@@ -17,7 +17,7 @@ from attnbench.workload.traces import TraceError, read_trace, scenario_yaml
 @app.command("import")
 @handle_errors
 def import_cmd(
-    trace: Path = typer.Argument(..., help="a JSONL step trace (format: README, 'Traces')"),
+    trace: Path = typer.Argument(..., help="a JSONL step trace (format: docs/scenarios.md, 'Traces')"),
     out: Path = typer.Option(..., "--out", "-o", help="the scenario YAML to write"),
     name: Optional[str] = typer.Option(None, help="the scenario's name (default: the output file's stem)"),
     num_q_heads: int = typer.Option(8, help="model.num_q_heads"),

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from attnbench.cli.app import SELECT_HELP, UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner
+from attnbench.cli.app import (
+    RESULTS_DIR_HELP, SELECT_HELP, UsageError, base_manifest, print_notes, record_rows, rows_per_case, start_runner,
+)
 from attnbench.cli.repro import repro_base, with_repro
 from attnbench.cli.safety import check_writable
 from attnbench.execute.lifeline import announce_run_folder
@@ -18,6 +20,7 @@ from attnbench.store.code_identity import backend_file_hashes
 from attnbench.store.options import RunOptions
 from attnbench.store.runfolder import RunFolder, check_out
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
+from attnbench.workload.cost import case_seconds
 
 if TYPE_CHECKING:  # torch: imported by the commands that need it, not for --help
     from attnbench.execute.runner import Runner
@@ -30,8 +33,8 @@ FLUSH_OPT = typer.Option(None, "--flush", metavar="MODE",
 SET_OPT = typer.Option(None, "--set", metavar="KEY=VALUE",
                        help="override a key: --set model.head_dim=64 (on a swept key: runs that one value)")
 DEVICE_OPT = typer.Option(None, help="auto | cpu | cuda | cuda:N (overrides the scenario)")
-OUT_OPT = typer.Option(None, help="new run folder (default: results/<UTC time>-<scenario>/)")
-RESULTS_DIR_OPT = typer.Option(Path("results"), help="where new run folders go")
+OUT_OPT = typer.Option(None, help="new run folder (default: <results-dir>/<UTC time>-<scenario>/)")
+RESULTS_DIR_OPT = typer.Option(None, help=RESULTS_DIR_HELP)
 WARM_L2_OPT = typer.Option(False, "--warm-l2", help="do not flush the L2 cache before timed calls")
 NO_GRAPHS_OPT = typer.Option(False, "--no-graphs", help="time with CUDA events only, never graphs")
 WARMUP_OPT = typer.Option(None, help="warm-up budget per row (ms)")
@@ -56,11 +59,15 @@ class Launch:
 
 
 def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_tensors, threads,
-                select=None) -> RunOptions:
+                select=None, set_=()) -> RunOptions:
     """The run options of the flags, checked (a bad value is a UsageError; the numbers were
     checked first, by ``check_numbers``). Paths are made absolute here, once: a backend that
     calls os.chdir must not move where the run writes."""
     overrides = {k: v for k, v in timing.items() if v is not None}
+    both = [k for k in overrides if any(s.split("=", 1)[0].strip() == f"timing.{k}" for s in set_ or ())]
+    if both:  # which one wins is nowhere obvious: the flag used to, silently
+        k = both[0]
+        raise UsageError(f"{TIMING_FLAGS[k]} and --set timing.{k}=... both set timing.{k}; give one of them")
     for k, v in overrides.items():
         why = override_problem(k, v)
         if why:
@@ -135,7 +142,9 @@ def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, q
     base = repro_base(launch.scenario_path, launch.overrides, runner.opts, launch.backend_files, spec.isolate,
                       spec.timeout)
     rows = with_repro(runner.rows(done=done), base, [c.case_id for c in sf.cases])
-    return record_rows(folder, rows, rows_per_case(runner, done), sf.name, quiet)
+    counts = rows_per_case(runner, done)
+    costs = {c.case_id: case_seconds(c, counts[c.case_id]) for c in sf.cases if c.case_id in counts}
+    return record_rows(folder, rows, counts, sf.name, quiet, costs)
 
 
 def launch_of(scenario_path: str, overrides, backend_file) -> Launch:

@@ -11,7 +11,7 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
 )
 
 
@@ -23,25 +23,46 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
-def eta(elapsed: float, done: int, total: int) -> Optional[float]:
-    """Seconds left, from the mean time per row so far (None before the first row)."""
+def eta(elapsed: float, done: float, total: float) -> Optional[float]:
+    """Seconds left, from the time per unit of work so far (None before the first row). Units are
+    rows, or each case's estimated cost (``workload.cost``): a 16k-context case is not a 1k one."""
     if done <= 0:
         return None
     return elapsed / done * max(total - done, 0)
 
 
+class Work:
+    """How much of a run's estimated work is done: each case weighs its estimated cost (``costs``,
+    seconds; default: its row count), shared out among its rows as they finish."""
+
+    def __init__(self, rows_per_case: dict[str, int], costs: Optional[dict[str, float]] = None):
+        self.per_row = {c: (costs[c] / n if costs and costs.get(c, 0) > 0 else 1.0) for c, n in rows_per_case.items()}
+        self.total = sum(self.per_row[c] * n for c, n in rows_per_case.items())
+        self.done = 0.0
+        self.t0 = time.monotonic()
+
+    def advance(self, case_id: str) -> None:
+        self.done += self.per_row.get(case_id, 1.0)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> Optional[float]:
+        return eta(self.elapsed(), self.done, self.total)
+
+
 class CaseLines:
     """Non-terminal progress: one line per finished case on stderr."""
 
-    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str):
+    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str,
+                 costs: Optional[dict[str, float]] = None):
         self.console = console
         self.expected = dict(rows_per_case)
         self.total_rows = sum(self.expected.values())
         self.total_cases = len(self.expected)
-        self.rows_done = 0
+        self.work = Work(self.expected, costs)
         self.cases_done = 0
         self.pending: dict[str, list[str]] = {}
-        self.t0 = time.monotonic()
         console.print(f"{label}: {self.total_cases} case(s), {self.total_rows} row(s)", highlight=False)
 
     def __enter__(self) -> "CaseLines":
@@ -51,7 +72,7 @@ class CaseLines:
         return None
 
     def advance(self, case_id: str, backend: str, status: str) -> None:
-        self.rows_done += 1
+        self.work.advance(case_id)
         got = self.pending.setdefault(case_id, [])
         got.append(f"{backend} {status}")
         if len(got) >= self.expected.get(case_id, 1):
@@ -60,8 +81,7 @@ class CaseLines:
                                soft_wrap=True)
 
     def line(self, case_id: str, rows: list[str]) -> str:
-        elapsed = time.monotonic() - self.t0
-        left = eta(elapsed, self.rows_done, self.total_rows)
+        elapsed, left = self.work.elapsed(), self.work.left()
         width = len(str(self.total_cases))
         when = f"{clock(elapsed)} elapsed" + (f", ETA {clock(left)}" if left is not None else "")
         return f"[{self.cases_done:>{width}}/{self.total_cases}] {when}  {case_id}: {', '.join(rows)}"
@@ -70,18 +90,19 @@ class CaseLines:
 class CaseBar:
     """Terminal progress: a transient bar with done/total, elapsed time and ETA."""
 
-    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str):
+    def __init__(self, console: Console, rows_per_case: dict[str, int], label: str,
+                 costs: Optional[dict[str, float]] = None):
         self.progress = Progress(
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),  # by estimated work, not rows (rich's own counts rows)
             console=console,
             transient=True,
         )
-        self.task = self.progress.add_task(escape(label), total=sum(rows_per_case.values()))
+        self.work = Work(rows_per_case, costs)
+        self.task = self.progress.add_task(escape(label), total=sum(rows_per_case.values()), eta="-:--")
 
     def __enter__(self) -> "CaseBar":
         self.progress.__enter__()
@@ -91,7 +112,10 @@ class CaseBar:
         self.progress.__exit__(*exc)
 
     def advance(self, case_id: str, backend: str, status: str) -> None:
-        self.progress.update(self.task, advance=1, description=escape(f"{case_id} · {backend}: {status}"))
+        self.work.advance(case_id)
+        left = self.work.left()
+        self.progress.update(self.task, advance=1, description=escape(f"{case_id} · {backend}: {status}"),
+                             eta=clock(left) if left is not None else "-:--")
 
 
 class Silent:
@@ -105,10 +129,12 @@ class Silent:
         return None
 
 
-def progress_for(console: Console, rows_per_case: dict[str, int], label: str, quiet: bool):
-    """The bar on a terminal, lines elsewhere, nothing with --quiet."""
+def progress_for(console: Console, rows_per_case: dict[str, int], label: str, quiet: bool,
+                 costs: Optional[dict[str, float]] = None):
+    """The bar on a terminal, lines elsewhere, nothing with --quiet; ETAs weigh each case by
+    ``costs`` (estimated seconds per case) where given."""
     if quiet:
         return Silent()
     if console.is_terminal:
-        return CaseBar(console, rows_per_case, label)
-    return CaseLines(console, rows_per_case, label)
+        return CaseBar(console, rows_per_case, label, costs)
+    return CaseLines(console, rows_per_case, label, costs)

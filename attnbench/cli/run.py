@@ -18,8 +18,8 @@ from attnbench import backend as registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import print_profiles
 from attnbench.cli.app import (
-    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCHEDULER_OPT, WORKERS_OPT, UsageError, app, console, err,
-    check_format, executor_spec, handle_errors, load_backend_files, start_runner,
+    EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCENARIO_HELP, SCHEDULER_OPT, WORKERS_OPT, UsageError, app,
+    console, err, check_format, executor_spec, handle_errors, load_backend_files, start_runner,
 )
 from attnbench.cli.pipeline import (
     DEFAULT_TIMEOUT_S, BACKEND_FILE_OPT, DEVICE_OPT, FLUSH_OPT, FORMAT_OPT, ISOLATE_OPT, MEASURE_OPT, NO_GRAPHS_OPT, OUT_OPT, QUIET_OPT, RESULTS_DIR_OPT,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them
 @handle_errors
 def run(
     ctx: typer.Context,
-    scenario: Optional[Path] = typer.Argument(None, help="scenario YAML file (not with --resume)"),
+    scenario: Optional[Path] = typer.Argument(None, help=SCENARIO_HELP + " (not with --resume)"),
     set_: Optional[List[str]] = SET_OPT,
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", metavar="NAME", help="backend to run (repeatable; default: those that can run here)"
@@ -50,7 +50,7 @@ def run(
     compact: Optional[bool] = typer.Option(None, "--compact/--full", show_default=False, help="one line per row (default: from 24 rows)"),
     device: Optional[str] = DEVICE_OPT,
     out: Optional[Path] = OUT_OPT,
-    results_dir: Path = RESULTS_DIR_OPT,
+    results_dir: Optional[Path] = RESULTS_DIR_OPT,
     save_tensors: Optional[Path] = typer.Option(None, help="write each case's inputs and outputs here (.pt)"),
     warm_l2: bool = WARM_L2_OPT,
     no_graphs: bool = NO_GRAPHS_OPT,
@@ -88,7 +88,7 @@ def run(
         return _resume(ctx, resume, isolate, allow_env_change, backend_file, dict(show, list=list_), spec)
     _check_new_run(ctx, scenario, isolate, select, spec)
     opts = new_options(backend, device, warm_l2, no_graphs, dict(warmup_ms=warmup_ms, measure_ms=measure_ms, flush=flush),
-                       rtol, save_tensors, threads, select)
+                       rtol, save_tensors, threads, select, set_)
     if list_:
         return _print_cases(scenario, set_, opts, show["fmt"])
     runner = new_runner(scenario, set_, opts, spec, backend_file)
@@ -110,7 +110,18 @@ def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
     if not DEVICE_NAMES.match(device):
         raise UsageError(f"device {device!r}: not a device name; use auto, cpu, cuda or cuda:N (N a number)")
     picks = selector(opts.select) if opts.select else (lambda *_row: True)
-    print_case_list(case_records(sf, listed_backends(sf, opts), picks), fmt, console)
+    backends = listed_backends(sf, opts)
+    recs = case_records(sf, backends, picks)
+    if opts.select and not recs:  # as `run -k` says it: a -k that picks nothing is a mistake, not an empty list
+        raise UsageError(f"-k {opts.select!r} picks no row of {scenario} ({len(sf.cases)} case(s) x "
+                         f"{', '.join(backends)}); see them with: attnbench run {scenario} --list")
+    print_case_list(recs, fmt, console)
+    if fmt in ("table", "markdown"):
+        from attnbench.workload.cost import size_words
+
+        picked = {r["case_id"] for r in recs}
+        console.out(size_words([c for c in sf.cases if c.case_id in picked], len(backends)) + " (a rough estimate)",
+                    highlight=False)
 
 
 def _check_new_run(ctx, scenario: Optional[Path], isolate: bool, select: Optional[str], spec) -> None:

@@ -23,10 +23,10 @@ from attnbench.execute.output_check import check_output  # noqa: F401 - the runn
 from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
-from attnbench.measure.ceilings import ceilings_for
-from attnbench.measure.metrics import device_identity, device_name, roofline, work_of
+from attnbench.measure.ceilings import ceilings_for, checked_roofline
+from attnbench.measure.metrics import device_identity, device_name, work_of
 from attnbench.workload.reference import default_tolerance, reference_attention, route_tolerance
-from attnbench.store.rows import Row, Status, checked
+from attnbench.store.rows import Row, Status, checked, is_oracle
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
@@ -359,10 +359,11 @@ class Runner:
         if st2 is not Status.OK:
             row.status, row.reason = Status.MISMATCH, f"output under {res.method} timing: {reason2}"
             return
-        rf = roofline(work, s.median, ceil, batch.spec.dtype)
-        row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
-            rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
-        )
+        if not is_oracle(row.backend):  # float64 per request, there to be right: no roofline, no bandwidth
+            rf = checked_roofline(work, s.median, ceil, batch.spec.dtype, batch.device, self.threads)
+            row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
+                rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
+            )
         if self.opts.profile_dir is not None:
             from attnbench.measure.profiling import profile_row
 

@@ -25,6 +25,21 @@ from attnbench.measure.stats import quantile
 ORACLE_BACKEND = "reference"
 
 
+def is_interpreted(row) -> bool:
+    """The row ran through an interpreter (triton under TRITON_INTERPRET=1, its ``mode`` says):
+    hundreds of times slower than the compiled kernel, so it is no competitor in a ranking."""
+    return str(getattr(row, "mode", "") or "").startswith("interpreted")
+
+
+WEAK_N = 2  # an ok row timed fewer times than this (once) has no spread to judge a rank by
+
+
+def weak_timing(row) -> bool:
+    """An ok row whose median rests on fewer than WEAK_N timed calls (a call longer than the
+    measurement budget is timed once: n=1)."""
+    return row.status == "ok" and 0 < row.n < WEAK_N
+
+
 def is_oracle(backend: str) -> bool:
     """The row's backend is the oracle: the oracle declares no option, so its canonical
     identity (the rows' ``backend``, made once from ``-b``) is its bare name; nothing to parse."""
@@ -98,6 +113,8 @@ def fastest_by_case(rows, rank_oracle: bool = False) -> dict:
     unless ``rank_oracle``."""
     best: dict = {}
     for r in rows:
+        if is_interpreted(r):  # an interpreter's time says nothing about the kernel's
+            continue
         if r.status == "ok" and _finite(r.median_ms) and (rank_oracle or not is_oracle(r.backend)):
             if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
                 best[r.case_id] = r
@@ -114,11 +131,14 @@ def vs_best(row, best: dict) -> str:
     b = best.get(row.case_id)
     if row.status != "ok" or b is None or not _finite(row.median_ms):
         return "-"
+    weak = " ?" if weak_timing(row) or weak_timing(b) else ""
     if row is b:
-        return "best"
+        return "best" + weak
     if is_oracle(row.backend):  # not ranked: the column compares competitors
         return "oracle"
-    return fmt_ratio(row.median_ms / b.median_ms) + (" ≈" if close_to_best(row, b) else "")
+    if is_interpreted(row):
+        return "interp."
+    return fmt_ratio(row.median_ms / b.median_ms) + (" ≈" if close_to_best(row, b) else "") + weak
 
 
 def above_ceiling(row) -> bool:
@@ -180,7 +200,8 @@ COLUMNS = [
            "IQR: interquartile range of the samples, % of the median (n=1: one timed call)"),
     Column("x_fastest", "vs best", "×", lambda r, c: vs_best(r, c["best"]), 1,
            "vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, the order may not "
-           "hold; oracle: the float64 reference, not ranked)", derived=lambda r, c: x_fastest(r, c["best"])),
+           "hold; ?: one side timed once (n=1), the rank may not hold; oracle: the float64 reference, interp.: run by an "
+           "interpreter, neither ranked)", derived=lambda r, c: x_fastest(r, c["best"])),
     Column("pct_of_ceiling", "roofline", "%", lambda r, c: fmt_roofline(r), 5,
            "roofline: % of the binding ceiling, mem = memory-bound (measured bandwidth), com = compute-bound "
            "(measured matmul rate)"),

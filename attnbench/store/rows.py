@@ -23,8 +23,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from attnbench.store.columns import ORACLE_BACKEND, context_of, derived_columns, is_oracle  # noqa: F401 (re-exported)
+from attnbench.store.columns import (  # noqa: F401 (re-exported)
+    ORACLE_BACKEND, context_of, derived_columns, is_interpreted, is_oracle,
+)
 from attnbench.workload.sweeps import upgraded_params
+
+
 
 if TYPE_CHECKING:
     import pandas as pd

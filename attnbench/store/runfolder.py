@@ -42,6 +42,15 @@ CSV_EVERY_S = 10.0  # rewriting results.csv after every row made a 300-row sweep
 LOCK_NAME = ".lock"
 
 
+RESULTS_ENV = "ATTNBENCH_RESULTS_DIR"
+
+
+def results_root(given: Optional[Path] = None) -> Path:
+    """Where new run folders go: ``given`` (--results-dir), else $ATTNBENCH_RESULTS_DIR, else
+    ``results`` under the current folder."""
+    return Path(given) if given is not None else Path(os.environ.get(RESULTS_ENV) or "results")
+
+
 class RunFolderError(ValueError):
     """A folder that cannot be used as a run folder; the message names it and the fix."""
 
@@ -200,9 +209,11 @@ class RunFolder:
         self._csv_written = -math.inf
 
     @classmethod
-    def create(cls, root: Path, scenario_name: str, out: Optional[Path] = None, own: Optional[Path] = None) -> "RunFolder":
+    def create(cls, root: Optional[Path], scenario_name: str, out: Optional[Path] = None,
+               own: Optional[Path] = None) -> "RunFolder":
         """A new run folder, locked: ``out`` (new or empty but for ``own``, its --save-tensors
-        folder), else a fresh ``root/<UTC time>-<name>``."""
+        folder), else a fresh ``root/<UTC time>-<name>`` (``root`` None: ``results_root()``)."""
+        root = results_root(root)
         if out is None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             Path(root).mkdir(parents=True, exist_ok=True)

@@ -38,9 +38,43 @@ def override_sweep(raw: dict, key: str, value: Any, where: str, error: type = Va
 SLUG_MAX = 80  # a swept value longer than this is shortened in the case id, with a digest
 
 
+_PLAIN_GROUP = {"kind", "count", "context", "query", "tree"}
+
+
+def _group_word(g: Any) -> str | None:
+    """A request group in a case id, ``2decode-at192``, ``1prefill64-at64``, ``1chain3-at64``;
+    None where the words would leave something out (then the value's JSON names the case)."""
+    if not isinstance(g, dict) or not set(g) <= _PLAIN_GROUP or not set(g) >= {"kind", "context"}:
+        return None
+    count, ctx, kind = g.get("count", 1), g["context"], g["kind"]
+    if not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in (count, ctx)):
+        return None
+    at = f"-at{_slug(ctx)}"
+    if kind == "decode" and set(g) <= {"kind", "count", "context"}:
+        return f"{_slug(count)}decode{at}"
+    if kind == "prefill" and "tree" not in g and isinstance(g.get("query"), (int, str)):
+        return f"{_slug(count)}prefill{_slug(g['query'])}{at}"
+    tree = g.get("tree")
+    if kind == "tree" and "query" not in g and isinstance(tree, dict) and set(tree) == {"chain"}:
+        return f"{_slug(count)}chain{_slug(tree['chain'])}{at}"
+    return None
+
+
+def _batch_words(value: Any) -> str | None:
+    """A swept batch (a list of request groups, as ``attnbench import`` writes one per shape)
+    in words: ``2decode-at192+1chain3-at64``; None unless every group has its words."""
+    if not isinstance(value, list) or not value:
+        return None
+    words = [_group_word(g) for g in value]
+    return "+".join(words) if all(words) else None
+
+
 def _slug(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return format_int(value)
+    words = _batch_words(value)
+    if words is not None and len(words) <= SLUG_MAX:
+        return words
     try:
         text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
     except (TypeError, ValueError, RecursionError):  # e.g. a mapping with date keys

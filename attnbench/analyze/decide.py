@@ -135,7 +135,12 @@ def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> t
     if not a or len(a) != len(b) or min(min(a), min(b)) <= 0:
         return math.nan, math.nan
     r = compare_paired([math.log(x) for x in a], [math.log(x) for x in b], confidence)
-    return r.lo, r.hi
+    return _bounded(r.lo if r.lo > 0 else math.nan, r.hi)
+
+
+def _bounded(lo: float, hi: float) -> tuple[float, float]:
+    """An interval, or NaN bounds where the rounds are too few to bound it."""
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
 
 
 def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], include_convert: bool,
@@ -161,7 +166,7 @@ def _center(totals: Sequence[float], confidence: float) -> tuple[float, float]:
     if len(totals) < 1:
         return math.nan, math.nan
     s = ranks.paired_shift(totals, confidence)
-    return s.lo, s.hi
+    return _bounded(s.lo, s.hi)
 
 
 def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,

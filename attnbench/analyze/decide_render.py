@@ -164,3 +164,28 @@ def html_section(d: Decision, label: str) -> str:
     return (f"<h3>decision for {escape(label)}</h3><p><b>{escape(headline(d))}</b></p>"
             f"{_html_table(BACKEND_HEAD, brows)}{_html_table(CASE_HEAD, crows)}"
             f'<p class="note">{escape(legend(d))} (attnbench decide)</p>{notes}')
+
+
+def report_section(runs) -> str:
+    """``attnbench report``'s decision section: one per run whose scenario gives weights (an
+    imported trace) and that has a competitor ok; "" when no run has one. ``runs``: objects with
+    ``label``, ``manifest`` and ``rows`` (``analyze.report.RunData``)."""
+    from attnbench.analyze.case_weights import WeightsError, run_weights
+    from attnbench.analyze.decide import DecideError, decide
+
+    parts = []
+    for run in runs:
+        try:
+            weights = run_weights(run.manifest, run.rows, run.label)
+            if not weights.weighted:
+                continue
+            d = decide(run.rows, weights.by_case)
+        except (WeightsError, DecideError):
+            continue  # a run without weights or competitors has no decision to show
+        d.notes[:0] = weights.notes
+        parts.append(html_section(d, run.label))
+    if not parts:
+        return ""
+    return ('<h2>Decision</h2><p class="note">per batch shape the fastest ok backend, weighted by each shape\'s '
+            "steps (the scenario's weights), and what dispatching buys over one backend for all "
+            "(docs/decide.md)</p>" + "".join(parts))

@@ -55,6 +55,9 @@ def run_weights(manifest: Manifest, rows: Iterable[Row], where: str) -> RunWeigh
     if not weighted:
         res.notes.append("the scenario gives no weights: every case weighs 1 (`attnbench import` writes each shape's "
                          "step count as weights:; docs/decide.md)")
+    if manifest.status and not manifest.complete:
+        res.notes.append(f"the run folder is marked {manifest.status}: cases or backends it did not finish are not "
+                         "in the decision (finish it with attnbench run --resume)")
     if len(out) < len(sf.cases):
         res.notes.append(f"the run holds {len(out)} of the scenario's {len(sf.cases)} case(s) (weight "
                          f"{sum(out.values()):g} of {res.scenario_weight:g})" + (f", picked by -k {manifest.select!r}"

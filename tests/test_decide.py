@@ -296,6 +296,7 @@ def test_report_has_no_decision_for_a_run_without_weights(tmp_path):
     ("oracle", "no competitor rows"),
     ("format", "--format html: choose one of table, markdown, json"),
     ("export", "--export-json"),
+    ("foreign", "case context=999 is not a case of the scenario its manifest keeps"),
 ])
 def test_bad_input_is_a_message_and_exit_2(tmp_path, how, says):
     rng = random.Random()
@@ -313,6 +314,13 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, how, says):
         args = ["decide", str(run)]
     elif how == "format":
         args += ["--format", "html"]
+    elif how == "foreign":
+        def foreign(cases):
+            r = _row(cases[0], "a", rounds(rng, 1.0))
+            r.case_id, r.params = "context=999", {"batch.0.context": 999}
+            return rows_of(cases) + [r]
+        run = make_run(tmp_path / "run2", scenario(), foreign)
+        args = ["decide", str(run)]
     else:
         args += ["--export-json", str(run / "rows.jsonl")]
     r = cli.invoke(app, args)

@@ -394,4 +394,5 @@ def test_a_trace_on_the_cpu_end_to_end(tmp_path):
     notree = next(t for t in doc["backends"] if t["backend"] == "sdpa-notree")
     assert notree["full"] == (not any(has_tree.values())) and doc["best_single"] == "sdpa"
     r = cli.invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html")])
-    assert r.exit_code == 0 and "dispatching buys" in (tmp_path / "r.html").read_text()
+    html = (tmp_path / "r.html").read_text()
+    assert r.exit_code == 0 and ("dispatching buys" in html or "sdpa is the pick for every shape" in html)

@@ -221,7 +221,7 @@ def notes(d: Decision) -> list[str]:
     out = []
     need = rounds_needed(d.confidence, paired=True)
     if d.rounds < need:
-        out.append(f"{d.rounds or 'differing numbers of'} timing round(s) per row: intervals need at least {need} "
+        out.append(f"{d.rounds or 'no common number of'} timing round(s) per row: intervals need at least {need} "
                    f"at {d.confidence:.0%} (run with --set timing.rounds={max(need, 8)}); until then every pick is "
                    "marked ≈ (the rounds cannot tell it from the runner-up)")
     lost = [c for c in d.cases if c.pick is None]

@@ -36,6 +36,9 @@ def headline(d: Decision) -> str:
     if d.best is None:
         return (f"no single backend is ok in all {dis.cases} case(s); dispatching runs them all at "
                 f"{fmt_time(dis.step.ms / dis.weight)} per step")
+    if all(c.pick.backend == d.best.backend for c in d.cases if c.pick is not None):
+        return (f"{d.best.backend} is the pick for every shape: dispatching buys nothing over it "
+                f"({fmt_time(dis.step.ms / dis.weight)} per step, {step_text(d)}, weighted over {dis.weight:g} step(s))")
     return (f"dispatching buys {fmt_gain(d.best.vs_dispatch)} over {d.best.backend} alone: "
             f"{fmt_time(dis.step.ms / dis.weight)} against {fmt_time(d.best.step.ms / d.best.weight)} per step "
             f"({step_text(d)}, weighted over {dis.weight:g} step(s))")

@@ -248,8 +248,11 @@ def test_plan_that_changes_the_pick_is_named(tmp_path):
         return [r for c in cases for r in (_row(c, "a", rounds(rng, 0.5), plan=2.0), _row(c, "b", rounds(rng, 1.0), 0.1))]
     doc = decide_json(make_run(tmp_path / "run", scenario(), rows_of))
     assert all(c["backend"] == "b" and c["kernel_pick"] == "a" for c in doc["cases"])
+    assert doc["kernel_only"]["best_single"] == "a" and doc["kernel_only"]["picks_changed"] == 3
+    assert doc["best_single"] == "b"
     r = cli.invoke(app, ["decide", str(doc["run"]), "--format", "markdown"])
     assert "plan decides (kernel alone: a)" in r.output
+    assert "by kernel time alone: a would be the pick for every shape; 3 of 3 pick(s) change when plan and convert count" in r.output
 
 
 def test_one_round_gives_no_interval_and_says_how_to_get_one(tmp_path):

@@ -4,8 +4,10 @@ shape, and what dispatching buys over one backend for all (``attnbench decide``)
 What a step costs a backend in a case: ``plan + kernel (+ convert)``. ``plan`` is the metadata
 work an engine redoes every step; ``convert`` is the K/V gather and dense mask of a backend
 that cannot read the paged cache (SDPA, Flex): an engine that runs such a backend on its paged
-cache pays it every step too, so it counts unless ``include_convert=False`` (an engine whose
+cache pays it every step too, so it counts unless ``parts`` leaves it out (an engine whose
 cache is already in the layout the library reads). ``kernel`` is the row's median call.
+``parts=("kernel",)`` gives the decision a kernel benchmark alone would make: beside the
+step's, it shows where the plan changes the pick.
 
 Intervals come from the timing rounds (``analyze/significance.py``: the round, not the call,
 is the replicate). Round ``i`` of a row costs ``plan + convert + its round-i median`` (plan and
@@ -111,10 +113,11 @@ class Decision:
     totals: list[Total]  # single backends, full coverage first, each by its total
     dispatch: Optional[Total]
     best: Optional[Total]  # the best single backend of full coverage (None: no backend covers all)
-    include_convert: bool
+    parts: tuple[str, ...]  # what a step counts: of PARTS
     confidence: float
     rounds: int  # timing rounds per row (0: they differ, so no interval)
     notes: list[str] = field(default_factory=list)
+    kernel_only: Optional["Decision"] = None  # the same rows decided by kernel time alone
 
     @property
     def weight(self) -> float:
@@ -125,8 +128,12 @@ def _finite(x: float) -> float:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
 
 
-def cost_of(row: Row, include_convert: bool) -> Cost:
-    plan, conv = _finite(row.plan_ms), _finite(row.convert_ms) if include_convert else 0.0
+PARTS = ("plan", "kernel", "convert")
+
+
+def cost_of(row: Row, parts: Sequence[str]) -> Cost:
+    plan = _finite(row.plan_ms) if "plan" in parts else 0.0
+    conv = _finite(row.convert_ms) if "convert" in parts else 0.0
     return Cost(row.backend, plan, conv, row.median_ms, row.mode, [plan + conv + m for m in row.round_medians_ms])
 
 
@@ -143,12 +150,12 @@ def _bounded(lo: float, hi: float) -> tuple[float, float]:
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
 
 
-def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], include_convert: bool,
+def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], parts: Sequence[str],
            confidence: float) -> CaseChoice:
     """The pick of one case among its ok competitors, and how sure it is against the runner-up."""
     by_backend = {r.backend: r for r in rows if not is_oracle(r.backend)}
     ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.median_ms)]
-    costs = sorted((cost_of(r, include_convert) for r in ok), key=lambda c: (c.step, c.backend))
+    costs = sorted((cost_of(r, parts) for r in ok), key=lambda c: (c.step, c.backend))
     not_ok = {b: (by_backend[b].status.value if b in by_backend else "no row") for b in backends
               if b not in {c.backend for c in costs}}
     first = rows[0]
@@ -182,17 +189,20 @@ def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,
                  sum(ch.weight * c.kernel for ch, c in picks), full), rounds
 
 
-def decide(rows: Iterable[Row], weights: dict[str, float], include_convert: bool = True,
+def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] = PARTS,
            confidence: float = REPORT_CONFIDENCE) -> Decision:
-    """The decision over ``rows`` (one run), each case weighed by ``weights[case_id]``."""
+    """The decision over ``rows`` (one run), each case weighed by ``weights[case_id]``, a step
+    counting ``parts`` (``kernel`` always)."""
+    parts = tuple(p for p in PARTS if p in parts or p == "kernel")
+    rows_list = list(rows)
     by_case: dict[str, list[Row]] = {}
-    for r in rows:
+    for r in rows_list:
         by_case.setdefault(r.case_id, []).append(r)
     backends = sorted({r.backend for rs in by_case.values() for r in rs if not is_oracle(r.backend)})
     if not backends:
         raise DecideError("no competitor rows (only the reference, or none): run the scenario with backends to "
                           "choose among, e.g. -b sdpa -b flex")
-    cases = [choose(cid, rs, weights.get(cid, 1.0), backends, include_convert, confidence) for cid, rs in by_case.items()]
+    cases = [choose(cid, rs, weights.get(cid, 1.0), backends, parts, confidence) for cid, rs in by_case.items()]
     dispatched = [c for c in cases if c.pick is not None]
     if not dispatched:
         raise DecideError("no case has an ok competitor row: nothing to choose from (see the run's reasons)")
@@ -210,8 +220,10 @@ def decide(rows: Iterable[Row], weights: dict[str, float], include_convert: bool
     totals.sort(key=lambda t: (not t.full, t.step.ms if t.full else -t.weight, t.backend))
     best = totals[0] if totals and totals[0].full else None
     rounds = {len(c.rounds) for ch in dispatched for c in ch.costs}
-    d = Decision(cases, totals, dis, best, include_convert, confidence, rounds.pop() if len(rounds) == 1 else 0)
+    d = Decision(cases, totals, dis, best, parts, confidence, rounds.pop() if len(rounds) == 1 else 0)
     d.notes = notes(d)
+    if parts != ("kernel",):
+        d.kernel_only = decide(rows_list, weights, ("kernel",), confidence)
     return d
 
 

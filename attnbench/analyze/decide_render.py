@@ -9,7 +9,7 @@ import math
 from html import escape
 from typing import Optional
 
-from attnbench.analyze.decide import CaseChoice, Decision, Gain, Total
+from attnbench.analyze.decide import PARTS, CaseChoice, Decision, Gain, Total
 from attnbench.analyze.tables import fmt_time
 
 FORMAT_VERSION = 1  # of the JSON document (``attnbench_decide``)
@@ -27,7 +27,34 @@ def fmt_gain(g: Optional[Gain]) -> str:
 
 
 def step_text(d: Decision) -> str:
-    return "plan + kernel" + (" + convert" if d.include_convert else " (convert left out)")
+    counted = " + ".join(d.parts)
+    left = [p for p in PARTS if p not in d.parts]
+    return counted + (f" ({' and '.join(left)} left out)" if left else "")
+
+
+def picks_changed(d: Decision) -> int:
+    """Cases whose pick by kernel time alone differs from the pick by step cost."""
+    k = {c.case_id: c.pick.backend for c in d.kernel_only.cases if c.pick} if d.kernel_only else {}
+    return sum(1 for c in d.cases if c.pick and c.case_id in k and k[c.case_id] != c.pick.backend)
+
+
+def kernel_line(d: Decision) -> str:
+    """What a kernel benchmark alone would have decided, against the step's decision."""
+    k = d.kernel_only
+    if k is None:
+        return ""
+    n = len([c for c in d.cases if c.pick])
+    if k.best is None:
+        said = "no single backend covers every case"
+    elif k.best.vs_dispatch and all(c.pick.backend == k.best.backend for c in k.cases if c.pick):
+        said = f"{k.best.backend} would be the pick for every shape"
+    else:
+        said = f"the best single backend would be {k.best.backend}, dispatching {fmt_gain(k.best.vs_dispatch)} over it"
+    changed, extra = picks_changed(d), [p for p in d.parts if p != "kernel"]
+    if not changed:
+        return f"by kernel time alone: {said}; the same picks"
+    return (f"by kernel time alone: {said}; {changed} of {n} pick(s) change when {' and '.join(extra)} "
+            f"count{'s' if len(extra) == 1 else ''}")
 
 
 def headline(d: Decision) -> str:
@@ -98,6 +125,9 @@ def json_doc(d: Decision, run: str, scenario: str, device: str) -> dict:
                   "hi": best.vs_dispatch.hi} if best and best.vs_dispatch else None),
         "dispatch_total": total_record(d.dispatch), "backends": [total_record(t) for t in d.totals],
         "cases": [case_record(c, keys[c.case_id]) for c in d.cases], "notes": d.notes,
+        "kernel_only": ({"best_single": d.kernel_only.best.backend if d.kernel_only.best else None,
+                         "gain": fmt_gain(d.kernel_only.best.vs_dispatch) if d.kernel_only.best else None,
+                         "picks_changed": picks_changed(d)} if d.kernel_only else None),
     })
 
 
@@ -148,7 +178,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 def markdown(d: Decision, title: str) -> str:
     """The decision for a pull request or a note: headline, per-backend table, dispatch table."""
     brows, crows = tables(d)
-    lines = [f"### {title}", "", f"**{headline(d)}**", "", *_md_table(BACKEND_HEAD, brows), "",
+    lines = [f"### {title}", "", f"**{headline(d)}**", "", kernel_line(d), "", *_md_table(BACKEND_HEAD, brows), "",
              *_md_table(CASE_HEAD, crows), "", f"_{legend(d)}_"]
     lines += [""] + [f"- {n}" for n in d.notes] if d.notes else []
     return "\n".join(lines) + "\n"
@@ -164,7 +194,7 @@ def html_section(d: Decision, label: str) -> str:
     """The report's section for one run (``attnbench report``)."""
     brows, crows = tables(d)
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in d.notes)
-    return (f"<h3>decision for {escape(label)}</h3><p><b>{escape(headline(d))}</b></p>"
+    return (f"<h3>decision for {escape(label)}</h3><p><b>{escape(headline(d))}</b></p><p>{escape(kernel_line(d))}</p>"
             f"{_html_table(BACKEND_HEAD, brows)}{_html_table(CASE_HEAD, crows)}"
             f'<p class="note">{escape(legend(d))} (attnbench decide)</p>{notes}')
 

@@ -23,7 +23,7 @@ def decision_of(run: Path, include_convert: bool):
     try:
         loaded = load_rows(run)
         weights = run_weights(loaded.manifest, loaded.rows, str(run))
-        d = decide(loaded.rows, weights.by_case, include_convert)
+        d = decide(loaded.rows, weights.by_case, ("plan", "kernel", "convert") if include_convert else ("plan", "kernel"))
     except (BaselineError, WeightsError) as e:
         raise UsageError(str(e)) from None
     except DecideError as e:
@@ -36,7 +36,7 @@ def _print_table(d, title: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from attnbench.analyze.decide_render import BACKEND_HEAD, CASE_HEAD, headline, legend, tables
+    from attnbench.analyze.decide_render import BACKEND_HEAD, CASE_HEAD, headline, kernel_line, legend, tables
 
     brows, crows = tables(d)
     for head, rows, name in ((BACKEND_HEAD, brows, "per backend"), (CASE_HEAD, crows, "dispatch table")):
@@ -47,6 +47,7 @@ def _print_table(d, title: str) -> None:
             t.add_row(*(Text(x) for x in r), style="bold" if name == "per backend" and i == len(rows) - 1 else "")
         console.print(t)
     console.print(headline(d), style="bold", highlight=False, markup=False, soft_wrap=True)
+    console.print(kernel_line(d), highlight=False, markup=False, soft_wrap=True)
     console.print(legend(d), style="dim", highlight=False, markup=False, soft_wrap=True)
     for n in d.notes:
         console.print("note: " + n, highlight=False, markup=False, soft_wrap=True)

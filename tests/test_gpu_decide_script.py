@@ -21,8 +21,10 @@ def test_dry_run_leaves_the_decisions_in_out(tmp_path):
     for s in ("trace-eagle-serving", "trace-synthetic-serving"):
         doc = json.loads((out / f"decide-{s}.json").read_text())
         assert doc["scenario"] == s and doc["rounds"] == 6 and doc["dispatch"]
-        assert set(doc["dispatch"].values()) == {"sdpa"} and doc["best_single"] == "sdpa"
-        assert "sdpa is the pick for every shape: dispatching buys nothing" in (out / f"decide-{s}.md").read_text()
+        assert set(doc["dispatch"].values()) <= {"sdpa", "flex"} and doc["best_single"] in ("sdpa", "flex")
+        assert {t["backend"] for t in doc["backends"]} == {"sdpa", "flex"}
+        md = (out / f"decide-{s}.md").read_text()
+        assert "dispatching buys" in md or "is the pick for every shape" in md
     assert any("tree(26)" in k for k in json.loads((out / "decide-trace-eagle-serving.json").read_text())["dispatch"])
     assert (out / "decide-report.html").read_text().count("<h3>decision for") == 2
     log = (out / "decide.log").read_text()

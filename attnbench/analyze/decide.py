@@ -119,10 +119,6 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     kernel_only: Optional["Decision"] = None  # the same rows decided by kernel time alone
 
-    @property
-    def weight(self) -> float:
-        return sum(c.weight for c in self.cases if c.pick is not None)
-
 
 def _finite(x: float) -> float:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0

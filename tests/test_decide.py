@@ -239,6 +239,9 @@ def test_convert_counts_unless_no_convert(tmp_path):
     a_with = next(t for t in with_conv["backends"] if t["backend"] == "a")
     a_without = next(t for t in without["backends"] if t["backend"] == "a")
     assert a_with["per_step_ms"] - a_without["per_step_ms"] == pytest.approx(1.0)
+    r = cli.invoke(app, ["decide", str(run), "--no-convert", "--format", "markdown"])
+    assert "| 2 decode@16 | 1 | a | " in r.output and all(line.split(" | ")[5] == "-" for line in r.output.splitlines()
+                                                            if line.startswith("| 2 decode@"))
 
 
 def test_plan_that_changes_the_pick_is_named(tmp_path):

@@ -161,7 +161,12 @@ def tables(d: Decision) -> tuple[list[list[str]], list[list[str]]]:
     dis = d.dispatch
     rows = [backend_cells(t, dis.cases, dis.weight) for t in d.totals]
     rows.append(backend_cells(dis, dis.cases, dis.weight))
-    return rows, [case_cells(c) for c in sorted(d.cases, key=lambda c: -c.weight)]
+    crows = [case_cells(c) for c in sorted(d.cases, key=lambda c: -c.weight)]
+    if "convert" not in d.parts:  # left out: not a zero
+        for table, head in ((rows, BACKEND_HEAD), (crows, CASE_HEAD)):
+            for r in table:
+                r[head.index("convert")] = "-"
+    return rows, crows
 
 
 def legend(d: Decision) -> str:

@@ -44,7 +44,8 @@ def report_cmd(
     comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
     check_write_target(out, "--out/-o", inputs=[*runs, history], example="report.html")
     data = load_runs(runs)
-    extra = []
+    from attnbench.analyze.decide_render import report_section  # runs of weighted scenarios (attnbench decide)
+    extra = [report_section(data)]
     if history is not None:
         from attnbench.cli.history import history_section  # the history command's reader
         extra.append(history_section(history, select))

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from attnbench.workload import mla
-from attnbench.workload.spec import KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request
+from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request,
+                                     check_kv_dtype)
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
@@ -23,6 +24,7 @@ from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
 from attnbench.workload.variants import variant_docs
+from attnbench.workload.weights import case_weight, drop_overridden, weight_problems
 
 
 SizeInt = Annotated[int, BeforeValidator(parse_int)]
@@ -206,6 +208,9 @@ class Scenario(_Strict):
     sweep: Optional[dict[str, list[Any]]] = Field(
         default=None, description="dotted path -> values; the cartesian product gives the cases"
     )
+    weights: Optional[dict[str, list[float]]] = Field(
+        default=None, description="swept key -> one weight (engine steps) per swept value: `attnbench decide`"
+    )
     backends: Optional[list[str]] = None
     check: Check = Check()
     timing: Timing = Timing()
@@ -221,7 +226,7 @@ class Scenario(_Strict):
         kv = sum(g.count * (g.context + g.query) for g in self.batch)
         if kv > MAX_KV_TOKENS:
             raise ValueError(f"the batch has {kv} KV tokens; at most {MAX_KV_TOKENS} are allowed")
-        _check_kv_cache(self.model, self.kv_cache)
+        check_kv_dtype(self.model.dtype, self.kv_cache.dtype)
         return self
 
     def kv_dtype(self) -> Optional[str]:
@@ -248,20 +253,6 @@ class Scenario(_Strict):
         )
 
 
-def _check_kv_cache(model: ModelShape, kv: KVCache) -> None:
-    d = kv.dtype
-    if d is not None and d.startswith("fp8") and model.dtype == "float32":
-        raise ValueError(
-            f"kv_cache.dtype {d} needs a 16-bit model: set model.dtype to bfloat16 or float16 (FP8 caches"
-            " serve 16-bit models), or leave kv_cache.dtype out"
-        )
-    if d is not None and not d.startswith("fp8") and d != model.dtype:
-        raise ValueError(
-            f"kv_cache.dtype {d} differs from model.dtype {model.dtype}: a cache that is not FP8 has the model's"
-            " dtype; leave kv_cache.dtype out, or use fp8_e4m3 / fp8_e5m2"
-        )
-
-
 @dataclass
 class Case:
     """One point of a sweep: its id, the swept values, and the validated scenario."""
@@ -269,6 +260,7 @@ class Case:
     case_id: str
     params: dict[str, Any]
     scenario: Scenario
+    weight: float = 1.0  # the engine steps it stands for (``weights``, workload/weights.py)
 
 
 @dataclass
@@ -311,10 +303,12 @@ def load_text(text: str, path: str = "<string>", overrides: Optional[list[str]] 
     for text_ov in overrides or []:
         key, value = parse_override(text_ov)
         set_path(raw, key, value, f"--set {short_repr(text_ov, 80)}")
-        notes += override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
+        swept_notes = override_sweep(raw, key, value, f"--set {short_repr(text_ov, 80)}", ScenarioError)
+        notes += swept_notes + (drop_overridden(raw, key, f"--set {short_repr(text_ov, 80)}") if swept_notes else [])
     swept = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
     # the swept keys' problems with the other errors, not after them (a key that is no text: the schema says so)
     problems = sweep_key_problems(_schema(), [k for k in swept if isinstance(k, str)], path)
+    problems += weight_problems(swept, raw.get("weights"), path)
     try:
         base = _validate(raw, path)
     except ScenarioError as e:
@@ -361,7 +355,8 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
         raise ScenarioError(f"{path}: sweep: {total} cases is more than {MAX_CASES}; sweep fewer values")
     keys = list(sweep)
     cases = []
-    for combo in itertools.product(*(sweep[k] for k in keys)):
+    for at in itertools.product(*(range(len(sweep[k])) for k in keys)):
+        combo, weight = [sweep[k][i] for k, i in zip(keys, at)], case_weight(base.weights, keys, at)
         doc = copy.deepcopy(raw)
         doc.pop("sweep", None)
         if isinstance(doc.get("batch"), str):
@@ -377,11 +372,11 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
         params = typed_params(params, sc)  # "4k" -> 4096: numbers stay numbers to every output
         variants = variant_docs(doc, sc.batch)
         if not variants:
-            cases.append(Case(case_id_for(params), params, sc))
+            cases.append(Case(case_id_for(params), params, sc, weight))
         for variant, vdoc in variants:  # compare_with: the tree, then the same case as chains / decodes
             vsc = sc if variant == "tree" else _validate(vdoc, path, prefix=f"[case {label}, variant={variant}] ")
             vparams = {**params, "variant": variant}
-            cases.append(Case(case_id_for(vparams), vparams, vsc))
+            cases.append(Case(case_id_for(vparams), vparams, vsc, weight))
         if len(cases) > MAX_CASES:
             raise ScenarioError(f"{path}: sweep: more than {MAX_CASES} cases with compare_with; sweep fewer values")
     ids = [c.case_id for c in cases]

@@ -30,6 +30,20 @@ KV_SCALES = ("per-tensor", "per-head")
 KV_ORDERS = ("NHD", "HND")
 
 
+def check_kv_dtype(model_dtype: str, d: Optional[str]) -> None:
+    """ValueError when the cache dtype ``d`` (None: the model's) cannot serve the model's dtype."""
+    if d is not None and d.startswith("fp8") and model_dtype == "float32":
+        raise ValueError(
+            f"kv_cache.dtype {d} needs a 16-bit model: set model.dtype to bfloat16 or float16 (FP8 caches"
+            " serve 16-bit models), or leave kv_cache.dtype out"
+        )
+    if d is not None and not d.startswith("fp8") and d != model_dtype:
+        raise ValueError(
+            f"kv_cache.dtype {d} differs from model.dtype {model_dtype}: a cache that is not FP8 has the model's"
+            " dtype; leave kv_cache.dtype out, or use fp8_e4m3 / fp8_e5m2"
+        )
+
+
 @dataclass(frozen=True)
 class Request:
     """One request of a batch. ``query`` new tokens attend to ``context`` cached ones.

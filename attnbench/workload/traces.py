@@ -11,11 +11,16 @@ The format read (``attnbench-steps``, JSON Lines, one object per engine step):
 * ``context_len``: the tokens already in the request's KV cache before the step;
 * ``spec_tokens`` (optional, default 0): draft tokens verified this step, as a chain (the
   request becomes ``kind: tree`` with ``tree: {chain: spec_tokens}``);
+* ``tree`` (optional): the draft tree verified this step, in any spelling a scenario's
+  ``tree:`` takes (``{"preset": "eagle-mc_sim_7b_63"}``, ``{"parents": [-1, 0, 0, 1]}``, ...;
+  ``attnbench trees``); ``query_len`` is its node count, root included (the request becomes
+  ``kind: tree`` with that tree);
 * ``step`` and any other key are ignored; blank lines and lines starting with ``#`` too.
 
 A step's shape is its requests grouped by (kind, query, context, draft length), contexts
 rounded up to a multiple of ``round_context`` (1: exact). Each distinct shape becomes one case
-(a value of the scenario's ``sweep.batch``), most frequent first, its step count in a comment;
+(a value of the scenario's ``sweep.batch``), most frequent first, its step count in a comment
+and in ``weights.batch`` (workload/weights.py: what ``attnbench decide`` weighs each case by);
 shapes beyond ``max_cases`` are left out and counted.
 """
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-Group = tuple[str, int, int, int]  # kind, query, context, spec tokens
+Group = tuple[str, int, int, str]  # kind, query, context, the tree's YAML ("" unless a tree)
 Shape = tuple[tuple[Group, int], ...]  # (group, count), sorted
 
 
@@ -49,20 +54,38 @@ def _int_field(req: dict, name: str, where: str, least: int, default: Optional[i
     return v
 
 
+def _tree_text(req: dict, q: int, spec: int, where: str) -> str:
+    """The verified tree's YAML (flow style): ``tree`` as given, else a chain of ``spec``."""
+    if "tree" not in req:
+        if spec and q != spec + 1:
+            raise TraceError(f"{where}: query_len {q} with spec_tokens {spec}: a verify step attends "
+                             f"spec_tokens + 1 = {spec + 1} tokens")
+        return f"{{chain: {spec}}}" if spec else ""
+    from attnbench.workload.trees import TreeError, parse_tree
+
+    try:
+        nodes = len(parse_tree(req["tree"], "tree"))
+    except TreeError as e:
+        raise TraceError(f"{where}: {e}") from None
+    if q != nodes or (spec and spec != nodes - 1):
+        raise TraceError(f"{where}: query_len {q}" + (f" and spec_tokens {spec}" if spec else "")
+                         + f" for a tree of {nodes} nodes: query_len is the node count, root included"
+                         + f" ({nodes}), spec_tokens the drafts ({nodes - 1})")
+    return json.dumps(req["tree"], separators=(", ", ": "), sort_keys=True)
+
+
 def request_group(req, where: str, round_context: int) -> Group:
-    """One request of a step as (kind, query, context, spec tokens)."""
+    """One request of a step as (kind, query, context, the verified tree's YAML)."""
     if not isinstance(req, dict):
         raise TraceError(f"{where}: a request must be an object with query_len and context_len, got {req!r}"[:200])
     q = _int_field(req, "query_len", where, 1)
     ctx = _int_field(req, "context_len", where, 0)
     spec = _int_field(req, "spec_tokens", where, 0, 0)
     ctx = int(math.ceil(ctx / round_context) * round_context) if round_context > 1 else ctx
-    if spec:
-        if q != spec + 1:
-            raise TraceError(f"{where}: query_len {q} with spec_tokens {spec}: a verify step attends "
-                             f"spec_tokens + 1 = {spec + 1} tokens")
-        return ("tree", q, ctx, spec)
-    return ("decode", 1, ctx, 0) if q == 1 else ("prefill", q, ctx, 0)
+    tree = _tree_text(req, q, spec, where)
+    if tree:
+        return ("tree", q, ctx, tree)
+    return ("decode", 1, ctx, "") if q == 1 else ("prefill", q, ctx, "")
 
 
 def step_shape(obj, where: str, round_context: int) -> Shape:
@@ -99,19 +122,19 @@ def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Impor
 
 
 def group_yaml(g: Group, count: int) -> str:
-    kind, q, ctx, spec = g
+    kind, q, ctx, tree = g
     if kind == "decode":
         return f"{{kind: decode, count: {count}, context: {ctx}}}"
     if kind == "prefill":
         return f"{{kind: prefill, count: {count}, query: {q}, context: {ctx}}}"
-    return f"{{kind: tree, count: {count}, context: {ctx}, tree: {{chain: {spec}}}}}"
+    return f"{{kind: tree, count: {count}, context: {ctx}, tree: {tree}}}"
 
 
 def describe(shape: Shape) -> str:
     parts = []
-    for (kind, q, ctx, spec), n in shape:
+    for (kind, q, ctx, _), n in shape:
         parts.append(f"{n} decode@{ctx}" if kind == "decode" else f"{n} prefill {q}@{ctx}" if kind == "prefill"
-                     else f"{n} verify {spec}@{ctx}")
+                     else f"{n} verify {q - 1}@{ctx}")
     return " + ".join(parts)
 
 
@@ -131,5 +154,8 @@ def scenario_yaml(imp: Imported, source: str, name: str, model: dict, page_size:
     for i, (shape, steps) in enumerate(imp.shapes):
         lines.append(f"    # shape {i}: {steps} of {imp.steps} steps: {describe(shape)}")
         lines.append("    - [" + ", ".join(group_yaml(g, c) for g, c in shape) + "]")
+    lines.append("# attnbench decide: the steps each shape stands for, one per value of sweep.batch")
+    lines.append("weights:")
+    lines.append("  batch: [" + ", ".join(str(steps) for _, steps in imp.shapes) + "]")
     lines.append("timing: {warmup_ms: 5, measure_ms: 40}")
     return "\n".join(lines) + "\n"

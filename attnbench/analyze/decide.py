@@ -1,0 +1,248 @@
+"""From a run of weighted cases to a decision: which backend an engine should run per batch
+shape, and what dispatching buys over one backend for all (``attnbench decide``).
+
+What a step costs a backend in a case: ``plan + kernel (+ convert)``. ``plan`` is the metadata
+work an engine redoes every step; ``convert`` is the K/V gather and dense mask of a backend
+that cannot read the paged cache (SDPA, Flex): an engine that runs such a backend on its paged
+cache pays it every step too, so it counts unless ``parts`` leaves it out (an engine whose
+cache is already in the layout the library reads). ``kernel`` is the row's median call.
+``parts=("kernel",)`` gives the decision a kernel benchmark alone would make: beside the
+step's, it shows where the plan changes the pick.
+
+Intervals come from the timing rounds (``analyze/significance.py``: the round, not the call,
+is the replicate). Round ``i`` of a row costs ``plan + convert + its round-i median`` (plan and
+convert are timed once per row, so they are constants here); a backend's weighted total in
+round ``i`` is ``sum(weight * cost_i)`` over the cases it covers, and:
+
+* a total's interval is the signed-rank interval of the round totals' center;
+* per case, the runner-up against the pick is the paired ratio of their round costs, with its
+  interval; ``tie`` when that interval holds 1 (the rounds cannot tell them apart, and the
+  pick is the lower median);
+* the gain of dispatching over one backend is the paired ratio of the round totals (that
+  backend's over the dispatch's), with its interval; the point is the ratio of the totals.
+
+Only ``ok`` rows count, the oracle never does. A backend not ``ok`` in every dispatched case
+is shown with its coverage and never ranked as a single backend: its total covers fewer steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+from attnbench.analyze import ranks
+from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_paired, rounds_needed
+from attnbench.store.rows import Row, Status, is_oracle
+
+
+class DecideError(ValueError):
+    """Rows that cannot give a decision; the message says what is missing and how to get it."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A time (ms) with its interval over timing rounds (NaN bounds: too few rounds)."""
+
+    ms: float
+    lo: float = math.nan
+    hi: float = math.nan
+
+
+@dataclass(frozen=True)
+class Gain:
+    """``other / dispatch`` total (> 1: dispatching is faster) and its paired interval."""
+
+    ratio: float
+    lo: float
+    hi: float
+
+
+@dataclass
+class Cost:
+    """One backend in one case: the parts of a step (ms) and the cost of each round."""
+
+    backend: str
+    plan: float
+    convert: float
+    kernel: float
+    route: str  # the row's mode: the route a library took for the batch (FlashInfer auto: its choice)
+    rounds: list[float]
+
+    @property
+    def step(self) -> float:
+        return self.plan + self.convert + self.kernel
+
+
+@dataclass
+class CaseChoice:
+    """One case: its weight, every ok backend's cost (fastest first), and the pick."""
+
+    case_id: str
+    shape: str  # the row's batch text, e.g. "4 decode@3k + 2 tree(26)@3k"
+    params: dict
+    weight: float
+    costs: list[Cost]  # ok competitors, lowest step cost first
+    not_ok: dict[str, str]  # backend -> status (skipped / error / mismatch / no row)
+    runner_up: Optional[Gain] = None  # runner-up / pick, paired by round
+    tie: bool = False  # the runner-up's interval holds 1
+    kernel_pick: str = ""  # the fastest by kernel alone, when plan (or convert) changed the pick
+
+    @property
+    def pick(self) -> Optional[Cost]:
+        return self.costs[0] if self.costs else None
+
+
+@dataclass
+class Total:
+    """A backend's (or the dispatch's) weighted step cost over the cases it covers."""
+
+    backend: str
+    cases: int  # cases it covers
+    weight: float  # the weight of those cases
+    step: Timed  # sum of weight * step cost (ms)
+    plan: float  # its parts: sum of weight * plan, convert, kernel (ms)
+    convert: float
+    kernel: float
+    full: bool  # it covers every dispatched case
+    vs_dispatch: Optional[Gain] = None  # its total over the dispatch's (full coverage only)
+
+
+@dataclass
+class Decision:
+    cases: list[CaseChoice]
+    totals: list[Total]  # single backends, full coverage first, each by its total
+    dispatch: Optional[Total]
+    best: Optional[Total]  # the best single backend of full coverage (None: no backend covers all)
+    parts: tuple[str, ...]  # what a step counts: of PARTS
+    confidence: float
+    rounds: int  # timing rounds per row (0: they differ, so no interval)
+    notes: list[str] = field(default_factory=list)
+    kernel_only: Optional["Decision"] = None  # the same rows decided by kernel time alone
+
+
+def _finite(x: float) -> float:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
+
+
+PARTS = ("plan", "kernel", "convert")
+
+
+def cost_of(row: Row, parts: Sequence[str]) -> Cost:
+    plan = _finite(row.plan_ms) if "plan" in parts else 0.0
+    conv = _finite(row.convert_ms) if "convert" in parts else 0.0
+    return Cost(row.backend, plan, conv, row.median_ms, row.mode, [plan + conv + m for m in row.round_medians_ms])
+
+
+def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Interval of ``a / b`` paired by round (NaN when the rounds do not pair up)."""
+    if not a or len(a) != len(b) or min(min(a), min(b)) <= 0:
+        return math.nan, math.nan
+    r = compare_paired([math.log(x) for x in a], [math.log(x) for x in b], confidence)
+    return _bounded(r.lo if r.lo > 0 else math.nan, r.hi)
+
+
+def _bounded(lo: float, hi: float) -> tuple[float, float]:
+    """An interval, or NaN bounds where the rounds are too few to bound it."""
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
+
+
+def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], parts: Sequence[str],
+           confidence: float) -> CaseChoice:
+    """The pick of one case among its ok competitors, and how sure it is against the runner-up."""
+    by_backend = {r.backend: r for r in rows if not is_oracle(r.backend)}
+    ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.median_ms)]
+    costs = sorted((cost_of(r, parts) for r in ok), key=lambda c: (c.step, c.backend))
+    not_ok = {b: (by_backend[b].status.value if b in by_backend else "no row") for b in backends
+              if b not in {c.backend for c in costs}}
+    first = rows[0]
+    ch = CaseChoice(case_id, first.batch, dict(first.params), weight, costs, not_ok)
+    if len(costs) >= 2:
+        lo, hi = _paired_gain(costs[1].rounds, costs[0].rounds, confidence)
+        ch.runner_up = Gain(costs[1].step / costs[0].step, lo, hi)
+        ch.tie = not (math.isfinite(lo) and lo > 1)
+        by_kernel = min(costs, key=lambda c: (c.kernel, c.backend))
+        ch.kernel_pick = by_kernel.backend if by_kernel.backend != costs[0].backend else ""
+    return ch
+
+
+def _center(totals: Sequence[float], confidence: float) -> tuple[float, float]:
+    if len(totals) < 1:
+        return math.nan, math.nan
+    s = ranks.paired_shift(totals, confidence)
+    return _bounded(s.lo, s.hi)
+
+
+def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,
+             confidence: float) -> tuple[Total, list[float]]:
+    """The weighted total of ``picks`` (a case and the cost counted for it), and its round totals
+    (``[]`` when the rows' round counts differ)."""
+    n = {len(c.rounds) for _, c in picks}
+    rounds = [sum(ch.weight * c.rounds[i] for ch, c in picks) for i in range(n.pop())] if len(n) == 1 else []
+    lo, hi = _center(rounds, confidence)
+    return Total(name, len(picks), sum(ch.weight for ch, _ in picks),
+                 Timed(sum(ch.weight * c.step for ch, c in picks), lo, hi),
+                 sum(ch.weight * c.plan for ch, c in picks), sum(ch.weight * c.convert for ch, c in picks),
+                 sum(ch.weight * c.kernel for ch, c in picks), full), rounds
+
+
+def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] = PARTS,
+           confidence: float = REPORT_CONFIDENCE) -> Decision:
+    """The decision over ``rows`` (one run), each case weighed by ``weights[case_id]``, a step
+    counting ``parts`` (``kernel`` always)."""
+    parts = tuple(p for p in PARTS if p in parts or p == "kernel")
+    rows_list = list(rows)
+    by_case: dict[str, list[Row]] = {}
+    for r in rows_list:
+        by_case.setdefault(r.case_id, []).append(r)
+    backends = sorted({r.backend for rs in by_case.values() for r in rs if not is_oracle(r.backend)})
+    if not backends:
+        raise DecideError("no competitor rows (only the reference, or none): run the scenario with backends to "
+                          "choose among, e.g. -b sdpa -b flex")
+    cases = [choose(cid, rs, weights.get(cid, 1.0), backends, parts, confidence) for cid, rs in by_case.items()]
+    dispatched = [c for c in cases if c.pick is not None]
+    if not dispatched:
+        raise DecideError("no case has an ok competitor row: nothing to choose from (see the run's reasons)")
+    dis, dis_rounds = total_of("dispatch", [(c, c.pick) for c in dispatched], True, confidence)
+    totals = []
+    for b in backends:
+        picks = [(c, next(x for x in c.costs if x.backend == b)) for c in dispatched if b in {x.backend for x in c.costs}]
+        if not picks:
+            continue
+        t, t_rounds = total_of(b, picks, len(picks) == len(dispatched), confidence)
+        if t.full:
+            lo, hi = _paired_gain(t_rounds, dis_rounds, confidence)
+            t.vs_dispatch = Gain(t.step.ms / dis.step.ms, lo, hi)
+        totals.append(t)
+    totals.sort(key=lambda t: (not t.full, t.step.ms if t.full else -t.weight, t.backend))
+    best = totals[0] if totals and totals[0].full else None
+    rounds = {len(c.rounds) for ch in dispatched for c in ch.costs}
+    d = Decision(cases, totals, dis, best, parts, confidence, rounds.pop() if len(rounds) == 1 else 0)
+    d.notes = notes(d)
+    if parts != ("kernel",):
+        d.kernel_only = decide(rows_list, weights, ("kernel",), confidence)
+    return d
+
+
+def notes(d: Decision) -> list[str]:
+    """What changes a reading of ``d``: rounds too few for intervals, cases no backend ran,
+    backends that cover only some cases, no backend that covers all."""
+    out = []
+    need = rounds_needed(d.confidence, paired=True)
+    if d.rounds < need:
+        out.append(f"{d.rounds or 'no common number of'} timing round(s) per row: intervals need at least {need} "
+                   f"at {d.confidence:.0%} (run with --set timing.rounds={max(need, 8)}); until then every pick is "
+                   "marked ≈ (the rounds cannot tell it from the runner-up)")
+    lost = [c for c in d.cases if c.pick is None]
+    if lost:
+        out.append(f"{len(lost)} case(s) have no ok backend and are left out of every total (weight "
+                   f"{sum(c.weight for c in lost):g}): " + ", ".join(c.case_id for c in lost[:3])
+                   + (", ..." if len(lost) > 3 else ""))
+    for t in d.totals:
+        if not t.full:
+            out.append(f"{t.backend} is ok in {t.cases} of {d.dispatch.cases} case(s) (weight {t.weight:g} of "
+                       f"{d.dispatch.weight:g}): its total covers only those, so it is not ranked as a single backend")
+    if d.best is None:
+        out.append("no backend is ok in every case: the dispatch is the only way to run them all, and its gain over a "
+                   "single backend is not defined")
+    return out
+

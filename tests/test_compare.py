@@ -514,3 +514,24 @@ def test_compare_backends_baseline_is_matched_by_its_canonical_spec(tmp_path, mo
     assert by["flex"]["verdict"] == "baseline" and by["sdpa"]["verdict"] != "baseline"
     r = cli.invoke(app, ["compare", "backends", str(GATE), "-b", "flex", "-b", "sdpa", "--baseline", "flex:mask=dense"])
     assert r.exit_code == 2 and "not among the compared backends" in r.output
+
+
+def test_a_narrow_console_drops_columns_before_names_fold():
+    """At 80 columns the compare table used to fold backend names and times mid-word
+    ("refere|nce", "1.11|ms"): it now leaves out p, rounds and vs (and says so) first."""
+    import io
+
+    from rich.console import Console
+
+    from attnbench.analyze.compare_tables import backend_columns, backend_records, render
+
+    rows = [_row("context=64", "sdpa", 0.04, seed=s) for s in range(6)]
+    rows += [_row("context=64", "reference", 0.9 + 0.01 * s, seed=s) for s in range(6)]
+    comps = cmp.compare_backends(rows, "sdpa")
+    wide, narrow = io.StringIO(), io.StringIO()
+    render(backend_records(comps), backend_columns(0.95), "table", Console(file=wide, width=200), "t")
+    render(backend_records(comps), backend_columns(0.95), "table", Console(file=narrow, width=80), "t")
+    assert "rounds" in wide.getvalue() and "not shown" not in wide.getvalue()
+    text = narrow.getvalue()
+    assert "│ reference │" in text and "not shown at 80 columns: p, rounds" in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -188,6 +188,25 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
             lines.append("| " + " | ".join(_cell(r, c).replace("|", "\\|") for c in columns) + " |")
         console.out("\n".join(lines), highlight=False)
         return
+    t, dropped = _table(records, columns, title), []
+    for key in NARROW_DROPS:  # a narrow console: drop what says least before names fold mid-word
+        if console.measure(t, options=console.options.update_width(10_000)).maximum <= console.width:
+            break
+        if any(c.key == key for c in columns):
+            dropped += [c.header for c in columns if c.key == key]
+            columns = [c for c in columns if c.key != key]
+            t = _table(records, columns, title)
+    console.print(t)
+    if dropped:
+        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} (--format csv or json has them)",
+                      style="dim", highlight=False)
+
+
+#: columns a table too wide for its console leaves out, in this order (results.csv/JSON keep them)
+NARROW_DROPS = ("p", "rounds", "vs", "raw_ratio", "delta_ms", "normalized_by", "_interval")
+
+
+def _table(records: list[dict], columns: list[Column], title: str) -> Table:
     t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
     for c in columns:
         t.add_column(c.header, justify=c.justify, overflow="fold")
@@ -206,7 +225,7 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
             cells.append(Text(text, style=style))
         t.add_row(*cells)
         last_case = r.get("case")
-    console.print(t)
+    return t
 
 
 def check_summary(res: CheckResult) -> str:

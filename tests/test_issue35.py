@@ -469,3 +469,18 @@ def test_the_readmes_first_steps_go_from_a_baseline_to_a_failing_check_a_report_
     assert re.search(r"my-decode(.|\n)*regressed", seen["history2"].stdout), seen["history2"].stdout  # history show
     page = (tmp_path / "report.html").read_text()
     assert "regressed" in page and 'data-chart="trend"' in page
+
+
+def test_each_command_sizes_its_consoles_from_its_own_environment():
+    """The consoles were sized once, at import: a process that ran several commands (a test
+    session under xdist, a notebook) printed every later table at the first one's width, so an
+    explicit COLUMNS=250 still gave 80-column tables with names cut ('m...')."""
+    runner = CliRunner()
+    narrow = runner.invoke(app, ["trees"], env={"COLUMNS": "80"})
+    wide = runner.invoke(app, ["trees"], env={"COLUMNS": "250"})
+    unset = runner.invoke(app, ["trees"], env={"COLUMNS": None})
+    width = lambda r: max(len(line) for line in r.output.splitlines())  # noqa: E731
+    assert narrow.exit_code == wide.exit_code == unset.exit_code == 0
+    assert width(narrow) <= 80 < width(wide) <= 250, (width(narrow), width(wide))
+    assert "medusa-mc_sim_7b_63" in wide.output
+    assert 80 < width(unset) <= 160  # not a terminal and no COLUMNS: a log's 160

@@ -53,6 +53,16 @@ console = Console(width=console_width(sys.stdout))
 err = Console(stderr=True, width=console_width(sys.stderr))
 
 
+def fit_consoles() -> None:
+    """Size both consoles for the command about to run, from its environment now: an explicit
+    COLUMNS, else the terminal's width, else 160. Made at import only, a console kept whatever
+    COLUMNS said then (rich reads it once): a process running several commands (a test session,
+    a notebook) printed every later table at that width."""
+    for c, stream in ((console, sys.stdout), (err, sys.stderr)):
+        cols = os.environ.get("COLUMNS", "")
+        c.width = int(cols) if cols.isdigit() else console_width(stream)
+
+
 _CLOSE_AT_END: list = []  # closers of what a command started (a Dask cluster): handle_errors runs them
 
 
@@ -69,6 +79,7 @@ def main(
     ),
 ) -> None:
     """Benchmark and profile paged and tree attention backends on YAML batch scenarios."""
+    fit_consoles()
 
 
 #: typer's type labels -> the metavars help shows instead (``--resource <list[str]>`` reads

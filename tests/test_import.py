@@ -143,3 +143,28 @@ def test_names_yaml_would_read_as_other_types_stay_names(tmp_path, name):
     stem = tmp_path / "sub" / f"{name.replace('/', '_')}.yaml"
     assert cli.invoke(app, ["import", str(trace), "-o", str(stem)]).exit_code == 0
     assert load(stem).scenario.name == stem.stem
+
+
+@pytest.mark.parametrize("data, args, says", [
+    (b'{"requests": [{"query_len": 1, "context_len": 3\xff}]}\n', [], "t.jsonl:2: not UTF-8 text (byte 0xff at column 48)"),
+    (b"[" * 100000 + b"]" * 100000 + b"\n", [], "t.jsonl:2: JSON nested too deeply"),
+    (b'{"requests": [{"query_len": 1, "context_len": 1' + b"9" * 400 + b'}]}\n', ["--round-context", "64"],
+     "batch.0.context: Input should be less than or equal to"),
+], ids=["invalid-utf8", "deep-nesting", "huge-int-rounded"])
+def test_unreadable_traces_are_messages_not_tracebacks(tmp_path, data, args, says):
+    """Issue 37 item 14: invalid UTF-8 (UnicodeDecodeError), deep nesting (RecursionError) and a huge
+    context with --round-context (OverflowError) were tracebacks."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(ONE_STEP.encode() + data)
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml"), *args])
+    assert r.exit_code == 2 and says in r.output.replace("\n", ""), r.output[-500:]
+    assert "Traceback" not in r.output and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_utf8_bom_is_accepted(tmp_path):
+    """Issue 37 item 14: a trace saved with a UTF-8 BOM (Windows tools) was refused as not JSON."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(b"\xef\xbb\xbf" + ONE_STEP.encode() + ONE_STEP.encode())
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "1 case(s) from 2 steps" in r.output

@@ -25,8 +25,8 @@ shapes beyond ``max_cases`` are left out and counted.
 """
 from __future__ import annotations
 
+import codecs
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +83,7 @@ def request_group(req, where: str, round_context: int) -> Group:
     q = _int_field(req, "query_len", where, 1)
     ctx = _int_field(req, "context_len", where, 0)
     spec = _int_field(req, "spec_tokens", where, 0, 0)
-    ctx = int(math.ceil(ctx / round_context) * round_context) if round_context > 1 else ctx
+    ctx = -(-ctx // round_context) * round_context  # integers only: a huge context cannot overflow a float
     tree = _tree_text(req, q, spec, where)
     if tree:
         return ("tree", q, ctx, tree)
@@ -99,21 +99,36 @@ def step_shape(obj, where: str, round_context: int) -> Shape:
     return tuple(sorted(groups.items(), key=lambda gc: (order[gc[0][0]], gc[0][1:])))
 
 
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                         "save the trace as UTF-8") from None
+
+
+def _parse(line: str, where: str):
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply to be a step (a step is an object with a list "
+                         "`requests` of objects)") from None
+    except ValueError as e:
+        raise TraceError(f"{where}: not JSON ({e})") from None
+
+
 def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Imported:
     """Every step of a trace file, grouped into distinct shapes."""
     if round_context < 1 or max_cases < 1:
         raise TraceError("--round-context and --max-cases must be at least 1")
     counts: Counter = Counter()
     first_seen: dict[Shape, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = _decode(raw[3:] if n == 1 and raw.startswith(codecs.BOM_UTF8) else raw, f"{path}:{n}")
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise TraceError(f"{path}:{n}: not JSON ({e})") from None
-            shape = step_shape(obj, f"{path}:{n}", round_context)
+            shape = step_shape(_parse(line, f"{path}:{n}"), f"{path}:{n}", round_context)
             counts[shape] += 1
             first_seen.setdefault(shape, n)
     if not counts:

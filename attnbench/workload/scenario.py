@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from attnbench.workload import mla
 from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request,
-                                     check_kv_dtype)
+                                     check_kv_dtype, softcap_problem)
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
@@ -68,8 +68,8 @@ class ModelShape(_Strict):
                 f"window must be >= 1 (got {self.window}): a window of W keys lets a query at position p see keys"
                 " at positions > p - W; leave `window` out for full attention"
             )
-        if self.softcap is not None and not self.softcap > 0:
-            raise ValueError(f"softcap must be > 0 (got {self.softcap}), e.g. softcap: 50; leave it out for no soft-capping")
+        if self.softcap is not None and softcap_problem(self.softcap):
+            raise ValueError(f"{softcap_problem(self.softcap)}; leave it out for no soft-capping")
         return self
 
 

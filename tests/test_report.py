@@ -160,3 +160,27 @@ def test_report_in_chromium_sorts_filters_and_draws(report, tmp_path):
     shot = tmp_path / "report.png"
     chromium(exe, "--window-size=1300,2400", f"--screenshot={shot}", report.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", [
+    '{"k": {"device_name": "DEV", "matmul_tflops": {"float32": "fast"}}}',
+    '{"k": {"device_name": "DEV", "matmul_tflops": 5}}',
+    '[1, 2]',
+], ids=["rate-a-string", "rates-not-a-mapping", "cache-a-list"])
+def test_a_ceilings_cache_whose_rate_is_not_a_number_is_ignored_with_a_note(two_runs, tmp_path, monkeypatch, cache):
+    """Issue 37 item 15: `report` and `plot` crashed (TypeError, AttributeError) on a ceilings
+    cache whose matmul rate is not a number; the entry is ignored and the chart says so."""
+    import json as _json
+
+    device = _json.loads((two_runs[0] / "rows.jsonl").read_text().splitlines()[0])["device"]
+    monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(tmp_path))
+    (tmp_path / "ceilings.json").write_text(cache.replace("DEV", device))
+    out = tmp_path / "r.html"
+    r = cli.invoke(app, ["report", str(two_runs[0]), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    if cache.startswith("{"):
+        assert "ignored" in out.read_text()
+    r = cli.invoke(app, ["plot", str(two_runs[0]), "--x", "page_size", "--out", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "plots" / "roofline.png").exists()

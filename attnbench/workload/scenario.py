@@ -19,7 +19,7 @@ from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
-from attnbench.workload.dotted import parse_override, read_mapping, set_path
+from attnbench.workload.dotted import parse_override, read_file, read_mapping, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
@@ -331,7 +331,7 @@ def load(path: str | Path, overrides: Optional[list[str]] = None) -> ScenarioFil
             f"{path}: no such scenario file or built-in scenario (built-in: {hint}, ...; `attnbench scenarios` lists them)"
         )
     try:
-        text = p.read_text()
+        text = read_file(p, str(path), MAX_TEXT_BYTES)
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{path}: cannot read: {e}") from None
     return load_text(text, str(path), overrides)

@@ -184,3 +184,52 @@ def test_a_ceilings_cache_whose_rate_is_not_a_number_is_ignored_with_a_note(two_
     r = cli.invoke(app, ["plot", str(two_runs[0]), "--x", "page_size", "--out", str(tmp_path / "plots")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "plots" / "roofline.png").exists()
+
+
+@pytest.fixture(scope="module")
+def five_round_runs(tmp_path_factory):
+    """Runs of 5 timing rounds: 'a' and 'b' of one scenario with other --set overrides, 'c' of another."""
+    root = tmp_path_factory.mktemp("five")
+    scen = root / "s.yaml"
+    scen.write_text("name: small\nmodel: {num_q_heads: 2, num_kv_heads: 1, head_dim: 16, dtype: float32}\n"
+                    "batch: '2q1s20'\ntiming: {warmup_ms: 0.2, measure_ms: 1, rounds: 5}\n")
+    other = root / "o.yaml"
+    other.write_text(scen.read_text().replace("name: small", "name: other"))
+    runs = {}
+    for name, path, extra in (("a", scen, []), ("b", scen, ["--set", "batch=4q1s200"]), ("c", other, [])):
+        r = cli.invoke(app, ["run", str(path), "-b", "sdpa", "-b", "reference", "--out", str(root / name), "-q", *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = root / name
+    return runs
+
+
+def _text(html_path: Path) -> str:
+    import html
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", html_path.read_text())).split())
+
+
+@pytest.mark.slow
+def test_report_of_runs_of_different_scenarios_says_so(five_round_runs, tmp_path):
+    """Issue 37 item 22: a report over two runs of other scenarios (by text or --set, or by name)
+    compared them as if the code had changed ("regressed", 44x) or listed new/vanished cases,
+    saying nothing of it."""
+    runs = five_round_runs
+    out = tmp_path / "r.html"
+    assert cli.invoke(app, ["report", str(runs["a"]), str(runs["b"]), "-o", str(out)]).exit_code == 0
+    text = _text(out)
+    assert "b against a not compared: b's --set overrides ['batch=4q1s200'] differ from a's []" in text, text
+    assert 'data-compare="runs"' not in out.read_text()  # no table of verdicts ("regressed", 44x)
+    assert cli.invoke(app, ["report", str(runs["a"]), str(runs["c"]), "-o", str(out)]).exit_code == 0
+    assert "not compared: they are runs of different scenarios ('small' and 'other')" in _text(out)
+
+
+@pytest.mark.slow
+def test_too_few_rounds_for_an_interval_say_so_not_0_to_inf(five_round_runs, tmp_path):
+    """Issue 37 item 22: with 5 paired rounds the exact signed-rank test's smallest p is 2/32 =
+    0.0625 > 0.05, so the 95% interval is unbounded: the report showed "[0.000, inf] unclear" for a
+    19x gap between two backends."""
+    out = tmp_path / "r.html"
+    assert cli.invoke(app, ["report", str(five_round_runs["a"]), "-o", str(out)]).exit_code == 0
+    text = _text(out)
+    assert "[0.000, inf]" not in text and "unclear" not in text
+    assert "[no interval: 5 paired rounds are too few at 95%]" in text and "too few rounds (set timing.rounds=10)" in text

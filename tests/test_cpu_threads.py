@@ -127,11 +127,16 @@ def test_a_backend_with_its_own_pool_gets_process_clock_rows_in_every_round(tmp_
     round that sees other threads decides for the rest), sdpa inline stays cpu-thread."""
     from pathlib import Path
 
+    from attnbench import backend as registry
+
     (tmp_path / "t.yaml").write_text(TINY)
     out = tmp_path / "run"
-    r = runner.invoke(app, ["run", str(tmp_path / "t.yaml"), "--out", str(out), "-q", "-b", "sdpa", "-b", "sdpa-pooled",
-                            "--backend-file", str(Path(__file__).with_name("pooled_backends.py")),
-                            "--set", "timing.rounds=3"])
+    try:
+        r = runner.invoke(app, ["run", str(tmp_path / "t.yaml"), "--out", str(out), "-q", "-b", "sdpa", "-b", "sdpa-pooled",
+                                "--backend-file", str(Path(__file__).with_name("pooled_backends.py")),
+                                "--set", "timing.rounds=3"])
+    finally:
+        registry._EXTRA.pop("sdpa-pooled", None)  # a later command in this process would take it by default
     assert r.exit_code == 0, r.output
     df = pd.read_csv(out / "results.csv")
     assert set(df[df.backend == "sdpa"].timing_method) == {"cpu-thread"}

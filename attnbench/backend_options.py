@@ -58,9 +58,13 @@ class BackendOption:
                 return "off"
             raise ValueError("allowed: on|off (or 1/0, true/false, yes/no)")
         try:
-            return str(self.type(raw)) if self.type is not str else raw
+            value = str(self.type(raw)) if self.type is not str else raw
         except ValueError:
             raise ValueError(f"allowed: {self.allowed()}") from None
+        if "," in value:  # the spec NAME:key=value,key=value could not be read back (rows, repro commands)
+            raise ValueError(f"a value may not hold ',': it separates the options of a backend spec "
+                             f"(NAME:key=value,key=value)")
+        return value
 
     def declared_default(self) -> str:
         return self.parse("on" if self.default is True else "off" if self.default is False else str(self.default))
@@ -131,10 +135,27 @@ def _env_default(name: str, opt: BackendOption) -> str:
         raise OptionError(f"backend {name!r}: environment variable {opt.env}={raw!r} (sets option {opt.name!r}): {e}") from None
 
 
+def check_declared(name: str, options: dict[str, BackendOption]) -> None:
+    """OptionError naming the backend and the option when a declaration cannot work: a default
+    that is not among its own values (``choices``, or not of its ``type``), a choice holding a
+    comma (a spec could not be read back)."""
+    for key, opt in options.items():
+        bad = [c for c in opt.choices if "," in c or not c.strip()]
+        if bad:
+            raise OptionError(f"backend {name!r}: option {key!r} declares the choice {bad[0]!r}; a choice must be "
+                              "non-empty text without ',' (fix the backend's `options` declaration)")
+        try:
+            opt.declared_default()
+        except ValueError as e:
+            raise OptionError(f"backend {name!r}: option {key!r} declares the default {opt.default!r}, which is not "
+                              f"one of its own values ({e}); fix the backend's `options` declaration") from None
+
+
 def resolve(name: str, given: dict[str, str], options: dict[str, BackendOption]) -> ResolvedSpec:
     """Validate ``given`` against ``options`` (the class's declaration); defaults and declared
     environment variables fill the rest. The canonical string lists the values that differ from
     the declared defaults, sorted by key."""
+    check_declared(name, options)
     unknown = sorted(set(given) - set(options))
     if unknown:
         keys = ", ".join(f"{k} ({o.allowed()})" for k, o in sorted(options.items())) or "none"
@@ -192,8 +213,13 @@ def suggest(name: str, names: list[str]) -> list[str]:
     return [low[c] for c in difflib.get_close_matches(key, list(low), n=2, cutoff=0.6)]
 
 
-def describe_options(options: dict[str, BackendOption]) -> list[str]:
-    """One line per option: ``key=ALLOWED (default D; env VAR): help``, for listings."""
+def describe_options(options: dict[str, BackendOption], name: str = "") -> list[str]:
+    """One line per option: ``key=ALLOWED (default D; env VAR): help``, for listings; a
+    declaration that cannot work is one line saying why."""
+    try:
+        check_declared(name, options)
+    except OptionError as e:
+        return [f"(unusable: {e})"]
     out = []
     for key, o in sorted(options.items()):
         env = f"; env {o.env}" if o.env else ""

@@ -160,3 +160,50 @@ def test_env_default_shows_in_rows_and_check_never_pairs_different_options(tmp_p
     cases = json.loads(res.stdout)
     assert {(c["backend"], c["verdict"]) for c in cases} == verdicts
     assert all(c["ratio"] is None for c in cases)  # never paired
+
+
+BAD_PLUGIN = str(HERE / "bad_option_backends.py")
+
+
+@pytest.fixture
+def forget_bad_backends():
+    """The broken backends leave the registry after the test (a later command in this process
+    would take them as default backends)."""
+    yield
+    for name in ("bad-default", "labelled"):
+        registry._EXTRA.pop(name, None)
+
+
+def test_a_default_not_among_its_choices_names_backend_and_option(tmp_path, forget_bad_backends):
+    """Issue 37 item 17: a plugin option whose default is not among its choices gave a traceback
+    (or `error: allowed: plain|fancy`) naming neither the backend nor the option."""
+    scen = tmp_path / "opts.yaml"
+    scen.write_text(TINY)
+    res = cli.invoke(app, ["run", str(scen), "--out", str(tmp_path / "o"), "--backend-file", BAD_PLUGIN,
+                           "-b", "bad-default", "-q"])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert "backend 'bad-default': option 'flavor' declares the default 'weird'" in said, said
+    assert "allowed: plain|fancy" in said and "Traceback" not in res.output
+    res = cli.invoke(app, ["backends", "--probe", "--backend-file", BAD_PLUGIN])
+    assert res.exit_code == 0, res.output
+    assert "bad-default:(unusable: backend 'bad-default': option 'flavor'" in " ".join(res.output.split())
+    with pytest.raises(OptionError, match="option 'flavor' declares the default 'weird'"):
+        resolve("bad-default", {"flavor": "plain"}, {"flavor": BackendOption("flavor", "weird", choices=("plain",))})
+
+
+def test_an_env_value_with_a_comma_is_refused_so_specs_stay_parseable(tmp_path, monkeypatch, forget_bad_backends):
+    """Issue 37 item 26: ATTNBENCH_TEST_LABEL='a,b' gave rows whose backend spec (and repro command)
+    `labelled:label=a,b` could not be parsed back."""
+    scen = tmp_path / "opts.yaml"
+    scen.write_text(TINY)
+    monkeypatch.setenv("ATTNBENCH_TEST_LABEL", "a,b")
+    res = cli.invoke(app, ["run", str(scen), "--out", str(tmp_path / "o"), "--backend-file", BAD_PLUGIN,
+                           "-b", "labelled", "-q"])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert "backend 'labelled': environment variable ATTNBENCH_TEST_LABEL='a,b' (sets option 'label')" in said
+    assert "may not hold ','" in said and not (tmp_path / "o").exists()
+    monkeypatch.setenv("ATTNBENCH_TEST_LABEL", "a b=c:d")
+    spec = resolve("labelled", {}, {"label": BackendOption("label", "x", env="ATTNBENCH_TEST_LABEL")}).canonical
+    assert spec == "labelled:label=a b=c:d" and parse_spec(spec) == ("labelled", {"label": "a b=c:d"})

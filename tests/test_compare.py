@@ -535,3 +535,31 @@ def test_a_narrow_console_drops_columns_before_names_fold():
     text = narrow.getvalue()
     assert "│ reference │" in text and "not shown at 80 columns: p, rounds" in text, text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_table_of_thousands_of_rows_is_laid_out_without_rich(monkeypatch):
+    """Issue 37 item 27: rich measures and renders every cell of a Table (~1.5 ms a row): `compare
+    runs` of 10k cases took 14-21 s in the table and 100k minutes. Above RICH_TABLE_ROWS rows the
+    table is plain aligned text (structural: rich's Table is never built)."""
+    import io
+
+    from rich.console import Console
+
+    from attnbench.analyze import compare_tables as ct
+
+    class NoTable:
+        def __init__(self, *a, **k):
+            raise AssertionError("a rich Table was built for thousands of rows")
+
+    monkeypatch.setattr(ct, "Table", NoTable)
+    cols = ct.backend_columns(0.95)
+    records = [{"case": f"context={i // 2}", "backend": ("sdpa", "flex")[i % 2], "median_ms": 0.01 * (i + 1),
+                "vs": "sdpa", "ratio": 1.0 + i % 3, "lo": 0.9, "hi": 1.1 + i % 3, "p": 0.5, "rounds": "5 paired",
+                "verdict": "unclear"} for i in range(5000)]
+    buf = io.StringIO()
+    ct.render(records, cols, "table", Console(file=buf, width=200), title="many")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "many" and lines[1].split()[:2] == ["case", "backend"] and len(lines) == 3 + 5000
+    assert lines[3].startswith("context=0 ") and lines[4].startswith(" ")  # a case's name once
+    ends = {len(line.rstrip()) - len(line.rstrip().split("  ")[-1]) for line in lines[3:]}  # the verdict column aligned
+    assert len(ends) == 1, ends

@@ -135,3 +135,80 @@ def test_a_stored_row_keeps_what_the_gate_needs(runs, tmp_path):
         fp, opts, sha = con.execute("SELECT fingerprint, options, scenario_sha256 FROM runs").fetchone()
     assert json.loads(fp)["device"] == rf.manifest.device and json.loads(opts)["device"] == "cpu"
     assert sha == rf.manifest.scenario_sha256 and len(sha) == 64
+
+
+def test_add_refuses_another_programs_sqlite_file_and_leaves_it_unchanged(runs, tmp_path):
+    """Issue 37 item 18: `history add --db` on another program's SQLite file added attnbench's
+    tables to it, exit 0."""
+    import sqlite3
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+        con.execute("INSERT INTO users VALUES (1, 'ada')")
+    before = other.read_bytes()
+    r = cli.invoke(app, ["history", "add", str(runs[0]), "--db", str(other)])
+    assert r.exit_code == 2, r.output
+    said = " ".join(r.output.split())
+    assert "an SQLite database of another program (tables: users)" in said and "--db PATH" in said
+    assert other.read_bytes() == before
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    return shutil.which("chattr") is not None and subprocess.run(["chattr", flag, str(path)],
+                                                                  capture_output=True).returncode == 0
+
+
+def test_history_errors_say_what_happened_not_move_it_aside(runs, tmp_path):
+    """Issue 37 item 19: every history error said "not a usable attnbench history database; move it
+    aside and start a new one", also for a read-only file, a write that failed, a folder: advice that
+    throws a good history away."""
+    db = tmp_path / "h.sqlite"
+    assert cli.invoke(app, ["history", "add", str(runs[0]), "--db", str(db)]).exit_code == 0
+    r = cli.invoke(app, ["history", "show", "--db", str(tmp_path)])
+    assert r.exit_code == 2 and "a folder, not a history database" in r.output and "move it aside" not in r.output
+    if not _chattr("+i", db):  # an immutable file: what a read-only file system looks like to SQLite, even as root
+        pytest.skip("chattr +i is not available here")
+    try:
+        before = db.read_bytes()
+        r = cli.invoke(app, ["history", "add", str(runs[1]), "--db", str(db)])
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and "cannot write there" in said and "move it aside" not in said, said
+        assert db.read_bytes() == before
+    finally:
+        _chattr("-i", db)
+
+
+@pytest.mark.slow
+def test_a_write_that_fails_says_so_not_move_it_aside(runs, tmp_path):
+    """Issue 37 item 19: a write that fails (a file-size limit here, in a child process; a full disk
+    reads the same way) said "not a usable attnbench history database ... move it aside"."""
+    import resource
+    db = tmp_path / "f.db"
+    full = subprocess.run([sys.executable, "-m", "attnbench", "history", "add", str(runs[1]), "--db", str(db)],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    said = " ".join((full.stdout + full.stderr).split())
+    assert full.returncode == 2 and "a read or write failed" in said and "move it aside" not in said, said[-800:]
+    assert "nothing was stored and the history is unchanged" in said
+
+
+def test_since_with_a_utc_offset_is_compared_as_time(runs, tmp_path):
+    """Issue 37 item 20: `history show --since` compared ISO texts, so an offset let the wrong runs
+    in and out."""
+    db = tmp_path / "h.sqlite"
+    for name, started in (("ten", "2026-01-01T10:00:00+00:00"), ("one", "2026-01-01T13:00:00+00:00")):
+        copy = tmp_path / name
+        shutil.copytree(runs[0], copy)
+        man = json.loads((copy / "manifest.json").read_text())
+        man["start_time"] = started
+        (copy / "manifest.json").write_text(json.dumps(man))
+        assert cli.invoke(app, ["history", "add", str(copy), "--db", str(db), "--commit", name]).exit_code == 0
+
+    def shown(since):
+        r = cli.invoke(app, ["history", "show", "--db", str(db), "--since", since, "--format", "json"])
+        assert r.exit_code == 0, r.output
+        return sorted({p["commit"] for p in json.loads(r.output)})
+
+    assert shown("2026-01-01T14:00+02:00") == ["one"]  # 12:00 UTC
+    assert shown("2026-01-01T11:00-03:00") == []  # 14:00 UTC
+    assert shown("2026-01-01T09:30") == ["one", "ten"]  # no offset: UTC

@@ -104,3 +104,67 @@ def test_the_shipped_scenario_is_the_import_of_the_shipped_trace(tmp_path, monke
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text()) == yaml.safe_load(SHIPPED.read_text())
     assert len(load(SHIPPED).cases) == 6
+
+
+ONE_STEP = '{"requests": [{"query_len": 1, "context_len": 3}]}\n'
+
+
+def test_a_folder_name_cannot_plant_keys_in_the_scenario(tmp_path):
+    """Issue 37 item 13: the trace's path, --name and --dtype went into the YAML unformatted, so a
+    folder name holding newlines planted `check: {rtol: 1}` (every output passes) and `backends:`."""
+    folder = tmp_path / "x\ncheck: {rtol: 1}\nbackends: [flex]\n#"
+    folder.mkdir()
+    (folder / "t.jsonl").write_text(ONE_STEP)
+    out = tmp_path / "s.yaml"
+    r = cli.invoke(app, ["import", str(folder / "t.jsonl"), "-o", str(out),
+                         "--name", "n\ntiming: {rounds: 1}\u2028sweep: {}"])
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(out.read_text())
+    assert set(doc) == {"name", "description", "seed", "device", "model", "kv_cache", "batch", "sweep", "weights", "timing"}
+    assert doc["name"] == "n\ntiming: {rounds: 1}\u2028sweep: {}"
+    assert doc["timing"] == {"warmup_ms": 5, "measure_ms": 40}
+    sc = load(out)
+    assert sc.scenario.check.rtol is None and sc.scenario.backends is None
+    r = cli.invoke(app, ["import", str(folder / "t.jsonl"), "-o", str(out), "--dtype", "float32\nbackends: [flex]"])
+    assert r.exit_code == 2 and "model.dtype" in r.output, r.output
+
+
+@pytest.mark.parametrize("name", ["yes", "123", "2026-01-01", "null", "on", "1e3", "~", "[a]", "#x", "a: b"])
+def test_names_yaml_would_read_as_other_types_stay_names(tmp_path, name):
+    """Issue 37 item 21: `import -o yes.yaml` made a scenario named True (or failed); 123 and
+    2026-01-01 became a number and a date."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(ONE_STEP)
+    out = tmp_path / "s.yaml"
+    r = cli.invoke(app, ["import", str(trace), "-o", str(out), "--name", name])
+    assert r.exit_code == 0, r.output
+    assert load(out).scenario.name == name
+    (tmp_path / "sub").mkdir()
+    stem = tmp_path / "sub" / f"{name.replace('/', '_')}.yaml"
+    assert cli.invoke(app, ["import", str(trace), "-o", str(stem)]).exit_code == 0
+    assert load(stem).scenario.name == stem.stem
+
+
+@pytest.mark.parametrize("data, args, says", [
+    (b'{"requests": [{"query_len": 1, "context_len": 3\xff}]}\n', [], "t.jsonl:2: not UTF-8 text (byte 0xff at column 48)"),
+    (b"[" * 100000 + b"]" * 100000 + b"\n", [], "t.jsonl:2: JSON nested too deeply"),
+    (b'{"requests": [{"query_len": 1, "context_len": 1' + b"9" * 400 + b'}]}\n', ["--round-context", "64"],
+     "batch.0.context: Input should be less than or equal to"),
+], ids=["invalid-utf8", "deep-nesting", "huge-int-rounded"])
+def test_unreadable_traces_are_messages_not_tracebacks(tmp_path, data, args, says):
+    """Issue 37 item 14: invalid UTF-8 (UnicodeDecodeError), deep nesting (RecursionError) and a huge
+    context with --round-context (OverflowError) were tracebacks."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(ONE_STEP.encode() + data)
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml"), *args])
+    assert r.exit_code == 2 and says in r.output.replace("\n", ""), r.output[-500:]
+    assert "Traceback" not in r.output and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_utf8_bom_is_accepted(tmp_path):
+    """Issue 37 item 14: a trace saved with a UTF-8 BOM (Windows tools) was refused as not JSON."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(b"\xef\xbb\xbf" + ONE_STEP.encode() + ONE_STEP.encode())
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "1 case(s) from 2 steps" in r.output

@@ -4,6 +4,7 @@ skipped row that says why, before anything is allocated; a case whose own inputs
 reference do not fit skips every row (never an OOM kill, never error rows)."""
 from pathlib import Path
 
+import pytest
 import torch
 
 from attnbench import backend as registry
@@ -87,3 +88,27 @@ def test_a_batch_whose_masks_and_reference_need_terabytes_is_skipped_not_run():
     rows = list(Runner(sf, RunOptions(backends=["reference", "sdpa", "flex"], measure_ceilings=False)).rows())
     assert [r.status for r in rows] == ["skipped"] * 3, [r.reason for r in rows]
     assert all("needs about" in r.reason and ("TiB" in r.reason or "GiB" in r.reason) for r in rows)
+
+
+@pytest.mark.slow
+def test_the_guard_honours_ulimit_v(tmp_path):
+    """Issue 37 item 23: the pre-check ignored RLIMIT_AS (`ulimit -v`): a 4.3 GiB case under a
+    3 GiB limit was let through and became `error: DefaultCPUAllocator: can't allocate memory`
+    after 11 s; now it is a skipped row saying what it needs and what is available."""
+    import json
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    scen = tmp_path / "big.yaml"
+    scen.write_text("name: big\nmodel: {num_q_heads: 8, num_kv_heads: 8, head_dim: 128, dtype: float32}\n"
+                    "batch: [{kind: decode, count: 8, context: 16384}]\ntiming: {warmup_ms: 0.2, measure_ms: 1}\n")
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "attnbench", "run", str(scen), "-b", "sdpa", "--out", str(out), "-q"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)},
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-1000:]
+    row = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
+    assert row["status"] == "skipped" and "needs about 4.3 GiB" in row["reason"] and "available on cpu" in row["reason"]

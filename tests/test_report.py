@@ -160,3 +160,101 @@ def test_report_in_chromium_sorts_filters_and_draws(report, tmp_path):
     shot = tmp_path / "report.png"
     chromium(exe, "--window-size=1300,2400", f"--screenshot={shot}", report.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", [
+    '{"k": {"device_name": "DEV", "matmul_tflops": {"float32": "fast"}}}',
+    '{"k": {"device_name": "DEV", "matmul_tflops": 5}}',
+    '[1, 2]',
+], ids=["rate-a-string", "rates-not-a-mapping", "cache-a-list"])
+def test_a_ceilings_cache_whose_rate_is_not_a_number_is_ignored_with_a_note(two_runs, tmp_path, monkeypatch, cache):
+    """Issue 37 item 15: `report` and `plot` crashed (TypeError, AttributeError) on a ceilings
+    cache whose matmul rate is not a number; the entry is ignored and the chart says so."""
+    import json as _json
+
+    device = _json.loads((two_runs[0] / "rows.jsonl").read_text().splitlines()[0])["device"]
+    monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(tmp_path))
+    (tmp_path / "ceilings.json").write_text(cache.replace("DEV", device))
+    out = tmp_path / "r.html"
+    r = cli.invoke(app, ["report", str(two_runs[0]), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    if cache.startswith("{"):
+        assert "ignored" in out.read_text()
+    r = cli.invoke(app, ["plot", str(two_runs[0]), "--x", "page_size", "--out", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "plots" / "roofline.png").exists()
+
+
+@pytest.fixture(scope="module")
+def five_round_runs(tmp_path_factory):
+    """Runs of 5 timing rounds: 'a' and 'b' of one scenario with other --set overrides, 'c' of another."""
+    root = tmp_path_factory.mktemp("five")
+    scen = root / "s.yaml"
+    scen.write_text("name: small\nmodel: {num_q_heads: 2, num_kv_heads: 1, head_dim: 16, dtype: float32}\n"
+                    "batch: '2q1s20'\ntiming: {warmup_ms: 0.2, measure_ms: 1, rounds: 5}\n")
+    other = root / "o.yaml"
+    other.write_text(scen.read_text().replace("name: small", "name: other"))
+    runs = {}
+    for name, path, extra in (("a", scen, []), ("b", scen, ["--set", "batch=4q1s200"]), ("c", other, [])):
+        r = cli.invoke(app, ["run", str(path), "-b", "sdpa", "-b", "reference", "--out", str(root / name), "-q", *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = root / name
+    return runs
+
+
+def _text(html_path: Path) -> str:
+    import html
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", html_path.read_text())).split())
+
+
+@pytest.mark.slow
+def test_report_of_runs_of_different_scenarios_says_so(five_round_runs, tmp_path):
+    """Issue 37 item 22: a report over two runs of other scenarios (by text or --set, or by name)
+    compared them as if the code had changed ("regressed", 44x) or listed new/vanished cases,
+    saying nothing of it."""
+    runs = five_round_runs
+    out = tmp_path / "r.html"
+    assert cli.invoke(app, ["report", str(runs["a"]), str(runs["b"]), "-o", str(out)]).exit_code == 0
+    text = _text(out)
+    assert "b against a not compared: b's --set overrides ['batch=4q1s200'] differ from a's []" in text, text
+    assert 'data-compare="runs"' not in out.read_text()  # no table of verdicts ("regressed", 44x)
+    assert cli.invoke(app, ["report", str(runs["a"]), str(runs["c"]), "-o", str(out)]).exit_code == 0
+    assert "not compared: they are runs of different scenarios ('small' and 'other')" in _text(out)
+
+
+@pytest.mark.slow
+def test_too_few_rounds_for_an_interval_say_so_not_0_to_inf(five_round_runs, tmp_path):
+    """Issue 37 item 22: with 5 paired rounds the exact signed-rank test's smallest p is 2/32 =
+    0.0625 > 0.05, so the 95% interval is unbounded: the report showed "[0.000, inf] unclear" for a
+    19x gap between two backends."""
+    out = tmp_path / "r.html"
+    assert cli.invoke(app, ["report", str(five_round_runs["a"]), "-o", str(out)]).exit_code == 0
+    text = _text(out)
+    assert "[0.000, inf]" not in text and "unclear" not in text
+    assert "[no interval: 5 paired rounds are too few at 95%]" in text and "too few rounds (set timing.rounds=10)" in text
+
+
+class _CountedRows(list):
+    """A run's rows that count how often they are walked through."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_the_per_case_bars_walk_the_rows_once_not_once_per_case():
+    """Issue 37 item 27: the per-case bars scanned every row once per case, so a report grew with the
+    square of its rows (10k rows 5.7 s, 20k 16.8 s, 100k not done in 600 s). Structural: the rows of
+    a run are walked a fixed number of times, whatever the number of cases."""
+    from attnbench.analyze.report import RunData, bars_section
+    from attnbench.store.manifest import Manifest
+    from attnbench.store.rows import Row
+
+    rows = _CountedRows(Row("s", f"context={i}", b, median_ms=1.0 + i, p20_ms=1.0, p80_ms=2.0 + i)
+                        for i in range(300) for b in ("sdpa", "flex"))
+    html = bars_section([RunData("a", Manifest(), rows)])
+    assert html.count("<svg") == 300
+    assert rows.walks <= 2, rows.walks

@@ -162,6 +162,27 @@ def json_value(v):
     return v
 
 
+# Above this many rows a table is laid out here, as plain aligned text: rich measures and renders
+# every cell of a Table (~1.5 ms a row: compare runs of 10k cases took 21 s, 100k about 4 min).
+RICH_TABLE_ROWS = 2000
+
+
+def plain_table(records: list[dict], columns: list[Column], title: str = "") -> str:
+    """``records`` as aligned text (a header, a rule, a line per record; a case's name once)."""
+    cells, last = [], None
+    for r in records:
+        cells.append([("" if c.key == "case" and r.get("case") == last else _cell(r, c)) for c in columns])
+        last = r.get("case")
+    widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if c.justify == "right" else v.ljust(w)
+                         for v, w, c in zip(values, widths, columns)).rstrip()
+
+    out = ([title] if title else []) + [line([c.header for c in columns]), "  ".join("-" * w for w in widths)]
+    return "\n".join(out + [line(row) for row in cells])
+
+
 def render(records: list[dict], columns: list[Column], fmt: str, console: Console, title: str = "") -> None:
     """Print ``records`` as a rich table, Markdown, CSV or JSON (raw numbers for the last two)."""
     if fmt == "json":
@@ -187,6 +208,9 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
         for r in records:
             lines.append("| " + " | ".join(_cell(r, c).replace("|", "\\|") for c in columns) + " |")
         console.out("\n".join(lines), highlight=False)
+        return
+    if len(records) > RICH_TABLE_ROWS:
+        console.out(plain_table(records, columns, title), highlight=False)
         return
     t, dropped = _table(records, columns, title), []
     for key in NARROW_DROPS:  # a narrow console: drop what says least before names fold mid-word

@@ -33,7 +33,9 @@ def _incomplete(label: str, manifest: Manifest, rows: Sequence[Row]) -> Optional
     return None
 
 
-def _scenario_change(current: Manifest, baseline: Manifest) -> Optional[str]:
+def scenario_change(current: Manifest, baseline: Manifest) -> Optional[str]:
+    """Why two runs' scenarios cannot be compared (another scenario text or other --set
+    overrides, or either does not record its text's hash); None when they are the same."""
     cur_sha, base_sha = current.scenario_sha256, baseline.scenario_sha256
     if not cur_sha or not base_sha:
         side = "the run" if not cur_sha else "the baseline"
@@ -57,7 +59,7 @@ def run_problems(
         if why:
             out.append(why)
     if not allow_scenario_change:
-        why = _scenario_change(current_manifest, baseline_manifest)
+        why = scenario_change(current_manifest, baseline_manifest)
         if why:
             out.append(why + "; pass --allow-scenario-change if that is intended, or refresh the baseline")
     base_keys = {r.key for r in baseline}

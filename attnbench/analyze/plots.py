@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Optional
@@ -215,24 +214,22 @@ def ceilings_of(rows: list[Row]) -> tuple[Optional[float], Optional[float], str]
         return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)"
     # no row reached the compute ceiling: the cached matmul rate, if it agrees with the rows
     # (a memory-bound row says the rate was at least its FLOPs over its floor time)
-    peak = _cached_matmul(rows[0].device, rows[0].dtype)
+    peak, notes = _cached_matmul(rows[0].device, rows[0].dtype)
     least = max((r.flops / (r.floor_ms / 1e3) for r in rows if r.bound == "memory" and r.floor_ms > 0), default=0.0)
     if peak is not None and peak < least * 0.999:
         peak = None
     return bw, peak, "measured on this device (memory stream" + ("; dense matmul, from the cache)" if peak else
-                                                                 "; no row reached the compute ceiling)")
+                                                                 "; no row reached the compute ceiling)") \
+        + "".join(f"; {n}" for n in notes)
 
 
-def _cached_matmul(device: str, dtype: str) -> Optional[float]:
-    """The matmul rate (FLOP/s) attnbench measured on ``device`` for ``dtype``, from its cache."""
-    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
-    try:
-        cache = json.loads((Path(root) / "ceilings.json").read_text())
-    except (OSError, ValueError):
-        return None
-    rates = [e["matmul_tflops"][dtype] for e in cache.values() if isinstance(e, dict)
-             and e.get("device_name") == device and dtype in e.get("matmul_tflops", {})]
-    return rates[-1] * 1e12 if rates else None
+def _cached_matmul(device: str, dtype: str) -> tuple[Optional[float], list[str]]:
+    """The matmul rate (FLOP/s) attnbench measured on ``device`` for ``dtype``, from its cache,
+    and a note per kept value that is not a rate (ignored)."""
+    from attnbench.measure.ceilings import kept_matmul_rate  # torch: only when a chart is drawn
+
+    rate, notes = kept_matmul_rate(device, dtype)
+    return (rate * 1e12 if rate is not None else None), notes
 
 
 def roofline_chart(plt, rows: list[Row], path: Path, scenario: str) -> Optional[Path]:

@@ -115,7 +115,7 @@ def _print_options() -> None:
 
     for n in registry.all_names():
         try:
-            lines = describe_options(dict(getattr(registry.get_backend_class(n), "options", {}) or {}))
+            lines = describe_options(dict(getattr(registry.get_backend_class(n), "options", {}) or {}), n)
         except Exception:
             continue
         for line in lines:

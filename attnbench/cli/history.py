@@ -26,14 +26,16 @@ DB_HELP = "the history database (default: history.sqlite in the cache folder, $A
 
 
 def _since(text: Optional[str]) -> Optional[str]:
-    """--since as the ISO text stored start times compare with; a bad date is a usage error."""
+    """--since as an ISO time (compared with stored start times as times; without an offset it is
+    UTC, as start times are written); a bad date is a usage error."""
     if text is None:
         return None
     try:
         when = _dt.datetime.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"--since {text!r}: expected a date like 2026-11-01 (or 2026-11-01T12:00)") from None
-    return when.isoformat() if when.tzinfo else when.strftime("%Y-%m-%dT%H:%M:%S")
+        raise UsageError(f"--since {text!r}: expected a date like 2026-11-01 (or 2026-11-01T12:00, "
+                         "2026-11-01T14:00+02:00; without an offset: UTC)") from None
+    return when.isoformat()
 
 
 def _load(db: Path, since: Optional[str], select: Optional[str]):
@@ -76,7 +78,7 @@ def add_cmd(
 def show_cmd(
     db: Optional[Path] = typer.Option(None, "--db", metavar="PATH", help=DB_HELP),
     select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
-    since: Optional[str] = typer.Option(None, "--since", metavar="DATE", help="only runs started on or after DATE"),
+    since: Optional[str] = typer.Option(None, "--since", metavar="DATE", help="only runs started on or after DATE (ISO; without an offset: UTC)"),
     fmt: str = typer.Option("table", "--format", help="table | json (one object per point: its run, median, "
                                                        "and ratio, interval, p and verdict against the point before)"),
 ):

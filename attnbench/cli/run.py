@@ -305,9 +305,11 @@ def raw_backends(path) -> list:
     import yaml
 
     from attnbench.workload.builtin import resolve
+    from attnbench.workload.dotted import read_file
+    from attnbench.workload.scenario import MAX_TEXT_BYTES
 
     try:
-        doc = yaml.safe_load(resolve(path).read_text())
+        doc = yaml.safe_load(read_file(resolve(path), str(path), MAX_TEXT_BYTES))
     except Exception:  # the load error says why already
         return []
     names = doc.get("backends") if isinstance(doc, dict) else None

@@ -10,7 +10,11 @@ kill; a case whose own inputs do not fit skips every row.
 
 Available memory on a CPU is ``MemAvailable`` (``/proc/meminfo``: free plus reclaimable page
 cache, what the kernel can hand out without swapping; ``MemFree`` alone under-reports it
-severely), lowered to the cgroup's limit minus its usage where a cgroup v2 limit applies.
+severely), lowered to the cgroup's limit minus its usage where a cgroup v2 limit applies, and
+to what the process's own limits leave: ``ulimit -v`` (RLIMIT_AS) minus its address space in use
+(``VmSize``), ``ulimit -d`` (RLIMIT_DATA) minus its data segment (``VmData``): past them an
+allocation fails whatever the machine has free (a case the guard let through died on
+``DefaultCPUAllocator: can't allocate memory``).
 """
 from __future__ import annotations
 
@@ -47,6 +51,24 @@ def _cgroup_left() -> Optional[int]:
         return None
 
 
+def _rlimits_left() -> Optional[int]:
+    """Bytes the process's own limits leave it (RLIMIT_AS against VmSize, RLIMIT_DATA against
+    VmData); None when neither is set or they cannot be read."""
+    try:
+        import resource
+
+        status = {k: v for k, _, v in (line.partition(":") for line in
+                                       Path("/proc/self/status").read_text().splitlines())}
+        left = []
+        for limit, field in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+            soft = resource.getrlimit(limit)[0]
+            if soft != resource.RLIM_INFINITY and field in status:
+                left.append(max(0, soft - int(status[field].split()[0]) * 1024))
+        return min(left) if left else None
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
+
+
 def available_bytes(device) -> Optional[int]:
     """Bytes a case may still take on ``device`` (None: unknown, the guard is off)."""
     try:
@@ -56,7 +78,7 @@ def available_bytes(device) -> Optional[int]:
             return torch.cuda.mem_get_info(device)[0]
     except (RuntimeError, ValueError):
         return None
-    known = [b for b in (_meminfo_available(), _cgroup_left()) if b is not None]
+    known = [b for b in (_meminfo_available(), _cgroup_left(), _rlimits_left()) if b is not None]
     return min(known) if known else None
 
 

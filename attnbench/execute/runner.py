@@ -328,6 +328,8 @@ class Runner:
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
         """One timing pass (a round); its samples add to the row's."""
         check = live.graph_check if not live.graph_checked else None  # once per row
+        if live.last is not None and live.last.method == "cpu-process":  # its threads worked: every round alike
+            cfg = replace(cfg, cpu_clock="process")
         live.last = time_run(lambda: live.be.run(live.plan), live.batch.device, cfg, live.capturable, check)
         live.graph_checked = live.graph_checked or live.last.method == "cuda-graph"
         live.graph_problem = live.graph_problem or live.last.graph_problem

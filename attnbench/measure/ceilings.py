@@ -224,6 +224,25 @@ def remeasure(device: torch.device, dtypes: list[str], threads: Optional[int] = 
     return before, _from_entry(_save(path, key, entry, replace=True))
 
 
+def kept_matmul_rate(device: str, dtype: str) -> tuple[Optional[float], list[str]]:
+    """The matmul rate (TFLOP/s) kept for ``dtype`` on the device named ``device`` (the last
+    entry of that name), and a note per kept value that is not a rate (a string, a NaN, a
+    damaged entry): those are ignored, never divided by."""
+    cache, notes, rate = _load(cache_path()), [], None
+    for key, entry in cache.items():
+        if not isinstance(entry, dict) or entry.get("device_name") != device:
+            continue
+        raw = entry.get("matmul_tflops")
+        value = raw.get(dtype) if isinstance(raw, dict) else None
+        if value is None and not (raw is None or isinstance(raw, dict)):
+            notes.append(f"ceilings.json: matmul_tflops {str(raw)[:20]!r} is not a mapping of dtype to TFLOP/s: ignored")
+        elif value is not None and not _rate(value):
+            notes.append(f"ceilings.json: {dtype} matmul rate {str(value)[:20]!r} is not a number > 0: ignored")
+        elif value is not None:
+            rate = float(value)
+    return rate, notes
+
+
 def kept_ceilings() -> dict[str, Ceilings]:
     """Every kept entry of the cache file (any device, torch and method), by key."""
     out = {}

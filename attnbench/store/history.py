@@ -14,6 +14,7 @@ that is not such a database (damaged, another program's) raises HistoryError nam
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import sqlite3
@@ -86,9 +87,45 @@ class Point:
     row: Row
 
 
+# SQLite's primary result codes (``sqlite3.Error.sqlite_errorcode & 0xff``) that say what happened
+_PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 3, 5, 6, 8, 10, 11, 13, 14, 26
+
+
 def _damaged(db: Path, e: Exception) -> HistoryError:
-    return HistoryError(f"{db}: not a usable attnbench history database ({e}); move it aside and "
-                        "start a new one, or pass another --db PATH")
+    """The error for what SQLite said: only a file that is damaged or not a database is to be moved
+    aside; a read-only file system, a full disk, a lock or a path SQLite cannot open leave a good
+    history that the fix (space, permissions, another path) makes usable again."""
+    code = getattr(e, "sqlite_errorcode", None)
+    code = code & 0xFF if isinstance(code, int) else None
+    text = str(e).lower()
+    if code == _READONLY or "readonly" in text or "read-only" in text:
+        return HistoryError(f"{db}: cannot write there ({e}: a read-only file system or file); the history in it is "
+                            "unchanged: make it writable, or pass another --db PATH")
+    if code == _FULL or "disk is full" in text:
+        return HistoryError(f"{db}: the disk is full ({e}); nothing was stored and the history is unchanged: "
+                            "free some space and run it again")
+    if code == _IOERR or "disk i/o error" in text:
+        return HistoryError(f"{db}: a read or write failed ({e}: a full disk, a file-size limit (ulimit -f) or a "
+                            "failing device); nothing was stored and the history is unchanged: fix that and run it again")
+    if code in (_BUSY, _LOCKED) or "locked" in text:
+        return HistoryError(f"{db}: another process held the database for {BUSY_TIMEOUT_S:g} s ({e}); "
+                            "the history is unchanged: run it again when that process is done")
+    if code in (_CANTOPEN, _PERM) or "unable to open" in text:
+        what = "a folder" if db.is_dir() else "no file SQLite can open (its folder missing or not writable?)"
+        return HistoryError(f"{db}: {what} ({e}); pass the database's file with --db PATH")
+    return HistoryError(f"{db}: not a usable attnbench history database ({e}): damaged, or not a database; move "
+                        "it aside and start a new one, or pass another --db PATH")
+
+
+def _foreign(con: sqlite3.Connection, db: Path) -> None:
+    """HistoryError when ``db`` is another program's SQLite database (tables, but no attnbench
+    ``meta`` table): attnbench never adds its tables to it."""
+    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                                        "'sqlite_%' ORDER BY name").fetchall()]
+    if tables and "meta" not in tables:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise HistoryError(f"{db}: an SQLite database of another program (tables: {shown}), not an attnbench "
+                           "history; it was not changed: pass a file of its own with --db PATH")
 
 
 @contextmanager
@@ -96,10 +133,15 @@ def connect(db: Path, write: bool) -> Iterator[sqlite3.Connection]:
     """An open database; with ``write`` one IMMEDIATE transaction (committed at the end,
     rolled back on an exception), the schema created when the file is new."""
     db = Path(db)
+    if not write and db.is_dir():
+        raise HistoryError(f"{db}: a folder, not a history database; pass the database's file with --db PATH")
     if not write and not db.is_file():
         raise HistoryError(f"{db}: no history database there (make one with attnbench history add RUN --db {db})")
     if write:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise HistoryError(f"{db}: cannot make its folder ({e.strerror or e}); pass another --db PATH") from None
     try:
         con = sqlite3.connect(str(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as e:
@@ -109,6 +151,7 @@ def connect(db: Path, write: bool) -> Iterator[sqlite3.Connection]:
         con.execute("PRAGMA foreign_keys = ON")
         if write:
             con.execute("BEGIN IMMEDIATE")
+            _foreign(con, db)
             _create(con)
         _check_schema(con, db)
         yield con
@@ -180,19 +223,34 @@ def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commi
         return run_id, True
 
 
+def when(text: Optional[str]) -> Optional[_dt.datetime]:
+    """An ISO time as an aware datetime (one without an offset is UTC, as attnbench writes them);
+    None when it does not parse."""
+    try:
+        t = _dt.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
 def points(db: Path, since: Optional[str] = None) -> list[Point]:
-    """Every stored row (of runs started on or after ``since``, an ISO date), oldest run first."""
+    """Every stored row (of runs started on or after ``since``, an ISO date or time, compared as
+    times: ``2026-11-27T14:00+02:00`` is 12:00 UTC), oldest run first."""
+    after = when(since) if since else None
+    if since and after is None:
+        raise HistoryError(f"since {since!r}: not an ISO date or time")
     with connect(db, write=False) as con:
         q = ("SELECT r.id, r.started, r.git_commit, r.device, r.scenario, r.scenario_sha256, r.run_path, p.row, "
              "r.fingerprint, " + ("r.overrides " if _has_overrides(con) else "NULL ") +
              "FROM points p JOIN runs r ON r.id = p.run_id")
-        args: tuple = ()
-        if since:
-            q += " WHERE r.started >= ?"
-            args = (since,)
-        got = con.execute(q + " ORDER BY r.started, r.id", args).fetchall()
+        got = con.execute(q + " ORDER BY r.id").fetchall()
+    never = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    got.sort(key=lambda g: (when(g[1]) or never, g[0]))  # by time, not by text: start times may carry offsets
     out, runs = [], {}
     for rid, started, commit, device, scen, sha, path, row, fp, sets in got:
+        t = when(started)
+        if after is not None and (t is None or t < after):
+            continue  # started before --since (or a start time that is no time: it cannot be placed)
         if rid not in runs:
             runs[rid] = StoredRun(rid, started, commit, device, scen, sha, path, _stored_fingerprint(fp),
                                   _stored_overrides(sets))

@@ -14,12 +14,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from attnbench.workload import mla
 from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request,
-                                     check_kv_dtype)
+                                     check_kv_dtype, softcap_problem)
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
-from attnbench.workload.dotted import parse_override, read_mapping, set_path
+from attnbench.workload.dotted import parse_override, read_file, read_mapping, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
@@ -68,8 +68,8 @@ class ModelShape(_Strict):
                 f"window must be >= 1 (got {self.window}): a window of W keys lets a query at position p see keys"
                 " at positions > p - W; leave `window` out for full attention"
             )
-        if self.softcap is not None and not self.softcap > 0:
-            raise ValueError(f"softcap must be > 0 (got {self.softcap}), e.g. softcap: 50; leave it out for no soft-capping")
+        if self.softcap is not None and softcap_problem(self.softcap):
+            raise ValueError(f"{softcap_problem(self.softcap)}; leave it out for no soft-capping")
         return self
 
 
@@ -331,7 +331,7 @@ def load(path: str | Path, overrides: Optional[list[str]] = None) -> ScenarioFil
             f"{path}: no such scenario file or built-in scenario (built-in: {hint}, ...; `attnbench scenarios` lists them)"
         )
     try:
-        text = p.read_text()
+        text = read_file(p, str(path), MAX_TEXT_BYTES)
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{path}: cannot read: {e}") from None
     return load_text(text, str(path), overrides)

@@ -44,6 +44,23 @@ def check_kv_dtype(model_dtype: str, d: Optional[str]) -> None:
         )
 
 
+#: the range of a soft-cap: float32's normal numbers. Kernels compute ``c * tanh(s / c)`` in float32
+#: (the scores are float32 in every library, and in SDPA's eager path and Flex here), so a cap
+#: float32 cannot hold turns every score into NaN (``s / inf * inf``), whatever the model dtype.
+SOFTCAP_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)
+
+
+def softcap_problem(c: float) -> Optional[str]:
+    """Why ``c`` cannot be a soft-cap, or None (docs/semantics.md, "Scores, in this order")."""
+    lo, hi = SOFTCAP_RANGE
+    if not c > 0:
+        return f"softcap must be > 0 (got {c}), e.g. softcap: 50"
+    if not lo <= c <= hi:
+        return (f"softcap {c:g} is outside float32's range ({lo:.3g} to {hi:.3g}), in which kernels compute the cap "
+                f"c * tanh(s / c): every score would be NaN; give a cap in that range, e.g. softcap: 50")
+    return None
+
+
 @dataclass(frozen=True)
 class Request:
     """One request of a batch. ``query`` new tokens attend to ``context`` cached ones.
@@ -109,8 +126,8 @@ class BatchSpec:
     def _check_variants(self) -> None:
         if self.window is not None and self.window < 1:
             raise ValueError(f"window must be >= 1 (got {self.window}); None means no window")
-        if self.softcap is not None and not self.softcap > 0:
-            raise ValueError(f"softcap must be > 0 (got {self.softcap}); None means no soft-capping")
+        if self.softcap is not None and softcap_problem(self.softcap):
+            raise ValueError(f"{softcap_problem(self.softcap)}; None means no soft-capping")
         if self.kv_dtype is not None and self.kv_dtype not in FP8_DTYPES:
             raise ValueError(f"kv_dtype must be None (the model dtype) or one of {', '.join(FP8_DTYPES)}, got {self.kv_dtype!r}")
         if self.kv_dtype is not None and self.dtype == "float32":

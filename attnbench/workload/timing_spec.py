@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 FLUSH_MODES = ("read", "write", "write+read")  # how the L2 is emptied (measure.timing.L2Flusher)
-CPU_CLOCK_NAMES = ("wall", "thread")  # measure.timing.time_cpu
+CPU_CLOCK_NAMES = ("wall", "thread", "process")  # measure.timing.time_cpu
 
 
 @dataclass(kw_only=True)  # keywords only: a field added in the middle must not shift callers' values
@@ -25,7 +25,7 @@ class TimingConfig:
     cold_l2: bool = True  # flush the GPU's L2 before every timed call
     cuda_graphs: bool = True  # time CUDA-graph replays where the backend allows
     flush: str = "read"  # how the L2 is emptied before each timed call (one of FLUSH_MODES)
-    cpu_clock: str = "wall"  # CPU rows: "wall" or "thread" (the runner picks it from --threads)
+    cpu_clock: str = "wall"  # CPU rows: "wall", "thread" or "process" (the runner picks it from --threads)
     rounds: int = 1  # the runner splits the budgets into rounds taken in turn by a case's backends
 
 

@@ -25,12 +25,14 @@ shapes beyond ``max_cases`` are left out and counted.
 """
 from __future__ import annotations
 
+import codecs
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import yaml
 
 Group = tuple[str, int, int, str]  # kind, query, context, the tree's YAML ("" unless a tree)
 Shape = tuple[tuple[Group, int], ...]  # (group, count), sorted
@@ -81,7 +83,7 @@ def request_group(req, where: str, round_context: int) -> Group:
     q = _int_field(req, "query_len", where, 1)
     ctx = _int_field(req, "context_len", where, 0)
     spec = _int_field(req, "spec_tokens", where, 0, 0)
-    ctx = int(math.ceil(ctx / round_context) * round_context) if round_context > 1 else ctx
+    ctx = -(-ctx // round_context) * round_context  # integers only: a huge context cannot overflow a float
     tree = _tree_text(req, q, spec, where)
     if tree:
         return ("tree", q, ctx, tree)
@@ -97,21 +99,36 @@ def step_shape(obj, where: str, round_context: int) -> Shape:
     return tuple(sorted(groups.items(), key=lambda gc: (order[gc[0][0]], gc[0][1:])))
 
 
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                         "save the trace as UTF-8") from None
+
+
+def _parse(line: str, where: str):
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply to be a step (a step is an object with a list "
+                         "`requests` of objects)") from None
+    except ValueError as e:
+        raise TraceError(f"{where}: not JSON ({e})") from None
+
+
 def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Imported:
     """Every step of a trace file, grouped into distinct shapes."""
     if round_context < 1 or max_cases < 1:
         raise TraceError("--round-context and --max-cases must be at least 1")
     counts: Counter = Counter()
     first_seen: dict[Shape, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = _decode(raw[3:] if n == 1 and raw.startswith(codecs.BOM_UTF8) else raw, f"{path}:{n}")
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise TraceError(f"{path}:{n}: not JSON ({e})") from None
-            shape = step_shape(obj, f"{path}:{n}", round_context)
+            shape = step_shape(_parse(line, f"{path}:{n}"), f"{path}:{n}", round_context)
             counts[shape] += 1
             first_seen.setdefault(shape, n)
     if not counts:
@@ -121,13 +138,14 @@ def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Impor
     return Imported(kept, sum(counts.values()), sum(c for _, c in ranked[max_cases:]))
 
 
-def group_yaml(g: Group, count: int) -> str:
+def group_fields(g: Group, count: int) -> dict:
+    """One group of a step as the scenario's batch entry (the tree as data, read back from its text)."""
     kind, q, ctx, tree = g
     if kind == "decode":
-        return f"{{kind: decode, count: {count}, context: {ctx}}}"
+        return {"kind": "decode", "count": count, "context": ctx}
     if kind == "prefill":
-        return f"{{kind: prefill, count: {count}, query: {q}, context: {ctx}}}"
-    return f"{{kind: tree, count: {count}, context: {ctx}, tree: {tree}}}"
+        return {"kind": "prefill", "count": count, "query": q, "context": ctx}
+    return {"kind": "tree", "count": count, "context": ctx, "tree": yaml.safe_load(tree)}
 
 
 def describe(shape: Shape) -> str:
@@ -138,24 +156,60 @@ def describe(shape: Shape) -> str:
     return " + ".join(parts)
 
 
+class _Dumper(yaml.SafeDumper):
+    """Strings holding a line break or anything unprintable are written double-quoted, escaped
+    (one line, never a multi-line scalar a reader could take for several keys)."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str):
+    style = '"' if not (value.isascii() and value.isprintable()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _flow(value) -> str:
+    """One value as YAML on one line, through the serializer: a name like ``yes``, ``123`` or
+    ``2026-01-01`` comes back quoted (a string), a newline as an escape."""
+    text = yaml.dump([value], Dumper=_Dumper, default_flow_style=True, width=float("inf"), sort_keys=False)
+    return text.strip()[1:-1]  # the one-item list's brackets off: the value, never an open-ended scalar
+
+
+def _comment(text: str) -> str:
+    """Text for a comment line: every line break and non-ASCII character escaped (YAML also ends a
+    line at U+0085, U+2028 and U+2029), so nothing after it is read as YAML."""
+    return json.dumps(text, ensure_ascii=True)[1:-1]
+
+
+def scenario_doc(imp: Imported, source: str, name: str, model: dict, page_size: int) -> dict:
+    """The scenario as data: one case per shape (``sweep.batch``), its steps in ``weights.batch``."""
+    batches = [[group_fields(g, c) for g, c in shape] for shape, _ in imp.shapes]
+    return {"name": name, "description": f"batches replayed from {Path(source).name} ({imp.steps} steps)",
+            "seed": 0, "device": "auto", "model": dict(model),
+            "kv_cache": {"page_size": page_size, "layout": "shuffled"},
+            "batch": batches[0], "sweep": {"batch": batches}, "weights": {"batch": [steps for _, steps in imp.shapes]},
+            "timing": {"warmup_ms": 5, "measure_ms": 40}}
+
+
 def scenario_yaml(imp: Imported, source: str, name: str, model: dict, page_size: int, round_context: int) -> str:
-    """The scenario text: one case per shape (``sweep.batch``), counts in comments."""
-    model_text = ", ".join(f"{k}: {v}" for k, v in model.items())
-    lines = [f"# Imported by `attnbench import` from {source}: {imp.steps} steps, {len(imp.shapes)} distinct "
-             f"shape(s) kept" + (f", {imp.dropped_steps} step(s) of rarer shapes left out" if imp.dropped_steps else "")
+    """The scenario text: one case per shape (``sweep.batch``), counts in comments and in
+    ``weights.batch``. Every value is written by the YAML serializer (never formatted into the
+    text), and the text is read back and compared with the data it was made from: a path, name,
+    dtype or tree can add no key."""
+    doc = scenario_doc(imp, source, name, model, page_size)
+    lines = [f"# Imported by `attnbench import` from {_comment(source)}: {imp.steps} steps, {len(imp.shapes)} "
+             f"distinct shape(s) kept" + (f", {imp.dropped_steps} step(s) of rarer shapes left out" if imp.dropped_steps else "")
              + (f"; contexts rounded up to a multiple of {round_context}" if round_context > 1 else "") + ".",
-             "# One case per shape (a value of sweep.batch), most frequent first; each says how many steps had it.",
-             f"name: {name}",
-             f"description: batches replayed from {Path(source).name} ({imp.steps} steps)",
-             "seed: 0", "device: auto", f"model: {{{model_text}}}",
-             f"kv_cache: {{page_size: {page_size}, layout: shuffled}}",
-             "batch: " + "[" + ", ".join(group_yaml(g, c) for g, c in imp.shapes[0][0]) + "]",
-             "sweep:", "  batch:"]
-    for i, (shape, steps) in enumerate(imp.shapes):
+             "# One case per shape (a value of sweep.batch), most frequent first; each says how many steps had it."]
+    lines += [f"{key}: {_flow(doc[key])}" for key in ("name", "description", "seed", "device", "model", "kv_cache", "batch")]
+    lines += ["sweep:", "  batch:"]
+    for i, ((shape, steps), batch) in enumerate(zip(imp.shapes, doc["sweep"]["batch"])):
         lines.append(f"    # shape {i}: {steps} of {imp.steps} steps: {describe(shape)}")
-        lines.append("    - [" + ", ".join(group_yaml(g, c) for g, c in shape) + "]")
-    lines.append("# attnbench decide: the steps each shape stands for, one per value of sweep.batch")
-    lines.append("weights:")
-    lines.append("  batch: [" + ", ".join(str(steps) for _, steps in imp.shapes) + "]")
-    lines.append("timing: {warmup_ms: 5, measure_ms: 40}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"    - {_flow(batch)}")
+    lines += ["# attnbench decide: the steps each shape stands for, one per value of sweep.batch", "weights:",
+              f"  batch: {_flow(doc['weights']['batch'])}", f"timing: {_flow(doc['timing'])}"]
+    text = "\n".join(lines) + "\n"
+    if yaml.safe_load(text) != doc:  # a guard, not a path users reach: the serializer wrote every value
+        raise AssertionError("attnbench import: the scenario text does not read back as the data it was made from")
+    return text

@@ -14,6 +14,11 @@ if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     except ImportError:
         pass
 
+# pytest-xdist's workers start with COLUMNS=80 (a serial run has none): drop it so that every
+# command a test runs sizes its tables as in the README's serial test command and in CI (160 where
+# not a terminal); a test that wants a width passes COLUMNS itself.
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("COLUMNS") == "80":
+    del os.environ["COLUMNS"]
 os.environ.setdefault("ATTNBENCH_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "attnbench"))
 
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402

@@ -59,7 +59,9 @@ def causal_flags(batch: Batch) -> np.ndarray:
     return batch.host.causal
 
 
-def features(batch: Batch, positions: Optional[np.ndarray]) -> Features:
+def features(batch: Batch, positions: Optional[torch.Tensor]) -> Features:
+    """The launch's variant inputs; ``positions``: the tokens' int32 positions already on the
+    batch's device (the plan uploads them with its other tables), or None."""
     softcap = getattr(batch, "softcap", None)
     sinks = getattr(batch, "sinks", None)
     slopes = getattr(batch, "alibi_slopes", None)
@@ -73,7 +75,7 @@ def features(batch: Batch, positions: Optional[np.ndarray]) -> Features:
         cap=float(softcap) * LOG2E if softcap else 0.0,
         sinks=f32(sinks), slopes=f32(slopes),
         k_scale=f32(k_scale), v_scale=f32(getattr(batch, "v_scale", None)) if k_scale is not None else None,
-        positions=None if positions is None else torch.from_numpy(positions.astype(np.int32)).to(batch.device),
+        positions=positions,
         bidir=not causal_flags(batch).all(),
     )
 

@@ -117,7 +117,8 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
     # long: enough keys per row block that 3 programs per SM pay (below, rounds 6-7)
     window = tf.window_of(batch) or math.inf  # a window bounds the keys a row block reads
-    keys = max((min(r.kv_len, window + r.query) for r in batch.requests), default=0)
+    h = batch.host
+    keys = int(np.minimum(h.kv_lens, window + h.query_lens).max(initial=0))
     long = wide or d != 128 or keys >= LONG_KEYS
     if block_m is None and bm == 128 and long and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
         # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256;
@@ -149,68 +150,64 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
 
 def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
     """``[N, W]`` int64 ancestor bitmasks per query token (zeros for non-tree tokens), on the
-    batch's device, and whether the batch has a tree."""
+    batch's device, and whether the batch has a tree (``host_tree_words`` copied over)."""
+    words, has_tree = host_tree_words(batch)
+    return torch.from_numpy(words).to(batch.device), has_tree
+
+
+def host_tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
+    """``[max(N, 1), W]`` int64 ancestor bitmasks per query token, on the host (numpy), and
+    whether the batch has a tree. Static trees' words are packed once per topology (cached);
+    dynamic trees' are rebuilt from the parent arrays in every call (``ancestor_words``).
+    Built on the host and uploaded with the plan's other tables in one copy: on a GPU the
+    old device build (a gather and ~8 small kernels per pointer-doubling step) cost more host
+    time in launches than the whole numpy build (issue 33)."""
     t = batch.trees
-    dev = batch.device
     w = max(1, math.ceil(t.tmax / 64))
-    n = max(1, batch.num_tokens)
+    out = np.zeros((max(1, batch.num_tokens), w), dtype=np.int64)
     if not t.tmax:
-        return torch.zeros(n, w, dtype=torch.int64, device=dev), False
+        return out, False
     if t.dynamic:  # rebuilt each plan, straight as words
-        table = _with_zero_row(ancestor_words(t.parents, w, t.max_depth))
+        table = ancestor_words(t.parents_host, w, t.max_depth).reshape(-1, w)
         row_of_tree = np.arange(len(t.reqs)) * t.tmax
     else:  # static: packed once per topology
-        table = _packed_topologies(t.topologies, t.tmax, str(dev))
+        table = _packed_topologies(t.topologies, t.tmax)
         row_of_tree = t.topology_id * t.tmax
-    src = np.full(n, table.shape[0] - 1, dtype=np.int64)  # the zero row
     first = np.cumsum(t.sizes) - t.sizes
     node = np.arange(int(t.sizes.sum())) - np.repeat(first, t.sizes)
-    src[token_ids(batch, t.reqs)] = np.repeat(row_of_tree, t.sizes) + node
-    return table[torch.from_numpy(src).to(dev)], True
+    out[token_ids(batch, t.reqs)] = table[np.repeat(row_of_tree, t.sizes) + node]
+    return out, True
 
 
-def ancestor_words(parents: torch.Tensor, words: int, max_depth: int) -> torch.Tensor:
+def ancestor_words(parents: np.ndarray, words: int, max_depth: int) -> np.ndarray:
     """``[Bt, T]`` parent arrays -> ``[Bt, T, words]`` int64 ancestor bitmasks, by pointer
-    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), on the
-    parents' device. Padding nodes (parent -1) point at the root: their rows are never read."""
+    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), in
+    numpy. Padding nodes (parent -1) point at the root: their rows are never read."""
     bt, t = parents.shape
-    dev = parents.device
-    node = torch.arange(t, device=dev)
-    bits = _bit_weights(str(dev))
-    own = bits[node % 64][:, None] if words == 1 else torch.where(
-        torch.arange(words, device=dev) == (node // 64)[:, None], bits[node % 64][:, None], 0)
-    acc = own.expand(bt, t, words).clone()
-    up = parents.long().clamp(min=0)  # the root is its own parent
-    rows = torch.arange(bt, device=dev)[:, None]
+    node = np.arange(t)
+    own = np.zeros((t, words), dtype=np.uint64)
+    own[node, node // 64] = np.left_shift(np.uint64(1), (node % 64).astype(np.uint64))
+    acc = np.broadcast_to(own, (bt, t, words)).copy()
+    up = np.maximum(parents.astype(np.int64), 0)  # the root is its own parent
+    rows = np.arange(bt)[:, None]
     for _ in range(max_depth.bit_length()):  # 2^steps > the deepest depth
         acc |= acc[rows, up]
         up = up[rows, up]
-    return acc
-
-
-def pack_bits(mask: torch.Tensor, words: int) -> torch.Tensor:
-    """``[..., T, T]`` bool -> ``[..., T, words]`` int64: bit k of word w is column 64 w + k."""
-    pad = words * 64 - mask.shape[-1]
-    m = torch.nn.functional.pad(mask, (0, pad)).view(*mask.shape[:-1], words, 64)
-    return (m.long() * _bit_weights(str(mask.device))).sum(-1)
-
-
-@functools.lru_cache(maxsize=8)
-def _bit_weights(device: str) -> torch.Tensor:
-    # bit 63 is the sign bit: its weight is -2**63, and sums of distinct bits never carry
-    return torch.tensor([1 << k for k in range(63)] + [-(1 << 63)], dtype=torch.int64, device=device)
-
-
-def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
-    """``[K, T, W]`` -> ``[K * T + 1, W]``: the rows, then one all-zero row."""
-    flat = packed.reshape(-1, packed.shape[-1])
-    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])])
+    return acc.view(np.int64)
 
 
 @functools.lru_cache(maxsize=64)
-def _packed_topologies(topologies: tuple, tmax: int, device: str) -> torch.Tensor:
-    """The packed words of static topologies plus a zero row, once per (topologies, size, device)."""
-    return _with_zero_row(pack_bits(topology_masks(topologies, tmax, device), max(1, math.ceil(tmax / 64))))
+def _packed_topologies(topologies: tuple, tmax: int) -> np.ndarray:
+    """``[K * tmax, W]`` int64 (read-only): the packed words of static topologies, once per
+    (topologies, size), from the ancestor masks every backend shares (``topology_masks``).
+    Bit k of word w is node 64 w + k (little-endian bytes: ``packbits``' little bit order)."""
+    w = max(1, math.ceil(tmax / 64))
+    masks = topology_masks(topologies, tmax, "cpu").numpy()
+    bits = np.zeros(masks.shape[:2] + (w * 64,), dtype=bool)
+    bits[..., : masks.shape[-1]] = masks
+    table = np.packbits(bits, axis=-1, bitorder="little").view("<i8").reshape(-1, w).astype(np.int64)
+    table.flags.writeable = False
+    return table
 
 
 def num_sms(device: torch.device) -> int:
@@ -252,17 +249,15 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * ctas_per_sm(cfg, head_dim)
     longest = int(t.max()) if len(t) else 1
-    best = None
-    for n in range(1, MAX_SPLITS + 1):
-        chunk = -(-longest // n)
-        span = chunk + PROGRAM_TILES
-        work = hkv * int((t + PROGRAM_TILES * -(-t // chunk)).sum())
-        score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
-        if best is None or score < best[0]:
-            best = (score, chunk)
-        if chunk <= MIN_CHUNK_TILES:
-            break
-    return np.maximum(1, -(-t // best[1]))
+    n = np.arange(1, MAX_SPLITS + 1)  # every candidate at once, as the loop over n did one by one
+    chunk = -(-longest // n)
+    last = np.flatnonzero(chunk <= MIN_CHUNK_TILES)  # the loop stopped after the first such chunk
+    if len(last):
+        n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
+    span = chunk + PROGRAM_TILES
+    work = hkv * (int(t.sum()) + PROGRAM_TILES * (-(-t[None, :] // chunk[:, None])).sum(axis=1))
+    score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
+    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
 
 
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None,

@@ -251,3 +251,18 @@ def mla_tree_words(batch) -> tuple[torch.Tensor, bool]:
     return torch.from_numpy(anc), True
 
 
+
+
+def tree_inputs_fields(spec):
+    """(parents, max_depth, topology ids) as workload.batch.tree_inputs built them: a loop over
+    tree requests and a Python step per node of each topology."""
+    from attnbench.workload.trees import depths
+
+    reqs = [i for i, r in enumerate(spec.requests) if r.tree_parents is not None]
+    index: dict = {}
+    ids = [index.setdefault(spec.requests[i].tree_parents, len(index)) for i in reqs]
+    sizes = [spec.requests[i].query for i in reqs]
+    parents = np.full((len(reqs), max(max(sizes, default=0), 1)), -1, dtype=np.int32)
+    for b, i in enumerate(reqs):
+        parents[b, : sizes[b]] = spec.requests[i].tree_parents
+    return parents, max((max(depths(p)) for p in index), default=0), np.array(ids, dtype=np.int64)

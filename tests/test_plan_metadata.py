@@ -187,6 +187,17 @@ def test_plan_tables_equal_the_old_plan(monkeypatch, seed, dynamic, window):
                 assert t.is_contiguous() and t.data_ptr() % 16 == 0  # as the separate copies were
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_tree_inputs_equal_the_per_request_construction(seed):
+    """A step's tree inputs (parents, deepest depth, topology ids) equal the per-request and
+    per-node loops they replaced (issue 33), for trees deep and shallow, repeated and not."""
+    b = random_batch(seed, dynamic=seed % 2 == 1)
+    t = b.trees
+    parents, max_depth, ids = old.tree_inputs_fields(b.spec)
+    assert np.array_equal(t.parents_host, parents) and t.parents_host.dtype == np.int32
+    assert t.max_depth == max_depth and np.array_equal(t.topology_id, ids)
+
+
 def test_upload_keeps_dtypes_shapes_and_alignment():
     a = np.arange(7, dtype=np.int32).reshape(7, 1)
     b = np.array([[-(1 << 63), (1 << 62) + 3]], dtype=np.int64)

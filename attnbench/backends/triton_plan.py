@@ -86,6 +86,7 @@ UNIT_COLUMNS = (
     "win_lo",  # sliding window: the first key slot any row sees (slots below it are never read)
 )
 UNIT_COLS = 16
+COL = {name: i for i, name in enumerate(UNIT_COLUMNS)}
 
 
 def next_pow2(x: int) -> int:
@@ -187,13 +188,13 @@ def ancestor_words(parents: np.ndarray, words: int, max_depth: int) -> np.ndarra
     node = np.arange(t)
     own = np.zeros((t, words), dtype=np.uint64)
     own[node, node // 64] = np.left_shift(np.uint64(1), (node % 64).astype(np.uint64))
-    acc = np.broadcast_to(own, (bt, t, words)).copy()
-    up = np.maximum(parents.astype(np.int64), 0)  # the root is its own parent
-    rows = np.arange(bt)[:, None]
+    acc = np.tile(own, (bt, 1))  # [bt * t, words]: flat rows, so each step is one take
+    # each node's parent as a flat row (the root is its own parent)
+    up = (np.maximum(parents.astype(np.int64), 0) + (np.arange(bt) * t)[:, None]).reshape(-1)
     for _ in range(max_depth.bit_length()):  # 2^steps > the deepest depth
-        acc |= acc[rows, up]
-        up = up[rows, up]
-    return acc.view(np.int64)
+        acc |= acc[up]
+        up = up[up]
+    return acc.view(np.int64).reshape(bt, t, words)
 
 
 @functools.lru_cache(maxsize=64)
@@ -292,25 +293,29 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     split = nsplit > 1
     rows = np.where(split, np.cumsum(qc * split) - qc * split, -1)  # first partial row
     cnt = qc[split]
-    merge = np.stack([np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
-                      np.repeat(nsplit[split], cnt)], axis=1)
+    merge = np.zeros((0, 2), np.int32) if not len(cnt) else np.stack(
+        [np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
+         np.repeat(nsplit[split], cnt)], axis=1).astype(np.int32)
+    blocks = np.zeros((len(nsplit), UNIT_COLS), dtype=np.int32)  # each row block's columns, gathered below
+    for name, values in (("req", req), ("q_start", qs), ("q_count", qc), ("ctx", ctx), ("kv_lo", lo),
+                         ("kv_hi", np.minimum(kv_end, lo + per * bn)), ("prow", rows), ("tree", tree),
+                         ("full_end", np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))), ("q0", q0),
+                         ("nsplit", nsplit), ("block", np.arange(len(nsplit))), ("full_lo", full_lo),
+                         ("bidir", bidir), ("win_lo", win_lo)):  # once per column, not per unit
+        blocks[:, COL[name]] = values
+    if not len(cnt):  # no split: one unit per row block, in the blocks' (request) order
+        return torch.from_numpy(blocks), torch.from_numpy(merge), 1, len(nsplit)
     # one unit per (row block, split), ordered request, split, row block (row blocks of one
     # request reading the same keys run side by side)
     k = np.repeat(np.arange(len(nsplit)), nsplit)
     sp = np.arange(len(k)) - np.repeat(np.cumsum(nsplit) - nsplit, nsplit)
     order = np.lexsort((k, sp, req[k]))
     k, sp = k[order], sp[order]
-    cols = {
-        "req": req[k], "q_start": qs[k], "q_count": qc[k], "ctx": ctx[k],
-        "kv_lo": lo[k] + sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn),
-        "full_end": np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))[k], "split": sp, "prow": rows[k],
-        "tree": tree[k], "q0": q0[k], "nsplit": nsplit[k], "block": k, "full_lo": full_lo[k], "bidir": bidir[k],
-        "win_lo": win_lo[k],
-    }
-    units = np.zeros((len(k), UNIT_COLS), dtype=np.int32)
-    for name, values in cols.items():  # once per column, not per unit
-        units[:, UNIT_COLUMNS.index(name)] = values
-    return torch.from_numpy(units), torch.from_numpy(merge.astype(np.int32)), int(nsplit.max()), len(nsplit)
+    units = blocks[k]
+    units[:, COL["split"]] = sp
+    units[:, COL["kv_lo"]] = lo[k] + sp * per[k] * bn
+    units[:, COL["kv_hi"]] = np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn)
+    return torch.from_numpy(units), torch.from_numpy(merge), int(nsplit.max()), len(nsplit)
 
 
 def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], qc: np.ndarray,

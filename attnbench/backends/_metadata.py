@@ -208,5 +208,6 @@ def upload(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
         buf[o: o + n] = np.ascontiguousarray(a).reshape(-1).view(np.int32)
         o += p
     # one op cuts every table and its padding out of the device copy (a slice each costs more)
-    parts = torch.from_numpy(buf).to(device).split([m for n, p in zip(sizes, padded) for m in (n, p - n)])[::2]
+    cuts = [m for n, p in zip(sizes, padded) for m in (n, p - n)]
+    parts = torch.from_numpy(buf).to(device).split_with_sizes(cuts)[::2]
     return [(t if a.dtype == np.int32 else t.view(torch.int64)).view(a.shape) for t, a in zip(parts, arrays)]

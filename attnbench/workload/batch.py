@@ -279,7 +279,7 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
         reqs=np.array(reqs, dtype=np.int64),
         sizes=sizes,
         tmax=tmax,
-        max_depth=deepest(topo),
+        max_depth=deepest(topo) if reqs else 0,
         dynamic=any(spec.requests[i].tree_dynamic for i in reqs),
         topologies=tuple(index),
         topology_id=ids,

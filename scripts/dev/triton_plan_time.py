@@ -10,9 +10,9 @@ step per call (``Batch.new_step`` first), through attnbench's host timer
 (``measure.timing.time_host``), one thread. The split heuristic sees ``--sms`` SMs (an H100's
 132 by default, not the interpreter's 4), so the units are the GPU's. ``ops``: the torch
 operators one plan dispatches (on a GPU each is a kernel launch, an allocation or a copy of a
-few microseconds of host time that this CPU timing does not show in full); ``h2d``: of those,
-the copies from host memory to the batch's device (counted on a batch placed on the meta
-device, which runs every operator without data).
+few microseconds of host time that this CPU timing does not show; views are not counted);
+``h2d``: of those, the copies from host memory to the batch's device (counted on a batch placed
+on the meta device, which runs every operator without data).
 """
 from __future__ import annotations
 
@@ -68,22 +68,26 @@ def light_batch(spec, seed: int, device: str = "cpu"):
 
 
 class _Ops(TorchDispatchMode):
+    """Counts the device work of the operators dispatched: ``launches`` (an operator that is no
+    view: on a GPU a kernel, a memset or an allocation), ``h2d`` (of those, copies from host
+    memory to the device)."""
+
     def __init__(self):
         super().__init__()
-        self.ops, self.h2d = 0, 0
+        self.launches, self.h2d = 0, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.ops += 1
-        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
-            src = args[1] if func is torch.ops.aten.copy_.default else args[0]
-            dst_dev = args[0].device if func is torch.ops.aten.copy_.default else kwargs.get("device", src.device)
-            self.h2d += src.device.type == "cpu" and torch.device(dst_dev).type == "meta"
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if not any(r.alias_info is not None for r in func._schema.returns):  # views launch nothing
+            self.launches += 1
+            srcs = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "cpu"]
+            self.h2d += bool(srcs) and isinstance(out, torch.Tensor) and out.device.type == "meta"
+        return out
 
 
 def count_ops(spec, seed: int) -> tuple[int, int]:
-    """Torch operators and host-to-device copies of one plan, on a meta-device batch."""
+    """Device operators (no views) and host-to-device copies of one plan, on a meta-device batch."""
     try:
         batch = light_batch(spec, seed, "meta")
         be = TritonBackend()
@@ -91,7 +95,7 @@ def count_ops(spec, seed: int) -> tuple[int, int]:
         batch.new_step()
         with _Ops() as m:
             be.plan(batch)
-        return m.ops, m.h2d
+        return m.launches, m.h2d
     except Exception:  # an operator meta tensors cannot run (data-dependent): not counted
         return -1, -1
 

@@ -2,9 +2,10 @@
 for every case of the shipped scenarios (issue 33's last row: <= 200 us per step).
 
     PYTHONPATH=. python3 scripts/dev/triton_plan_time.py [SCENARIO.yaml ...] [--sms 132]
-        [--runs 50] [--skip cpu-sweep] [--profile CASE_SUBSTRING]
+        [--runs 50] [--skip cpu-sweep] [--profile CASE_SUBSTRING] [--device cuda] [--no-ops]
 
-Each case's batch is built on the CPU with uninitialized K/V caches (the plan reads only the
+Each case's batch is built on the CPU (``--device cuda``: on the GPU, where the plan pays its
+real host-to-device copies and allocations) with uninitialized K/V caches (the plan reads only the
 lengths, the tree inputs and the shapes), and the plan runs as the runner times it: one engine
 step per call (``Batch.new_step`` first), through attnbench's host timer
 (``measure.timing.time_host``), one thread. The split heuristic sees ``--sms`` SMs (an H100's
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import glob
 import pstats
 import statistics
@@ -33,7 +33,7 @@ from attnbench.backends import triton_plan as tp
 from attnbench.backends.triton_paged import TritonBackend
 from attnbench.measure.timing import time_host
 from attnbench.workload import batch as wb
-from attnbench.workload.mla import is_mla
+from attnbench.workload.mla import default_scale, is_mla
 from attnbench.workload.scenario import load
 from attnbench.workload.spec import FP8_DTYPES
 
@@ -42,29 +42,38 @@ SHIPPED = sorted(glob.glob(str(ROOT / "attnbench/scenarios/*.yaml"))) + sorted(
     glob.glob(str(ROOT / "attnbench/scenarios/gpu/*.yaml")))
 
 
-def _empty_caches(spec, table, gen, device):
-    """``_caches`` without drawing or touching the cache memory (the plan never reads it)."""
+def _empty_cache(spec, device):
+    """``(k_cache, v_cache, k_scale, v_scale)`` of the spec's shapes, dtype and order, never
+    drawn nor touched (the plan reads only the shapes, lengths and tree inputs)."""
     shape = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
     dt = getattr(torch, FP8_DTYPES[spec.kv_dtype][0]) if spec.fp8 else spec.torch_dtype
     scale = torch.ones(spec.num_kv_heads if spec.kv_scale == "per-head" else 1, device=device) if spec.fp8 else None
-    out = []
-    for _ in range(1 if is_mla(spec) else 2):
-        out.append((wb.to_order(torch.empty(shape, dtype=dt, device=device), spec.kv_order)[1], scale))
-    if is_mla(spec):
-        out.append((out[0][0][..., : spec.kv_lora_rank], out[0][1]))
-    return out
+    k = wb.to_order(torch.empty(shape, dtype=dt, device=device), spec.kv_order)[1]
+    if is_mla(spec):  # one latent cache, its first kv_lora_rank dims the values
+        return k, k[..., : spec.kv_lora_rank], scale, scale
+    return k, wb.to_order(torch.empty(shape, dtype=dt, device=device), spec.kv_order)[1], scale, scale
 
 
-def light_batch(spec, seed: int, device: str = "cpu"):
-    """The case's batch with uninitialized q and caches, on the CPU or (tensor fields moved) meta."""
-    with mock.patch.object(wb, "_caches", _empty_caches), \
-            mock.patch.object(wb, "_randn", lambda shape, g, dtype, dev: torch.empty(*shape, dtype=dtype, device=dev)):
-        batch = wb.materialize(spec, seed, "cpu")
-    if device == "cpu":
-        return batch
-    moved = {f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)
-             if isinstance(getattr(batch, f.name), torch.Tensor)}
-    return dataclasses.replace(batch, **moved)
+def light_batch(spec, seed: int, device: str = "cpu") -> wb.Batch:
+    """The case's batch (its page layout from the seed, as ``materialize`` draws it) with
+    uninitialized q and caches, on ``device`` (the meta device runs every operator without data)."""
+    pages = wb.page_assignment(spec, torch.Generator().manual_seed(seed))
+    table = torch.zeros(len(spec.requests), max(1, max(map(len, pages), default=1)), dtype=torch.int32)
+    for i, p in enumerate(pages):
+        table[i, : len(p)] = torch.tensor(p, dtype=torch.int32)
+    q = torch.tensor([r.query for r in spec.requests], dtype=torch.int32)
+    c = torch.tensor([r.context for r in spec.requests], dtype=torch.int32)
+    k, v, ks, vs = _empty_cache(spec, device)
+    starts = torch.cat([torch.zeros(1, dtype=torch.int32), q.cumsum(0).to(torch.int32)])
+    return wb.Batch(
+        spec=spec, q=torch.empty(spec.num_tokens, spec.num_q_heads, spec.head_dim, dtype=spec.torch_dtype, device=device),
+        k_cache=k, v_cache=v, k_scale=ks, v_scale=vs,
+        sinks=torch.zeros(spec.num_q_heads, device=device) if spec.sinks else None,
+        alibi_slopes=wb.alibi_slopes(spec.num_q_heads).to(device) if spec.alibi else None,
+        block_table=table.to(device), query_start_loc=starts.to(device),
+        query_lens=q.to(device), context_lens=c.to(device), kv_lens=(q + c).to(device),
+        scale=float(spec.scale if spec.scale is not None else default_scale(spec)),
+    )
 
 
 class _Ops(TorchDispatchMode):
@@ -118,7 +127,9 @@ def describe(batch) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenarios", nargs="*")
-    ap.add_argument("--sms", type=int, default=132, help="SMs the split heuristic plans for (H100: 132)")
+    ap.add_argument("--device", default="cpu", help="cpu (default), or cuda: the plan with its real copies")
+    ap.add_argument("--sms", type=int, default=None,
+                    help="SMs the split heuristic plans for (default: an H100's 132 on the CPU, the GPU's own on cuda)")
     ap.add_argument("--runs", type=int, default=50, help="timed plans per case (at most; 50 ms budget)")
     ap.add_argument("--skip", action="append", default=None, help="scenario names to leave out (default cpu-sweep)")
     ap.add_argument("--profile", default=None, help="cProfile the first case whose name holds this")
@@ -129,11 +140,12 @@ def main() -> None:
     be = TritonBackend()
     worst = []
     print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'ops':>5s} {'h2d':>4s}")
-    with mock.patch.object(tp, "num_sms", lambda dev: args.sms):
+    sms = args.sms or (132 if args.device == "cpu" else None)
+    with mock.patch.object(tp, "num_sms", (lambda dev: sms) if sms else tp.num_sms):
         for name, case in cases(args.scenarios or SHIPPED, skip):
             label = f"{name}/{case.case_id}"[:58]
             spec = case.scenario.batch_spec()
-            batch = light_batch(spec, case.scenario.seed)
+            batch = light_batch(spec, case.scenario.seed, args.device)
             step = lambda: (batch.new_step(), be.plan(batch))  # noqa: E731 (one engine step)
             if args.profile and args.profile in label:
                 args.profile = None

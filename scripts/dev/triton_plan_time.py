@@ -65,8 +65,9 @@ def light_batch(spec, seed: int, device: str = "cpu") -> wb.Batch:
     c = torch.tensor([r.context for r in spec.requests], dtype=torch.int32)
     k, v, ks, vs = _empty_cache(spec, device)
     starts = torch.cat([torch.zeros(1, dtype=torch.int32), q.cumsum(0).to(torch.int32)])
+    queries = torch.empty(spec.num_tokens, spec.num_q_heads, spec.head_dim, dtype=spec.torch_dtype, device=device)
     return wb.Batch(
-        spec=spec, q=torch.empty(spec.num_tokens, spec.num_q_heads, spec.head_dim, dtype=spec.torch_dtype, device=device),
+        spec=spec, q=queries,
         k_cache=k, v_cache=v, k_scale=ks, v_scale=vs,
         sinks=torch.zeros(spec.num_q_heads, device=device) if spec.sinks else None,
         alibi_slopes=wb.alibi_slopes(spec.num_q_heads).to(device) if spec.alibi else None,

@@ -1,9 +1,13 @@
 """Host-side plan of the Triton backend: tile sizes, work units, split-KV, tree bitmasks.
 
 Everything data-dependent happens here, by numpy array ops on the batch's host lengths
-(``batch.host``) and torch ops for the tree masks, with no Python loop over requests, row
-blocks or tree nodes, so that ``run`` is two kernel launches over preallocated tensors: no
-host sync, no allocation, capturable in a CUDA graph.
+(``batch.host``) and tree inputs (``batch.trees``), with no Python loop over requests, row
+blocks, tree nodes or split candidates, and every table reaches the device in one copy
+(``_metadata.upload``: the unit table, merge rows, tree words, the fused merge's zeroed
+counters, positions): on a GPU a plan costs one host-to-device copy and the output and
+partial buffers' allocations (issue 33: separate copies, memsets and the device-side tree build
+cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
+over preallocated tensors: no host sync, no allocation, capturable in a CUDA graph.
 
 Work decomposition
 ------------------
@@ -36,9 +40,9 @@ For every query token of a tree request, ``W = ceil(max_tree_nodes / 64)`` int64
 ``k`` of word ``w`` is set iff node ``64 w + k`` is an ancestor of the token's node or the node
 itself. The kernel reads one word per (row, key) of the few tiles that hold tree keys. The
 words of static trees are packed once per topology (cached); dynamic trees' are rebuilt in
-every plan, as words, by pointer doubling on the device (``ancestor_words``: bit_length(depth)
-steps). Each token then takes its row of the table by one gather (non-tree tokens take an
-all-zero row).
+every plan, as words, by pointer doubling on the host (``ancestor_words``: bit_length(depth)
+numpy steps). Each token then takes its row of the table by one gather (non-tree tokens keep
+an all-zero row).
 """
 from __future__ import annotations
 

@@ -266,3 +266,22 @@ def tree_inputs_fields(spec):
     for b, i in enumerate(reqs):
         parents[b, : sizes[b]] = spec.requests[i].tree_parents
     return parents, max((max(depths(p)) for p in index), default=0), np.array(ids, dtype=np.int64)
+
+
+def token_positions(batch) -> np.ndarray:
+    """triton_features.token_positions as it was: one array step per tree column."""
+    h = batch.host
+    n = int(h.query_lens.sum())
+    req = np.repeat(np.arange(len(h.query_lens)), h.query_lens)
+    pos = h.context_lens[req] + np.arange(n) - h.query_start_loc[req]
+    t = batch.trees
+    if t.tmax:
+        par = t.parents_host.astype(np.int64)
+        depth = np.zeros_like(par)
+        rows = np.arange(par.shape[0])
+        for j in range(1, par.shape[1]):  # parent[j] < j: its depth is known
+            depth[:, j] = depth[rows, np.maximum(par[:, j], 0)] + 1
+        real = np.arange(par.shape[1])[None, :] < t.sizes[:, None]
+        ctx = np.repeat(h.context_lens[t.reqs], t.sizes)
+        pos[token_ids(batch, t.reqs)] = ctx + depth[real]
+    return pos

@@ -182,6 +182,7 @@ def test_plan_tables_equal_the_old_plan(monkeypatch, seed, dynamic, window):
             assert torch.equal(p.merge, merge if len(merge) else torch.zeros(1, 2, dtype=torch.int32))
             assert torch.equal(p.anc, want) and torch.equal(p.sem, torch.zeros(blocks, b.num_kv_heads, dtype=torch.int32))
             if window:
+                assert np.array_equal(positions, old.token_positions(b))
                 assert torch.equal(p.feat.positions, torch.from_numpy(positions.astype(np.int32)))
             for t in (p.units, p.merge, p.anc, p.sem):
                 assert t.is_contiguous() and t.data_ptr() % 16 == 0  # as the separate copies were

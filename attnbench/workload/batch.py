@@ -289,10 +289,15 @@ def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
 
 
 def deepest(parents: np.ndarray) -> int:
-    """The deepest node's depth in ``[Bt, T]`` padded parent arrays (-1: a root or padding),
-    by pointer doubling (``up``: each node's ancestor ``dist`` levels up, a root its own):
-    log2(depth) array steps instead of a Python step per node (issue 33: 64 dynamic trees of 61
-    nodes took ~150 us a plan)."""
+    """The deepest node's depth in ``[Bt, T]`` padded parent arrays (-1: a root or padding)."""
+    return int(node_depths(parents).max(initial=0))
+
+
+def node_depths(parents: np.ndarray) -> np.ndarray:
+    """``[Bt, T]`` int64 depth of every node of padded parent arrays (-1: a root or padding,
+    depth 0), by pointer doubling (``up``: each node's ancestor ``dist`` levels up, a root its
+    own): log2(depth) array steps instead of a Python step per node (issue 33: 64 dynamic trees
+    of 61 nodes took ~150 us a plan)."""
     t = parents.shape[1]
     flat = parents.reshape(-1).astype(np.int64)
     node = np.arange(len(flat))
@@ -301,7 +306,7 @@ def deepest(parents: np.ndarray) -> int:
     while True:
         nxt = up[up]
         if (nxt == up).all():  # every pointer is at a root: dist is the depth
-            return int(dist.max(initial=0))
+            return dist.reshape(parents.shape)
         dist += dist[up]
         up = nxt
 

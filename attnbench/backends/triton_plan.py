@@ -217,8 +217,14 @@ def _packed_topologies(topologies: tuple, tmax: int) -> np.ndarray:
 
 def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
     return CPU_SMS
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sms(index: int) -> int:
+    """A GPU's SM count, asked once (the properties' Python object costs host time every plan)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def ctas_per_sm(cfg: Config, head_dim: int, elsize: int = 2) -> int:

@@ -198,16 +198,18 @@ def upload(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
     packed into one int32 buffer, each starting 16-byte aligned, and returned as views of its
     device copy with their own dtypes and shapes. A plan's tables go up together: each
     separate small copy costs a GPU host ~10 us of driver time (issue 33)."""
+    arrays = [np.ascontiguousarray(a) for a in arrays]
     if any(a.dtype not in _UPLOAD_DTYPES for a in arrays):
         raise ValueError(f"upload takes int32 and int64 arrays, got {[str(a.dtype) for a in arrays]}")
-    sizes = [a.size * a.itemsize // 4 for a in arrays]
-    padded = [-(-n // UPLOAD_ALIGN) * UPLOAD_ALIGN for n in sizes]
-    buf = np.zeros(sum(padded), dtype=np.int32)
-    o = 0
-    for a, n, p in zip(arrays, sizes, padded):
-        buf[o: o + n] = np.ascontiguousarray(a).reshape(-1).view(np.int32)
-        o += p
-    # one op cuts every table and its padding out of the device copy (a slice each costs more)
-    cuts = [m for n, p in zip(sizes, padded) for m in (n, p - n)]
-    parts = torch.from_numpy(buf).to(device).split_with_sizes(cuts)[::2]
-    return [(t if a.dtype == np.int32 else t.view(torch.int64)).view(a.shape) for t, a in zip(parts, arrays)]
+    starts, o = [], 0
+    for a in arrays:
+        starts.append(o)
+        o += -(-a.nbytes // (4 * UPLOAD_ALIGN)) * UPLOAD_ALIGN
+    buf = np.zeros(o, dtype=np.int32)
+    for a, at in zip(arrays, starts):
+        buf[at: at + a.nbytes // 4] = a.reshape(-1).view(np.int32)
+    dev = torch.from_numpy(buf).to(device)
+    wide = dev.view(torch.int64) if any(a.itemsize == 8 for a in arrays) else None
+    # one as_strided a table (a slice and a view each cost more host time)
+    return [(dev if a.itemsize == 4 else wide).as_strided(a.shape, [x // a.itemsize for x in a.strides],
+                                                          at * 4 // a.itemsize) for a, at in zip(arrays, starts)]

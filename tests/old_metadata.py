@@ -3,12 +3,14 @@
 tests/test_plan_metadata.py compares the vectorized ones with. Not collected by pytest."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import torch
 
 from attnbench.backends import triton_plan as tp
+from attnbench.backends._metadata import token_ids, topology_masks
 from attnbench.workload.trees import ancestor_mask
 
 
@@ -134,3 +136,152 @@ def build_units(batch, cfg, sms, splits=None):
     u = torch.tensor(units, dtype=torch.int32).reshape(-1, tp.UNIT_COLS)
     m = torch.tensor(merge, dtype=torch.int32).reshape(-1, 2)
     return u, m, max(nsplit), len(blocks)
+
+
+# -- triton's plan before issue 33 (a Python loop over split candidates; tree words built on
+# the device by torch ops); tests/test_plan_metadata.py compares the numpy host plan with these
+
+
+def split_counts_loop(tiles, rows, cfg, head_dim: int, sms: int, hkv: int) -> np.ndarray:
+    """triton_plan.split_counts as it was: one candidate split count at a time."""
+    t = np.asarray(tiles, dtype=np.int64)
+    if cfg.block_m <= 32:
+        if len(t) * hkv >= tp.WAVES * sms:
+            return np.ones_like(t)
+        chunk = max(tp.MIN_CHUNK_TILES, -(-int(t.sum()) * hkv // (tp.WAVES * sms)))
+        floor_tiles = -(-tp.PARTIAL_KEYS_PER_ROW * np.asarray(rows, dtype=np.int64) // cfg.block_nf)
+        return np.maximum(1, np.minimum(tp.MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
+    slots = sms * tp.ctas_per_sm(cfg, head_dim)
+    longest = int(t.max()) if len(t) else 1
+    best = None
+    for n in range(1, tp.MAX_SPLITS + 1):
+        chunk = -(-longest // n)
+        span = chunk + tp.PROGRAM_TILES
+        work = hkv * int((t + tp.PROGRAM_TILES * -(-t // chunk)).sum())
+        score = -(-work // (slots * span)) * span + (n > 1) * n * tp.SPLIT_TILES
+        if best is None or score < best[0]:
+            best = (score, chunk)
+        if chunk <= tp.MIN_CHUNK_TILES:
+            break
+    return np.maximum(1, -(-t // best[1]))
+
+
+def device_tree_words(batch) -> tuple[torch.Tensor, bool]:
+    """``[N, W]`` int64 ancestor bitmasks per query token (zeros for non-tree tokens), on the
+    batch's device, and whether the batch has a tree."""
+    t = batch.trees
+    dev = batch.device
+    w = max(1, math.ceil(t.tmax / 64))
+    n = max(1, batch.num_tokens)
+    if not t.tmax:
+        return torch.zeros(n, w, dtype=torch.int64, device=dev), False
+    if t.dynamic:  # rebuilt each plan, straight as words
+        table = _with_zero_row(ancestor_words(t.parents, w, t.max_depth))
+        row_of_tree = np.arange(len(t.reqs)) * t.tmax
+    else:  # static: packed once per topology
+        table = _packed_topologies(t.topologies, t.tmax, str(dev))
+        row_of_tree = t.topology_id * t.tmax
+    src = np.full(n, table.shape[0] - 1, dtype=np.int64)  # the zero row
+    first = np.cumsum(t.sizes) - t.sizes
+    node = np.arange(int(t.sizes.sum())) - np.repeat(first, t.sizes)
+    src[token_ids(batch, t.reqs)] = np.repeat(row_of_tree, t.sizes) + node
+    return table[torch.from_numpy(src).to(dev)], True
+
+
+def ancestor_words(parents: torch.Tensor, words: int, max_depth: int) -> torch.Tensor:
+    """``[Bt, T]`` parent arrays -> ``[Bt, T, words]`` int64 ancestor bitmasks, by pointer
+    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), on the
+    parents' device. Padding nodes (parent -1) point at the root: their rows are never read."""
+    bt, t = parents.shape
+    dev = parents.device
+    node = torch.arange(t, device=dev)
+    bits = _bit_weights(str(dev))
+    own = bits[node % 64][:, None] if words == 1 else torch.where(
+        torch.arange(words, device=dev) == (node // 64)[:, None], bits[node % 64][:, None], 0)
+    acc = own.expand(bt, t, words).clone()
+    up = parents.long().clamp(min=0)  # the root is its own parent
+    rows = torch.arange(bt, device=dev)[:, None]
+    for _ in range(max_depth.bit_length()):  # 2^steps > the deepest depth
+        acc |= acc[rows, up]
+        up = up[rows, up]
+    return acc
+
+
+def pack_bits(mask: torch.Tensor, words: int) -> torch.Tensor:
+    """``[..., T, T]`` bool -> ``[..., T, words]`` int64: bit k of word w is column 64 w + k."""
+    pad = words * 64 - mask.shape[-1]
+    m = torch.nn.functional.pad(mask, (0, pad)).view(*mask.shape[:-1], words, 64)
+    return (m.long() * _bit_weights(str(mask.device))).sum(-1)
+
+
+@functools.lru_cache(maxsize=8)
+def _bit_weights(device: str) -> torch.Tensor:
+    # bit 63 is the sign bit: its weight is -2**63, and sums of distinct bits never carry
+    return torch.tensor([1 << k for k in range(63)] + [-(1 << 63)], dtype=torch.int64, device=device)
+
+
+def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
+    """``[K, T, W]`` -> ``[K * T + 1, W]``: the rows, then one all-zero row."""
+    flat = packed.reshape(-1, packed.shape[-1])
+    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])])
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_topologies(topologies: tuple, tmax: int, device: str) -> torch.Tensor:
+    """The packed words of static topologies plus a zero row, once per (topologies, size, device)."""
+    return _with_zero_row(pack_bits(topology_masks(topologies, tmax, device), max(1, math.ceil(tmax / 64))))
+
+
+def mla_tree_words(batch) -> tuple[torch.Tensor, bool]:
+    """``[N, W]`` int64 ancestor-or-self bitmasks (bit j of a tree token: node j is itself or
+    an ancestor), built once per tree topology; zeros for other tokens."""
+    t = batch.trees
+    if not len(t.reqs):
+        return torch.zeros(1, 1, dtype=torch.int64), False
+    words = -(-t.tmax // 64)
+    packed = []
+    for parents in t.topologies:
+        m = np.zeros((len(parents), words * 64), dtype=bool)
+        m[:, : len(parents)] = ancestor_mask(parents).numpy()
+        packed.append(np.packbits(m, axis=1, bitorder="little").view(np.int64))
+    anc = np.zeros((batch.num_tokens, words), dtype=np.int64)
+    starts = batch.host.query_start_loc
+    for b, size, topo in zip(t.reqs, t.sizes, t.topology_id):
+        anc[starts[b] : starts[b] + size] = packed[topo]
+    return torch.from_numpy(anc), True
+
+
+
+
+def tree_inputs_fields(spec):
+    """(parents, max_depth, topology ids) as workload.batch.tree_inputs built them: a loop over
+    tree requests and a Python step per node of each topology."""
+    from attnbench.workload.trees import depths
+
+    reqs = [i for i, r in enumerate(spec.requests) if r.tree_parents is not None]
+    index: dict = {}
+    ids = [index.setdefault(spec.requests[i].tree_parents, len(index)) for i in reqs]
+    sizes = [spec.requests[i].query for i in reqs]
+    parents = np.full((len(reqs), max(max(sizes, default=0), 1)), -1, dtype=np.int32)
+    for b, i in enumerate(reqs):
+        parents[b, : sizes[b]] = spec.requests[i].tree_parents
+    return parents, max((max(depths(p)) for p in index), default=0), np.array(ids, dtype=np.int64)
+
+
+def token_positions(batch) -> np.ndarray:
+    """triton_features.token_positions as it was: one array step per tree column."""
+    h = batch.host
+    n = int(h.query_lens.sum())
+    req = np.repeat(np.arange(len(h.query_lens)), h.query_lens)
+    pos = h.context_lens[req] + np.arange(n) - h.query_start_loc[req]
+    t = batch.trees
+    if t.tmax:
+        par = t.parents_host.astype(np.int64)
+        depth = np.zeros_like(par)
+        rows = np.arange(par.shape[0])
+        for j in range(1, par.shape[1]):  # parent[j] < j: its depth is known
+            depth[:, j] = depth[rows, np.maximum(par[:, j], 0)] + 1
+        real = np.arange(par.shape[1])[None, :] < t.sizes[:, None]
+        ctx = np.repeat(h.context_lens[t.reqs], t.sizes)
+        pos[token_ids(batch, t.reqs)] = ctx + depth[real]
+    return pos

@@ -125,6 +125,90 @@ def test_units_equal_the_per_request_construction(seed, splits):
             assert got[2:] == want[2:]
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_split_counts_equal_the_candidate_loop(seed):
+    """The heuristic scores every candidate split count at once (issue 33); the loop over
+    candidates it replaced picks the same counts, ties and the early stop included."""
+    rng = np.random.default_rng(seed)
+    nblk = int(rng.integers(1, 200))
+    tiles = rng.integers(1, rng.choice([8, 200, 5000]), nblk)
+    rows = rng.integers(1, 256, nblk)
+    bm, bn = int(rng.choice([16, 32, 64, 128])), int(rng.choice([16, 32, 64]))
+    cfg = tp.Config(bm, max(1, bm // 4), bn, int(rng.choice([4, 8])), int(rng.choice([2, 3, 4])), bn,
+                    rng.choice([None, 168]))
+    for sms in (1, 4, 132):
+        for hkv in (1, 8):
+            got = tp.split_counts(tiles, rows, cfg, 128, sms, hkv)
+            assert np.array_equal(got, old.split_counts_loop(tiles, rows, cfg, 128, sms, hkv)), (sms, hkv)
+
+
+def plan_batch(seed: int, dynamic: bool, window: bool):
+    """A random batch (trees of every spelling, pages of 1, 3 or 16), with a window or not."""
+    b = random_batch(seed, dynamic)
+    if not window:
+        return b
+    spec = b.spec
+    w = random.Random(seed).choice([1, 5, 40])
+    spec = BatchSpec(spec.requests, spec.num_q_heads, spec.num_kv_heads, spec.head_dim, spec.dtype,
+                     spec.page_size, spec.layout, window=w)
+    return materialize(spec, seed)
+
+
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_plan_tables_equal_the_old_plan(monkeypatch, seed, dynamic, window):
+    """Every table the triton plan uploads (in one copy) equals what the plan before issue 33
+    built: units and merge rows from the split-candidate loop, the tree words built by torch
+    ops (pointer doubling, packed topologies), the zeroed merge counters, the positions."""
+    from attnbench.backends import triton_features as tf
+    from attnbench.backends.triton_mla import tree_words as mla_words
+    from attnbench.backends.triton_paged import TritonBackend
+
+    b = plan_batch(seed, dynamic, window)
+    words, has_tree = tp.host_tree_words(b)
+    want, want_tree = old.device_tree_words(b)
+    assert has_tree == want_tree and np.array_equal(words, want.numpy())
+    assert np.array_equal(mla_words(b)[0], old.mla_tree_words(b)[0].numpy())
+    for splits in (None, 2):
+        for sms in (4, 132):
+            monkeypatch.setattr(tp, "num_sms", lambda dev: sms)
+            p = TritonBackend(splits=splits).plan(b)
+            monkeypatch.setattr(tp, "split_counts", old.split_counts_loop)
+            positions = tf.token_positions(b) if window else None
+            units, merge, _, blocks = tp.build_units(b, p.cfg, sms, splits, positions)
+            monkeypatch.undo()
+            assert torch.equal(p.units, units) and p.units.dtype == torch.int32
+            assert torch.equal(p.merge, merge if len(merge) else torch.zeros(1, 2, dtype=torch.int32))
+            assert torch.equal(p.anc, want) and torch.equal(p.sem, torch.zeros(blocks, b.num_kv_heads, dtype=torch.int32))
+            if window:
+                assert np.array_equal(positions, old.token_positions(b))
+                assert torch.equal(p.feat.positions, torch.from_numpy(positions.astype(np.int32)))
+            for t in (p.units, p.merge, p.anc, p.sem):
+                assert t.is_contiguous() and t.data_ptr() % 16 == 0  # as the separate copies were
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tree_inputs_equal_the_per_request_construction(seed):
+    """A step's tree inputs (parents, deepest depth, topology ids) equal the per-request and
+    per-node loops they replaced (issue 33), for trees deep and shallow, repeated and not."""
+    b = random_batch(seed, dynamic=seed % 2 == 1)
+    t = b.trees
+    parents, max_depth, ids = old.tree_inputs_fields(b.spec)
+    assert np.array_equal(t.parents_host, parents) and t.parents_host.dtype == np.int32
+    assert t.max_depth == max_depth and np.array_equal(t.topology_id, ids)
+
+
+def test_upload_keeps_dtypes_shapes_and_alignment():
+    a = np.arange(7, dtype=np.int32).reshape(7, 1)
+    b = np.array([[-(1 << 63), (1 << 62) + 3]], dtype=np.int64)
+    c = np.zeros((0, 2), dtype=np.int32)
+    ta, tb, tc = _metadata.upload([a, b, c], "cpu")
+    assert ta.dtype == torch.int32 and torch.equal(ta, torch.from_numpy(a))
+    assert tb.dtype == torch.int64 and torch.equal(tb, torch.from_numpy(b)) and tb.data_ptr() % 16 == 0
+    assert tc.shape == (0, 2)
+
+
 def count_calls(monkeypatch, module, name):
     calls = []
     real = getattr(module, name)

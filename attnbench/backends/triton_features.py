@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from attnbench.workload.batch import Batch
+from attnbench.workload.batch import Batch, node_depths
 
 from ._metadata import token_ids
 
@@ -59,7 +59,9 @@ def causal_flags(batch: Batch) -> np.ndarray:
     return batch.host.causal
 
 
-def features(batch: Batch, positions: Optional[np.ndarray]) -> Features:
+def features(batch: Batch, positions: Optional[torch.Tensor]) -> Features:
+    """The launch's variant inputs; ``positions``: the tokens' int32 positions already on the
+    batch's device (the plan uploads them with its other tables), or None."""
     softcap = getattr(batch, "softcap", None)
     sinks = getattr(batch, "sinks", None)
     slopes = getattr(batch, "alibi_slopes", None)
@@ -73,7 +75,7 @@ def features(batch: Batch, positions: Optional[np.ndarray]) -> Features:
         cap=float(softcap) * LOG2E if softcap else 0.0,
         sinks=f32(sinks), slopes=f32(slopes),
         k_scale=f32(k_scale), v_scale=f32(getattr(batch, "v_scale", None)) if k_scale is not None else None,
-        positions=None if positions is None else torch.from_numpy(positions.astype(np.int32)).to(batch.device),
+        positions=positions,
         bidir=not causal_flags(batch).all(),
     )
 
@@ -84,19 +86,15 @@ def needs_positions(batch: Batch) -> bool:
 
 def token_positions(batch: Batch) -> np.ndarray:
     """``[N]`` int64 position of every packed query token (numpy, host): C + i, or C + depth
-    for a tree node (depths by one vectorized step per tree level of the padded parents)."""
+    for a tree node (depths by pointer doubling over the padded parents)."""
     h = batch.host
     n = int(h.query_lens.sum())
     req = np.repeat(np.arange(len(h.query_lens)), h.query_lens)
     pos = h.context_lens[req] + np.arange(n) - h.query_start_loc[req]
     t = batch.trees
     if t.tmax:
-        par = t.parents_host.astype(np.int64)
-        depth = np.zeros_like(par)
-        rows = np.arange(par.shape[0])
-        for j in range(1, par.shape[1]):  # parent[j] < j: its depth is known
-            depth[:, j] = depth[rows, np.maximum(par[:, j], 0)] + 1
-        real = np.arange(par.shape[1])[None, :] < t.sizes[:, None]
+        depth = node_depths(t.parents_host)  # log2(depth) array steps, no step per node
+        real = np.arange(depth.shape[1])[None, :] < t.sizes[:, None]
         ctx = np.repeat(h.context_lens[t.reqs], t.sizes)
         pos[token_ids(batch, t.reqs)] = ctx + depth[real]
     return pos

@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
-from attnbench.workload.trees import ancestor_mask
+
+from ._metadata import upload
+from .triton_plan import host_tree_words
 
 PROGRAMS_PER_SM = 2
 MIN_SPLIT_KEYS = 256
@@ -123,23 +125,11 @@ def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = 
     return units, merge, int(s.max(initial=1))
 
 
-def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
+def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
     """``[N, W]`` int64 ancestor-or-self bitmasks (bit j of a tree token: node j is itself or
-    an ancestor), built once per tree topology; zeros for other tokens."""
-    t = batch.trees
-    if not len(t.reqs):
-        return torch.zeros(1, 1, dtype=torch.int64), False
-    words = -(-t.tmax // 64)
-    packed = []
-    for parents in t.topologies:
-        m = np.zeros((len(parents), words * 64), dtype=bool)
-        m[:, : len(parents)] = ancestor_mask(parents).numpy()
-        packed.append(np.packbits(m, axis=1, bitorder="little").view(np.int64))
-    anc = np.zeros((batch.num_tokens, words), dtype=np.int64)
-    starts = batch.host.query_start_loc
-    for b, size, topo in zip(t.reqs, t.sizes, t.topology_id):
-        anc[starts[b] : starts[b] + size] = packed[topo]
-    return torch.from_numpy(anc), True
+    an ancestor), on the host; zeros for other tokens. The MHA plan's (triton_plan.py): static
+    topologies packed once, dynamic trees rebuilt in every plan."""
+    return host_tree_words(batch)
 
 
 def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, **config) -> MlaPlan:
@@ -149,14 +139,13 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     anc, has_tree = tree_words(batch)
     r = merge.shape[0]
     rank = batch.spec.kv_lora_rank
+    h = batch.host
+    units_d, merge_d, ctx, qstart, anc_d = upload(  # one host-to-device copy (issue 33)
+        [units, merge if r else np.zeros((1, 2), np.int32), h.context_lens.astype(np.int32),
+         h.query_start_loc[:-1].astype(np.int32), anc], dev)
     return MlaPlan(
-        batch=batch, cfg=cfg,
-        units=torch.from_numpy(units).to(dev),
-        merge=torch.from_numpy(merge if r else np.zeros((1, 2), np.int32)).to(dev),
-        num_merge=r,
-        ctx=torch.from_numpy(batch.host.context_lens.astype(np.int32)).to(dev),
-        qstart=torch.from_numpy(batch.host.query_start_loc[:-1].astype(np.int32)).to(dev),
-        anc=anc.to(dev), has_tree=has_tree,
+        batch=batch, cfg=cfg, units=units_d, merge=merge_d, num_merge=r, ctx=ctx, qstart=qstart,
+        anc=anc_d, has_tree=has_tree,
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
         po=torch.empty(s, max(r, 1), rank, dtype=torch.float32, device=dev),
         pl=torch.empty(s, max(r, 1), dtype=torch.float32, device=dev),

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from attnbench.backend import Backend
@@ -35,6 +36,7 @@ from attnbench.workload.mla import is_mla
 from . import triton_features as tf
 from . import triton_mla
 from . import triton_plan as tp
+from ._metadata import upload
 
 _KERNELS = "attnbench.backends.triton_kernels"
 
@@ -133,25 +135,32 @@ class TritonBackend(Backend):
         cfg = tp.choose_config(batch, **self.config)
         positions = tf.token_positions(batch) if tf.needs_positions(batch) else None
         units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits, positions)
-        anc, has_tree = tp.tree_words(batch)
+        anc, has_tree = tp.host_tree_words(batch)
         n, hq, d = batch.q.shape
         r = merge.shape[0]
         s = max_splits if r else 1
+        # every table in one host-to-device copy (issue 33: each copy or small kernel is ~10 us
+        # of host time on a GPU machine); the fused merge's counters start at 0 in it too
+        tables = [units.numpy(), merge.numpy() if r else np.zeros((1, 2), np.int32), anc,
+                  np.zeros((blocks, batch.num_kv_heads), np.int32)]
+        if positions is not None:
+            tables.append(positions.astype(np.int32))
+        units_d, merge_d, anc_d, sem, *pos_d = upload(tables, dev)
         return TritonPlan(
             batch=batch,
             cfg=cfg,
-            units=units.to(dev),
-            merge=merge.to(dev) if r else torch.zeros(1, 2, dtype=torch.int32, device=dev),
+            units=units_d,
+            merge=merge_d,
             num_merge=r,
-            anc=anc.to(dev),
+            anc=anc_d,
             has_tree=has_tree,
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
             po=torch.empty(s, max(r, 1), hq, d, dtype=self._partial_dtype(batch), device=dev),
             pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
             splits_p2=tp.next_pow2(max(2, s)),
-            sem=torch.zeros(blocks, batch.num_kv_heads, dtype=torch.int32, device=dev),
+            sem=sem,
             qk_scale=batch.scale * math.log2(math.e),
-            feat=tf.features(batch, positions),
+            feat=tf.features(batch, pos_d[0] if pos_d else None),
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )

@@ -1,9 +1,13 @@
 """Host-side plan of the Triton backend: tile sizes, work units, split-KV, tree bitmasks.
 
 Everything data-dependent happens here, by numpy array ops on the batch's host lengths
-(``batch.host``) and torch ops for the tree masks, with no Python loop over requests, row
-blocks or tree nodes, so that ``run`` is two kernel launches over preallocated tensors: no
-host sync, no allocation, capturable in a CUDA graph.
+(``batch.host``) and tree inputs (``batch.trees``), with no Python loop over requests, row
+blocks, tree nodes or split candidates, and every table reaches the device in one copy
+(``_metadata.upload``: the unit table, merge rows, tree words, the fused merge's zeroed
+counters, positions): on a GPU a plan costs one host-to-device copy and the output and
+partial buffers' allocations (issue 33: separate copies, memsets and the device-side tree build
+cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
+over preallocated tensors: no host sync, no allocation, capturable in a CUDA graph.
 
 Work decomposition
 ------------------
@@ -36,9 +40,9 @@ For every query token of a tree request, ``W = ceil(max_tree_nodes / 64)`` int64
 ``k`` of word ``w`` is set iff node ``64 w + k`` is an ancestor of the token's node or the node
 itself. The kernel reads one word per (row, key) of the few tiles that hold tree keys. The
 words of static trees are packed once per topology (cached); dynamic trees' are rebuilt in
-every plan, as words, by pointer doubling on the device (``ancestor_words``: bit_length(depth)
-steps). Each token then takes its row of the table by one gather (non-tree tokens take an
-all-zero row).
+every plan, as words, by pointer doubling on the host (``ancestor_words``: bit_length(depth)
+numpy steps). Each token then takes its row of the table by one gather (non-tree tokens keep
+an all-zero row).
 """
 from __future__ import annotations
 
@@ -86,6 +90,7 @@ UNIT_COLUMNS = (
     "win_lo",  # sliding window: the first key slot any row sees (slots below it are never read)
 )
 UNIT_COLS = 16
+COL = {name: i for i, name in enumerate(UNIT_COLUMNS)}
 
 
 def next_pow2(x: int) -> int:
@@ -117,7 +122,8 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     bm = block_m or min(max(16, next_pow2(rows)), max(cap, next_pow2(g)))
     # long: enough keys per row block that 3 programs per SM pay (below, rounds 6-7)
     window = tf.window_of(batch) or math.inf  # a window bounds the keys a row block reads
-    keys = max((min(r.kv_len, window + r.query) for r in batch.requests), default=0)
+    h = batch.host
+    keys = int(np.minimum(h.kv_lens, window + h.query_lens).max(initial=0))
     long = wide or d != 128 or keys >= LONG_KEYS
     if block_m is None and bm == 128 and long and 64 * math.ceil(rows / 64) < 0.8 * 128 * math.ceil(rows / 128):
         # e.g. a 40-node tree, G=4: 160 rows -> 3 x 64 = 192 computed instead of 2 x 128 = 256;
@@ -149,74 +155,76 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
 
 def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
     """``[N, W]`` int64 ancestor bitmasks per query token (zeros for non-tree tokens), on the
-    batch's device, and whether the batch has a tree."""
+    batch's device, and whether the batch has a tree (``host_tree_words`` copied over)."""
+    words, has_tree = host_tree_words(batch)
+    return torch.from_numpy(words).to(batch.device), has_tree
+
+
+def host_tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
+    """``[max(N, 1), W]`` int64 ancestor bitmasks per query token, on the host (numpy), and
+    whether the batch has a tree. Static trees' words are packed once per topology (cached);
+    dynamic trees' are rebuilt from the parent arrays in every call (``ancestor_words``).
+    Built on the host and uploaded with the plan's other tables in one copy: on a GPU the
+    old device build (a gather and ~8 small kernels per pointer-doubling step) cost more host
+    time in launches than the whole numpy build (issue 33)."""
     t = batch.trees
-    dev = batch.device
     w = max(1, math.ceil(t.tmax / 64))
-    n = max(1, batch.num_tokens)
+    out = np.zeros((max(1, batch.num_tokens), w), dtype=np.int64)
     if not t.tmax:
-        return torch.zeros(n, w, dtype=torch.int64, device=dev), False
+        return out, False
     if t.dynamic:  # rebuilt each plan, straight as words
-        table = _with_zero_row(ancestor_words(t.parents, w, t.max_depth))
+        table = ancestor_words(t.parents_host, w, t.max_depth).reshape(-1, w)
         row_of_tree = np.arange(len(t.reqs)) * t.tmax
     else:  # static: packed once per topology
-        table = _packed_topologies(t.topologies, t.tmax, str(dev))
+        table = _packed_topologies(t.topologies, t.tmax)
         row_of_tree = t.topology_id * t.tmax
-    src = np.full(n, table.shape[0] - 1, dtype=np.int64)  # the zero row
     first = np.cumsum(t.sizes) - t.sizes
     node = np.arange(int(t.sizes.sum())) - np.repeat(first, t.sizes)
-    src[token_ids(batch, t.reqs)] = np.repeat(row_of_tree, t.sizes) + node
-    return table[torch.from_numpy(src).to(dev)], True
+    out[token_ids(batch, t.reqs)] = table[np.repeat(row_of_tree, t.sizes) + node]
+    return out, True
 
 
-def ancestor_words(parents: torch.Tensor, words: int, max_depth: int) -> torch.Tensor:
+def ancestor_words(parents: np.ndarray, words: int, max_depth: int) -> np.ndarray:
     """``[Bt, T]`` parent arrays -> ``[Bt, T, words]`` int64 ancestor bitmasks, by pointer
-    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), on the
-    parents' device. Padding nodes (parent -1) point at the root: their rows are never read."""
+    doubling on the words themselves (as ``trees.ancestor_masks`` does on bool rows), in
+    numpy. Padding nodes (parent -1) point at the root: their rows are never read."""
     bt, t = parents.shape
-    dev = parents.device
-    node = torch.arange(t, device=dev)
-    bits = _bit_weights(str(dev))
-    own = bits[node % 64][:, None] if words == 1 else torch.where(
-        torch.arange(words, device=dev) == (node // 64)[:, None], bits[node % 64][:, None], 0)
-    acc = own.expand(bt, t, words).clone()
-    up = parents.long().clamp(min=0)  # the root is its own parent
-    rows = torch.arange(bt, device=dev)[:, None]
+    node = np.arange(t)
+    own = np.zeros((t, words), dtype=np.uint64)
+    own[node, node // 64] = np.left_shift(np.uint64(1), (node % 64).astype(np.uint64))
+    acc = np.tile(own, (bt, 1))  # [bt * t, words]: flat rows, so each step is one take
+    # each node's parent as a flat row (the root is its own parent)
+    up = (np.maximum(parents.astype(np.int64), 0) + (np.arange(bt) * t)[:, None]).reshape(-1)
     for _ in range(max_depth.bit_length()):  # 2^steps > the deepest depth
-        acc |= acc[rows, up]
-        up = up[rows, up]
-    return acc
-
-
-def pack_bits(mask: torch.Tensor, words: int) -> torch.Tensor:
-    """``[..., T, T]`` bool -> ``[..., T, words]`` int64: bit k of word w is column 64 w + k."""
-    pad = words * 64 - mask.shape[-1]
-    m = torch.nn.functional.pad(mask, (0, pad)).view(*mask.shape[:-1], words, 64)
-    return (m.long() * _bit_weights(str(mask.device))).sum(-1)
-
-
-@functools.lru_cache(maxsize=8)
-def _bit_weights(device: str) -> torch.Tensor:
-    # bit 63 is the sign bit: its weight is -2**63, and sums of distinct bits never carry
-    return torch.tensor([1 << k for k in range(63)] + [-(1 << 63)], dtype=torch.int64, device=device)
-
-
-def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
-    """``[K, T, W]`` -> ``[K * T + 1, W]``: the rows, then one all-zero row."""
-    flat = packed.reshape(-1, packed.shape[-1])
-    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])])
+        acc |= acc[up]
+        up = up[up]
+    return acc.view(np.int64).reshape(bt, t, words)
 
 
 @functools.lru_cache(maxsize=64)
-def _packed_topologies(topologies: tuple, tmax: int, device: str) -> torch.Tensor:
-    """The packed words of static topologies plus a zero row, once per (topologies, size, device)."""
-    return _with_zero_row(pack_bits(topology_masks(topologies, tmax, device), max(1, math.ceil(tmax / 64))))
+def _packed_topologies(topologies: tuple, tmax: int) -> np.ndarray:
+    """``[K * tmax, W]`` int64 (read-only): the packed words of static topologies, once per
+    (topologies, size), from the ancestor masks every backend shares (``topology_masks``).
+    Bit k of word w is node 64 w + k (little-endian bytes: ``packbits``' little bit order)."""
+    w = max(1, math.ceil(tmax / 64))
+    masks = topology_masks(topologies, tmax, "cpu").numpy()
+    bits = np.zeros(masks.shape[:2] + (w * 64,), dtype=bool)
+    bits[..., : masks.shape[-1]] = masks
+    table = np.packbits(bits, axis=-1, bitorder="little").view("<i8").reshape(-1, w).astype(np.int64)
+    table.flags.writeable = False
+    return table
 
 
 def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
     return CPU_SMS
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sms(index: int) -> int:
+    """A GPU's SM count, asked once (the properties' Python object costs host time every plan)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def ctas_per_sm(cfg: Config, head_dim: int, elsize: int = 2) -> int:
@@ -252,17 +260,15 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * ctas_per_sm(cfg, head_dim)
     longest = int(t.max()) if len(t) else 1
-    best = None
-    for n in range(1, MAX_SPLITS + 1):
-        chunk = -(-longest // n)
-        span = chunk + PROGRAM_TILES
-        work = hkv * int((t + PROGRAM_TILES * -(-t // chunk)).sum())
-        score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
-        if best is None or score < best[0]:
-            best = (score, chunk)
-        if chunk <= MIN_CHUNK_TILES:
-            break
-    return np.maximum(1, -(-t // best[1]))
+    n = np.arange(1, MAX_SPLITS + 1)  # every candidate at once, as the loop over n did one by one
+    chunk = -(-longest // n)
+    last = np.flatnonzero(chunk <= MIN_CHUNK_TILES)  # the loop stopped after the first such chunk
+    if len(last):
+        n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
+    span = chunk + PROGRAM_TILES
+    work = hkv * (int(t.sum()) + PROGRAM_TILES * (-(-t[None, :] // chunk[:, None])).sum(axis=1))
+    score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
+    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
 
 
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None,
@@ -297,25 +303,29 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     split = nsplit > 1
     rows = np.where(split, np.cumsum(qc * split) - qc * split, -1)  # first partial row
     cnt = qc[split]
-    merge = np.stack([np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
-                      np.repeat(nsplit[split], cnt)], axis=1)
+    merge = np.zeros((0, 2), np.int32) if not len(cnt) else np.stack(
+        [np.repeat(qs[split] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum())),
+         np.repeat(nsplit[split], cnt)], axis=1).astype(np.int32)
+    blocks = np.zeros((len(nsplit), UNIT_COLS), dtype=np.int32)  # each row block's columns, gathered below
+    for name, values in (("req", req), ("q_start", qs), ("q_count", qc), ("ctx", ctx), ("kv_lo", lo),
+                         ("kv_hi", np.minimum(kv_end, lo + per * bn)), ("prow", rows), ("tree", tree),
+                         ("full_end", np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))), ("q0", q0),
+                         ("nsplit", nsplit), ("block", np.arange(len(nsplit))), ("full_lo", full_lo),
+                         ("bidir", bidir), ("win_lo", win_lo)):  # once per column, not per unit
+        blocks[:, COL[name]] = values
+    if not len(cnt):  # no split: one unit per row block, in the blocks' (request) order
+        return torch.from_numpy(blocks), torch.from_numpy(merge), 1, len(nsplit)
     # one unit per (row block, split), ordered request, split, row block (row blocks of one
     # request reading the same keys run side by side)
     k = np.repeat(np.arange(len(nsplit)), nsplit)
     sp = np.arange(len(k)) - np.repeat(np.cumsum(nsplit) - nsplit, nsplit)
     order = np.lexsort((k, sp, req[k]))
     k, sp = k[order], sp[order]
-    cols = {
-        "req": req[k], "q_start": qs[k], "q_count": qc[k], "ctx": ctx[k],
-        "kv_lo": lo[k] + sp * per[k] * bn, "kv_hi": np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn),
-        "full_end": np.where(tree, ctx, np.where(bidir, kv_end, ctx + q0 + 1))[k], "split": sp, "prow": rows[k],
-        "tree": tree[k], "q0": q0[k], "nsplit": nsplit[k], "block": k, "full_lo": full_lo[k], "bidir": bidir[k],
-        "win_lo": win_lo[k],
-    }
-    units = np.zeros((len(k), UNIT_COLS), dtype=np.int32)
-    for name, values in cols.items():  # once per column, not per unit
-        units[:, UNIT_COLUMNS.index(name)] = values
-    return torch.from_numpy(units), torch.from_numpy(merge.astype(np.int32)), int(nsplit.max()), len(nsplit)
+    units = blocks[k]
+    units[:, COL["split"]] = sp
+    units[:, COL["kv_lo"]] = lo[k] + sp * per[k] * bn
+    units[:, COL["kv_hi"]] = np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn)
+    return torch.from_numpy(units), torch.from_numpy(merge), int(nsplit.max()), len(nsplit)
 
 
 def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], qc: np.ndarray,

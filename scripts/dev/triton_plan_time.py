@@ -1,0 +1,177 @@
+"""The triton backend's plan (host metadata per engine step), timed alone on this machine's CPU
+for every case of the shipped scenarios (issue 33's last row: <= 200 us per step).
+
+    PYTHONPATH=. python3 scripts/dev/triton_plan_time.py [SCENARIO.yaml ...] [--sms 132]
+        [--runs 50] [--skip cpu-sweep] [--profile CASE_SUBSTRING] [--device cuda] [--no-ops]
+
+Each case's batch is built on the CPU (``--device cuda``: on the GPU, where the plan pays its
+real host-to-device copies and allocations) with uninitialized K/V caches (the plan reads only the
+lengths, the tree inputs and the shapes), and the plan runs as the runner times it: one engine
+step per call (``Batch.new_step`` first), through attnbench's host timer
+(``measure.timing.time_host``), one thread. The split heuristic sees ``--sms`` SMs (an H100's
+132 by default, not the interpreter's 4), so the units are the GPU's. ``ops``: the torch
+operators one plan dispatches (on a GPU each is a kernel launch, an allocation or a copy of a
+few microseconds of host time that this CPU timing does not show; views are not counted);
+``h2d``: of those, the copies from host memory to the batch's device (counted on a batch placed
+on the meta device, which runs every operator without data).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import glob
+import pstats
+import statistics
+import sys
+from pathlib import Path
+from unittest import mock
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnbench.backends import triton_plan as tp
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.measure.timing import time_host
+from attnbench.workload import batch as wb
+from attnbench.workload.mla import default_scale, is_mla
+from attnbench.workload.scenario import load
+from attnbench.workload.spec import FP8_DTYPES
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted(glob.glob(str(ROOT / "attnbench/scenarios/*.yaml"))) + sorted(
+    glob.glob(str(ROOT / "attnbench/scenarios/gpu/*.yaml")))
+
+
+def _empty_cache(spec, device):
+    """``(k_cache, v_cache, k_scale, v_scale)`` of the spec's shapes, dtype and order, never
+    drawn nor touched (the plan reads only the shapes, lengths and tree inputs)."""
+    shape = (spec.num_pages, spec.page_size, spec.num_kv_heads, spec.head_dim)
+    dt = getattr(torch, FP8_DTYPES[spec.kv_dtype][0]) if spec.fp8 else spec.torch_dtype
+    scale = torch.ones(spec.num_kv_heads if spec.kv_scale == "per-head" else 1, device=device) if spec.fp8 else None
+    k = wb.to_order(torch.empty(shape, dtype=dt, device=device), spec.kv_order)[1]
+    if is_mla(spec):  # one latent cache, its first kv_lora_rank dims the values
+        return k, k[..., : spec.kv_lora_rank], scale, scale
+    return k, wb.to_order(torch.empty(shape, dtype=dt, device=device), spec.kv_order)[1], scale, scale
+
+
+def light_batch(spec, seed: int, device: str = "cpu") -> wb.Batch:
+    """The case's batch (its page layout from the seed, as ``materialize`` draws it) with
+    uninitialized q and caches, on ``device`` (the meta device runs every operator without data)."""
+    pages = wb.page_assignment(spec, torch.Generator().manual_seed(seed))
+    table = torch.zeros(len(spec.requests), max(1, max(map(len, pages), default=1)), dtype=torch.int32)
+    for i, p in enumerate(pages):
+        table[i, : len(p)] = torch.tensor(p, dtype=torch.int32)
+    q = torch.tensor([r.query for r in spec.requests], dtype=torch.int32)
+    c = torch.tensor([r.context for r in spec.requests], dtype=torch.int32)
+    k, v, ks, vs = _empty_cache(spec, device)
+    starts = torch.cat([torch.zeros(1, dtype=torch.int32), q.cumsum(0).to(torch.int32)])
+    queries = torch.empty(spec.num_tokens, spec.num_q_heads, spec.head_dim, dtype=spec.torch_dtype, device=device)
+    return wb.Batch(
+        spec=spec, q=queries,
+        k_cache=k, v_cache=v, k_scale=ks, v_scale=vs,
+        sinks=torch.zeros(spec.num_q_heads, device=device) if spec.sinks else None,
+        alibi_slopes=wb.alibi_slopes(spec.num_q_heads).to(device) if spec.alibi else None,
+        block_table=table.to(device), query_start_loc=starts.to(device),
+        query_lens=q.to(device), context_lens=c.to(device), kv_lens=(q + c).to(device),
+        scale=float(spec.scale if spec.scale is not None else default_scale(spec)),
+    )
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the device work of the operators dispatched: ``launches`` (an operator that is no
+    view: on a GPU a kernel, a memset or an allocation), ``h2d`` (of those, copies from host
+    memory to the device)."""
+
+    def __init__(self):
+        super().__init__()
+        self.launches, self.h2d = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not any(r.alias_info is not None for r in func._schema.returns):  # views launch nothing
+            self.launches += 1
+            srcs = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "cpu"]
+            self.h2d += bool(srcs) and isinstance(out, torch.Tensor) and out.device.type == "meta"
+        return out
+
+
+def count_ops(spec, seed: int) -> tuple[int, int]:
+    """Device operators (no views) and host-to-device copies of one plan, on a meta-device batch."""
+    try:
+        batch = light_batch(spec, seed, "meta")
+        be = TritonBackend()
+        be.plan(batch)  # per-topology caches built once, as in the timed calls
+        batch.new_step()
+        with _Ops() as m:
+            be.plan(batch)
+        return m.launches, m.h2d
+    except Exception:  # an operator meta tensors cannot run (data-dependent): not counted
+        return -1, -1
+
+
+def cases(paths, skip):
+    for path in paths:
+        sf = load(path, [])
+        if sf.name in skip:
+            continue
+        for case in sf.cases:
+            yield sf.name, case
+
+
+def describe(batch) -> str:
+    h, t = batch.host, batch.trees
+    kind = "dynamic" if t.dynamic else "static" if t.tmax else "-"
+    return f"B={len(h.query_lens)} N={int(h.query_lens.sum())} trees={len(t.reqs)}x{t.tmax} {kind}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="*")
+    ap.add_argument("--device", default="cpu", help="cpu (default), or cuda: the plan with its real copies")
+    ap.add_argument("--sms", type=int, default=None,
+                    help="SMs the split heuristic plans for (default: an H100's 132 on the CPU, the GPU's own on cuda)")
+    ap.add_argument("--runs", type=int, default=50, help="timed plans per case (at most; 50 ms budget)")
+    ap.add_argument("--skip", action="append", default=None, help="scenario names to leave out (default cpu-sweep)")
+    ap.add_argument("--profile", default=None, help="cProfile the first case whose name holds this")
+    ap.add_argument("--no-ops", action="store_true", help="skip the operator count")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # as the runner times CPU rows
+    skip = set(args.skip if args.skip is not None else ["cpu-sweep"])
+    be = TritonBackend()
+    worst = []
+    print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'ops':>5s} {'h2d':>4s}")
+    sms = args.sms or (132 if args.device == "cpu" else None)
+    with mock.patch.object(tp, "num_sms", (lambda dev: sms) if sms else tp.num_sms):
+        for name, case in cases(args.scenarios or SHIPPED, skip):
+            label = f"{name}/{case.case_id}"[:58]
+            spec = case.scenario.batch_spec()
+            batch = light_batch(spec, case.scenario.seed, args.device)
+            step = lambda: (batch.new_step(), be.plan(batch))  # noqa: E731 (one engine step)
+            if args.profile and args.profile in label:
+                args.profile = None
+                _profile(step, label)
+            s = sorted(time_host(step, batch.device, budget_ms=50.0, max_runs=args.runs)) 
+            med = statistics.median(s) * 1e3
+            p20, p80 = s[len(s) // 5] * 1e3, s[(4 * len(s)) // 5 - (len(s) % 5 == 0)] * 1e3
+            ops, h2d = (-1, -1) if args.no_ops else count_ops(spec, case.scenario.seed)
+            print(f"{label:58s} {describe(batch)[:40]:40s} {med:8.1f} {p20:6.0f}-{p80:<6.0f} {ops:5d} {h2d:4d}")
+            sys.stdout.flush()
+            worst.append((med, label))
+    worst.sort(reverse=True)
+    print(f"\n{len(worst)} cases; slowest: " + ", ".join(f"{lab} {m:.0f} us" for m, lab in worst[:3]))
+    print(f"median over cases {statistics.median(m for m, _ in worst):.0f} us, max {worst[0][0]:.0f} us")
+
+
+def _profile(step, label: str) -> None:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(200):
+        step()
+    prof.disable()
+    print(f"--- cProfile of 200 plans of {label}")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()

@@ -231,3 +231,37 @@ def test_the_worked_window_example_of_the_semantics_page():
             [0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0, 1, 0], [0, 0, 0, 0, 1, 0, 1, 0, 0, 1]]
     m = b.mask(0)
     assert not m[:, :6].any() and m[:, 6:].int().tolist() == rows
+
+
+@pytest.mark.parametrize("extra", [{}, {"sinks": True}, {"sinks": True, "softcap": 20.0, "window": 300}])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["sdpa", "flex"])
+def test_alibi_on_a_long_bidirectional_prefill_in_16_bits(name, dtype, extra):
+    """Found on an H200 by a random scenario (scripts/gpu/random_scenarios.py --seed 12, #2) and
+    reproduced here: SDPA's float bias held ALiBi unshifted, slope * (key - query) up to 172.5 on
+    a 346-token bidirectional prefill, where float16 steps by 0.125; with 64 heads (slopes that
+    are not powers of two) its rows were off by 1e-2, twice float16's tolerance. The variant
+    tests above use float32 and 6 heads, which hid it; Flex's eager (CPU) scores in bfloat16 were
+    off by 0.098 the same way. With sinks, Flex's LSE carries the shift and the sink takes it back."""
+    tree = tuple(from_choices([[0], [1], [0, 0]]))
+    reqs = [Request("prefill", 346, 0, causal=False), Request("decode", 1, 68), Request("prefill", 40, 30),
+            Request("tree", len(tree), 50, tree), Request("prefill", 30, 20, causal=False)]
+    b = make_batch(reqs, hq=64, hkv=4, d=32, dtype=dtype, page_size=16, alibi=True, seed=11, **extra)
+    be = get_backend_class(name)()
+    assert not be.reasons(b)
+    ref, _ = reference_attention(b)
+    assert compare(be.run(be.prepare(b)), ref)[0] < default_tolerance(b.dtype)
+
+
+def test_a_shifted_bias_row_gives_the_same_softmax():
+    from attnbench.backends._bias import row_shifted
+
+    g = torch.Generator().manual_seed(0)
+    bias = torch.randn(2, 3, 5, 7, generator=g) * 50
+    bias[0, 0, 1, 2:] = float("-inf")
+    bias[1, 2, 4, :] = float("-inf")  # a row with nothing allowed (a padding row) stays as it is
+    shifted = row_shifted(bias)
+    assert torch.equal(shifted[1, 2, 4], bias[1, 2, 4])
+    live = torch.isfinite(bias).any(-1)
+    assert torch.allclose(shifted[live].softmax(-1), bias[live].softmax(-1), atol=1e-6)
+    assert torch.all(shifted[live].amax(-1) == 0)

@@ -200,7 +200,7 @@ class FlexBackend(Backend):
             if tiles:
                 kernel_options.update(tiles)
                 kernel += ", tiles " + " ".join(f"{k}={v}" for k, v in tiles.items())
-        sinks = batch.sinks.float().view(1, -1, 1) if batch.sinks is not None else None
+        sinks = _sink_logits(batch, tables)
         return FlexPlan(
             mode=f"{self.option('mask')} block mask, {how}, {kernel}",
             q=d.q,
@@ -228,18 +228,45 @@ class FlexBackend(Backend):
         return unpad_output(o, p.index)
 
 
+def alibi_top(t) -> torch.Tensor:
+    """``[B, Qmax]``: the position of each row's last allowed key, where its ALiBi term is largest:
+    the row's own position (causal rows, tree nodes: their keys are at or before them), the
+    request's last key (bidirectional prefill rows, ``hi``)."""
+    return torch.maximum(t.hi, t.qpos)
+
+
 def _score_mod(batch: Batch, t) -> Any:
-    """Soft-cap then ALiBi on Flex's scaled scores (docs/semantics.md), or None."""
+    """Soft-cap then ALiBi on Flex's scaled scores (docs/semantics.md), or None. ALiBi enters
+    as ``slope_h * (key position - alibi_top)``: the semantic term less a constant per row
+    (``slope_h * (alibi_top - query position)``, 0 but on bidirectional rows), which leaves the
+    softmax as it is and keeps the terms of the keys that carry a row's weight near 0. Added
+    unshifted, a 346-token bidirectional prefill put them near 172 and eager bfloat16 scores (a
+    CPU) step by 1 there: rel. err 0.098. The LSE is shifted by the same constant (the sinks
+    in ``plan`` take it back)."""
     cap, slopes = batch.softcap, batch.alibi_slopes
     if cap is None and slopes is None:
         return None
-    qpos, kpos = t.qpos, t.kpos
+    kpos = t.kpos
+    top = alibi_top(t) if slopes is not None else None
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if cap is not None:
             score = cap * torch.tanh(score / cap)
         if slopes is not None:
-            score = score + slopes[h] * (kpos[b, kv_idx] - qpos[b, q_idx]).to(score.dtype)
+            score = score + (slopes[h] * (kpos[b, kv_idx] - top[b, q_idx]).float()).to(score.dtype)
         return score
 
     return score_mod
+
+
+def _sink_logits(batch: Batch, t) -> Optional[torch.Tensor]:
+    """The sink logit each row's LSE is weighed against (``run``): ``[1, Hq, 1]``, or with ALiBi
+    ``[B, Hq, Qmax]`` less the row's ALiBi shift (``_score_mod``: the LSE Flex returns is the
+    semantic one less that shift)."""
+    if batch.sinks is None:
+        return None
+    sinks = batch.sinks.float().view(1, -1, 1)
+    if batch.alibi_slopes is None:
+        return sinks
+    shift = (alibi_top(t) - t.qpos).float()  # [B, Qmax], 0 but on bidirectional rows
+    return sinks - batch.alibi_slopes.float().view(1, -1, 1) * shift[:, None, :]

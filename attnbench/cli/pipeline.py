@@ -81,7 +81,7 @@ def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_te
 def check_reference(sf) -> None:
     """Each case's ``check.reference`` is ``reference`` or a registered backend (ScenarioError
     naming the file and the field, before anything runs; it used to be error rows)."""
-    from attnbench import backend as registry
+    from attnbench.backend import registry
     from attnbench.workload.scenario import ScenarioError
 
     known = registry.all_names()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from rich.markup import escape
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import print_profiles
 from attnbench.cli.app import (

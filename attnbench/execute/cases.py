@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from attnbench import backend as registry
-from attnbench.backend_options import backend_word
+from attnbench.backend import registry
+from attnbench.backend.options import backend_word
 from attnbench.execute.options import RunOptions
 from attnbench.store.rows import Row
 from attnbench.workload.spec import describe

@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
 from attnbench.execute.cases import (  # noqa: F401

@@ -7,7 +7,6 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import os
 import shlex
@@ -290,7 +289,7 @@ def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]
         select=runner.opts.select,  # -k: the run holds only the rows it picked
         rows_expected=sum(rows_per_case(runner).values()),
         environment=runner.environment(),
-        options=copy.deepcopy(runner.opts),  # as they are now (a runner may change its own later)
+        options=runner.opts,  # frozen: what the rows ran with
     )
 
 

@@ -62,7 +62,7 @@ class Job:
         sf = load_text(self.scenario_text, self.scenario_path, self.overrides)
         opts = options_from_json(options_to_json(self.options))
         if self.backends:
-            opts.backends = list(self.backends)
+            opts = dataclasses.replace(opts, backends=list(self.backends))
         return Runner(sf, opts, on_step=on_step)
 
     def case(self, runner):

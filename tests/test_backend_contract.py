@@ -88,11 +88,11 @@ def test_head_dim_multiple_and_maximum():
 
 
 def test_standard_reasons_are_written_once_in_the_source():
-    """The wording lives in backend.py only; no backend writes it out again."""
+    """The wording lives in backend/reasons.py only; no backend writes it out again."""
     for needle in ("is not a multiple of num_kv_heads", "runs on CUDA devices only", "needs page_size divisible"):
         hits = [p for p in list((ROOT / "backends").glob("*.py")) + list((ROOT / "attnbench").rglob("*.py"))
                 if needle in p.read_text()]
-        assert [p.name for p in hits] == ["backend.py"], (needle, hits)
+        assert [p.relative_to(ROOT).as_posix() for p in hits] == ["attnbench/backend/reasons.py"], (needle, hits)
 
 
 def test_builtin_backends_declare_instead_of_writing_prose():
@@ -108,7 +108,7 @@ def test_builtin_backends_declare_instead_of_writing_prose():
 
 def test_the_row_mode_comes_from_the_plan(tmp_path):
     """The runner copies the plan's ``mode``; the backend holds no per-plan state."""
-    from attnbench import backend as registry
+    from attnbench.backend import registry
     from attnbench.execute.options import RunOptions
     from attnbench.execute.runner import Runner
     from attnbench.workload.scenario import load_text

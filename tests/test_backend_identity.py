@@ -8,8 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import backend as registry
-from attnbench.backend_options import BackendId, pick_backend
+from attnbench.backend import registry
+from attnbench.backend.options import BackendId, pick_backend
 from attnbench.cli.app import app
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner

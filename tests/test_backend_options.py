@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import backend as registry
-from attnbench.backend_options import BackendOption, OptionError, parse_spec, resolve
+from attnbench.backend import registry
+from attnbench.backend.options import BackendOption, OptionError, parse_spec, resolve
 from attnbench.cli import app
 
 cli = CliRunner()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.cli.backends import probed_status, quick_status
 from attnbench.execute.runner import default_backends
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.analyze import compare as cmp
 from attnbench.analyze import ranks
 from attnbench.analyze import significance as sig

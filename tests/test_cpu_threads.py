@@ -127,7 +127,7 @@ def test_a_backend_with_its_own_pool_gets_process_clock_rows_in_every_round(tmp_
     round that sees other threads decides for the rest), sdpa inline stays cpu-thread."""
     from pathlib import Path
 
-    from attnbench import backend as registry
+    from attnbench.backend import registry
 
     (tmp_path / "t.yaml").write_text(TINY)
     out = tmp_path / "run"

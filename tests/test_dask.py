@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("distributed")
 
-from attnbench import backend as registry  # noqa: E402
+from attnbench.backend import registry  # noqa: E402
 from attnbench.cli.app import app  # noqa: E402
 from attnbench.execute.cases import default_backends  # noqa: E402
 from attnbench.execute import dask_driver  # noqa: E402

@@ -1,6 +1,6 @@
 """Each fact is defined once: the request kinds, cache layouts and dtypes in workload.spec (the
 scenario schema and the backend contract take them from there), a built-in backend's library,
-install hint, device needs and distribution in backend.BUILTIN_INFO (the class takes them)."""
+install hint, device needs and distribution in backend.builtin.BUILTIN_INFO (the class takes them)."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from attnbench import backend as registry
+from attnbench.backend import contract, registry
 from attnbench.workload import spec
 from attnbench.workload.scenario import json_schema
 
@@ -21,7 +21,7 @@ def test_the_scenario_schema_offers_the_spec_choices():
         prop = defs[model]["properties"][field]
         return prop.get("enum") or next(a["enum"] for a in prop["anyOf"] if "enum" in a)
 
-    assert enum("Group", "kind") == list(spec.KINDS) and registry.KINDS is spec.KINDS
+    assert enum("Group", "kind") == list(spec.KINDS) and contract.KINDS is spec.KINDS
     assert enum("KVCache", "layout") == list(spec.LAYOUTS)
     assert enum("ModelShape", "dtype") == list(spec.DTYPE_NAMES)
     assert enum("KVCache", "dtype") == list(spec.KV_DTYPES)
@@ -37,7 +37,7 @@ def test_a_builtin_backend_takes_its_facts_from_the_table(name):
     restated = [t.id for node in body if isinstance(node, (ast.Assign, ast.AnnAssign))
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                 if isinstance(t, ast.Name) and t.id in registry.BUILTIN_FACTS]
-    assert not restated, f"{cls.__name__} sets {restated} again; they live in backend.BUILTIN_INFO[{name!r}]"
+    assert not restated, f"{cls.__name__} sets {restated} again; they live in backend.builtin.BUILTIN_INFO[{name!r}]"
 
 
 def test_a_plugin_subclass_keeps_its_own_facts():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.backend import Backend
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner

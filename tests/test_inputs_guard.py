@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, modified_inputs
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.workload.scenario import load_text

@@ -150,7 +150,7 @@ def test_sigkill_mid_run_then_resume_gives_the_same_rows(tiny, tmp_path, monkeyp
     with open(killed / "rows.jsonl", "a") as f:  # a line cut short by the kill
         f.write('{"scenario": "tiny", "case_id": "page_si')
     # the backend file must be named again: it runs code
-    from attnbench import backend as registry
+    from attnbench.backend import registry
 
     monkeypatch.delitem(registry._EXTRA, "sleepy", raising=False)  # as in a fresh process
     r = cli.invoke(app, ["run", "--resume", str(killed), "-q"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.execute import runner as runner_mod
 from attnbench.execute.memory import available_bytes, backend_bytes, reference_bytes
 from attnbench.execute.runner import RunOptions, Runner

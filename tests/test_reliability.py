@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import backend as registry
-from attnbench.backend_files import load_backend_file
+from attnbench.backend import registry
+from attnbench.backend.files import load_backend_file
 from attnbench.cli.app import app
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.workload.scenario import load_text

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.execute.runner import RunOptions, Runner
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.workload.scenario import load_text

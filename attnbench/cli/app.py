@@ -7,7 +7,6 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import os
 import shlex
@@ -21,8 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from attnbench import __version__
-from attnbench import backend as registry
-from attnbench.backend_files import begin_command, load_backend_file
+from attnbench.backend import registry
+from attnbench.backend.files import begin_command, load_backend_file
 from attnbench.cli.progress import progress_for
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
@@ -198,7 +197,7 @@ def backend_among(text: str, present: Iterable[str], flag: str, where: str, hint
     """The one of ``present`` (rows' backends) that a user's ``text`` names, resolved as ``-b``
     resolves it and compared by value (``flex:mask=blocks`` is the rows' ``flex``); text that
     names none of them is a usage error, never a fallback (issue 34)."""
-    from attnbench.backend_options import pick_backend
+    from attnbench.backend.options import pick_backend
 
     hit = pick_backend(registry.user_backend_id(text), present)
     if hit is None:
@@ -290,7 +289,7 @@ def base_manifest(sf, runner: "Runner", scenario_path: str, overrides: List[str]
         select=runner.opts.select,  # -k: the run holds only the rows it picked
         rows_expected=sum(rows_per_case(runner).values()),
         environment=runner.environment(),
-        options=copy.deepcopy(runner.opts),  # as they are now (a runner may change its own later)
+        options=runner.opts,  # frozen: what the rows ran with
     )
 
 

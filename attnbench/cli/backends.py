@@ -1,7 +1,7 @@
 """Command ``backends``: which backends can run here, and which a default run takes.
 
 Without ``--probe`` it imports nothing heavy (no torch, no GPU library): built-in backends are
-described from ``backend.BUILTIN_INFO``, libraries found with ``find_spec``, versions read from
+described from ``backend.builtin.BUILTIN_INFO``, libraries found with ``find_spec``, versions read from
 package metadata, and the device guessed from the NVIDIA driver. ``--probe`` imports torch and
 every library to give the exact answer (a wheel built for another torch fails only at import).
 """
@@ -15,7 +15,8 @@ from typing import List, Optional
 
 import typer
 
-from attnbench import backend as registry
+from attnbench.backend import registry
+from attnbench.backend.reasons import device_reason
 from attnbench.cli.app import app, console, handle_errors, load_backend_files
 
 
@@ -43,7 +44,7 @@ def quick_status(name: str, device_type: str) -> tuple[str, str, str]:
         hint = f"; install with: {info.install_hint}" if info.install_hint else ""
         return "no", "no", f"{lib} not installed{hint}"
     version = _version(info.distribution or lib)
-    why = registry.device_reason(name, info.cuda_only, info.cpu_env, device_type)
+    why = device_reason(name, info.cuda_only, info.cpu_env, device_type)
     return "yes", "yes" if why is None else "no", version if why is None else f"{version}; {why}"
 
 
@@ -111,7 +112,7 @@ def list_backends(
 
 def _print_options() -> None:
     """Each backend's declared options (``-b NAME:key=value``), with defaults and env vars."""
-    from attnbench.backend_options import describe_options
+    from attnbench.backend.options import describe_options
 
     for n in registry.all_names():
         try:

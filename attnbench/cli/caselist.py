@@ -11,7 +11,7 @@ from typing import Callable
 
 from rich.console import Console
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.cli.backends import guess_device_type, quick_status
 from attnbench.execute.cases import backend_names_for
 from attnbench.store.options import RunOptions

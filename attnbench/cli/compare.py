@@ -73,7 +73,7 @@ def _run_scenario(scenario, set_, opts: RunOptions, launch: Launch, results_dir,
         raise UsageError("-k runs with --executor local only (a Dask worker runs every backend of its case)")
     runner = new_runner(scenario, set_, opts, spec, backend_file)
     ensure_selected(runner, str(scenario))
-    folder = new_folder(runner, launch, results_dir, out, False, spec)
+    runner, folder = new_folder(runner, launch, results_dir, out, False, spec)
     if not run_rows(runner, folder, frozenset(), launch, spec, quiet):
         raise typer.Exit(130)
     return folder

@@ -81,7 +81,7 @@ def new_options(backend, device, warm_l2, no_graphs, timing: dict, rtol, save_te
 def check_reference(sf) -> None:
     """Each case's ``check.reference`` is ``reference`` or a registered backend (ScenarioError
     naming the file and the field, before anything runs; it used to be error rows)."""
-    from attnbench import backend as registry
+    from attnbench.backend import registry
     from attnbench.workload.scenario import ScenarioError
 
     known = registry.all_names()
@@ -109,8 +109,10 @@ def ensure_selected(runner: "Runner", path: str) -> None:
         )
 
 
-def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool, spec) -> RunFolder:
-    """A new run folder with its manifest (profiles go inside it, with --profile)."""
+def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool, spec) -> tuple["Runner", RunFolder]:
+    """A new run folder with its manifest (profiles go inside it, with --profile), and the runner
+    writing into it (``writing_to``: new options, never the ones ``runner`` was made with). Made
+    after the runner, which -k is checked against first: a run that picks nothing leaves no folder."""
     opts = runner.opts
     from attnbench.store.tensors import check_tensors_folder
 
@@ -120,15 +122,14 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     check_writable(opts.save_tensors, "--save-tensors")
     folder = RunFolder.create(results_dir, runner.sf.name, out, own=opts.save_tensors)
     announce_run_folder(folder.path)  # now: a parent that sees this process die before the manifest removes it
-    opts.run = str(folder.path)  # whose --save-tensors files a resume may merge into
-    if profile:
-        opts.profile_dir = folder.path / "profiles"
+    # run: whose --save-tensors files a resume may merge into
+    runner = runner.writing_to(str(folder.path), folder.path / "profiles" if profile else None)
     man = base_manifest(runner.sf, runner, launch.scenario_path, launch.overrides)
     man.update(backend_files=[str(Path(f).resolve()) for f in launch.backend_files],
                backend_files_sha256=backend_file_hashes(launch.backend_files), isolate=spec.isolate,
                timeout=spec.timeout if spec.isolate else None, executor=spec.to_json())
     folder.start(man)
-    return folder
+    return runner, folder
 
 
 def run_rows(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, quiet: bool) -> bool:

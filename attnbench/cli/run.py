@@ -5,7 +5,6 @@ Exit codes: 0 every row ok or skipped; 1 a row is error/mismatch (or a regressio
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from rich.markup import escape
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.analyze.run_formats import render_run
 from attnbench.analyze.tables import print_profiles
 from attnbench.cli.app import (
@@ -94,7 +93,8 @@ def run(
     runner = new_runner(scenario, set_, opts, spec, backend_file)
     ensure_selected(runner, str(scenario))
     launch = launch_of(str(scenario), set_, backend_file)
-    _execute(runner, new_folder(runner, launch, results_dir, out, profile, spec), frozenset(), launch, spec, show, profile)
+    runner, folder = new_folder(runner, launch, results_dir, out, profile, spec)
+    _execute(runner, folder, frozenset(), launch, spec, show, profile)
 
 
 def _print_cases(scenario: Path, set_, opts, fmt: str) -> None:
@@ -149,8 +149,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     except ResumeError as e:
         raise UsageError(str(e)) from None
     try:
-        # a copy: the runner records resolved backend specs in its options, never in the manifest's
-        opts, isolate = copy.deepcopy(prior.options), isolate or prior.isolate
+        opts, isolate = prior.options, isolate or prior.isolate  # frozen: the runner's specs make new options
         if conflicts:
             raise UsageError(f"--resume {path} goes on with the run's own settings ({kept_settings(prior)}); "
                              f"drop {', '.join(conflicts)}, which would change them, or start a new run")

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from attnbench import __version__
-from attnbench.backend_files import load_backend_file
+from attnbench.backend.files import load_backend_file
 from attnbench.execute import events as ev_
 from attnbench.execute.job import Job
 

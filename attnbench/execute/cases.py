@@ -3,10 +3,11 @@ the rows ``-k`` picks, and the row of a (case, backend) before anything ran (the
 writes its error there)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
-from attnbench import backend as registry
-from attnbench.backend_options import backend_word
+from attnbench.backend import registry
+from attnbench.backend.options import backend_word
 from attnbench.execute.options import RunOptions
 from attnbench.store.rows import Row
 from attnbench.workload.spec import describe
@@ -39,9 +40,9 @@ def resolved_backends(sf: ScenarioFile, opts: RunOptions, available: Optional[li
     """The backends a run measures: ``-b``, else the scenario's list, else every backend
     available (``available``, or the ones available on this machine for ``device_type``); each
     spec resolved once (its options validated against the backend's declaration), keyed by its
-    canonical text, the rows' ``backend``. Each spec's option values go to ``opts.backend_specs``
-    (the manifest records them); options that hold them already (a ``--resume``, a child, a
-    worker) give those specs back, whatever this process's environment says."""
+    canonical text, the rows' ``backend``. The runner records each spec's option values in its
+    options (``with_specs``; the manifest records them); options that hold them already (a
+    ``--resume``, a child, a worker) give those specs back, whatever this process's environment says."""
     if opts.backend_specs:
         return {c: registry.resolve_values(c, v) for c, v in opts.backend_specs.items()}
     from_file = not opts.backends and bool(sf.scenario.backends)
@@ -53,8 +54,13 @@ def resolved_backends(sf: ScenarioFile, opts: RunOptions, available: Optional[li
         except registry.UnknownBackend as e:
             raise registry.UnknownBackend(f"{sf.path}: backends.{i}: {e}" if from_file else str(e)) from None
         out.setdefault(rs.canonical, rs)
-    opts.backend_specs = {c: dict(rs.values) for c, rs in out.items()}
     return out
+
+
+def with_specs(opts: RunOptions, specs: dict[str, "registry.ResolvedSpec"]) -> RunOptions:
+    """``opts`` holding the option values of ``specs`` (``resolved_backends``): what a runner keeps,
+    the manifest records and a resume, a child or a worker makes its backends from."""
+    return replace(opts, backend_specs={c: dict(rs.values) for c, rs in specs.items()})
 
 
 def case_base_row(scenario: str, case: Case, name: str, device: str = "", device_id: str = "") -> Row:

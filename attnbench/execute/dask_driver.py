@@ -11,6 +11,7 @@ decided by attnbench.execute.case_book.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import queue
 import uuid
@@ -19,7 +20,7 @@ from typing import Iterator
 from attnbench import __version__
 from attnbench.execute import case_task
 from attnbench.execute.case_book import Attempt, CaseBook
-from attnbench.execute.cases import backend_names_for
+from attnbench.execute.cases import resolved_backends, with_specs
 from attnbench.execute.job import Job
 from attnbench.execute.dask_cluster import Cluster, ExecutorError, ExecutorLost
 from attnbench.store.rows import Row
@@ -36,7 +37,7 @@ def _drop_topics(dask_scheduler=None, topics=()):
 
 class DaskRunner:
     def __init__(self, sf, opts, job: Job, cluster: Cluster, resources: dict | None = None):
-        self.sf, self.opts, self.job, self.cluster = sf, dataclasses.replace(opts), job, cluster  # its own copy: specs go here
+        self.sf, self.opts, self.job, self.cluster = sf, opts, job, cluster  # its specs: below, once resolved
         self.resources = dict(resources or {})
         self.run_id = uuid.uuid4().hex[:12]
         self.notes: list[str] = []
@@ -45,7 +46,9 @@ class DaskRunner:
         available: list[str] = []
         for w in self.workers:
             available += [b for b in w["available"] if b not in available]
-        self.backend_names = backend_names_for(sf, self.opts, available)
+        specs = resolved_backends(sf, opts, available)
+        self.opts = with_specs(opts, specs)  # what the manifest records and every worker makes its backends from
+        self.backend_names = list(specs)
         devices = list(dict.fromkeys(w["device"] for w in self.workers))
         self.device_name = " + ".join(devices)
         if len(devices) > 1:
@@ -82,6 +85,13 @@ class DaskRunner:
     def todo(self, case, done: frozenset = frozenset()) -> list[str]:
         """The backends of ``case`` still to run (no -k here: a worker runs every backend of its case)."""
         return [b for b in self.backend_names if (case.case_id, b) not in done]
+
+    def writing_to(self, run: str, profile_dir=None) -> "DaskRunner":
+        """See ``Runner.writing_to``: every worker's job carries those options (one cluster for both)."""
+        new = copy.copy(self)
+        new.opts = dataclasses.replace(self.opts, run=run, profile_dir=profile_dir)
+        new.job = dataclasses.replace(self.job, options=new.opts)
+        return new
 
     def close(self) -> None:
         self.cluster.close()
@@ -148,7 +158,7 @@ class DaskRunner:
         return f"attnbench-{self.run_id}-{uuid.uuid4().hex[:8]}"
 
     def _submit(self, attempt: Attempt, live: dict, inbox: queue.Queue) -> None:
-        # the options as they are now (run sets profile_dir after the runner is made)
+        # the runner's options: the backend specs it resolved, the run folder it writes
         job = self.job.for_case(attempt.case.case_id, attempt.backends, options=self.opts, topic=attempt.topic).to_json()
         self.client.subscribe_topic(attempt.topic, lambda ev, t=attempt.topic: inbox.put(("event", t, ev[1])))
         fut = self.client.submit(case_task.run_case, job, key=attempt.topic, pure=False, retries=0,

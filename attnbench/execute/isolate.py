@@ -24,6 +24,7 @@ The child's stdout and stderr go to a temporary file, not to the terminal.
 """
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import json
 import os
@@ -158,6 +159,11 @@ class IsolatedRunner:
     def __getattr__(self, name: str):
         return getattr(self.runner, name)
 
+    def writing_to(self, run: str, profile_dir=None) -> "IsolatedRunner":
+        """See ``Runner.writing_to``: the children run with those options too."""
+        inner = self.runner.writing_to(run, profile_dir)
+        return IsolatedRunner(inner, dataclasses.replace(self.job, options=inner.opts), self.timeout)
+
     def rows(self, done: frozenset = frozenset()) -> Iterator[Row]:
         return isolated_rows(self.runner, self.job, self.timeout, done)
 
@@ -167,7 +173,7 @@ def isolated_rows(runner, job: Job, timeout: float, done: frozenset = frozenset(
     for case in runner.sf.cases:
         remaining = runner.todo(case, done)
         while remaining:
-            # the options as they are now (run sets profile_dir after the runner is made)
+            # the runner's options: the backend specs it resolved, the run folder it writes
             case_job = job.for_case(case.case_id, remaining, options=runner.opts)
             for row in _run_child(runner, case, remaining, case_job, timeout):
                 yield checked(row)

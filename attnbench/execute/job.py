@@ -51,7 +51,7 @@ class Job:
     def runner(self, on_step=None, load_plugin=None):
         """The runner of this job's scenario and options (its backends, when it names them):
         ``backend_files`` loaded here, ``plugins`` through ``load_plugin``; ``on_step``: the step observer."""
-        from attnbench.backend_files import load_backend_file
+        from attnbench.backend.files import load_backend_file
         from attnbench.execute.runner import Runner
         from attnbench.workload.scenario import load_text
 
@@ -62,7 +62,7 @@ class Job:
         sf = load_text(self.scenario_text, self.scenario_path, self.overrides)
         opts = options_from_json(options_to_json(self.options))
         if self.backends:
-            opts.backends = list(self.backends)
+            opts = dataclasses.replace(opts, backends=list(self.backends))
         return Runner(sf, opts, on_step=on_step)
 
     def case(self, runner):

@@ -107,7 +107,7 @@ def split_by_memory(spec: BatchSpec, names: list[str], avail: Optional[int], dev
     others). ``all_live`` (timing rounds): the shares add up. ``avail`` None: all fit."""
     if avail is None:
         return list(names), []
-    from attnbench import backend as registry
+    from attnbench.backend import registry
     from attnbench.workload.units import format_bytes
 
     used = spec.memory_bytes() + reference_bytes(spec)  # the pristine inputs and the reference

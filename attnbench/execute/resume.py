@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from attnbench import __version__
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.store.code_identity import PACKAGE_DIR, backend_file_changes, code_changes, code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import RunOptions

@@ -7,18 +7,17 @@ backend becomes that row's ``error``; the rows already finished are never lost.
 """
 from __future__ import annotations
 
+import copy
 import gc
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional
 
 import torch
 
-from attnbench import backend as registry
+from attnbench.backend import registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
-from attnbench.execute.cases import (  # noqa: F401
-    backend_names_for, case_base_row, default_backends, resolved_backends, select_rows,
-)
+from attnbench.execute.cases import case_base_row, default_backends, resolved_backends, select_rows, with_specs  # noqa: F401
 from attnbench.execute.output_check import check_output  # noqa: F401 - the runner's, for callers
 from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
@@ -62,17 +61,23 @@ class Runner:
 
     def __init__(self, sf: ScenarioFile, opts: RunOptions, on_step: Optional[Callable[[Row, bool], None]] = None):
         self.sf = sf
-        self.opts = replace(opts)  # its own: the backend specs it resolves go here, not into the caller's options
         self.on_step = on_step or (lambda row, ended: None)  # the step observer
         self.notes: list[str] = []  # what the command line should tell the user (the executor protocol)
         self.device = resolve_device(opts.device or sf.scenario.device)
         self.device_name = device_name(self.device)
         self.device_id = device_identity(self.device)
         self.threads = opts.threads or 1
-        self.specs = resolved_backends(sf, self.opts, device_type=self.device.type)  # -b parsed once, here
+        self.specs = resolved_backends(sf, opts, device_type=self.device.type)  # -b parsed once, here
+        self.opts = with_specs(opts, self.specs)  # what the manifest records, a child and a resume make them from
         self.backend_names = list(self.specs)
         self._saved: dict[str, frozenset] = {}  # cases whose --save-tensors file this runner wrote: their outputs
         self.picks = select_rows(opts.select)  # ValueError
+
+    def writing_to(self, run: str, profile_dir=None) -> "Runner":
+        """A copy whose options name the run folder it writes (``run``) and where profiles go."""
+        new = copy.copy(self)
+        new.opts = replace(self.opts, run=run, profile_dir=profile_dir)
+        return new
 
     def backend_versions(self) -> dict[str, str]:
         out = {}

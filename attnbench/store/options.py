@@ -11,8 +11,12 @@ from typing import Optional
 from attnbench.workload.timing_spec import override_problem
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
+    """Built once (from the flags, a manifest or a job) and never changed: a value derived later
+    (the backends' resolved specs, the run folder) makes new options (``dataclasses.replace``),
+    so a runner, an ``--isolate`` child's job and the manifest never see one another's changes."""
+
     backends: Optional[list[str]] = None  # None: the scenario's list, else every available one
     device: Optional[str] = None  # overrides the scenario's device
     warm_l2: bool = False

@@ -93,8 +93,8 @@ def probe(device: str, backend_file: Optional[str]) -> dict[str, Optional[str]]:
     (importing the libraries here would hold a CUDA context for the whole run)."""
     code = (
         "import json, sys\n"
-        "from attnbench import backend as reg\n"
-        + (f"from attnbench.backend_files import load_backend_file\nload_backend_file({backend_file!r})\n"
+        "from attnbench.backend import registry as reg\n"
+        + (f"from attnbench.backend.files import load_backend_file\nload_backend_file({backend_file!r})\n"
            if backend_file else "")
         + "out = {}\n"
         "for n in reg.all_names():\n"

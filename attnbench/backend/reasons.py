@@ -3,7 +3,43 @@ head dims, request kinds and trees, and the attention variants (docs/semantics.m
 each, so rows read alike across backends. ``cls`` is a Backend subclass."""
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Optional
+
+from attnbench.workload.mla import is_mla
+
+
+def _dtype_name(d: Any) -> str:
+    return str(d).replace("torch.", "")
+
+
+def capability_reasons(cls: Any, batch: Any) -> list[str]:
+    """The standard reasons, from the declared capabilities of ``cls`` (one wording each)."""
+    label = cls.label or cls.name
+    out = []
+    if cls.cuda_only and batch.device.type != "cuda":
+        out.append(f"{label} runs on CUDA devices only")
+    if cls.dtypes and batch.dtype not in cls.dtypes:
+        names = "/".join(_dtype_name(d) for d in cls.dtypes)
+        out.append(f"{label} takes {names}, not {_dtype_name(batch.dtype)}")
+    if not is_mla(batch):
+        out += head_dim_reasons(cls, label, batch.head_dim)
+    elif not cls.supports_mla:
+        out.append(f"{label} cannot compute multi-head latent attention (attention: mla: {batch.num_q_heads}"
+                   f" query heads on one latent head of {batch.head_dim} dims, values of {batch.v_head_dim})")
+    ps = batch.page_size
+    if ps % cls.page_size_multiple:
+        out.append(f"{label} needs page_size divisible by {cls.page_size_multiple}, got {ps}")
+    if cls.max_page_size is not None and ps > cls.max_page_size:
+        out.append(f"{label} takes page_size at most {cls.max_page_size}, got {ps}")
+    hq, hkv = batch.num_q_heads, batch.num_kv_heads
+    if hq % hkv:
+        out.append(f"num_q_heads {hq} is not a multiple of num_kv_heads {hkv}")
+    elif cls.max_group is not None and hq // hkv > cls.max_group:
+        out.append(f"{label} takes at most {cls.max_group} query heads per KV head, got {hq // hkv}")
+    out += request_reasons(cls, label, batch)
+    out += variant_reasons(cls, label, batch.spec)
+    return out
 
 
 def head_dim_reasons(cls: Any, label: str, d: int) -> list[str]:
@@ -52,3 +88,13 @@ def variant_reasons(cls: Any, label: str, spec: Any) -> list[str]:
     if spec.kv_order not in cls.kv_orders:
         out.append(f"{label} reads only {'/'.join(cls.kv_orders)} caches, not {spec.kv_order} (kv_cache.order)")
     return out
+
+
+def device_reason(name: str, cuda_only: bool, cpu_env: Optional[str], device_type: str) -> Optional[str]:
+    """See :meth:`Backend.device_reason` (a function, so that the listing of built-in
+    backends can say it without importing them)."""
+    if cuda_only and device_type != "cuda":
+        return f"runs on CUDA devices only; this machine runs on {device_type}"
+    if device_type == "cpu" and cpu_env and os.environ.get(cpu_env) != "1":
+        return f"runs on a CPU only under {cpu_env}=1 (or name it with -b {name} to see its skipped rows)"
+    return None

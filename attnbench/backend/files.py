@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from attnbench.backend import Backend, UnknownBackend, get_backend_class, register
+from attnbench.backend.contract import Backend
+from attnbench.backend.registry import UnknownBackend, get_backend_class, register
 
 _FILES: dict[str, list[str]] = {}  # resolved --backend-file path -> the names it registered
 _SOURCE: dict[str, str] = {}  # backend name -> the --backend-file that registered it

@@ -41,13 +41,13 @@ if [ -n "${PLAN_BASE:-}" ]; then
   rm -rf /tmp/plan_base && mkdir -p /tmp/plan_base
   if git archive "$PLAN_BASE" attnbench | tar -x -C /tmp/plan_base; then
     el "plan alone, every shipped case, attnbench at $PLAN_BASE (baseline)"
-    PYTHONPATH=/tmp/plan_base timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops "${TIMED[@]}" || fail=1
+    PYTHONPATH=/tmp/plan_base${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops "${TIMED[@]}" || fail=1
   else
     el "PLAN_BASE=$PLAN_BASE: git archive failed (no history here?), no baseline"; fail=1
   fi
 fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
-PYTHONPATH=$PWD timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV "${TIMED[@]}" || fail=1
+PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV "${TIMED[@]}" || fail=1
 for s in $SCEN; do
   t=$(left)
   if [ "$t" -lt 15 ]; then el "$s: not run, the budget is spent"; fail=1; continue; fi

@@ -402,3 +402,55 @@ def test_a_trace_on_the_cpu_end_to_end(tmp_path):
     r = cli.invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html")])
     html = (tmp_path / "r.html").read_text()
     assert r.exit_code == 0 and ("dispatching buys" in html or "sdpa is the pick for every shape" in html)
+
+
+# ---------------------------------------------------------------------------- the plan's spread
+def test_spread_splits_samples_in_order_into_one_median_per_round():
+    from attnbench.analyze.decide import spread
+
+    assert spread(5.0, [1, 2, 3, 10, 11, 12], 2) == [2, 11]
+    assert spread(5.0, [1, 2, 3, 10, 11], 2) == [2, 10.5]  # the first groups take the extra sample
+    assert spread(5.0, [1, 2], 3) == [5.0, 5.0, 5.0]  # fewer samples than rounds: the median each round
+    assert spread(5.0, [], 0) == []
+
+
+def test_the_plans_spread_is_in_the_intervals(tmp_path):
+    """A step that is mostly plan (a tree backend's): the kernel's rounds agree to the
+    nanosecond, the plan's timed calls scatter by 30%. The interval was [x, x] (on an H200
+    the trace-eagle run read triton 466 µs [466, 466], its plan 85% of the step, timed apart
+    from the rounds and counted as a constant); it now carries the plan's spread."""
+    rng = random.Random(7)
+
+    def rows_of(cases):
+        out = []
+        for c in cases:
+            for b, plan in (("a", 1.0), ("b", 1.5)):
+                r = _row(c, b, [0.2] * 8, plan=plan)
+                r.plan_samples_ms = [plan * (1 + rng.uniform(-0.3, 0.3)) for _ in range(16)]
+                r.plan_ms = sorted(r.plan_samples_ms)[8]
+                out.append(r)
+        return out
+
+    doc = decide_json(make_run(tmp_path / "run", scenario(), rows_of))
+    a = next(t for t in doc["backends"] if t["backend"] == "a")
+    assert a["hi_ms"] - a["lo_ms"] > 0.03 * a["per_step_ms"], a  # was 0: the kernel's rounds alone
+    assert not any("fewer plan/convert samples" in n for n in doc["notes"])
+    old = decide_json(make_run(tmp_path / "old", scenario(), lambda cases: [_row(c, b, [0.2] * 8, plan=p)
+                                                                          for c in cases for b, p in (("a", 1), ("b", 1.5))]))
+    assert any("a, b: fewer plan/convert samples kept than rounds" in n for n in old["notes"]), old["notes"]
+
+
+@pytest.mark.slow
+def test_a_run_keeps_every_timed_plan_and_convert_call(tmp_path):
+    r = cli.invoke(app, ["run", "quickstart", "-b", "sdpa", "-b", "flex", "--device", "cpu", "-q",
+                         "--out", str(tmp_path / "run"), "--measure-ms", "20", "--warmup-ms", "1"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "run" / "rows.jsonl").read_text().splitlines() if x.strip()]
+    ok = [x for x in rows if x["status"] == "ok" and x["backend"] != "reference"]
+    assert ok
+    for x in ok:
+        ps = sorted(x["plan_samples_ms"])
+        assert ps and x["plan_ms"] == pytest.approx((ps[(len(ps) - 1) // 2] + ps[len(ps) // 2]) / 2)
+        assert bool(x["convert_samples_ms"]) == (x["convert_ms"] > 0)
+    header = (tmp_path / "run" / "results.csv").read_text().splitlines()[0]
+    assert "plan_samples_ms" not in header and "plan_ms" in header

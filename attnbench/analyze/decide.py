@@ -10,9 +10,14 @@ cache is already in the layout the library reads). ``kernel`` is the row's media
 step's, it shows where the plan changes the pick.
 
 Intervals come from the timing rounds (``analyze/significance.py``: the round, not the call,
-is the replicate). Round ``i`` of a row costs ``plan + convert + its round-i median`` (plan and
-convert are timed once per row, so they are constants here); a backend's weighted total in
-round ``i`` is ``sum(weight * cost_i)`` over the cases it covers, and:
+is the replicate). Round ``i`` of a row costs ``plan_i + convert_i + its round-i median``: plan
+and convert are timed on the host apart from the kernel's rounds (``plan_samples_ms``,
+``convert_samples_ms``), so their samples are split in order into as many groups as there are
+rounds and group ``i``'s median stands for round ``i`` (``spread``): their spread enters the
+intervals, which it dominates where the plan is most of a step. Rows of runs made before the
+samples were kept (or with fewer samples than rounds) count their median in every round, and
+the notes say so. A backend's weighted total in round ``i`` is ``sum(weight * cost_i)`` over the
+cases it covers, and:
 
 * a total's interval is the signed-rank interval of the round totals' center;
 * per case, the runner-up against the pick is the paired ratio of their round costs, with its
@@ -127,10 +132,36 @@ def _finite(x: float) -> float:
 PARTS = ("plan", "kernel", "convert")
 
 
+def spread(median: float, samples: Sequence[float], rounds: int) -> list[float]:
+    """One value per round: the medians of ``samples`` split in order into ``rounds`` groups,
+    or ``median`` in every round where there are fewer samples than rounds."""
+    if rounds < 1 or len(samples) < rounds:
+        return [median] * rounds
+    size, extra = divmod(len(samples), rounds)
+    out, at = [], 0
+    for i in range(rounds):
+        group = sorted(samples[at:at + size + (i < extra)])
+        at += len(group)
+        mid = len(group) // 2
+        out.append(group[mid] if len(group) % 2 else (group[mid - 1] + group[mid]) / 2)
+    return out
+
+
+def host_constant(row: Row, parts: Sequence[str]) -> bool:
+    """The row's plan or convert counts one median in every round (its samples were not kept)."""
+    n = len(row.round_medians_ms)
+    return ("plan" in parts and math.isfinite(row.plan_ms) and len(row.plan_samples_ms) < n) or (
+        "convert" in parts and bool(row.convert_ms) and math.isfinite(row.convert_ms) and len(row.convert_samples_ms) < n)
+
+
 def cost_of(row: Row, parts: Sequence[str]) -> Cost:
     plan = _finite(row.plan_ms) if "plan" in parts else 0.0
     conv = _finite(row.convert_ms) if "convert" in parts else 0.0
-    return Cost(row.backend, plan, conv, row.median_ms, row.mode, [plan + conv + m for m in row.round_medians_ms])
+    n = len(row.round_medians_ms)
+    plans = spread(plan, row.plan_samples_ms, n) if plan else [0.0] * n
+    convs = spread(conv, row.convert_samples_ms, n) if conv else [0.0] * n
+    return Cost(row.backend, plan, conv, row.median_ms, row.mode,
+                [p + c + m for p, c, m in zip(plans, convs, row.round_medians_ms)])
 
 
 def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
@@ -218,6 +249,10 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
     rounds = {len(c.rounds) for ch in dispatched for c in ch.costs}
     d = Decision(cases, totals, dis, best, parts, confidence, rounds.pop() if len(rounds) == 1 else 0)
     d.notes = notes(d)
+    const = sorted({r.backend for r in rows_list if r.status is Status.OK and host_constant(r, parts)} & set(backends))
+    if const:
+        d.notes.append(f"{', '.join(const)}: fewer plan/convert samples kept than rounds (a run made before they were "
+                       "kept): their median counts in every round, so the intervals leave the host times' spread out")
     if parts != ("kernel",):
         d.kernel_only = decide(rows_list, weights, ("kernel",), confidence)
     return d

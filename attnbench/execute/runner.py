@@ -29,10 +29,9 @@ from attnbench.store.rows import Row, Status, checked, is_oracle
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
-from attnbench.measure.stats import Summary
+from attnbench.measure.stats import Summary, kept
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
-from attnbench.measure.mismatch import mismatch_where
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import fresh_memory_marked, poison_allocator
 
@@ -324,9 +323,10 @@ class Runner:
         # convert (what the library cannot read natively) and plan (the engine's step) apart
         # each timed call is one engine step: what a step rebuilds is not reused from the last (Batch.new_step)
         host_ms = min(50.0, cfg.measure_ms)  # host timing within the row's budget too
-        row.convert_ms = Summary.of(time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms)
-                                    ).median if be.converts() else 0.0
-        row.plan_ms = Summary.of(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms)).median
+        conv = time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms) if be.converts() else []
+        row.convert_samples_ms, row.convert_ms = kept(conv), Summary.of(conv).median if conv else 0.0
+        row.plan_samples_ms = kept(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms))
+        row.plan_ms = Summary.of(row.plan_samples_ms).median
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
         return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)
 
@@ -347,8 +347,8 @@ class Runner:
         """Statistics of all samples, the check of the timed output, roofline, profile."""
         row, be, plan, batch, res = live.row, live.be, live.plan, live.batch, live.last
         s = Summary.of(live.samples)
-        row.samples_ms = [round(x, 6) for x in live.samples]
-        row.round_medians_ms = [round(x, 6) for x in live.round_medians]
+        row.samples_ms = kept(live.samples)
+        row.round_medians_ms = kept(live.round_medians)
         row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
         row.iqr_rel, row.n = s.iqr_rel, s.n
         row.step_ms = row.plan_ms + s.median

@@ -16,6 +16,11 @@ def quantile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
+def kept(samples: Sequence[float]) -> list[float]:
+    """Samples as a run folder keeps them (ms, to the nanosecond)."""
+    return [round(x, 6) for x in samples]
+
+
 @dataclass(frozen=True)
 class Summary:
     n: int

@@ -103,6 +103,10 @@ class Row:
     # the median of each timing round (timing.rounds), in order: the unit that `check` and
     # `compare` replicate over, since calls within one round share the machine's state
     round_medians_ms: list = field(default_factory=list)
+    # every timed call of the plan and of the convert (host, synchronized; one engine step each):
+    # their spread, which `decide` spreads over the rounds (empty in runs made before they were kept)
+    plan_samples_ms: list = field(default_factory=list)
+    convert_samples_ms: list = field(default_factory=list)
 
     def __setattr__(self, name, value):
         # status is always a Status, however it is set (a plain string is converted)
@@ -215,7 +219,8 @@ def checked(row: Row) -> Row:
     return row
 
 
-CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in ("params", "samples_ms", "round_medians_ms")]
+LIST_FIELDS = ("params", "samples_ms", "round_medians_ms", "plan_samples_ms", "convert_samples_ms")
+CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in LIST_FIELDS]
 
 
 def rows_table(rows: Iterable[Row]) -> tuple[list[str], list[dict]]:

@@ -32,6 +32,7 @@ is shown with its coverage and never ranked as a single backend: its total cover
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
@@ -138,13 +139,8 @@ def spread(median: float, samples: Sequence[float], rounds: int) -> list[float]:
     if rounds < 1 or len(samples) < rounds:
         return [median] * rounds
     size, extra = divmod(len(samples), rounds)
-    out, at = [], 0
-    for i in range(rounds):
-        group = sorted(samples[at:at + size + (i < extra)])
-        at += len(group)
-        mid = len(group) // 2
-        out.append(group[mid] if len(group) % 2 else (group[mid - 1] + group[mid]) / 2)
-    return out
+    starts = [i * size + min(i, extra) for i in range(rounds + 1)]  # the first groups take the extra samples
+    return [statistics.median(samples[a:b]) for a, b in zip(starts, starts[1:])]
 
 
 def host_constant(row: Row, parts: Sequence[str]) -> bool:

@@ -58,8 +58,7 @@ def fit_consoles() -> None:
     COLUMNS said then (rich reads it once): a process running several commands (a test session,
     a notebook) printed every later table at that width."""
     for c, stream in ((console, sys.stdout), (err, sys.stderr)):
-        cols = os.environ.get("COLUMNS", "")
-        c.width = int(cols) if cols.isdigit() else console_width(stream)
+        c.width = console_width(stream)  # None: rich reads COLUMNS (or the terminal) when it prints
 
 
 _CLOSE_AT_END: list = []  # closers of what a command started (a Dask cluster): handle_errors runs them

@@ -563,3 +563,25 @@ def test_a_table_of_thousands_of_rows_is_laid_out_without_rich(monkeypatch):
     assert lines[3].startswith("context=0 ") and lines[4].startswith(" ")  # a case's name once
     ends = {len(line.rstrip()) - len(line.rstrip().split("  ")[-1]) for line in lines[3:]}  # the verdict column aligned
     assert len(ends) == 1, ends
+
+
+def test_a_long_note_wraps_and_leaves_every_column_in():
+    """The gate's table on a log's 160 columns with a long note: the note wraps at its words and
+    p and rounds stay (dropping them is for consoles too narrow for the names and numbers; the
+    first version dropped them whenever the note alone made the table wider than the console,
+    and test_compare_commits lost its '6 paired')."""
+    import io
+
+    from rich.console import Console
+
+    from attnbench.analyze.compare_tables import check_records, render, run_pair_columns
+
+    res = cmp.check([_row("ctx=1", "a", 1.0, seed=1)], [_row("ctx=1", "a", 1.0, seed=2)])
+    recs = check_records(res.cases)
+    for r in recs:
+        r["note"] = "the rounds of this case scatter too much for the threshold: " * 4 + "see attnbench calibrate"
+    buf = io.StringIO()
+    render(recs, run_pair_columns(False, 0.95), "table", Console(file=buf, width=160), "t")
+    text = buf.getvalue()
+    assert "not shown" not in text and "12 vs 12" in text and "calibrate" in text, text
+    assert max(len(line) for line in text.splitlines()) <= 160

@@ -213,8 +213,8 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
         console.out(plain_table(records, columns, title), highlight=False)
         return
     t, dropped = _table(records, columns, title), []
-    for key in NARROW_DROPS:  # a narrow console: drop what says least before names fold mid-word
-        if console.measure(t, options=console.options.update_width(10_000)).maximum <= console.width:
+    for key in NARROW_DROPS:  # too narrow for the names and numbers at their width: drop what says least
+        if console.measure(t, options=console.options.update_width(10_000)).minimum <= console.width:
             break
         if any(c.key == key for c in columns):
             dropped += [c.header for c in columns if c.key == key]
@@ -226,14 +226,19 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
                       style="dim", highlight=False)
 
 
+PROSE = ("note", "verdict")  # columns of words: they wrap; the others keep their width or are left out
+
 #: columns a table too wide for its console leaves out, in this order (results.csv/JSON keep them)
 NARROW_DROPS = ("p", "rounds", "vs", "raw_ratio", "delta_ms", "normalized_by", "_interval")
 
 
 def _table(records: list[dict], columns: list[Column], title: str) -> Table:
     t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
-    for c in columns:
-        t.add_column(c.header, justify=c.justify, overflow="fold")
+    for c in columns:  # names and numbers keep their width (min_width); prose wraps at its words
+        longest = max((len(w) for r in records for w in _cell(r, c).split()), default=0)
+        cell = max((len(_cell(r, c)) for r in records), default=0)
+        t.add_column(c.header, justify=c.justify, overflow="fold",
+                     min_width=max(longest, max(map(len, c.header.split() or [""]))) if c.key in PROSE else cell)
     last_case = None
     for r in records:
         if last_case is not None and r.get("case") != last_case:

@@ -182,6 +182,36 @@ def test_gpu_tests_sh_dry_run(tmp_path):
     assert "skipped 4x: needs CUDA" in skips  # test_gpu_harness.py
 
 
+def test_multi_gpu_sh_runs_one_job_per_gpu_across_calls(tmp_path):
+    """start: job i gets GPU i, its own OUT and VERIFY_WORK, in a process session of its own (it
+    outlives the call); wait: every job's state and log tail, one tarball per job in the call's
+    OUT, a snapshot while a job still runs; a jobs line past the GPUs is refused."""
+    jobs = tmp_path / "jobs"
+    jobs.write_text("# comment\n\necho gpu=$CUDA_VISIBLE_DEVICES out=$OUT > $OUT/said.txt\n"
+                    "sleep 8; echo slow-done; exit 3\necho never\n")
+    mg = tmp_path / "mg"
+    env = _env(DRY_RUN="1", MG_GPUS="2", MG_DIR=str(mg))
+    sh = str(GPU / "multi_gpu.sh")
+    res = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "more jobs than the 2 GPUs here: 'echo never' not started" in res.stdout
+    out1 = tmp_path / "out1"
+    out1.mkdir()
+    res = subprocess.run(["bash", sh, "wait", "1"], capture_output=True, text=True, env=dict(env, OUT=str(out1)),
+                         timeout=60)
+    assert "== GPU 1: running" in res.stdout and "jobs still running" in res.stdout, res.stdout
+    assert sorted(p.name for p in out1.iterdir()) == ["g0.tgz", "g1.tgz"]
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    res = subprocess.run(["bash", sh, "wait", "60"], capture_output=True, text=True, env=dict(env, OUT=str(out2)),
+                         timeout=90)
+    assert "== GPU 0: done, rc=0" in res.stdout and "== GPU 1: done, rc=3" in res.stdout, res.stdout
+    assert "slow-done" in res.stdout and "every job done" in res.stdout
+    assert (mg / "g0" / "said.txt").read_text().strip() == f"gpu=0 out={mg / 'g0'}"
+    again = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 2 and "already started" in again.stdout
+
+
 def test_save_tensors_skip_rewrites_for_rows_without_output(tmp_path, monkeypatch):
     """A skipped row adds no output: the case's file is not written again for it."""
     import attnbench.execute.runner as runner

@@ -1,49 +1,36 @@
 #!/bin/bash
-# The full GPU benchmark behind docs/benchmarks.md: every shipped GPU scenario through every
-# backend that can run on the machine, timed by attnbench itself.
+# The GPU benchmark behind docs/benchmarks.md: the shipped GPU scenarios through every backend on
+# its default route, timed by attnbench itself, in one device call. From the repo root (carry
+# .whl/: pydantic & co, xformers, FlashInfer; .fa2/: the prebuilt flash-attn of shared/device/):
 #
-#   bash scripts/gpu/gpu_bench.sh phase1   # starts the flash-attn build in the background, then
-#                                      # sdpa, flex, triton, xformers (Triton-only opt-in)
-#   bash scripts/gpu/gpu_bench.sh phase2   # once the build is done (same machine): flash-attn,
-#                                      # and FlashInfer (timed with events: kept off a CPU busy
-#                                      # with the build, since launch gaps would count)
-# Carry .fa2/ (build_flash_attn.sh + sdist) and .whl/ (xformers, flashinfer and their
-# dependencies, pydantic: scripts/gpu/device_setup.sh installs them). Run folders end up in $OUT/runs-<phase>.tgz.
-# Then, on the development machine:
-#   python3 scripts/report/make_benchmarks_doc.py RUN_DIRS... --command "..."
+#   bash scripts/gpu/gpu_bench.sh
+#
+# Setup (common.sh gpu_setup: xformers in its Triton-only mode, the prebuilt head-dim-128
+# flash-attn); FlashInfer's JIT modules for these batches built first (flashinfer_warmup.py,
+# WARM_PROCS processes, at most WARM_S seconds), so no build runs beside a timed row; then one
+# `attnbench run` per scenario with every backend. Run folders land in $OUT/runs.tgz. Then, on the
+# development machine:
+#   python3 scripts/report/make_benchmarks_doc.py RUN_DIRS... --command "..." --commit HOST_COMMIT
+# Settings: SCENARIOS (the five below), TIMING (--warmup-ms 10 --measure-ms 60), WARM_S (300),
+# WARM_PROCS (8).
 set -u
 cd "$(dirname "$0")/../.."
-PHASE=${1:-phase1}
-OUTDIR=${OUT:-/tmp/gpu_bench}; mkdir -p "$OUTDIR/runs"
-T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
-source scripts/gpu/device_setup.sh
-export ATTNBENCH_XFORMERS_TRITON_ONLY=1
-SCENARIOS="decode-llama3-8b tree-verify-llama3-8b tree-random-60-gqa8 mixed-llama3-8b prefill-llama3-8b"
-TIMING="--warmup-ms 10 --measure-ms 60"
-
-if [ "$PHASE" = phase1 ]; then
-  if [ ! -e /tmp/fa2.done ] && ls .fa2/flash_attn-*.tar.gz >/dev/null 2>&1; then
-    setsid bash .fa2/build_flash_attn.sh .fa2/flash_attn-*.tar.gz < /dev/null > /dev/null 2>&1 &
-    el "flash-attn build started in the background"
-  fi
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -m attnbench backends
-  for s in $SCENARIOS; do
-    el "$s: sdpa flex triton xformers"
-    python3 -m attnbench run attnbench/scenarios/$s.yaml -b sdpa -b flex -b triton -b xformers \
-      --out "$OUTDIR/runs/$s-a" -q $TIMING > "$OUTDIR/runs/$s-a.log" 2>&1
-    el "$s: rc=$?"; tail -n 40 "$OUTDIR/runs/$s-a.log" | grep -E "│|\[[0-9]+\]"
-  done
-else
-  for i in $(seq 1 60); do [ -e /tmp/fa2.done ] && break; sleep 5; done
-  el "flash-attn build: $(tail -n 1 /tmp/fa2build.log 2>/dev/null)"
-  export PYTHONPATH=/tmp/fa2site:${PYTHONPATH:-} ATTNBENCH_FA2_HDIM128_ONLY=1
-  for s in $SCENARIOS; do
-    el "$s: flash-attn flashinfer"
-    python3 -m attnbench run attnbench/scenarios/$s.yaml -b flash-attn -b flashinfer \
-      --out "$OUTDIR/runs/$s-b" -q $TIMING > "$OUTDIR/runs/$s-b.log" 2>&1
-    el "$s: rc=$?"; tail -n 40 "$OUTDIR/runs/$s-b.log" | grep -E "│|\[[0-9]+\]"
-  done
-fi
-tar czf "$OUTDIR/runs-$PHASE.tgz" -C "$OUTDIR" runs
+T0=$(date +%s); BUDGET_S=${BUDGET_S:-570}
+OUTDIR=${OUT:-/tmp/gpu_bench}; RUNS=/tmp/gpu_bench_runs; mkdir -p "$OUTDIR" "$RUNS"
+source scripts/gpu/common.sh
+gpu_setup
+SCENARIOS=${SCENARIOS:-decode-llama3-8b tree-verify-llama3-8b tree-random-60-gqa8 mixed-llama3-8b prefill-llama3-8b}
+TIMING=${TIMING:---warmup-ms 10 --measure-ms 60}
+FILES=(); for s in $SCENARIOS; do FILES+=("attnbench/scenarios/$s.yaml"); done
+el "FlashInfer JIT warm-up for these batches (at most ${WARM_S:-300} s)"
+python3 scripts/gpu/flashinfer_warmup.py --scenarios "${FILES[@]}" --specs flashinfer --procs "${WARM_PROCS:-8}" \
+  --budget-s "${WARM_S:-300}" | tail -n 3
+python3 -m attnbench backends
+for s in $SCENARIOS; do
+  el "$s"
+  python3 -m attnbench run "attnbench/scenarios/$s.yaml" -b sdpa -b flex -b triton -b xformers -b flash-attn -b flashinfer \
+    --out "$RUNS/$s" -q $TIMING > "$RUNS/$s.log" 2>&1
+  el "$s: rc=$?"; grep -E "│|\[[0-9]+\]" "$RUNS/$s.log" | tail -n 60
+  tar czf "$OUTDIR/runs.tgz" -C "$RUNS/.." "$(basename "$RUNS")"
+done
 el "done"

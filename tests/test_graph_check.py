@@ -102,3 +102,20 @@ def test_perturbation_changes_small_float_tensors_and_restores_them_exactly():
     assert torch.equal(p.k, k0) and torch.equal(p.ids, ids0)
     restore()
     assert torch.equal(p.q, q0)
+
+
+def test_a_broadcast_plan_tensor_is_changed_through_its_storage():
+    """A plan holding an expanded view (stride 0: GQA queries broadcast over the heads of a
+    group, a per-head factor broadcast over rows) cannot be written in place as it is (seen on an
+    H200 with xformers and flash-attn rows: "more than one element of the written-to tensor refers
+    to a single memory location"): the change goes through one index of each broadcast dimension,
+    every view follows it, and restore puts the exact values back."""
+    base = torch.randn(1, 7, 2, 1, 16)
+    q = base.expand(1, 7, 2, 4, 16)  # 4 query heads per KV head share one storage row
+    slopes = torch.rand(3).view(3, 1).expand(3, 5)
+    b0, s0 = base.clone(), slopes.clone()
+    restore = perturb_small_inputs({"q": q, "slopes": slopes}, 10_000)
+    assert not torch.equal(base, b0) and not torch.equal(slopes, s0)
+    assert torch.equal(q[:, :, :, 0], q[:, :, :, 3])  # still one storage: every head sees the change
+    restore()
+    assert torch.equal(base, b0) and torch.equal(slopes, s0)

@@ -52,6 +52,20 @@ def _tensors(obj, depth: int = 2, seen: Optional[set] = None) -> list[torch.Tens
     return [t for c in children for t in _tensors(c, depth - 1, seen)]
 
 
+def _own_elements(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """A view of ``t`` that holds each of its memory locations once, so that it can be changed
+    in place: a broadcast (``expand``: stride 0, as a plan's GQA-expanded queries or its
+    per-head factors are) is narrowed to one index along each such dimension; the change then
+    shows through every view of the storage. None when the view still overlaps itself (other
+    strides that alias): that tensor is left as it is, the others are still changed."""
+    for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        if stride == 0 and size > 1:
+            t = t.narrow(dim, 0, 1)
+    if torch._debug_has_internal_overlap(t) == 1:  # 1: overlaps for sure (0 none, 2 unknown)
+        return None
+    return t
+
+
 def perturb_small_inputs(plan, limit: int) -> Callable[[], None]:
     """Multiply each float tensor of ``plan`` with at most ``limit`` elements, in place, by its
     own random factors in [0.5, 1.5) (one per element: a uniform scale would leave an
@@ -64,7 +78,8 @@ def perturb_small_inputs(plan, limit: int) -> Callable[[], None]:
     above 1 would overflow into NaN (e4m3fn has no inf). If changing one tensor fails, the ones
     already changed are restored before the error goes up: the row's input check must never
     find a change of attnbench's own making (issue 32)."""
-    picked = [t for t in _tensors(plan) if t.numel() <= limit]
+    picked = [_own_elements(t) for t in _tensors(plan) if t.numel() <= limit]
+    picked = [t for t in picked if t is not None]
     saved = [t.clone() for t in picked]
 
     changed = 0

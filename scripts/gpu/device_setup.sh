@@ -15,7 +15,11 @@ for d in .whl .whl2; do
     export PATH=$PATH:/tmp/site/bin
   fi
 done
-if ! (cd / && python3 -c "import attnbench, sys; sys.exit(0 if attnbench.__file__.startswith('$PWD/') else 1)") 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/attnbench-install.log 2>&1 || cat /tmp/attnbench-install.log
+# attnbench itself, once per machine and checkout (a marker, as for the wheels: four jobs of
+# scripts/gpu/multi_gpu.sh sourcing this side by side once raced in pip's dist-info)
+mark="/tmp/.attnbench-editable-$(echo "$PWD" | md5sum | cut -c1-12)"
+if [ ! -f "$mark" ] && ! (cd / && python3 -c "import attnbench, sys; sys.exit(0 if attnbench.__file__.startswith('$PWD/') else 1)") 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/attnbench-install.log 2>&1 && touch "$mark" \
+    || cat /tmp/attnbench-install.log
 fi
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache

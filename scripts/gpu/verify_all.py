@@ -197,7 +197,10 @@ def run_job(st: State, job: Job) -> None:
             if job.status == "failed":
                 job.note = (job.note + "; " if job.note else "") + f"attnbench exited {job.rc} (logs/{job.key}.log)"
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGINT)  # attnbench keeps the finished rows, marks the folder incomplete
+            # to attnbench's pid alone (its supervisor passes it on), not the group: every row an H200
+            # run kept as 'Ninja build failed' was in flight in a job cut so, when the group's SIGINT
+            # also reached FlashInfer's ninja; attnbench keeps the finished rows
+            os.kill(p.pid, signal.SIGINT)
             try:
                 job.rc = p.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -174,8 +174,8 @@ class Staging:
         return slot[1][:size]
 
     def send(self, buf: np.ndarray, device: torch.device) -> torch.Tensor:
-        if device.type != "cuda":
-            return torch.from_numpy(buf)
+        if device.type != "cuda":  # the CPU: the buffer itself (another device: a plain copy)
+            return torch.from_numpy(buf) if device.type == "cpu" else torch.from_numpy(buf).to(device)
         slot = self.ring[self.i]
         dev = torch.empty(buf.size, dtype=torch.int32, device=device)
         dev.copy_(slot[0][: buf.size], non_blocking=True)

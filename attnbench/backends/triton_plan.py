@@ -266,7 +266,8 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
     if len(last):
         n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
     span = chunk + PROGRAM_TILES
-    work = hkv * (int(t.sum()) + PROGRAM_TILES * (-(-t[None, :] // chunk[:, None])).sum(axis=1))
+    tu, count = np.unique(t, return_counts=True)  # few distinct tile counts: the candidates x blocks grid shrinks
+    work = hkv * (int(t.sum()) + PROGRAM_TILES * ((-(-tu[None, :] // chunk[:, None])) * count).sum(axis=1))
     score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
     return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
 

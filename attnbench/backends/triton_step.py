@@ -141,7 +141,8 @@ class Words:
             bits = np.arange(t.tmax)
             own = np.zeros((t.tmax, w), dtype=np.uint64)
             own[bits, bits // 64] = np.left_shift(np.uint64(1), (bits % 64).astype(np.uint64))
-            self.acc0, self.offs = np.tile(own, (len(t.reqs), 1)), (np.arange(len(t.reqs)) * t.tmax)[:, None]
+            self.acc0 = np.tile(own, (len(t.reqs), 1)).reshape(-1) if w == 1 else np.tile(own, (len(t.reqs), 1))
+            self.offs = (np.arange(len(t.reqs)) * t.tmax)[:, None]  # flat rows: 1-D gathers for one word
 
     def write(self, buf: np.ndarray, batch) -> None:
         """A dynamic step's words into ``buf`` (which holds the zero image)."""
@@ -151,7 +152,8 @@ class Words:
         for _ in range(t.max_depth.bit_length()):
             acc |= acc[up]
             up = up[up]
-        buf[: self.size].view(np.int64).reshape(self.nw, self.w)[self.tok] = acc.view(np.int64)[self.row]
+        words = buf[: self.size].view(np.int64)
+        (words if self.w == 1 else words.reshape(self.nw, self.w))[self.tok] = acc.view(np.int64)[self.row]
 
 
 class Staging:

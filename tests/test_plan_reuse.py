@@ -139,3 +139,23 @@ def test_a_reused_mla_plan_equals_a_fresh_one(splits):
             assert p.num_merge == len(merge) and p.po.shape[0] == s and p.has_tree == bool(b.trees.tmax)
             kept.append(([t.clone() for t in tables], tables))
     assert all(all(torch.equal(a, c) for a, c in zip(x, y)) for x, y in kept)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tables_go_up_from_a_pinned_ring_and_stay_with_their_plan():
+    """On CUDA the staging buffers are pinned and reused in a ring; every plan's device tables
+    equal the reference, and stay so while later plans reuse the ring's buffers."""
+    from attnbench.backends import triton_step as ts
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    be, kept = TritonBackend(), []
+    for seed in range(2 * ts.RING + 1):
+        b = plan_batch(seed, seed % 2 == 1, seed % 3 == 0)
+        b = materialize(b.spec, seed, "cuda")
+        p = be.plan(b)
+        kept.append((p, reference(b, p.cfg, tp.num_sms(b.device), None)))
+    torch.cuda.synchronize()
+    assert all(slot is not None and slot[0].is_pinned() for slot in be._staging.ring)
+    for p, want in kept:
+        assert same({k: v.cpu() for k, v in got(p).items()}, want)

@@ -164,6 +164,11 @@ class TritonBackend(Backend):
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
 
+    def forget_shapes(self) -> None:
+        """Drop the per-shape caches: the next plan pays what a step with a new query side pays
+        (scripts/dev/triton_plan_time.py's new-shape column)."""
+        self._shapes.clear()
+
     def _shape(self, batch: Batch, want_pos: bool) -> tuple[tp.Config, ts.Shape]:
         """``choose_config`` and the step's query side (``triton_step.Shape``), once per shape:
         the dims, the query lengths, tree and causal flags, static topologies, and whether the

@@ -168,11 +168,11 @@ class Staging:
             return np.empty(size, np.int32)  # each plan owns its tables
         self.i = (self.i + 1) % RING
         slot = self.ring[self.i]
+        if slot is not None and slot[2] is not None:
+            slot[2].synchronize()  # its last copy has left the buffer (at once, but for a long queue)
         if slot is None or slot[1].size < size:
             pinned = torch.empty(max(size, 1 << 14), dtype=torch.int32, pin_memory=True)
             slot = self.ring[self.i] = [pinned, pinned.numpy(), None]
-        elif slot[2] is not None:
-            slot[2].synchronize()  # its last copy has left the buffer (at once, but for a long queue)
         return slot[1][:size]
 
     def send(self, buf: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -183,7 +183,7 @@ class Staging:
         dev.copy_(slot[0][: buf.size], non_blocking=True)
         if slot[2] is None:
             slot[2] = torch.cuda.Event()
-        slot[2].record()
+        slot[2].record(torch.cuda.current_stream(device))  # the stream the copy went on
         return dev
 
 

@@ -13,6 +13,7 @@
 #    attnbench/ package> (e.g. `git archive <rev> attnbench | tar -x -C .plan_base` before the
 #    call: an untracked folder travels with the tree), PLAN_BASE=<git revision> (needs git
 #    history on the machine), or, unset, .plan_base/ when it holds attnbench/.
+#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the pinned ring's tables; ~10 s).
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
@@ -55,6 +56,11 @@ if [ -n "$BASE_DIR" ]; then
   el "plan alone, every shipped case, the baseline's attnbench ($PLAN_BASE)"
   PYTHONPATH=$BASE_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
     --no-ops --save "$WORK/base.json" "${TIMED[@]}" && CMP=(--compare "$WORK/base.json") || fail=1
+fi
+if [ "$DEV" = cuda ]; then  # the pinned staging ring and the tables it sends, checked before they are timed
+  el "tests/test_plan_reuse.py -m gpu: the plan's tables from the pinned ring equal the reference"
+  timeout "$(budget)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_plan_reuse.py 2>&1 | tail -n 3
+  [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \

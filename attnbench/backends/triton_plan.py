@@ -259,17 +259,26 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
         floor_tiles = -(-PARTIAL_KEYS_PER_ROW * np.asarray(rows, dtype=np.int64) // cfg.block_nf)
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * ctas_per_sm(cfg, head_dim)
-    longest = int(t.max()) if len(t) else 1
+    n, chunk, span, cost = _candidates(int(t.max()) if len(t) else 1)
+    tu, count = np.unique(t, return_counts=True)  # few distinct tile counts: the candidates x blocks grid shrinks
+    work = hkv * (int(t.sum()) + PROGRAM_TILES * ((-(-tu[None, :] // chunk[:, None])) * count).sum(axis=1))
+    score = -(-work // (slots * span)) * span + cost
+    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(longest: int) -> tuple:
+    """``(n, chunk, span, split cost)`` of the candidate split counts of a row block of
+    ``longest`` tiles (read-only; a function of that one number, kept across plans)."""
     n = np.arange(1, MAX_SPLITS + 1)  # every candidate at once, as the loop over n did one by one
     chunk = -(-longest // n)
     last = np.flatnonzero(chunk <= MIN_CHUNK_TILES)  # the loop stopped after the first such chunk
     if len(last):
         n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
-    span = chunk + PROGRAM_TILES
-    tu, count = np.unique(t, return_counts=True)  # few distinct tile counts: the candidates x blocks grid shrinks
-    work = hkv * (int(t.sum()) + PROGRAM_TILES * ((-(-tu[None, :] // chunk[:, None])) * count).sum(axis=1))
-    score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
-    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
+    out = (n, chunk, chunk + PROGRAM_TILES, (n > 1) * n * SPLIT_TILES)
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None,

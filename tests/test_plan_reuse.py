@@ -159,3 +159,15 @@ def test_on_a_gpu_the_tables_go_up_from_a_pinned_ring_and_stay_with_their_plan()
     assert all(slot is not None and slot[0].is_pinned() for slot in be._staging.ring)
     for p, want in kept:
         assert same({k: v.cpu() for k, v in got(p).items()}, want)
+
+
+def test_split_counts_past_the_bincount_range_equal_the_candidate_loop():
+    """Row blocks of more than 65536 key tiles take np.unique instead of np.bincount."""
+    from . import old_metadata as old
+
+    rng = np.random.default_rng(7)
+    tiles = np.concatenate([rng.integers(1, 5000, 20), rng.integers(60000, 90000, 4)])
+    rows = rng.integers(40, 256, len(tiles))
+    cfg = tp.Config(64, 16, 32, 8, 2, 32, 168)
+    for sms in (4, 132):
+        assert np.array_equal(tp.split_counts(tiles, rows, cfg, 128, sms, 8), old.split_counts_loop(tiles, rows, cfg, 128, sms, 8))

@@ -2,9 +2,11 @@
 
 Everything data-dependent happens here, by numpy array ops on the batch's host lengths
 (``batch.host``) and tree inputs (``batch.trees``), with no Python loop over requests, row
-blocks, tree nodes or split candidates, and every table reaches the device in one copy
-(``_metadata.upload``: the unit table, merge rows, tree words, the fused merge's zeroed
-counters, positions): on a GPU a plan costs one host-to-device copy and the output and
+blocks, tree nodes or split candidates. ``build_units`` and ``host_tree_words`` define the
+tables; the backend's plan builds the same values per step through ``triton_step.py`` (the
+query side cached per shape) into one host buffer, and every table reaches the device in one
+copy (the unit table, merge rows, tree words, the fused merge's zeroed counters, positions):
+on a GPU a plan costs one host-to-device copy (from pinned memory) and the output and
 partial buffers' allocations (issue 33: separate copies, memsets and the device-side tree build
 cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
 over preallocated tensors: no host sync, no allocation, capturable in a CUDA graph.

@@ -11,7 +11,7 @@
 #    the baseline's per-case medians beside its own per scenario (median and max), measured
 #    on the same machine in the same call. The baseline: PLAN_BASE=<directory holding an
 #    attnbench/ package> (e.g. `git archive <rev> attnbench | tar -x -C .plan_base` before the
-#    call: an untracked folder travels with the tree), PLAN_BASE=<git revision> (needs git
+#    call; .plan_base/ is git-ignored: carry it), PLAN_BASE=<git revision> (needs git
 #    history on the machine), or, unset, .plan_base/ when it holds attnbench/.
 #    Before this tree's table, tests/test_plan_reuse.py's GPU test (the pinned ring's tables; ~10 s).
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of

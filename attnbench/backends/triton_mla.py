@@ -24,7 +24,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 
-from ._metadata import upload
+from . import triton_step as ts
 from .triton_plan import host_tree_words
 
 PROGRAMS_PER_SM = 2
@@ -132,27 +132,120 @@ def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
     return host_tree_words(batch)
 
 
-def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, **config) -> MlaPlan:
+def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, *,
+         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, **config) -> MlaPlan:
+    """The step's tables, as ``build_units`` and ``host_tree_words`` define them, built by the
+    cached per-shape parts (``shapes``: the backend's cache; ``MlaShape``) and written into one
+    host buffer sent to the device in one copy (``staging``, triton_step.py): units, merge
+    rows, context lengths, query starts, tree words."""
     dev = batch.device
-    cfg = choose_config(batch, **config)
-    units, merge, s = build_units(batch, cfg, sms, splits)
-    anc, has_tree = tree_words(batch)
-    r = merge.shape[0]
-    rank = batch.spec.kv_lora_rank
-    h = batch.host
-    units_d, merge_d, ctx, qstart, anc_d = upload(  # one host-to-device copy (issue 33)
-        [units, merge if r else np.zeros((1, 2), np.int32), h.context_lens.astype(np.int32),
-         h.query_start_loc[:-1].astype(np.int32), anc], dev)
+    shapes = {} if shapes is None else shapes
+    key = ("mla", sms, batch.q.shape, batch.dtype, splits, tuple(sorted(config.items())), batch.host.query_lens.tobytes(),
+           batch.host.is_tree.tobytes(), ts.tree_key(batch.trees))
+    sh = shapes.get(key)
+    if sh is None:
+        if len(shapes) >= ts.SHAPES:
+            shapes.clear()
+        sh = shapes[key] = MlaShape(batch, choose_config(batch, **config), sms, splits)
+    staging = staging or ts.Staging()
+    buf, merge_at, at, r, s = sh.fill(batch, staging)
+    d_buf = staging.send(buf, dev)
+    nb, cfg, rank = len(batch.host.query_lens), sh.cfg, batch.spec.kv_lora_rank
+    nu = (buf.size - at) // mk_cols
     return MlaPlan(
-        batch=batch, cfg=cfg, units=units_d, merge=merge_d, num_merge=r, ctx=ctx, qstart=qstart,
-        anc=anc_d, has_tree=has_tree,
+        batch=batch, cfg=cfg, units=d_buf.as_strided((nu, mk_cols), (mk_cols, 1), at),
+        merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at), num_merge=r,
+        ctx=d_buf.as_strided((nb,), (1,), sh.ctx_at), qstart=d_buf.as_strided((nb,), (1,), sh.qstart_at),
+        anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
+        has_tree=bool(batch.trees.tmax),
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
         po=torch.empty(s, max(r, 1), rank, dtype=torch.float32, device=dev),
         pl=torch.empty(s, max(r, 1), dtype=torch.float32, device=dev),
         splits_p2=_next_pow2(max(2, s)),
         qk_scale=batch.scale * math.log2(math.e),
-        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {units.shape[0]} units",
+        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units",
     )
+
+
+mk_cols = 8  # the MLA unit table's columns (triton_mla_kernels.UNIT_COLS)
+
+
+class MlaShape:
+    """What an MLA step's tables take from its query side (``build_units``' row blocks and
+    split want, the query starts, a static tree's words), once per shape; ``fill`` adds the
+    context lengths' part (key ends, splits, units) every step, the units and merge rows of
+    each split pattern kept (``layouts``)."""
+
+    def __init__(self, batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int]):
+        h = batch.host
+        self.cfg, self.splits, heads, bm = cfg, splits, batch.num_q_heads, cfg.block_m
+        rows = h.query_lens * heads
+        nblk = -(-rows // bm)
+        self.req = req = np.repeat(np.arange(len(rows)), nblk)
+        k = np.arange(len(req)) - np.repeat(np.cumsum(nblk) - nblk, nblk)
+        self.row0 = k * bm
+        self.nrows = np.minimum(bm, rows[req] - self.row0)
+        self.tree = h.is_tree[req]
+        self.off = np.where(self.tree, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
+        self.want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
+        self.words = ts.Words(batch)
+        nb = len(rows)
+        self.qstart_at = ts.al(self.words.size)
+        self.ctx_at = self.qstart_at + ts.al(nb)
+        self.image = np.zeros(self.ctx_at, np.int32)
+        self.image[: self.words.size] = self.words.image
+        self.image[self.qstart_at: self.qstart_at + nb] = h.query_start_loc[:-1]
+        self.fixed = self.ctx_at + ts.al(nb)
+        self.layouts: dict = {}
+        self.first = h.query_start_loc[req] * heads + self.row0
+
+    def fill(self, batch: Batch, staging: ts.Staging):
+        h, bn = batch.host, self.cfg.block_n
+        kend = h.context_lens[self.req] + self.off
+        if self.splits is None:
+            s = np.minimum(self.want, np.maximum(1, kend // MIN_SPLIT_KEYS))
+        else:
+            s = np.minimum(max(1, self.splits), np.maximum(1, -(-kend // bn)))
+        chunk = -(-(-(-kend // s)) // bn) * bn  # keys per split, a multiple of block_n
+        s = -(-kend // chunk)
+        key = s.tobytes()
+        lay = self.layouts.get(key)
+        if lay is None:
+            if len(self.layouts) >= ts.SHAPES:
+                self.layouts.clear()
+            lay = self.layouts[key] = self._layout(s)
+        k, idx, tmpl, merge = lay
+        at = self.fixed + ts.al(2 * max(len(merge), 1))
+        buf = staging.host(at + tmpl.size, batch.device)
+        buf[: self.ctx_at] = self.image
+        if self.words.dynamic:
+            self.words.write(buf, batch)
+        buf[self.ctx_at: self.ctx_at + len(h.context_lens)] = h.context_lens
+        buf[self.fixed: self.fixed + 2 * max(len(merge), 1)] = merge.reshape(-1) if len(merge) else 0
+        units = buf[at:].reshape(-1, mk_cols)
+        units[:] = tmpl
+        c = chunk[k]
+        lo = idx * c
+        units[:, 3] = lo
+        units[:, 4] = np.minimum(kend[k], lo + c)
+        return buf, self.fixed, at, len(merge), int(s.max(initial=1))
+
+    def _layout(self, s: np.ndarray):
+        """``(unit's row block, its split index, units' constant columns, merge rows)`` of one
+        split pattern (``build_units``' own expressions)."""
+        k = np.repeat(np.arange(len(self.req)), s)
+        idx = np.arange(len(k)) - np.repeat(np.cumsum(s) - s, s)
+        split_rows = np.where(s > 1, self.nrows, 0)
+        prow0 = np.cumsum(split_rows) - split_rows
+        units = np.zeros((len(k), mk_cols), np.int32)
+        for col, v in ((0, self.req[k]), (1, self.row0[k]), (2, self.nrows[k]), (5, np.where(s[k] > 1, idx, -1)),
+                       (6, prow0[k]), (7, self.tree[k])):
+            units[:, col] = v
+        blk = np.nonzero(s > 1)[0]
+        count = self.nrows[blk]
+        out_rows = np.repeat(self.first[blk] - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        merge = np.stack([out_rows, np.repeat(s[blk], count)], axis=1).astype(np.int32).reshape(-1, 2)
+        return k, idx, units, merge
 
 
 def run(p: MlaPlan) -> torch.Tensor:

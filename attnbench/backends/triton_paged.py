@@ -36,9 +36,10 @@ from attnbench.workload.mla import is_mla
 from . import triton_features as tf
 from . import triton_mla
 from . import triton_plan as tp
-from ._metadata import upload
+from . import triton_step as ts
 
 _KERNELS = "attnbench.backends.triton_kernels"
+LOG2E = math.log2(math.e)
 
 
 @dataclass
@@ -107,6 +108,8 @@ class TritonBackend(Backend):
         self.kv_major = kv_major
         self.half_partials = half_partials
         self.config = config
+        self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
+        self._staging = ts.Staging()
 
     def unsupported(self, batch: Batch) -> list[str]:
         """Device and interpreter rules (CUDA, or the CPU under ``TRITON_INTERPRET=1``)."""
@@ -129,41 +132,58 @@ class TritonBackend(Backend):
         return reasons + (triton_mla.mla_problems(batch) if is_mla(batch) else [])
 
     def plan(self, batch: Batch) -> TritonPlan:
+        """The step's tables (triton_step.py: the query side cached per shape, the rest rebuilt,
+        one host buffer, one copy) and the output and partial buffers."""
         dev = batch.device
         if is_mla(batch):
-            return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits)
-        cfg = tp.choose_config(batch, **self.config)
-        positions = tf.token_positions(batch) if tf.needs_positions(batch) else None
-        units, merge, max_splits, blocks = tp.build_units(batch, cfg, tp.num_sms(dev), self.splits, positions)
-        anc, has_tree = tp.host_tree_words(batch)
+            return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
+                                   staging=self._staging)
+        hkv = batch.num_kv_heads
+        want_pos = tf.needs_positions(batch)
+        cfg, sh = self._shape(batch, want_pos)
+        buf, merge_at, units_at, r, s = ts.fill(sh, batch, cfg, tp.num_sms(dev), self.splits, self._staging, want_pos)
+        d_buf = self._staging.send(buf, dev)
         n, hq, d = batch.q.shape
-        r = merge.shape[0]
-        s = max_splits if r else 1
-        # every table in one host-to-device copy (issue 33: each copy or small kernel is ~10 us
-        # of host time on a GPU machine); the fused merge's counters start at 0 in it too
-        tables = [units.numpy(), merge.numpy() if r else np.zeros((1, 2), np.int32), anc,
-                  np.zeros((blocks, batch.num_kv_heads), np.int32)]
-        if positions is not None:
-            tables.append(positions.astype(np.int32))
-        units_d, merge_d, anc_d, sem, *pos_d = upload(tables, dev)
+        units = d_buf.as_strided(((buf.size - units_at) // tp.UNIT_COLS, tp.UNIT_COLS), (tp.UNIT_COLS, 1), units_at)
         return TritonPlan(
             batch=batch,
             cfg=cfg,
-            units=units_d,
-            merge=merge_d,
+            units=units,
+            merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at),
             num_merge=r,
-            anc=anc_d,
-            has_tree=has_tree,
+            anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
+            has_tree=bool(batch.trees.tmax),
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
             po=torch.empty(s, max(r, 1), hq, d, dtype=self._partial_dtype(batch), device=dev),
             pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
             splits_p2=tp.next_pow2(max(2, s)),
-            sem=sem,
-            qk_scale=batch.scale * math.log2(math.e),
-            feat=tf.features(batch, pos_d[0] if pos_d else None),
+            sem=d_buf.as_strided((sh.nblk, hkv), (hkv, 1), sh.sem_at),
+            qk_scale=batch.scale * LOG2E,
+            feat=tf.features(batch, d_buf.as_strided((sh.n,), (1,), sh.pos_at) if want_pos else None),
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
+
+    def forget_shapes(self) -> None:
+        """Drop the per-shape caches: the next plan pays what a step with a new query side pays
+        (scripts/dev/triton_plan_time.py's new-shape column)."""
+        self._shapes.clear()
+
+    def _shape(self, batch: Batch, want_pos: bool) -> tuple[tp.Config, ts.Shape]:
+        """``choose_config`` and the step's query side (``triton_step.Shape``), once per shape:
+        the dims, the query lengths, tree and causal flags, static topologies, and whether the
+        longest key range reaches ``LONG_KEYS`` (the one key-side input of the config)."""
+        h = batch.host
+        window = tf.window_of(batch)
+        keys = int((np.minimum(h.kv_lens, window + h.query_lens) if window else h.kv_lens).max(initial=0))
+        key = ts.shape_key(batch, want_pos, keys >= tp.LONG_KEYS)
+        hit = self._shapes.get(key)
+        if hit is None:
+            if len(self._shapes) >= ts.SHAPES:
+                self._shapes.clear()
+            cfg = tp.choose_config(batch, **self.config)
+            hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos))
+        return hit
 
     def _partial_dtype(self, batch: Batch) -> torch.dtype:
         return batch.dtype if self.half_partials and batch.q.element_size() == 2 else torch.float32

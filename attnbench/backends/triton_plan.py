@@ -2,9 +2,11 @@
 
 Everything data-dependent happens here, by numpy array ops on the batch's host lengths
 (``batch.host``) and tree inputs (``batch.trees``), with no Python loop over requests, row
-blocks, tree nodes or split candidates, and every table reaches the device in one copy
-(``_metadata.upload``: the unit table, merge rows, tree words, the fused merge's zeroed
-counters, positions): on a GPU a plan costs one host-to-device copy and the output and
+blocks, tree nodes or split candidates. ``build_units`` and ``host_tree_words`` define the
+tables; the backend's plan builds the same values per step through ``triton_step.py`` (the
+query side cached per shape) into one host buffer, and every table reaches the device in one
+copy (the unit table, merge rows, tree words, the fused merge's zeroed counters, positions):
+on a GPU a plan costs one host-to-device copy (from pinned memory) and the output and
 partial buffers' allocations (issue 33: separate copies, memsets and the device-side tree build
 cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
 over preallocated tensors: no host sync, no allocation, capturable in a CUDA graph.
@@ -260,15 +262,32 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * ctas_per_sm(cfg, head_dim)
     longest = int(t.max()) if len(t) else 1
+    n, chunk, span, cost = _candidates(longest)
+    # few distinct tile counts, each with its count: the candidates x blocks grid shrinks
+    if longest <= 1 << 16:  # np.bincount: a third of np.unique's host time
+        count = np.bincount(t)
+        tu = np.flatnonzero(count)
+        count = count[tu]
+    else:
+        tu, count = np.unique(t, return_counts=True)
+    work = hkv * (int(t.sum()) + PROGRAM_TILES * ((-(-tu[None, :] // chunk[:, None])) * count).sum(axis=1))
+    score = -(-work // (slots * span)) * span + cost
+    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(longest: int) -> tuple:
+    """``(n, chunk, span, split cost)`` of the candidate split counts of a row block of
+    ``longest`` tiles (read-only; a function of that one number, kept across plans)."""
     n = np.arange(1, MAX_SPLITS + 1)  # every candidate at once, as the loop over n did one by one
     chunk = -(-longest // n)
     last = np.flatnonzero(chunk <= MIN_CHUNK_TILES)  # the loop stopped after the first such chunk
     if len(last):
         n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
-    span = chunk + PROGRAM_TILES
-    work = hkv * (int(t.sum()) + PROGRAM_TILES * (-(-t[None, :] // chunk[:, None])).sum(axis=1))
-    score = -(-work // (slots * span)) * span + (n > 1) * n * SPLIT_TILES
-    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
+    out = (n, chunk, chunk + PROGRAM_TILES, (n > 1) * n * SPLIT_TILES)
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = None,

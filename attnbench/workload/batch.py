@@ -265,27 +265,36 @@ def host_lens(spec: BatchSpec) -> HostLens:
 
 
 def tree_inputs(spec: BatchSpec, device: torch.device) -> TreeInputs:
+    """A step's tree inputs, fresh arrays each step, from the spec's trees as arrays (``_spec_trees``:
+    an engine holds its requests' trees as arrays, not tuples; issue 33: ~60-90 us a step to convert)."""
+    reqs, sizes, max_depth, dynamic, index, ids, topo = _spec_trees(spec)
+    return TreeInputs(reqs=reqs.copy(), sizes=sizes.copy(), tmax=int(sizes.max()) if len(reqs) else 0,
+                      max_depth=max_depth, dynamic=dynamic, topologies=index, topology_id=ids.copy(),
+                      parents_host=topo[ids], device=device)
+
+
+_SPECS: dict = {}  # id(spec) -> (spec, its trees as read-only arrays)
+
+
+def _spec_trees(spec: BatchSpec) -> tuple:
+    """The spec's tree requests as arrays, once per spec (a frozen spec's trees never change)."""
+    hit = _SPECS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
     reqs = [i for i, r in enumerate(spec.requests) if r.tree_parents is not None]
     index: dict = {}
-    ids = [index.setdefault(spec.requests[i].tree_parents, len(index)) for i in reqs]
+    ids = np.array([index.setdefault(spec.requests[i].tree_parents, len(index)) for i in reqs], dtype=np.int64)
     sizes = np.array([spec.requests[i].query for i in reqs], dtype=np.int64)
-    tmax = int(sizes.max()) if reqs else 0
-    topo = np.full((len(index), max(tmax, 1)), -1, dtype=np.int32)  # each distinct shape once
+    topo = np.full((len(index), max(int(sizes.max(initial=0)), 1)), -1, dtype=np.int32)  # each shape once
     for k, p in enumerate(index):
         topo[k, : len(p)] = p
-    ids = np.array(ids, dtype=np.int64)
-    parents = topo[ids]
-    return TreeInputs(
-        reqs=np.array(reqs, dtype=np.int64),
-        sizes=sizes,
-        tmax=tmax,
-        max_depth=deepest(topo) if reqs else 0,
-        dynamic=any(spec.requests[i].tree_dynamic for i in reqs),
-        topologies=tuple(index),
-        topology_id=ids,
-        parents_host=parents,
-        device=device,
-    )
+    out = (np.array(reqs, dtype=np.int64), sizes, deepest(topo) if reqs else 0,
+           any(spec.requests[i].tree_dynamic for i in reqs), tuple(index), ids, topo)
+    topo.flags.writeable = False  # the arrays above are copied for each step
+    if len(_SPECS) >= 64:
+        _SPECS.clear()
+    _SPECS[id(spec)] = (spec, out)
+    return out
 
 
 def deepest(parents: np.ndarray) -> int:

@@ -3,6 +3,7 @@ for every case of the shipped scenarios (issue 33's last row: <= 200 us per step
 
     PYTHONPATH=. python3 scripts/dev/triton_plan_time.py [SCENARIO.yaml ...] [--sms 132]
         [--runs 50] [--skip cpu-sweep] [--profile CASE_SUBSTRING] [--device cuda] [--no-ops]
+        [--save JSON] [--compare JSON]
 
 Each case's batch is built on the CPU (``--device cuda``: on the GPU, where the plan pays its
 real host-to-device copies and allocations) with uninitialized K/V caches (the plan reads only the
@@ -13,13 +14,19 @@ step per call (``Batch.new_step`` first), through attnbench's host timer
 operators one plan dispatches (on a GPU each is a kernel launch, an allocation or a copy of a
 few microseconds of host time that this CPU timing does not show; views are not counted);
 ``h2d``: of those, the copies from host memory to the batch's device (counted on a batch placed
-on the meta device, which runs every operator without data).
+on the meta device, which runs every operator without data). ``new-shape us``: the same plan
+with the backend's per-shape caches emptied before each call (triton_step.py: what a step whose
+query lengths or trees differ from every earlier step's pays; "-" for a tree without them).
+At the end, per scenario: the median and the max over its cases of the per-case medians;
+``--save`` writes the per-case medians (JSON), ``--compare`` prints them beside a saved run's
+(the baseline: e.g. an older attnbench on PYTHONPATH, same script, same machine).
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
 import glob
+import json
 import pstats
 import statistics
 import sys
@@ -135,12 +142,14 @@ def main() -> None:
     ap.add_argument("--skip", action="append", default=None, help="scenario names to leave out (default cpu-sweep)")
     ap.add_argument("--profile", default=None, help="cProfile the first case whose name holds this")
     ap.add_argument("--no-ops", action="store_true", help="skip the operator count")
+    ap.add_argument("--save", default=None, help="write the per-case medians (us) to this JSON file")
+    ap.add_argument("--compare", default=None, help="a --save file (the baseline) to print beside this run")
     args = ap.parse_args()
     torch.set_num_threads(1)  # as the runner times CPU rows
     skip = set(args.skip if args.skip is not None else ["cpu-sweep"])
     be = TritonBackend()
-    worst = []
-    print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'ops':>5s} {'h2d':>4s}")
+    worst, rows = [], {}
+    print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'new-shape us':>12s} {'ops':>5s} {'h2d':>4s}")
     sms = args.sms or (132 if args.device == "cpu" else None)
     with mock.patch.object(tp, "num_sms", (lambda dev: sms) if sms else tp.num_sms):
         for name, case in cases(args.scenarios or SHIPPED, skip):
@@ -154,13 +163,47 @@ def main() -> None:
             s = sorted(time_host(step, batch.device, budget_ms=50.0, max_runs=args.runs)) 
             med = statistics.median(s) * 1e3
             p20, p80 = s[len(s) // 5] * 1e3, s[(4 * len(s)) // 5 - (len(s) % 5 == 0)] * 1e3
+            new = _new_shape(be, batch)
             ops, h2d = (-1, -1) if args.no_ops else count_ops(spec, case.scenario.seed)
-            print(f"{label:58s} {describe(batch)[:40]:40s} {med:8.1f} {p20:6.0f}-{p80:<6.0f} {ops:5d} {h2d:4d}")
+            print(f"{label:58s} {describe(batch)[:40]:40s} {med:8.1f} {p20:6.0f}-{p80:<6.0f} {new:>12s} {ops:5d} {h2d:4d}")
             sys.stdout.flush()
             worst.append((med, label))
+            rows[f"{name}/{case.case_id}"] = (name, med)
     worst.sort(reverse=True)
     print(f"\n{len(worst)} cases; slowest: " + ", ".join(f"{lab} {m:.0f} us" for m, lab in worst[:3]))
-    print(f"median over cases {statistics.median(m for m, _ in worst):.0f} us, max {worst[0][0]:.0f} us")
+    print(f"median over cases {statistics.median(m for m, _ in worst):.0f} us, max {worst[0][0]:.0f} us, "
+          f"{sum(m <= 200 for m, _ in worst)} of {len(worst)} <= 200 us")
+    if args.save:
+        Path(args.save).write_text(json.dumps(rows))
+    base = json.loads(Path(args.compare).read_text()) if args.compare else None
+    per_scenario(rows, base)
+
+
+def _new_shape(be, batch) -> str:
+    """Median of plans with the backend's per-shape caches emptied first, or "-" without them."""
+    forget = getattr(be, "forget_shapes", None)
+    if forget is None:
+        return "-"
+    s = time_host(lambda: (batch.new_step(), forget(), be.plan(batch)), batch.device, budget_ms=25.0, max_runs=25)
+    return f"{statistics.median(s) * 1e3:.1f}"
+
+
+def per_scenario(rows: dict, base: dict | None) -> None:
+    """Per scenario: cases, median and max of the case medians (us); beside a baseline's, on the
+    cases both runs have."""
+    groups: dict = {}
+    for key, (name, med) in rows.items():
+        old = base.get(key) if base else None
+        groups.setdefault(name, []).append((med, old[1] if old else None))
+    print(f"\n{'scenario':34s} {'cases':>5s} {'median us':>10s} {'max us':>8s}" +
+          (f" {'base median':>12s} {'base max':>9s}" if base else ""))
+    for name, vals in groups.items():
+        now = [m for m, _ in vals]
+        line = f"{name[:34]:34s} {len(vals):5d} {statistics.median(now):10.1f} {max(now):8.1f}"
+        olds = [o for _, o in vals if o is not None]
+        if base:
+            line += f" {statistics.median(olds):12.1f} {max(olds):9.1f}" if olds else f" {'-':>12s} {'-':>9s}"
+        print(line)
 
 
 def _profile(step, label: str) -> None:

@@ -7,13 +7,18 @@
 # 1. `scripts/dev/triton_plan_time.py --device cuda`: the plan alone on every shipped case
 #    (cpu-sweep left out), batches on the GPU with uninitialized caches, attnbench's host timer
 #    (synchronized), so each row holds the real host-to-device copy and allocations; ~20 s.
-#    With PLAN_BASE=<git revision> (needs git history on the machine) the same table first for
-#    that revision's attnbench (exported to /tmp/plan_base), to compare on the same machine.
+#    With a baseline, the same table first for the baseline's attnbench, then this tree's with
+#    the baseline's per-case medians beside its own per scenario (median and max), measured
+#    on the same machine in the same call. The baseline: PLAN_BASE=<directory holding an
+#    attnbench/ package> (e.g. `git archive <rev> attnbench | tar -x -C .plan_base` before the
+#    call; .plan_base/ is git-ignored: carry it), PLAN_BASE=<git revision> (needs git
+#    history on the machine), or, unset, .plan_base/ when it holds attnbench/.
+#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the pinned ring's tables; ~10 s).
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
 # Settings (environment): BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
-# (unset: no baseline table), PLAN_SCENARIOS (the `attnbench run` part's scenarios). DRY_RUN=1:
+# (above; unset and no .plan_base/: no baseline), PLAN_SCENARIOS (the `attnbench run` part's scenarios). DRY_RUN=1:
 # on the CPU, no setup, the timing on quickstart and the runs of quickstart under the Triton
 # interpreter, shrunk (tests/test_gpu_scripts.py runs it so).
 # Leaves in $OUT: triton_plan.log (all that was printed), plan_runs.tgz (the run folders).
@@ -25,7 +30,7 @@ OUTDIR=${OUT:-/tmp/gpu_triton_plan}; WORK=$(mktemp -d /tmp/plan_work.XXXXXX)
 mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/triton_plan.log") 2>&1
 source scripts/gpu/common.sh
-DEV=cuda; TIMED=(); RUN_ARGS=(--warmup-ms 2 --measure-ms 10)
+fail=0; DEV=cuda; TIMED=(); RUN_ARGS=(--warmup-ms 2 --measure-ms 10)
 SCEN=${PLAN_SCENARIOS:-tree-verify-llama3-8b tree-eagle-g8 tree-random-60-gqa8 mla-tree-eagle-deepseek-v3 decode-llama3-8b tree-costs-llama3-8b}
 if [ "${DRY_RUN:-0}" = 1 ]; then
   el "DRY_RUN: on the CPU, quickstart only, shrunk, no setup"
@@ -35,19 +40,31 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
 else
   gpu_setup
 fi
-fail=0
 budget() { local t; t=$(left); [ "$t" -gt 0 ] && echo "$t" || echo 1; }  # timeout 0 would mean none
+BASE_DIR=; CMP=()
+[ -z "${PLAN_BASE:-}" ] && [ -d .plan_base/attnbench ] && PLAN_BASE=.plan_base
 if [ -n "${PLAN_BASE:-}" ]; then
-  rm -rf /tmp/plan_base && mkdir -p /tmp/plan_base
-  if git archive "$PLAN_BASE" attnbench | tar -x -C /tmp/plan_base; then
-    el "plan alone, every shipped case, attnbench at $PLAN_BASE (baseline)"
-    PYTHONPATH=/tmp/plan_base${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops "${TIMED[@]}" || fail=1
+  if [ -d "$PLAN_BASE/attnbench" ]; then
+    BASE_DIR=$(cd "$PLAN_BASE" && pwd)
   else
-    el "PLAN_BASE=$PLAN_BASE: git archive failed (no history here?), no baseline"; fail=1
+    rm -rf /tmp/plan_base && mkdir -p /tmp/plan_base
+    git archive "$PLAN_BASE" attnbench | tar -x -C /tmp/plan_base && BASE_DIR=/tmp/plan_base \
+      || { el "PLAN_BASE=$PLAN_BASE: neither a folder with attnbench/ nor a revision git can archive here"; fail=1; }
   fi
 fi
+if [ -n "$BASE_DIR" ]; then
+  el "plan alone, every shipped case, the baseline's attnbench ($PLAN_BASE)"
+  PYTHONPATH=$BASE_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
+    --no-ops --save "$WORK/base.json" "${TIMED[@]}" && CMP=(--compare "$WORK/base.json") || fail=1
+fi
+if [ "$DEV" = cuda ]; then  # the pinned staging ring and the tables it sends, checked before they are timed
+  el "tests/test_plan_reuse.py -m gpu: the plan's tables from the pinned ring equal the reference"
+  timeout "$(budget)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_plan_reuse.py 2>&1 | tail -n 3
+  [ "${PIPESTATUS[0]}" = 0 ] || fail=1
+fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
-PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV "${TIMED[@]}" || fail=1
+PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
+  --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 for s in $SCEN; do
   t=$(left)
   if [ "$t" -lt 15 ]; then el "$s: not run, the budget is spent"; fail=1; continue; fi

@@ -1,0 +1,173 @@
+"""The triton plan's per-shape caches (triton_step.py, issue 33): one backend planning step
+after step gives the tables the reference constructions build from scratch (``build_units``,
+``host_tree_words``, ``token_positions``; MLA: ``triton_mla.build_units``), whether the next
+step keeps its lengths, grows its contexts (the cached shape is kept, the key side rebuilt),
+changes its query lengths (another shape), or brings a dynamic tree with other parents of
+the same size; and an earlier plan's tables are not overwritten by later plans."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnbench.backends import triton_features as tf
+from attnbench.backends import triton_mla as tm
+from attnbench.backends import triton_plan as tp
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import Request, materialize
+from attnbench.workload.scenario import load
+from attnbench.workload.trees import random_tree
+
+from .test_plan_metadata import plan_batch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reference(b, cfg, sms, splits) -> dict:
+    """What the plan must upload, built from scratch by the reference functions."""
+    positions = tf.token_positions(b) if tf.needs_positions(b) else None
+    units, merge, _, blocks = tp.build_units(b, cfg, sms, splits, positions)
+    want = {"units": units, "merge": merge if len(merge) else torch.zeros(1, 2, dtype=torch.int32),
+            "anc": torch.from_numpy(tp.host_tree_words(b)[0]),
+            "sem": torch.zeros(blocks, b.num_kv_heads, dtype=torch.int32)}
+    if positions is not None:
+        want["positions"] = torch.from_numpy(positions.astype(np.int32))
+    return want
+
+
+def got(p) -> dict:
+    out = {"units": p.units, "merge": p.merge, "anc": p.anc, "sem": p.sem}
+    if p.feat.positions is not None:
+        out["positions"] = p.feat.positions
+    return {k: v.clone() for k, v in out.items()}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+
+
+def with_requests(b, reqs, seed):
+    return materialize(dataclasses.replace(b.spec, requests=tuple(reqs)), seed)
+
+
+def steps(b, seed):
+    """The batch, the same again, its contexts grown (same shape), its query lengths changed
+    (another shape), odd lengths, and dynamic trees re-drawn with the same sizes."""
+    rng = random.Random(seed)
+    reqs = b.spec.requests
+    grown = [dataclasses.replace(r, context=r.context + rng.choice([1, 7, 64, 300])) for r in reqs]
+    other = [dataclasses.replace(r, query=r.query + 3) if r.kind == "prefill" else r for r in reqs]
+    other.append(Request("prefill", rng.choice([1, 5, 17, 33]), rng.randint(0, 97)))
+    redrawn = [dataclasses.replace(r, tree_parents=tuple(random_tree(
+        {"nodes": r.query, "max_depth": r.query, "max_children": rng.randint(1, 4), "seed": rng.randint(0, 99)})))
+        if r.tree_dynamic else r for r in reqs]
+    yield b
+    yield b
+    for k, rs in enumerate((grown, other, redrawn, reqs)):
+        yield with_requests(b, rs, seed + k + 1)
+
+
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("seed", range(10))
+def test_a_reused_plan_equals_a_fresh_one(monkeypatch, seed, dynamic, window):
+    b0 = plan_batch(seed, dynamic, window)
+    for splits in (None, 2):
+        for sms in (4, 132):
+            monkeypatch.setattr(tp, "num_sms", lambda dev: sms)
+            be = TritonBackend(splits=splits)
+            kept = []
+            for b in steps(b0, seed):
+                b.new_step()
+                p = be.plan(b)
+                fresh = TritonBackend(splits=splits).plan(b)
+                want = reference(b, p.cfg, sms, splits)
+                assert p.cfg == fresh.cfg and same(got(p), want) and same(got(fresh), want), (splits, sms)
+                assert p.num_merge == (len(want["merge"]) if int(want["merge"].abs().sum()) else 0)
+                for t in (p.units, p.merge, p.anc, p.sem):
+                    assert t.is_contiguous() and t.data_ptr() % 16 == 0
+                kept.append((p, want))
+            for p, want in kept:  # no later plan wrote into an earlier plan's tables
+                assert same(got(p), want)
+            assert len(be._shapes) >= 2  # another shape (other query lengths) was planned
+
+
+def test_a_grown_context_keeps_the_shape_and_rebuilds_the_key_side():
+    rng = random.Random(3)
+    b = plan_batch(3, False, False)
+    be = TritonBackend()
+    be.plan(b)
+    shapes = dict(be._shapes)
+    for _ in range(3):  # decode steps: every context one longer, the query side as it was
+        b = with_requests(b, [dataclasses.replace(r, context=r.context + 1) for r in b.spec.requests], rng.randint(0, 99))
+        p = be.plan(b)
+        assert same(got(p), reference(b, p.cfg, tp.num_sms(b.device), None))
+    assert all(be._shapes.get(k) is v for k, v in shapes.items()) and len(be._shapes) == len(shapes)
+
+
+def mla_batches():
+    sf = load(ROOT / "attnbench/scenarios/mla-tiny.yaml", [])
+    for case in sf.cases:
+        b = materialize(case.scenario.batch_spec(), case.scenario.seed)
+        reqs = b.spec.requests
+        yield b
+        yield b
+        yield with_requests(b, [dataclasses.replace(r, context=r.context + 33) for r in reqs], 5)
+        yield with_requests(b, [dataclasses.replace(r, query=r.query + 2) if r.kind == "prefill" else r
+                                for r in reqs], 6)
+        yield with_requests(b, [dataclasses.replace(r, context=r.context * 9 + 700) for r in reqs], 7)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_a_reused_mla_plan_equals_a_fresh_one(splits):
+    be, kept = TritonBackend(splits=splits), []
+    for b in mla_batches():
+        for sms in (4, 132):
+            b.new_step()
+            p = tm.plan(b, sms, True, splits, shapes=be._shapes, staging=be._staging)
+            units, merge, s = tm.build_units(b, tm.choose_config(b), sms, splits)
+            want = [torch.from_numpy(units), torch.from_numpy(merge if len(merge) else np.zeros((1, 2), np.int32)),
+                    torch.from_numpy(b.host.context_lens.astype(np.int32)),
+                    torch.from_numpy(b.host.query_start_loc[:-1].astype(np.int32)),
+                    torch.from_numpy(tp.host_tree_words(b)[0])]
+            tables = [p.units, p.merge, p.ctx, p.qstart, p.anc]
+            assert all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(tables, want))
+            assert p.num_merge == len(merge) and p.po.shape[0] == s and p.has_tree == bool(b.trees.tmax)
+            kept.append(([t.clone() for t in tables], tables))
+    assert all(all(torch.equal(a, c) for a, c in zip(x, y)) for x, y in kept)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tables_go_up_from_a_pinned_ring_and_stay_with_their_plan():
+    """On CUDA the staging buffers are pinned and reused in a ring; every plan's device tables
+    equal the reference, and stay so while later plans reuse the ring's buffers."""
+    from attnbench.backends import triton_step as ts
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    be, kept = TritonBackend(), []
+    for seed in range(2 * ts.RING + 1):
+        b = plan_batch(seed, seed % 2 == 1, seed % 3 == 0)
+        b = materialize(b.spec, seed, "cuda")
+        p = be.plan(b)
+        kept.append((p, reference(b, p.cfg, tp.num_sms(b.device), None)))
+    torch.cuda.synchronize()
+    assert all(slot is not None and slot[0].is_pinned() for slot in be._staging.ring)
+    for p, want in kept:
+        assert same({k: v.cpu() for k, v in got(p).items()}, want)
+
+
+def test_split_counts_past_the_bincount_range_equal_the_candidate_loop():
+    """Row blocks of more than 65536 key tiles take np.unique instead of np.bincount."""
+    from . import old_metadata as old
+
+    rng = np.random.default_rng(7)
+    tiles = np.concatenate([rng.integers(1, 5000, 20), rng.integers(60000, 90000, 4)])
+    rows = rng.integers(40, 256, len(tiles))
+    cfg = tp.Config(64, 16, 32, 8, 2, 32, 168)
+    for sms in (4, 132):
+        assert np.array_equal(tp.split_counts(tiles, rows, cfg, 128, sms, 8), old.split_counts_loop(tiles, rows, cfg, 128, sms, 8))

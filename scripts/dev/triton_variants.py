@@ -63,6 +63,7 @@ VARIANTS = [
     variant("triton-f8hv", fp8_f16=True, v_pairs=True),
     variant("triton-f8hv-nf64", fp8_f16=True, v_pairs=True, block_nf=64),
     variant("triton-f8hv-st4", fp8_f16=True, v_pairs=True, num_stages=4),
+    variant("triton-f8hv-w2", fp8_f16=True, v_pairs=True, num_warps=2),  # decode: 25% fewer warp instructions
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -59,7 +59,8 @@ def run_fp8(backend, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, win
 
 
 def test_the_fp8_variants_exist_and_the_shipped_backend_keeps_them_off():
-    assert set(VARIANTS) >= {"triton-f8h", "triton-f8v", "triton-f8hv", "triton-f8hv-nf64", "triton-f8hv-st4", "triton-f8hv-w2"}
+    assert set(VARIANTS) >= {"triton-f8h", "triton-f8v", "triton-f8hv", "triton-f8hv-nf64", "triton-f8hv-st4",
+                             "triton-f8hv-w2", "triton-f8h-m128"}
     be = TritonBackend()
     assert not be.fp8_f16 and not be.v_pairs
     assert VARIANTS["triton-f8hv"]().fp8_f16 and VARIANTS["triton-f8hv"]().v_pairs

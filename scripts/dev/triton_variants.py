@@ -64,6 +64,7 @@ VARIANTS = [
     variant("triton-f8hv-nf64", fp8_f16=True, v_pairs=True, block_nf=64),
     variant("triton-f8hv-st4", fp8_f16=True, v_pairs=True, num_stages=4),
     variant("triton-f8hv-w2", fp8_f16=True, v_pairs=True, num_warps=2),  # decode: 25% fewer warp instructions
+    variant("triton-f8h-m128", fp8_f16=True, block_m=128),  # trees: 2 row blocks share a tile's conversion, not 3
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

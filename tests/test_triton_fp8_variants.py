@@ -87,3 +87,13 @@ def test_float16_dots_take_bfloat16_queries():
     bf16 ``tl.dot`` is wrong) computes a bf16 batch right: the option is live, not a no-op."""
     rel = run_fp8(VARIANTS["triton-f8hv"](), dtype="bfloat16", kv_scale="per-head", seed=7)
     assert rel < 2e-2, f"bf16 queries with float16 dots: rel err {rel}"
+
+
+@pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16)])
+@pytest.mark.parametrize("page", [1, 16])
+def test_fp8_options_with_every_feature(page, config):
+    """Both FP8 options beside every other variant at once (window, sinks, soft-cap, ALiBi, HND,
+    per-head e4m3 scales, bidirectional prefill), split and unsplit."""
+    from .test_triton_variants import run_variant
+
+    run_variant("all", page=page, seed=page, fp8_f16=True, v_pairs=True, **config)

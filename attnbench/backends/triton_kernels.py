@@ -1,39 +1,36 @@
 """Triton kernels of the ``triton`` backend: paged + tree attention with split-KV, and the merge.
 
-``paged_attention_kernel``: one program per (unit, KV head); a unit is a block of query
-tokens of one request and a range of key tiles (see triton_plan.py). The M side of every
-``tl.dot`` is ``G`` query heads x ``BLOCK_Q`` tokens (row m = token m // G, head m % G), so
-K/V are read from the paged cache once per KV head, straight through the block table:
-slot j lives at ``page = block_table[req, j // PAGE]``, offset ``j % PAGE``. This works for
-any page size (1 to 256); a tile may span pages.
+``paged_attention_kernel``: one program per (unit, KV head); a unit is a block of query tokens
+of one request and a range of key tiles (triton_plan.py). The M side of every ``tl.dot`` is
+``G`` query heads x ``BLOCK_Q`` tokens (row m = token m // G, head m % G), so K/V are read once
+per KV head, through the block table (slot j: page ``block_table[req, j // PAGE]``, offset
+``j % PAGE``; any page size 1 to 256, a tile may span pages).
 
 Key tiles below ``full_end`` are visible to every row of the unit and run without a mask, in
-steps of ``BLOCK_NF`` keys (>= ``BLOCK_N``, the masked loop's step);
-the remaining tiles (the causal diagonal, or a tree's own nodes) apply the mask:
-prefill/decode ``j <= ctx + i``; tree ``j < ctx`` or bit ``j - ctx`` of the row's ancestor
-bitmask (int64 words, ``ANC[token, w]``).
+steps of ``BLOCK_NF`` keys (>= ``BLOCK_N``, the masked loop's step); the remaining tiles (the
+causal diagonal, or a tree's own nodes) apply the mask: prefill/decode ``j <= ctx + i``; tree
+``j < ctx`` or bit ``j - ctx`` of the row's ancestor bitmask (int64 words, ``ANC[token, w]``).
 
-Softmax runs in base 2 (scores scaled by ``scale * log2(e)``). A unit whose row block is
-not split writes the output directly; a split one writes a float32 partial output and its
-natural-log LSE (``-inf`` when the row saw no key in that split); the last split of a row
-block to finish (an atomic counter per row block and KV head) merges them in the same launch
+Softmax runs in base 2 (scores scaled by ``scale * log2(e)``). A unit whose row block is not
+split writes the output directly; a split one writes a float32 partial output and its natural-
+log LSE (``-inf`` when the row saw no key in that split); the last split of a row block to
+finish (an atomic counter per row block and KV head) merges them in the same launch
 (``FUSED_MERGE``), or ``merge_kernel`` does it in a second launch.
 
-``KV_MAJOR`` launches a 1-D grid with the KV head fastest (the KV heads of one unit side by
-side) instead of ``(units, KV heads)``; partial outputs are stored in ``PO``'s dtype (float32,
-or the batch's 16-bit dtype). Both are options, measured no faster (docs/triton_notes.md).
+``KV_MAJOR``: a 1-D grid, KV head fastest, instead of ``(units, KV heads)``; partial outputs in
+``PO``'s dtype (float32 or 16-bit). Options, measured no faster (docs/triton_notes.md).
+Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to q's
+dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
+output (options, off by default: ``FP8_F16`` both dots in float16, ``V_PAIRS`` V's tile
+converted before its transpose, docs/triton_notes.md issue 33 FP8 round); ``SINK``: split 0
+starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
+once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below
+every row's window (``full_lo``), slots below ``win_lo`` never read; ``BIDIR``: bidirectional
+prefill rows; ``POSITIONS``: query positions (and a tree key's position: its node's) for the
+window and ALiBi; ``PAD_D``: a head dim below ``BLOCK_D`` (96 in 128 lanes), the extra lanes
+masked on every load and store.
 
-Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to
-q's dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into
-the output; ``SINK``: split 0 starts from the sink (m = sink, l = 1, no value), so output, LSE
-and the split merge count it once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked
-lead-in over the tiles below every row's window (``full_lo``), slots below ``win_lo`` never
-read; ``BIDIR``: bidirectional prefill rows; ``POSITIONS``: query positions (and a tree key's
-position: its node's) for the window and ALiBi; ``PAD_D``: a head dim below ``BLOCK_D`` (96 in
-128 lanes), the extra lanes masked on every load and store.
-
-The CPU interpreter (TRITON_INTERPRET=1) is read by ``triton.jit`` when this module is
-imported: ``INTERPRETED`` records which mode the kernels were built for.
+``INTERPRETED``: kernels built for the CPU interpreter (TRITON_INTERPRET=1 at import).
 """
 from __future__ import annotations
 
@@ -105,10 +102,13 @@ def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl
 
 @triton.jit
 def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: tl.constexpr, IEEE: tl.constexpr,
-                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr):
+                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr, V_PAIRS: tl.constexpr):
     if FP8:  # dequantize: the scales are folded into qk_scale (K) and the output (V)
         k = k.to(q.dtype)
         v = v.to(q.dtype)
+        if V_PAIRS:  # identity split/join: V converted in its load layout, transposed as 16-bit
+            lo, hi = tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
+            v = tl.reshape(tl.join(lo, hi), [v.shape[0], v.shape[1]])
     s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI)
     return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE)
 
@@ -153,7 +153,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                  offs_n, offs_d,
                  HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
                  PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr):
+                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
     sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
@@ -193,7 +193,8 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     bias = None
     if ALIBI:
         bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
-    return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8)
+    return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
+                         V_PAIRS)
 
 
 @triton.jit
@@ -213,6 +214,7 @@ def paged_attention_kernel(
     FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
+    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False,
 ):
     if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
         # position (every KV head of the same pages) are launched side by side
@@ -243,6 +245,8 @@ def paged_attention_kernel(
     row_ok = (qi < q_count) & (offs_m < BLOCK_Q * G)
     tok = (q_start + qi).to(tl.int64)
     q = _load_rows(Q, tok * stride_qt + head * stride_qh, offs_d, row_ok, HEAD_DIM, PAD_D, True)
+    if FP8_F16:  # both dots in float16: FP8 -> f16 is one cvt per 2 elements (bf16: 2 more each)
+        q = q.to(tl.float16)
 
     if SINK:  # the sink is a key without a value: split 0 starts from it (m = sink, l = 1), so
         # the output, the LSE and the split merge count it exactly once
@@ -272,9 +276,8 @@ def paged_attention_kernel(
 
     first = kv_lo
     if WINDOW:
-        # 0) tiles that reach below the window of some row (keys at or past full_lo are inside
-        # every row's window): masked. The plan starts kv_lo at the window (pages below it are
-        # never read); the unmasked loop resumes on a BLOCK_NF boundary.
+        # 0) tiles reaching below some row's window (from full_lo on, keys are in every row's
+        # window): masked, from kv_lo (the window's tile); the unmasked loop resumes on a BLOCK_NF one
         full_lo = tl.load(meta + C_FULLLO)
         win_lo = tl.load(meta + C_WINLO)  # the row block's first key (kv_lo: its tile)
         first = tl.minimum(kv_hi, tl.maximum(kv_lo, ((full_lo + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF))
@@ -283,13 +286,11 @@ def paged_attention_kernel(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                 win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
+                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS)
 
-    # 1) tiles every row sees in full: no mask. The block-table read for tile i+1 is issued
-    # in iteration i (loop-carried offsets), so the K/V loads of a tile depend on no load of
-    # the same iteration and Triton's pipeliner can prefetch them stages ahead.
-    # Its tiles hold BLOCK_NF keys (BLOCK_NF >= BLOCK_N: fewer, larger steps where no mask word
-    # is read); the masked loop below picks up at ``mid`` in BLOCK_N steps.
+    # 1) tiles every row sees in full, BLOCK_NF keys each: no mask. Tile i+1's block-table read is
+    # issued in iteration i (loop-carried offsets), so the pipeliner can prefetch K/V stages
+    # ahead; the masked loop below picks up at ``mid`` in BLOCK_N steps.
     mid = tl.maximum(first + ((tl.minimum(kv_hi, full_end) - first) // BLOCK_NF) * BLOCK_NF, first)
     koff_n, voff_n = _tile_offsets(bt_row, first, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
                                    PAGE, TILE_IN_PAGE)
@@ -304,7 +305,7 @@ def paged_attention_kernel(
         if ALIBI:
             bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
         m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
-                                      FP8)
+                                      FP8, V_PAIRS)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
@@ -312,7 +313,7 @@ def paged_attention_kernel(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
             kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS)
+            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     if FP8:

@@ -2,7 +2,9 @@
 print its resources (registers, spills, shared memory) and whether the dots became wgmma.
 
   python3 scripts/dev/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
-  variants: FP8=1 (e4m3 cache) or 2 (e5m2), FP16=1, SINK=1, SOFTCAP=1, ALIBI=1, WINDOW=1, BIDIR=1, HEAD_DIM=96
+  variants: FP8=1 (e4m3 cache) or 2 (e5m2), FP16=1, SINK=1, SOFTCAP=1, ALIBI=1, WINDOW=1, BIDIR=1, HEAD_DIM=96;
+  FP8 options: FP8_F16=1 (float16 dots), V_PAIRS=1 (V converted before its transpose)
+  --sass: also a histogram of the SASS opcodes (LDS.U8: byte-wise shared loads, F2F: scalar conversions)
 
 Needs triton's bundled ptxas; no device, no torch (run it with the device's triton version:
 `python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`). Used to read a variant's costs before spending
@@ -68,11 +70,30 @@ def resources(cubin: bytes) -> tuple[int, int]:
     return int(regs.group(1)) if regs else -1, int(stack.group(1)) if stack else -1
 
 
+def sass_histogram(cubin: bytes) -> str:
+    """Counts of the memory, conversion and MMA opcodes in the cubin's SASS (static, whole kernel)."""
+    import collections
+    import os
+    import subprocess
+    import tempfile
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    ops = collections.Counter(m.group(2) for m in (
+        re.match(r"\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)", line) for line in out.splitlines()) if m)
+    shown = [o for o in sorted(ops) if re.match(r"(LDS|LDSM|LDG|F2F|PRMT|HMMA|STS|SHF|LOP3)", o)]
+    return " ".join(f"{o}:{ops[o]}" for o in shown) + f" total:{sum(ops.values())}"
+
+
 def main(argv: list[str]) -> None:
     kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_M=64, BLOCK_Q=16, BLOCK_N=64, BLOCK_NF=0,
               UNIT_COLS=plan_constant("UNIT_COLS"),
               HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3,
-              BLOCK_D=0, PAD_D=0, FP8=0, SINK=0, SOFTCAP=0, ALIBI=0, WINDOW=0, BIDIR=0, POSITIONS=0)
+              BLOCK_D=0, PAD_D=0, FP8=0, SINK=0, SOFTCAP=0, ALIBI=0, WINDOW=0, BIDIR=0, POSITIONS=0,
+              FP8_F16=0, V_PAIRS=0)
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
@@ -113,11 +134,13 @@ def main(argv: list[str]) -> None:
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
     shown = ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages", "HEAD_DIM", "FP8", "SINK",
-             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR")
+             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR", "FP8_F16", "V_PAIRS")
     print({k2: kw[k2] for k2 in shown if kw[k2] or k2 in ("HAS_TREE", "PAGE")},
           "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)),
           "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", ptx)), "bulk", len(re.findall(r"cp.async.bulk", ptx)))
+    if "--sass" in sys.argv:
+        print(sass_histogram(k.asm["cubin"]))
     if "--ttgir" in sys.argv:
         print(k.asm["ttgir"])
     if "--ptx" in sys.argv:

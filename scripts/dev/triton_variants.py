@@ -55,6 +55,16 @@ VARIANTS = [
     variant("triton-m64", block_m=64),
     variant("triton-m64n32r3", block_m=64, block_n=32, maxnreg=168),
     variant("triton-m128n32r", block_m=128, block_n=32, maxnreg=128),
+    # issue 33, FP8 caches (docs/triton_notes.md): float16 dots (one cvt per 2 FP8 elements, no
+    # f16 -> bf16 step), V converted in its load layout and transposed as 16-bit (no byte-wise
+    # shared loads), and with those the larger unmasked tile / one more stage FP8's half bytes allow
+    variant("triton-f8h", fp8_f16=True),
+    variant("triton-f8v", v_pairs=True),
+    variant("triton-f8hv", fp8_f16=True, v_pairs=True),
+    variant("triton-f8hv-nf64", fp8_f16=True, v_pairs=True, block_nf=64),
+    variant("triton-f8hv-st4", fp8_f16=True, v_pairs=True, num_stages=4),
+    variant("triton-f8hv-w2", fp8_f16=True, v_pairs=True, num_warps=2),  # decode: 25% fewer warp instructions
+    variant("triton-f8h-m128", fp8_f16=True, block_m=128),  # trees: 2 row blocks share a tile's conversion, not 3
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

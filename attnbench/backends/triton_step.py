@@ -28,6 +28,7 @@ in with one call.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -162,9 +163,13 @@ class Staging:
     def __init__(self):
         self.ring: list = [None] * RING  # (pinned int32 tensor, its numpy view, event)
         self.i = 0
+        # the pinned ring has not run on a GPU yet (written on a CPU-only machine): until a device
+        # run has checked and timed it (scripts/gpu/gpu_triton_plan.sh), CUDA plans take one plain
+        # copy from a buffer of their own, as before, unless ATTNBENCH_TRITON_PINNED_STAGING=1
+        self.pinned = os.environ.get("ATTNBENCH_TRITON_PINNED_STAGING", "") == "1"
 
     def host(self, size: int, device: torch.device) -> np.ndarray:
-        if device.type != "cuda":
+        if device.type != "cuda" or not self.pinned:
             return np.empty(size, np.int32)  # each plan owns its tables
         self.i = (self.i + 1) % RING
         slot = self.ring[self.i]
@@ -176,7 +181,7 @@ class Staging:
         return slot[1][:size]
 
     def send(self, buf: np.ndarray, device: torch.device) -> torch.Tensor:
-        if device.type != "cuda":  # the CPU: the buffer itself (another device: a plain copy)
+        if device.type != "cuda" or not self.pinned:  # the CPU: the buffer itself (else one plain copy)
             return torch.from_numpy(buf) if device.type == "cpu" else torch.from_numpy(buf).to(device)
         slot = self.ring[self.i]
         dev = torch.empty(buf.size, dtype=torch.int32, device=device)

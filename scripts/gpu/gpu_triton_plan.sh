@@ -65,6 +65,11 @@ fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
   --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+if [ "$DEV" = cuda ]; then
+  el "the same with the pinned staging ring (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
+  ATTNBENCH_TRITON_PINNED_STAGING=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \
+    python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+fi
 for s in $SCEN; do
   t=$(left)
   if [ "$t" -lt 15 ]; then el "$s: not run, the budget is spent"; fail=1; continue; fi

@@ -4,7 +4,7 @@
 of one request and a range of key tiles (triton_plan.py). The M side of every ``tl.dot`` is
 ``G`` query heads x ``BLOCK_Q`` tokens (row m = token m // G, head m % G), so K/V are read once
 per KV head, through the block table (slot j: page ``block_table[req, j // PAGE]``, offset
-``j % PAGE``; any page size 1 to 256, a tile may span pages).
+``j % PAGE``; any page size, a tile may span pages).
 
 Key tiles below ``full_end`` are visible to every row of the unit and run without a mask, in
 steps of ``BLOCK_NF`` keys (>= ``BLOCK_N``, the masked loop's step); the remaining tiles (the

@@ -79,7 +79,6 @@ def triton_mode() -> Optional[str]:
 class TritonBackend(Backend):
     name = "triton"
     head_dims = (32, 64, 96, 128, 256)  # 96 runs padded to 128 lanes, the extra ones masked
-    max_page_size = 256
     max_group = 128
     supports_mla = True  # MLA batches go to triton_mla.py
     # every variant in the one launch (triton_features.py): constexpr-specialized kernels

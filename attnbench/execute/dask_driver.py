@@ -23,6 +23,7 @@ from attnbench.execute.case_book import Attempt, CaseBook
 from attnbench.execute.cases import resolved_backends, with_specs
 from attnbench.execute.job import Job
 from attnbench.execute.dask_cluster import Cluster, ExecutorError, ExecutorLost
+from attnbench.execute.error_text import error_text
 from attnbench.store.rows import Row
 
 PREFLIGHT_TIMEOUT_S = 600.0
@@ -212,8 +213,7 @@ class DaskRunner:
 
 
 def _exc_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}"[:400]
+    return error_text(exc, 400)
 
 
 def _install_hint(exc: BaseException) -> str:

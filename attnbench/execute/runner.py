@@ -34,14 +34,10 @@ from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
 from attnbench.measure.poison import fresh_memory_marked, poison_allocator
+from attnbench.execute.error_text import error_text as _error_text
 
 
 _memory_available = available_bytes  # a name of this module's: tests stand in for the machine here
-
-
-def _error_text(e: BaseException) -> str:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}"[:300]
 
 
 def _release(device: torch.device) -> None:

@@ -259,3 +259,20 @@ def test_flashinfer_jobs_go_last_and_the_warmup_command_parses(tmp_path, monkeyp
     va.pool(st)
     assert order == ["2--flex", "3--main", "1--main", "9--flashinfer"]
     assert {j.status for j in st.jobs} == {"running"}  # run_job (stubbed here) sets the end status
+
+
+def test_junit_summary_names_a_module_skipped_whole(tmp_path):
+    """A module skipped at collection (an optional library missing on the GPU machine) is listed
+    with its reason, not as a bare "collection skipped"."""
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="" name="tests.test_dask"><skipped message="collection skipped">'
+        "('/r/tests/test_dask.py', 16, \"Skipped: could not import 'distributed': No module named 'distributed'\")"
+        '</skipped></testcase><testcase classname="tests.t" name="test_a"/>'
+        '<testcase classname="tests.t" name="test_b"><skipped message="flex: no window here"/></testcase>'
+        "</testsuite></testsuites>")
+    got = gpulib.junit_summary(xml)
+    assert got[0] == "pytest -m gpu: passed 1, failure 0, error 0, skipped 2"
+    assert ("skipped 1x: tests.test_dask (the whole module): could not import 'distributed': "
+            "No module named 'distributed'") in got
+    assert "skipped 1x: flex: no window here" in got

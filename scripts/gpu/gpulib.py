@@ -219,7 +219,11 @@ def junit_summary(path: Path) -> list[str]:
         kind = kinds[0] if kinds else "passed"
         counts[kind] += 1
         if kind == "skipped":
-            msg = next(c for c in tc if c.tag == "skipped").get("message", "")
+            el = next(c for c in tc if c.tag == "skipped")
+            msg = el.get("message", "")
+            if msg == "collection skipped":  # a module skipped whole: its reason is in the text
+                why = re.search(r"Skipped: (.*?)['\"]?\)?$", (el.text or "").strip())
+                msg = f"{name.strip(':')} (the whole module): {why.group(1) if why else el.text}"
             skips[re.sub(r"^Skipped: ", "", msg)] += 1
         elif kind in ("failure", "error"):
             msg = next(c for c in tc if c.tag == kind).get("message", "")

@@ -14,8 +14,10 @@ builds the same values with far fewer numpy calls, in three parts:
   ranges, tiles, splits, units, merge rows, window bounds and positions) and a dynamic tree's
   words (its parents change every step): nothing keyed on the context lengths or on a
   dynamic tree's parents is reused, so a timed plan costs what an engine's step would.
-- the tables are written straight into one host buffer (``Staging``): on a GPU one of a
-  ring of pinned buffers, copied with one ``non_blocking`` copy into a fresh device buffer
+- the tables are written straight into one host buffer (``Staging``): on a GPU, with
+  ATTNBENCH_TRITON_PINNED_STAGING=1 (until a device run has timed it; else a buffer of the
+  plan's own and one plain copy), one of a ring of pinned buffers, copied with one
+  ``non_blocking`` copy into a fresh device buffer
   (each plan owns its tables: the runner runs its first plan after timing later ones); a
   slot is rewritten only after the event recorded behind its last copy has completed. On the
   CPU each plan gets a fresh numpy buffer (no copy).

@@ -13,6 +13,7 @@ from attnbench.backend.options import BackendId, pick_backend
 from attnbench.cli.app import app
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner
+from attnbench.store.row_parts import RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import load_text
@@ -48,8 +49,9 @@ def _folder(path, backends=("sdpa", "flex")):
     for case in ("ctx=1", "ctx=2"):
         for k, b in enumerate(backends):
             rounds = [1.0 + k + 0.01 * i for i in range(6)]
-            rf.add(Row("s", case, b, params={"ctx": int(case[-1])}, median_ms=rounds[2], n=6, samples_ms=rounds,
-                       round_medians_ms=rounds, timing_method="cpu", device="cpu test"))
+            rf.add(Row("s", case, b, device="cpu test", workload=RowWorkload(params={"ctx": int(case[-1])}),
+                       timing=RowTiming(median_ms=rounds[2], n=6, samples_ms=rounds, round_medians_ms=rounds,
+                                        timing_method="cpu")))
     rf.finish(True)
     return str(path)
 

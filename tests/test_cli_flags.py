@@ -12,6 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from attnbench.cli import app
+from attnbench.store.row_parts import RowProfile, RowTiming
 from attnbench.store.rows import Row
 from attnbench.workload.select import SelectError, parse_selector, unique_selector
 
@@ -123,10 +124,10 @@ def test_json_on_stdout_progress_lines_on_stderr(sweep, tmp_path):
     # rows.jsonl is strict JSON too, and reads back with NaN where it was null
     text = (out / "rows.jsonl").read_text()
     rows = [Row.from_json(strict_loads(x)) for x in text.splitlines()]
-    assert len(rows) == 4 and math.isnan(rows[0].kernel_sum_ms)
+    assert len(rows) == 4 and math.isnan(rows[0].profile.kernel_sum_ms)
     # readers also accept the NaN of older run folders
     legacy = json.loads(json.dumps(rows[0].to_json() | {"kernel_sum_ms": float("nan")}))
-    assert math.isnan(Row.from_json(legacy).kernel_sum_ms)
+    assert math.isnan(Row.from_json(legacy).profile.kernel_sum_ms)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "markdown"])
@@ -182,8 +183,8 @@ def test_ctrl_c_says_how_to_resume(sweep, tmp_path):
 
 # -- the table ------------------------------------------------------------------------------
 def _row(case, backend, median, samples, **kw):
-    return Row("s", case, backend, median_ms=median, samples_ms=samples, n=len(samples), iqr_rel=0.1,
-               timing_method="cpu", **kw)
+    return Row("s", case, backend, **kw,
+               timing=RowTiming(median_ms=median, samples_ms=samples, n=len(samples), iqr_rel=0.1, timing_method="cpu"))
 
 
 def test_table_marks_overlapping_rows_and_sums_up_per_backend():
@@ -230,8 +231,9 @@ def test_profile_note_on_cpu():
     from attnbench.analyze.tables import print_profiles
 
     con = Console(width=200, record=True)
-    print_profiles([Row("s", "c", "sdpa", median_ms=1.0, kernel_sum_ms=3.0, kernels_per_call=4, timing_method="cpu",
-                        trace="/nonexistent/c__sdpa.trace.json")], con)
+    print_profiles([Row("s", "c", "sdpa", timing=RowTiming(median_ms=1.0, timing_method="cpu"),
+                        profile=RowProfile(kernel_sum_ms=3.0, kernels_per_call=4,
+                                           trace="/nonexistent/c__sdpa.trace.json"))], con)
     assert "can exceed the timed median" in con.export_text()
 
 

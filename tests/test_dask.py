@@ -22,6 +22,7 @@ from attnbench.execute import dask_driver  # noqa: E402
 from attnbench.execute.case_book import MAX_ATTEMPTS, Attempt, CaseBook  # noqa: E402
 from attnbench.execute import events  # noqa: E402
 from attnbench.execute.dask_cluster import plan_local_workers, start_local  # noqa: E402
+from attnbench.store.row_parts import RowTiming
 from attnbench.store.rows import Row  # noqa: E402
 from attnbench.workload.scenario import load_text  # noqa: E402
 
@@ -78,8 +79,8 @@ def _case():
 
 
 def _row_event(case, backend, status="ok"):
-    row = Row(scenario="tiny", case_id=case.case_id, backend=backend, status=status, reason="" if status == "ok" else "x",
-              median_ms=1.0, n=3, timing_method="events")
+    row = Row(scenario="tiny", case_id=case.case_id, backend=backend, status=status,
+              reason="" if status == "ok" else "x", timing=RowTiming(median_ms=1.0, n=3, timing_method="events"))
     return events.row_event(row)
 
 
@@ -231,7 +232,8 @@ def test_compare_refuses_a_case_measured_on_another_device_in_each_run():
     from attnbench.analyze.compare import CompareError, ensure_rows_same_device
 
     def rows(devs):
-        return [Row(scenario="s", case_id=c, backend="sdpa", device=d, median_ms=1.0, n=1, timing_method="events")
+        return [Row(scenario="s", case_id=c, backend="sdpa", device=d,
+                    timing=RowTiming(median_ms=1.0, n=1, timing_method="events"))
                 for c, d in zip("ab", devs)]
 
     before, after = rows(["H100", "H200"]), rows(["H200", "H100"])

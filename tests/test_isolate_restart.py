@@ -63,7 +63,7 @@ def _row(runner, case, backend: str, status: str, reason: str = "") -> dict:
     row = runner.base_row(case, case.scenario.batch_spec(), backend)
     row.status, row.reason = Status(status), reason
     if row.status is Status.OK:  # a well-formed ok row (store.rows.checked)
-        row.samples_ms, row.round_medians_ms, row.median_ms, row.n, row.timing_method = [1.0], [1.0], 1.0, 1, "cpu"
+        row.timing.samples_ms, row.timing.round_medians_ms, row.timing.median_ms, row.timing.n, row.timing.timing_method = [1.0], [1.0], 1.0, 1, "cpu"
     return row.to_json()
 
 

@@ -10,13 +10,15 @@ import pytest
 from attnbench.analyze import compare as cmp
 from attnbench.analyze.summary import backend_summary
 from attnbench.analyze.tables import fastest_by_case, vs_best
+from attnbench.store.row_parts import RowTiming
 from attnbench.store.rows import Row, is_oracle, rows_frame
 
 
 def _row(case: str, backend: str, ms: float) -> Row:
     rounds = [ms * f for f in (0.99, 1.0, 1.01, 1.0, 0.995, 1.005)]
-    return Row(scenario="s", case_id=case, backend=backend, status="ok", samples_ms=list(rounds),
-               round_medians_ms=list(rounds), median_ms=ms, n=len(rounds), timing_method="cpu")
+    return Row(scenario="s", case_id=case, backend=backend, status="ok",
+               timing=RowTiming(samples_ms=list(rounds), round_medians_ms=list(rounds), median_ms=ms, n=len(rounds),
+                                timing_method="cpu"))
 
 
 @pytest.fixture

@@ -179,7 +179,7 @@ def test_set_on_a_swept_key_runs_that_value_and_says_so(tiny, tmp_path):
     assert r.exit_code == 0, r.output
     assert "replaces the scenario's sweep of kv_cache.page_size ([4, 8])" in r.output.replace("\n", "")
     rf = RunFolder.load(out)
-    assert {row.case_id for row in rf.rows} == {"page_size=16"} and {row.page_size for row in rf.rows} == {16}
+    assert {row.case_id for row in rf.rows} == {"page_size=16"} and {row.workload.page_size for row in rf.rows} == {16}
     r = cli.invoke(app, ["run", str(tiny), "--out", str(tmp_path / "r2"), "--set", "sweep={kv_cache: [{page_size: 4}]}",
                          "--set", "kv_cache.page_size=16", "-q"])
     assert r.exit_code == 2 and "the scenario sweeps kv_cache" in r.output and "would overwrite" in r.output, r.output

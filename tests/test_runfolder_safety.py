@@ -313,13 +313,14 @@ def test_complete_folder_files_share_one_mode_and_drop_the_lock(tmp_path):
     import os
     import stat
 
+    from attnbench.store.row_parts import RowTiming
     from attnbench.store.rows import Row
     from attnbench.store.runfolder import RunFolder
 
     for complete in (True, False):
         rf = RunFolder.create(tmp_path, "s", tmp_path / f"run-{complete}")
         rf.start({"scenario": "s"})
-        rf.add(Row("s", "c", "sdpa", median_ms=1.0, n=1, timing_method="cpu"))
+        rf.add(Row("s", "c", "sdpa", timing=RowTiming(median_ms=1.0, n=1, timing_method="cpu")))
         rf.finish(complete)
         modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in rf.path.iterdir() if p.name != ".lock"}
         assert set(modes) >= {"rows.jsonl", "results.csv", "manifest.json"}

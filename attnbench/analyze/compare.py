@@ -1,7 +1,7 @@
 """Speedups between backends and between runs, with their uncertainty; the regression check.
 
 Pure logic, no printing. The statistics (``significance.py``) use one number per timing
-round and row, ``Row.round_medians_ms``, never the calls of one round as if each were an
+round and row, ``Row.timing.round_medians_ms``, never the calls of one round as if each were an
 independent measurement:
 
 * the *ratio* of two runs is the shift between their rounds' log times (> 1: slower), with
@@ -91,7 +91,7 @@ def _norm_rows(rows: Sequence[Row], backend: Optional[str]) -> dict[tuple[str, s
 
 
 def _usable(r: Optional[Row]) -> bool:
-    return r is not None and r.status is Status.OK and len(r.round_medians_ms) > 0
+    return r is not None and r.status is Status.OK and len(r.timing.round_medians_ms) > 0
 
 
 # ---------------------------------------------------------------------------- check
@@ -191,7 +191,7 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     res = CaseResult(
         cur.scenario, cur.case_id, cur.backend, verdict="", failed=False,
         baseline_status=base.status, current_status=cur.status,
-        baseline_ms=base.median_ms, current_ms=cur.median_ms,
+        baseline_ms=base.timing.median_ms, current_ms=cur.timing.median_ms,
     )
     if _status_verdict(res, cur, base):
         return res
@@ -218,7 +218,7 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     if norm:
         res.raw_ratio = ratio(round_logs(cur), round_logs(base), th.confidence)
         res.normalized_by = normalizer_note(norm, cn, bn)
-    res.delta_ms = cur.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
+    res.delta_ms = cur.timing.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
     if r.slower_for_sure:
         if r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms:
             res.verdict, res.failed = "regressed", True
@@ -283,10 +283,10 @@ def check(
         out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by, gate, paired))
     for r in m.new:
         out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", gate and thresholds.strict,
-                              current_status=r.status, current_ms=r.median_ms))
+                              current_status=r.status, current_ms=r.timing.median_ms))
     for r in m.vanished:
         out.append(CaseResult(r.scenario, r.case_id, r.backend, "vanished", gate,
-                              baseline_status=r.status, baseline_ms=r.median_ms))
+                              baseline_status=r.status, baseline_ms=r.timing.median_ms))
     return CheckResult(out, normalize_by)
 
 
@@ -316,7 +316,7 @@ def compare_backends(
         ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
         rivals = [r for r in ok if not is_oracle(r.backend)] or ok
         if baseline is None and rivals:  # a baseline asked for and not ok here: nothing to compare with
-            ref = min(rivals, key=lambda r: r.median_ms)
+            ref = min(rivals, key=lambda r: r.timing.median_ms)
         for r in rs:
             ratio = None
             if ref is not None and _usable(r) and r is not ref:
@@ -324,7 +324,8 @@ def compare_backends(
                     ratio = compare_paired(round_logs(r), round_logs(ref), confidence)
                 except RoundsError:
                     ratio = None
-            out.append(BackendComparison(case_id, r.backend, r.status, r.median_ms, ref.backend if ref else "", ratio))
+            out.append(BackendComparison(case_id, r.backend, r.status, r.timing.median_ms, ref.backend if ref else "",
+                                         ratio))
     return out
 
 

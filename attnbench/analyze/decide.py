@@ -145,19 +145,20 @@ def spread(median: float, samples: Sequence[float], rounds: int) -> list[float]:
 
 def host_constant(row: Row, parts: Sequence[str]) -> bool:
     """The row's plan or convert counts one median in every round (its samples were not kept)."""
-    n = len(row.round_medians_ms)
-    return ("plan" in parts and math.isfinite(row.plan_ms) and len(row.plan_samples_ms) < n) or (
-        "convert" in parts and bool(row.convert_ms) and math.isfinite(row.convert_ms) and len(row.convert_samples_ms) < n)
+    t = row.timing
+    n = len(t.round_medians_ms)
+    return ("plan" in parts and math.isfinite(t.plan_ms) and len(t.plan_samples_ms) < n) or (
+        "convert" in parts and bool(t.convert_ms) and math.isfinite(t.convert_ms) and len(t.convert_samples_ms) < n)
 
 
 def cost_of(row: Row, parts: Sequence[str]) -> Cost:
-    plan = _finite(row.plan_ms) if "plan" in parts else 0.0
-    conv = _finite(row.convert_ms) if "convert" in parts else 0.0
-    n = len(row.round_medians_ms)
-    plans = spread(plan, row.plan_samples_ms, n) if plan else [0.0] * n
-    convs = spread(conv, row.convert_samples_ms, n) if conv else [0.0] * n
-    return Cost(row.backend, plan, conv, row.median_ms, row.mode,
-                [p + c + m for p, c, m in zip(plans, convs, row.round_medians_ms)])
+    plan = _finite(row.timing.plan_ms) if "plan" in parts else 0.0
+    conv = _finite(row.timing.convert_ms) if "convert" in parts else 0.0
+    n = len(row.timing.round_medians_ms)
+    plans = spread(plan, row.timing.plan_samples_ms, n) if plan else [0.0] * n
+    convs = spread(conv, row.timing.convert_samples_ms, n) if conv else [0.0] * n
+    return Cost(row.backend, plan, conv, row.timing.median_ms, row.mode,
+                [p + c + m for p, c, m in zip(plans, convs, row.timing.round_medians_ms)])
 
 
 def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
@@ -177,12 +178,12 @@ def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[
            confidence: float) -> CaseChoice:
     """The pick of one case among its ok competitors, and how sure it is against the runner-up."""
     by_backend = {r.backend: r for r in rows if not is_oracle(r.backend)}
-    ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.median_ms)]
+    ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.timing.median_ms)]
     costs = sorted((cost_of(r, parts) for r in ok), key=lambda c: (c.step, c.backend))
     not_ok = {b: (by_backend[b].status.value if b in by_backend else "no row") for b in backends
               if b not in {c.backend for c in costs}}
     first = rows[0]
-    ch = CaseChoice(case_id, first.batch, dict(first.params), weight, costs, not_ok)
+    ch = CaseChoice(case_id, first.workload.batch, dict(first.workload.params), weight, costs, not_ok)
     if len(costs) >= 2:
         lo, hi = _paired_gain(costs[1].rounds, costs[0].rounds, confidence)
         ch.runner_up = Gain(costs[1].step / costs[0].step, lo, hi)

@@ -36,8 +36,8 @@ def _deviations(rows: Sequence[Row]) -> "np.ndarray":
 
     out = []
     for r in rows:
-        if r.status is Status.OK and len(r.round_medians_ms) > 1:
-            x = np.log(np.asarray(r.round_medians_ms, dtype=float))
+        if r.status is Status.OK and len(r.timing.round_medians_ms) > 1:
+            x = np.log(np.asarray(r.timing.round_medians_ms, dtype=float))
             out.append(x - np.median(x))
     return np.concatenate(out) if out else np.zeros(0)
 
@@ -76,6 +76,7 @@ def refuse_normalizer(name: Optional[str], current: Sequence[Row], baseline: Seq
 def normalizer_note(name: str, cur: Row, base: Row) -> str:
     """``reference 0.71 → 0.52 ms`` for the case's normalizer rows (what each round was divided by)."""
     def ms(r: Row) -> str:
-        return f"{r.median_ms:.4g}" if r.status is Status.OK and math.isfinite(r.median_ms) else str(r.status)
+        med = r.timing.median_ms
+        return f"{med:.4g}" if r.status is Status.OK and math.isfinite(med) else str(r.status)
 
     return f"÷ {name} ({ms(base)} → {ms(cur)} ms)"

@@ -111,13 +111,13 @@ def columns() -> list[tuple[str, str]]:
 
 def _row_cells(label: str, r: Row, ctx: dict) -> list[str]:
     cells = [_td(escape(label)), _td(escape(r.case_id)), _td(escape(r.backend)),
-             _td(escape(r.status.value)), _td(escape(r.reason)), _td(escape(r.batch))]
+             _td(escape(r.status.value)), _td(escape(r.reason)), _td(escape(r.workload.batch))]
     for c in REGISTRY:  # shown as every table shows it, sorted by the raw value
         v = c.value(r, ctx)
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
         sort = (repr(float(v)) if math.isfinite(v) else "") if number else None
         cells.append(_td(escape(c.text(r, ctx)), sort, "num" if number else ""))
-    cells.append(_td(str(len(r.round_medians_ms)), str(len(r.round_medians_ms)), "num"))
+    cells.append(_td(str(len(r.timing.round_medians_ms)), str(len(r.timing.round_medians_ms)), "num"))
     cells.append(_td(f"<code>{escape(r.repro)}</code>" if r.repro else "", r.repro, "repro"))
     return cells
 
@@ -232,7 +232,7 @@ def roofline_section(runs: Sequence[RunData]) -> str:
     colors = _colors(runs)
     charts = []
     for run in runs:
-        pts = [r for r in run.rows if r.status is Status.OK and r.flops > 0 and r.bytes > 0]
+        pts = [r for r in run.rows if r.status is Status.OK and r.roofline.flops > 0 and r.roofline.bytes > 0]
         if not pts:
             continue
         bw, peak, source = ceilings_of(pts)

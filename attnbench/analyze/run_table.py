@@ -1,7 +1,7 @@
 """The run's results table, fitted to the terminal: columns are taken by importance while they
 fit the console's width (case, backend, status and kernel time always), as the column
 registry (``store/columns.py``) orders and formats them; what does not fit is named under the table (it is all in results.csv). A sweep's typed values
-(``Row.params``) become one column per swept value (``context  page_size  seed``), values
+(``Row.workload.params``) become one column per swept value (``context  page_size  seed``), values
 only, rendered here (4096 as ``4k``, None as ``null``).
 """
 from __future__ import annotations
@@ -32,10 +32,10 @@ def _case_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], list[str]]
     """(headers, cells per row, values fixed in every row as name=value): the case as one column
     per swept value that varies (from the rows' typed params, rendered here), or one ``case``
     column when the rows have no sweep or do not share one."""
-    keys = list(rows[0].params) if rows else []
-    if not keys or any(list(r.params) != keys for r in rows):
+    keys = list(rows[0].workload.params) if rows else []
+    if not keys or any(list(r.workload.params) != keys for r in rows):
         return ["case"], [[r.case_id] for r in rows], []
-    values = [[value_text(r.params[k]) for k in keys] for r in rows]
+    values = [[value_text(r.workload.params[k]) for k in keys] for r in rows]
     names = [display_name(k, keys) for k in keys]
     varies = [i for i in range(len(keys)) if len({v[i] for v in values}) > 1]
     fixed = [f"{names[i]}={values[0][i]}" for i in range(len(keys)) if i not in varies]

@@ -5,7 +5,7 @@ and memory placement), so thousands of calls of one run are not thousands of ind
 measurements; treating them so made unchanged code "significantly" slower with p = 1e-260.
 What repeats independently is the round (``timing.rounds``: a case's backends take turns,
 each round a short measurement of every backend). Each round gives one number per backend,
-its median call time (``Row.round_medians_ms``), and the statistics here use only those:
+its median call time (``Row.timing.round_medians_ms``), and the statistics here use only those:
 
 * the value of a round is ``log(round median)``, or with a normalizer backend
   ``log(round median / the normalizer's median in the same round)``;
@@ -82,10 +82,10 @@ class RoundsError(ValueError):
 def round_logs(row: Row, norm: Optional[Row] = None) -> np.ndarray:
     """``log`` of each round's median of ``row`` (divided by ``norm``'s of the same round)."""
     import numpy as np
-    vals = np.log(np.asarray(row.round_medians_ms, dtype=float))
+    vals = np.log(np.asarray(row.timing.round_medians_ms, dtype=float))
     if norm is None:
         return vals
-    nv = np.log(np.asarray(norm.round_medians_ms, dtype=float))
+    nv = np.log(np.asarray(norm.timing.round_medians_ms, dtype=float))
     if len(nv) != len(vals):
         raise RoundsError(f"{norm.backend} has {len(nv)} rounds and {row.backend} {len(vals)} in case {row.case_id}")
     return vals - nv

@@ -13,8 +13,8 @@ def ok_times(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
     """case -> backend -> median of the ok rows."""
     out: dict[str, dict[str, float]] = {}
     for r in rows:
-        if r.status == "ok" and math.isfinite(r.median_ms) and r.median_ms > 0:
-            out.setdefault(r.case_id, {})[r.backend] = r.median_ms
+        if r.status == "ok" and math.isfinite(r.timing.median_ms) and r.timing.median_ms > 0:
+            out.setdefault(r.case_id, {})[r.backend] = r.timing.median_ms
     return out
 
 

@@ -153,7 +153,7 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
         if missing:
             info.print(f"[yellow]note:[/] --baseline {baseline} has no ok row in {len(missing)} case(s) ({', '.join(missing)}): "
                        "no ratios there", highlight=False)
-    few = min((len(r.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
+    few = min((len(r.timing.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
                    f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
@@ -179,7 +179,7 @@ def pick_rows(rows: list, select: Optional[str], keep: Optional[str] = None) -> 
     if not select:
         return rows
     picks = selector(select)
-    return [r for r in rows if picks(r.case_id, r.backend, r.params) or r.backend == keep]
+    return [r for r in rows if picks(r.case_id, r.backend, r.workload.params) or r.backend == keep]
 
 
 @compare_app.command("runs")

@@ -46,15 +46,15 @@ def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
     for name in ("scenario", "case_id", "backend"):
         if not isinstance(getattr(row, name), str) or not getattr(row, name):
             return f"{name}: {getattr(row, name)!r}, expected a non-empty string"
-    if not isinstance(row.params, dict):
-        return f"params: {type(row.params).__name__}, expected an object"
+    if not isinstance(row.workload.params, dict):
+        return f"params: {type(row.workload.params).__name__}, expected an object"
     if row.status != "ok":
         return None
-    if _bad_time(row.median_ms):
-        return f"median_ms = {row.median_ms!r}: not a finite time > 0 ms"
-    why = _times_problem("samples_ms", row.samples_ms, required=True)
-    if why is None and (need_rounds or row.round_medians_ms):
-        why = _times_problem("round_medians_ms", row.round_medians_ms, required=True)
+    if _bad_time(row.timing.median_ms):
+        return f"median_ms = {row.timing.median_ms!r}: not a finite time > 0 ms"
+    why = _times_problem("samples_ms", row.timing.samples_ms, required=True)
+    if why is None and (need_rounds or row.timing.round_medians_ms):
+        why = _times_problem("round_medians_ms", row.timing.round_medians_ms, required=True)
         if why == "round_medians_ms: empty":
             why += " (rows made before attnbench kept a median per timing round)"
     return why

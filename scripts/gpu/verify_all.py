@@ -427,8 +427,8 @@ def _rows_csv(st: State, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(["scenario", "case_id", "backend", "status", "mode", "rel_err", "median_ms", "reason"])
         for r in rows:
-            w.writerow([r.scenario, r.case_id, r.backend, getattr(r.status, "value", r.status), r.mode, r.rel_err, r.median_ms,
-                        r.reason])
+            w.writerow([r.scenario, r.case_id, r.backend, getattr(r.status, "value", r.status), r.mode,
+                        r.correctness.rel_err, r.timing.median_ms, r.reason])
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def equality_section(runs: Path) -> list[str]:
     ratios = []
     for k in sorted(set(a) & set(b)):
         if a[k].status == b[k].status == "ok":
-            ratios.append((k, b[k].median_ms / a[k].median_ms, a[k].iqr_rel, b[k].iqr_rel))
+            ratios.append((k, b[k].timing.median_ms / a[k].timing.median_ms, a[k].timing.iqr_rel, b[k].timing.iqr_rel))
     if ratios:
         logs = [math.log(r) for _, r, _, _ in ratios]
         gm = math.exp(sum(logs) / len(logs))
@@ -74,7 +74,7 @@ def equality_section(runs: Path) -> list[str]:
             "| case | backend | local median (ms) | dask median (ms) | dask/local | IQR/median local, dask |",
             "|---|---|---|---|---|---|",
         ]
-        out += [f"| {k[0]} | {k[1]} | {a[k].median_ms:.4f} | {b[k].median_ms:.4f} | {r:.3f} | {i1:.1%}, {i2:.1%} |"
+        out += [f"| {k[0]} | {k[1]} | {a[k].timing.median_ms:.4f} | {b[k].timing.median_ms:.4f} | {r:.3f} | {i1:.1%}, {i2:.1%} |"
                 for k, r, i1, i2 in ratios]
     out += ["", "(compare runs, with bootstrap intervals, is in gpu_dask.log)", ""]
     return out

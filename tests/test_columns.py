@@ -14,7 +14,7 @@ from attnbench.analyze.run_formats import markdown_lines, row_records
 from attnbench.analyze.run_table import results_table
 from attnbench.store import columns
 from attnbench.store.manifest import Manifest
-from attnbench.store.row_parts import RowTiming, RowWorkload
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row, rows_csv
 
 
@@ -23,7 +23,7 @@ def _rows():
     for case in ("ctx=1", "ctx=2"):
         for b, t in (("sdpa", 0.0673), ("flex", 1.25)):
             samples = [t * f for f in (0.98, 1.0, 1.01, 1.03, 1.2)]
-            out.append(Row("s", case, b, workload=RowWorkload(params={"ctx": int(case[-1])}),
+            out.append(Row(RowIdentity("s", case, b), workload=RowWorkload(params={"ctx": int(case[-1])}),
                            timing=RowTiming(median_ms=t, n=5, samples_ms=samples, round_medians_ms=samples,
                                             timing_method="cpu", plan_ms=0.002, iqr_rel=0.03)))
     return out

@@ -21,7 +21,7 @@ from attnbench.backend import Backend
 from attnbench.backends.sdpa import SdpaBackend
 from attnbench.store.baselines import load_rows
 from attnbench.cli.app import app
-from attnbench.store.row_parts import RowRoofline, RowTiming, RowWorkload
+from attnbench.store.row_parts import RowIdentity, RowRoofline, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 
@@ -39,8 +39,8 @@ def _row(case: str, backend: str, median_ms: float = 1.0, status: str = "ok", se
          rounds: int = 12, spread: float = 0.03, **kw) -> Row:
     rm = _rounds(median_ms, rounds, spread, seed) if status == "ok" else []
     samples = [x * f for x in rm for f in (0.98, 1.0, 1.03)]  # three calls per round
-    return Row(scenario="s", case_id=case, backend=backend, status=status, device=kw.pop("device", "cpu test"),
-               reason="" if status == "ok" else "why", **kw,
+    return Row(RowIdentity(scenario="s", case_id=case, backend=backend, device=kw.pop("device", "cpu test")),
+               status=status, reason="" if status == "ok" else "why", **kw,
                timing=RowTiming(samples_ms=samples, round_medians_ms=rm,
                                 median_ms=float(np.median(samples)) if samples else math.nan,
                                 timing_method="cpu" if status == "ok" else "", n=len(samples)),
@@ -62,7 +62,7 @@ def _folder(path: Path, rows: list[Row], device: str = "cpu test", sha: str = "a
 def test_matching_is_by_key_not_order():
     base = [_row(f"ctx={c}", b, m, seed=i) for i, (c, b, m) in enumerate(
         [(1, "a", 1.0), (1, "b", 2.0), (2, "a", 3.0), (2, "b", 4.0), (3, "a", 5.0)])]
-    cur = [_row(r.case_id, r.backend, r.timing.median_ms, seed=100 + i) for i, r in enumerate(base[:4])]
+    cur = [_row(r.id.case_id, r.id.backend, r.timing.median_ms, seed=100 + i) for i, r in enumerate(base[:4])]
     cur.append(_row("ctx=9", "a", 1.0))
     random.Random(1).shuffle(cur)
     m = cmp.match_rows(cur, base)
@@ -381,7 +381,7 @@ def test_plot_facets_the_other_swept_values(tmp_path):
     from attnbench.analyze import plots
     from attnbench.store.rows import Row
 
-    rows = [Row("s", f"context={c},page_size={p},seed={s}", b, device="cpu",
+    rows = [Row(RowIdentity("s", f"context={c},page_size={p},seed={s}", b, device="cpu"),
                 timing=RowTiming(median_ms=c / 100 * (1 + s / 10) * (2 if b == "flex" else 1)),
                 workload=RowWorkload(params={"batch.0.context": c, "kv_cache.page_size": p, "seed": s},
                                      dtype="float32"),
@@ -397,7 +397,7 @@ def test_plot_facets_the_other_swept_values(tmp_path):
     assert [p.name for p in paths] == ["time-vs-context.png", "roofline-vs-context.png", "roofline.png"]
     assert drawn == [(len(rows), ["kv_cache.page_size"])] * 2  # seeds are replicates, not panels
     assert plots._log2_axis([128, 256, 512, 1024]) and not plots._log2_axis([3, 5, 7])
-    many = [Row("s", "x", "sdpa", timing=RowTiming(median_ms=1.0),
+    many = [Row(RowIdentity("s", "x", "sdpa"), timing=RowTiming(median_ms=1.0),
                 workload=RowWorkload(params={"a": a, "b": b, "ctx": c})) for a in range(4) for b in range(4)
             for c in (1, 2, 4)]
     groups = plots._figure_groups(many, ["a", "b"])

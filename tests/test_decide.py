@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.app import app
-from attnbench.store.row_parts import RowTiming, RowWorkload
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row, Status
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import ScenarioError, load_text
@@ -47,8 +47,8 @@ def scenario(weights=(1, 1, 1)) -> str:
 
 def _row(case, backend, rounds, plan=0.0, convert=0.0, status=Status.OK, mode=""):
     ok = status is Status.OK
-    return Row(scenario="w", case_id=case.case_id, backend=backend, status=status, reason="" if ok else "why",
-               mode=mode,
+    return Row(RowIdentity(scenario="w", case_id=case.case_id, backend=backend, mode=mode), status=status,
+               reason="" if ok else "why",
                workload=RowWorkload(params=dict(case.params), batch=f"2 decode@{case.params['batch.0.context']}"),
                timing=RowTiming(round_medians_ms=list(rounds) if ok else [], samples_ms=list(rounds) if ok else [],
                                 median_ms=float(sorted(rounds)[len(rounds) // 2]) if ok else math.nan,
@@ -325,7 +325,7 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, how, says):
     elif how == "foreign":
         def foreign(cases):
             r = _row(cases[0], "a", rounds(rng, 1.0))
-            r.case_id, r.workload.params = "context=999", {"batch.0.context": 999}
+            r.id.case_id, r.workload.params = "context=999", {"batch.0.context": 999}
             return rows_of(cases) + [r]
         run = make_run(tmp_path / "run2", scenario(), foreign)
         args = ["decide", str(run)]

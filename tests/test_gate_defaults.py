@@ -5,7 +5,6 @@ the threshold says so in its note and points to ``attnbench calibrate``."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -66,7 +66,7 @@ def _rows(names):
         registry.register(cls)
     try:
         sf = load_text(TINY.replace("device: cpu", "device: cuda"), "t.yaml", ["sweep={}"])
-        return {r.backend: r for r in Runner(sf, RunOptions(backends=names)).rows()}
+        return {r.id.backend: r for r in Runner(sf, RunOptions(backends=names)).rows()}
     finally:
         for cls in (TwoKernels, LosesAKernel):
             registry._EXTRA.pop(cls.name, None)

@@ -1,5 +1,5 @@
-"""Issue 34: a row is its identity and outcome plus typed parts (workload, timing, correctness,
-roofline, profile), and its on-disk form did not change: a rows.jsonl line written before the
+"""Issue 34: a row is its outcome (status, reason) plus typed parts (identity, workload, timing,
+correctness, roofline, profile), and its on-disk form did not change: a rows.jsonl line written before the
 parts existed loads into them and is written back byte for byte, and results.csv keeps its columns."""
 import dataclasses
 import json
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from attnbench.store.row_parts import PARTS, RowTiming
+from attnbench.store.row_parts import PARTS, RowIdentity, RowTiming
 from attnbench.store.rows import CSV_FIELDS, Row, RowError, rows_csv, typed_row
 from attnbench.store.runfolder import RunFolder
 
@@ -58,6 +58,9 @@ def _line(row: Row) -> str:
 def test_an_old_flat_line_loads_into_the_parts():
     row = typed_row(json.loads(OLD_LINE))
     assert row.key == ("decode", "context=4096,page_size=16", "flashinfer:fa3") and row.status == "ok"
+    assert row.id == RowIdentity("decode", "context=4096,page_size=16", "flashinfer:fa3", backend_version="0.2.5",
+                                 mode="fa3 (bf16 tol)", device="NVIDIA H200", device_id="GPU-1234",
+                                 repro="attnbench run decode.yaml -k x -b flashinfer:fa3")
     assert row.workload.batch == "32 decode@4k" and row.workload.params == {"batch.0.context": 4096,
                                                                              "kv_cache.page_size": 16}
     assert row.timing.median_ms == 0.0466 and row.timing.n == 5 and row.timing.plan_samples_ms == [0.0125, 0.0126]
@@ -82,7 +85,7 @@ def test_an_old_run_folder_round_trips_byte_for_byte(tmp_path):
 
 
 def test_the_new_rows_write_the_old_keys_in_the_old_order():
-    blank = Row("s", "c", "b")
+    blank = Row(RowIdentity("s", "c", "b"))
     full = typed_row(json.loads(OLD_LINE))
     assert list(blank.to_json()) == OLD_KEYS and list(full.to_json()) == OLD_KEYS
     assert CSV_FIELDS == [k for k in OLD_KEYS if k not in ("params", "samples_ms", "round_medians_ms",
@@ -107,7 +110,7 @@ def test_a_part_field_of_the_wrong_type_is_named():
 
 def test_parts_are_the_rows_own():
     """Two rows never share a part (defaults are made per row), so filling one leaves the other."""
-    a, b = Row("s", "c", "x"), Row("s", "c", "y")
+    a, b = Row(RowIdentity("s", "c", "x")), Row(RowIdentity("s", "c", "y"))
     a.timing.samples_ms.append(1.0)
     a.workload.params["k"] = 1
     assert b.timing == RowTiming() and b.workload.params == {}

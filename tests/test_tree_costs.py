@@ -77,7 +77,7 @@ def test_report_on_a_cpu_run(run_folder):
     assert sorted((x["case"], x["point"]) for x in recs) == [
         (b, f"count={n}") for b in ("reference", "sdpa") for n in (1, 3)
     ]
-    rows = {(x.backend, x.case_id): x for x in RunFolder.load(run_folder).rows}
+    rows = {(x.id.backend, x.id.case_id): x for x in RunFolder.load(run_folder).rows}
     for x in recs:
         tree, chain, dec = (rows[(x["case"], f"{x['point']},variant={v}")] for v in ("tree", "chain", "decode"))
         assert x["requests"] == tree.workload.num_requests == int(x["point"][-1]) + 1

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.analyze.run_table import print_results
 from attnbench.cli.app import app
-from attnbench.store.row_parts import RowTiming, RowWorkload
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import load, load_text
@@ -68,7 +68,8 @@ def _old_folder(path, case_params):
               "environment": {"device": "cpu test", "backends": {}}})
     for i, (case_id, params) in enumerate(case_params):
         for b, t in (("sdpa", 1.0), ("flex", 2.0)):
-            rf.add(Row("decode-llama3-8b", case_id, b, device="cpu test", workload=RowWorkload(params=params),
+            rf.add(Row(RowIdentity("decode-llama3-8b", case_id, b, device="cpu test"),
+                       workload=RowWorkload(params=params),
                        timing=RowTiming(median_ms=t * (1 + i), n=3, timing_method="cpu", samples_ms=[t] * 3,
                                         round_medians_ms=[t])))
     rf.finish(True)

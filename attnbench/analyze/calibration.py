@@ -28,7 +28,7 @@ def scaled(rows: Sequence[Row], factor: float, keep: Optional[str]) -> list[Row]
     """``rows`` with the times of every ok row except backend ``keep`` multiplied by ``factor``."""
     out = []
     for r in rows:
-        if r.status != "ok" or r.backend == keep:
+        if r.status != "ok" or r.id.backend == keep:
             out.append(r)
             continue
         t = r.timing

@@ -33,7 +33,7 @@ def trends(pts: Sequence[Point], pick: Optional[Callable[..., bool]] = None,
     """The steps of every (scenario, case, backend) ``pick(case_id, backend, params)`` keeps."""
     by_key: dict[Key, list[Point]] = {}
     for p in pts:
-        if pick is None or pick(p.row.case_id, p.row.backend, p.row.workload.params):
+        if pick is None or pick(p.row.id.case_id, p.row.id.backend, p.row.workload.params):
             by_key.setdefault(p.row.key, []).append(p)
     return {key: _steps(ps, thresholds) for key, ps in by_key.items()}
 

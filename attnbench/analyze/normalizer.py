@@ -19,9 +19,12 @@ when
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from attnbench.store.rows import ORACLE_BACKEND, Row, Status
+
+if TYPE_CHECKING:  # the annotations' numpy; imported where it is used
+    import numpy as np
 
 NOISIER = 2.0  # refused when its rounds scatter over twice as much as the rows it normalizes
 
@@ -63,8 +66,8 @@ def refuse_normalizer(name: Optional[str], current: Sequence[Row], baseline: Seq
             "without --normalize-by"
         )
     rows = [*current, *baseline]
-    norm = round_spread([r for r in rows if r.backend == name])
-    others = round_spread([r for r in rows if r.backend != name])
+    norm = round_spread([r for r in rows if r.id.backend == name])
+    others = round_spread([r for r in rows if r.id.backend != name])
     if math.isfinite(norm) and math.isfinite(others) and norm > NOISIER * others:
         raise NormalizerError(
             f"--normalize-by {name}: its timing rounds scatter {norm:.2%} (robust spread of the round medians, both "

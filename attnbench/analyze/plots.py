@@ -48,7 +48,7 @@ def _short(key: str) -> str:
 
 
 def _value(row: Row, key: str):
-    return row.backend if key == "backend" else row.workload.params.get(key)
+    return row.id.backend if key == "backend" else row.workload.params.get(key)
 
 
 def _resolve(name: str, keys: list[str], flag: str) -> str:
@@ -94,7 +94,7 @@ def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title:
     plt = _matplotlib()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    scenario = title or (ok[0].scenario + " on " + ok[0].device)
+    scenario = title or (ok[0].id.scenario + " on " + ok[0].id.device)
     note = (f"median of {len({_value(r, replicates[0]) for r in ok})} {_short(replicates[0])}s, band min-max"
             if replicates else "")
     paths = []
@@ -215,7 +215,7 @@ def ceilings_of(rows: list[Row]) -> tuple[Optional[float], Optional[float], str]
         return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)"
     # no row reached the compute ceiling: the cached matmul rate, if it agrees with the rows
     # (a memory-bound row says the rate was at least its FLOPs over its floor time)
-    peak, notes = _cached_matmul(rows[0].device, rows[0].workload.dtype)
+    peak, notes = _cached_matmul(rows[0].id.device, rows[0].workload.dtype)
     least = max((f.flops / (f.floor_ms / 1e3) for f in roofs if f.bound == "memory" and f.floor_ms > 0), default=0.0)
     if peak is not None and peak < least * 0.999:
         peak = None
@@ -241,9 +241,9 @@ def roofline_chart(plt, rows: list[Row], path: Path, scenario: str) -> Optional[
         return None
     bw, peak, source = ceilings_of(pts)
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    backends = list(dict.fromkeys(r.backend for r in pts))
+    backends = list(dict.fromkeys(r.id.backend for r in pts))
     for i, b in enumerate(backends):
-        mine = [r for r in pts if r.backend == b]
+        mine = [r for r in pts if r.id.backend == b]
         ax.scatter([r.roofline.flops / r.roofline.bytes for r in mine],
                    [r.roofline.flops / (r.timing.median_ms / 1e3) for r in mine], s=14, color=f"C{i % 10}", alpha=0.75,
                    label=b, zorder=3)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 # numpy: imported in the functions that use it (the light commands import this module)
 from attnbench.analyze import ranks
 from attnbench.store.rows import Row
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GATE_CONFIDENCE = 0.99  # check: a slowdown is real when the 99% interval lies above 1
 REPORT_CONFIDENCE = 0.95  # compare: the interval shown
@@ -87,7 +90,8 @@ def round_logs(row: Row, norm: Optional[Row] = None) -> np.ndarray:
         return vals
     nv = np.log(np.asarray(norm.timing.round_medians_ms, dtype=float))
     if len(nv) != len(vals):
-        raise RoundsError(f"{norm.backend} has {len(nv)} rounds and {row.backend} {len(vals)} in case {row.case_id}")
+        raise RoundsError(f"{norm.id.backend} has {len(nv)} rounds and {row.id.backend} {len(vals)} "
+                          f"in case {row.id.case_id}")
     return vals - nv
 
 

@@ -74,10 +74,10 @@ def case_bars(case_id: str, series: Sequence[tuple[str, Row]], colors: dict[str,
     y = 28.0
     for lab, r in ok:
         w = r.timing.median_ms * scale
-        c = colors.get(r.backend, "#888")
+        c = colors.get(r.id.backend, "#888")
         body.append(_text(left - 6, y + bar_h * 0.75, lab, 11, "end"))
         body.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar_h}" fill="{c}" '
-                    f'data-backend="{escape(r.backend)}"><title>{escape(lab)}: {fmt_time(r.timing.median_ms)}'
+                    f'data-backend="{escape(r.id.backend)}"><title>{escape(lab)}: {fmt_time(r.timing.median_ms)}'
                     '</title></rect>')
         if _finite(r.timing.p20_ms) and _finite(r.timing.p80_ms):
             x0, x1, ym = left + r.timing.p20_ms * scale, left + r.timing.p80_ms * scale, y + bar_h / 2
@@ -147,11 +147,11 @@ def roofline(rows: Sequence[Row], bw: Optional[float], peak: Optional[float], so
                     f'stroke="#000" stroke-width="1.6"/>')
         body.append(_text(x.p0 + 6, y(peak) - 4, f"ceiling: {peak / 1e12:.3g} TFLOP/s", 10))
     for r, a, f in zip(pts, ai, rate):
-        c = colors.get(r.backend, "#888")
+        c = colors.get(r.id.backend, "#888")
         body.append(f'<circle cx="{x(a):.1f}" cy="{y(f):.1f}" r="4" fill="{c}" fill-opacity="0.8" '
-                    f'data-backend="{escape(r.backend)}"><title>{escape(r.case_id)} · {escape(r.backend)}: '
+                    f'data-backend="{escape(r.id.backend)}"><title>{escape(r.id.case_id)} · {escape(r.id.backend)}: '
                     f'{_flops_text(f)}FLOP/s at {a:.3g} FLOP/B</title></circle>')
-    _legend(body, [b for b in dict.fromkeys(r.backend for r in pts)], colors, W - 150, y.p0 - 16)
+    _legend(body, [b for b in dict.fromkeys(r.id.backend for r in pts)], colors, W - 150, y.p0 - 16)
     return _svg("roofline", W, H, body, "roofline chart")
 
 

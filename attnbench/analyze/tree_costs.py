@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, median, round_logs
+from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, round_logs
 from attnbench.store.rows import Row
 
 VARIANT = "variant"
@@ -61,8 +61,8 @@ def points(rows: Iterable[Row]) -> list[Point]:
         if v is None:
             continue
         rest = {k: x for k, x in r.workload.params.items() if k != VARIANT}
-        key = (r.scenario, r.backend, repr(sorted(rest.items(), key=lambda kv: kv[0])))
-        out.setdefault(key, Point(r.scenario, r.backend, rest, {})).rows[v] = r
+        key = (r.id.scenario, r.id.backend, repr(sorted(rest.items(), key=lambda kv: kv[0])))
+        out.setdefault(key, Point(r.id.scenario, r.id.backend, rest, {})).rows[v] = r
     return list(out.values())
 
 

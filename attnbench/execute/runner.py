@@ -288,11 +288,11 @@ class Runner:
     def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
         timing needs, or None when the row is already finished (skipped or mismatch)."""
-        spec = self.specs[row.backend]  # resolved when the run began, never parsed again
+        spec = self.specs[row.id.backend]  # resolved when the run began, never parsed again
         cls = registry.get_backend_class(spec.name)
         be = registry.make_backend(spec)
         why = be.why_unavailable()
-        row.backend_version = "" if why else cls.version()
+        row.id.backend_version = "" if why else cls.version()
         if why:
             row.status, row.reason = Status.SKIPPED, why
             return
@@ -302,9 +302,10 @@ class Runner:
             return
         converted = be.convert(batch)
         plan = be.plan(converted)
-        row.mode = getattr(plan, "mode", "") or ""
+        mode = getattr(plan, "mode", "")  # a plain tensor as the plan has a mode() method: no route
+        row.id.mode = mode if isinstance(mode, str) else ""
         tol, why = route_tolerance(plan, row.correctness.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
-        row.correctness.tolerance, row.mode = tol, f"{row.mode} ({why})".strip() if why else row.mode
+        row.correctness.tolerance, row.id.mode = tol, f"{row.id.mode} ({why})".strip() if why else row.id.mode
         poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
         with fresh_memory_marked(batch.device):
             out = be.run(plan)
@@ -316,7 +317,7 @@ class Runner:
             row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
         if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
-            outputs[row.backend] = out.detach().cpu()
+            outputs[row.id.backend] = out.detach().cpu()
         if status is not Status.OK:
             row.status, row.reason = status, reason
             return
@@ -360,14 +361,15 @@ class Runner:
         if st2 is not Status.OK:
             row.status, row.reason = Status.MISMATCH, f"output under {res.method} timing: {reason2}"
             return
-        if not is_oracle(row.backend):  # float64 per request, there to be right: no roofline, no bandwidth
+        if not is_oracle(row.id.backend):  # float64 per request, there to be right: no roofline, no bandwidth
             rf = checked_roofline(work, row.timing.median_ms, ceil, batch.spec.dtype, batch.device, self.threads)
             row.roofline = roofline_part(work, rf)
         if self.opts.profile_dir is not None:
             from attnbench.measure.profiling import profile_row
 
             prof = profile_row(
-                lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
+                lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.id.case_id,
+                row.id.backend,
             )
             row.profile = profile_part(prof)
 

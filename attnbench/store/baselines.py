@@ -107,7 +107,7 @@ def few_rounds_problem(run: Path, rf: RunFolder, need: int) -> Optional[str]:
     m = rf.manifest
     scenario = m.scenario_path or m.scenario or "SCENARIO"
     return (f"{run}: {len(few)} of {ok} ok row(s) have {'/'.join(map(str, have))} timing round(s) "
-            f"(e.g. {few[0].case_id} · {few[0].backend}); attnbench check needs at least {need} per side at its "
+            f"(e.g. {few[0].id.case_id} · {few[0].id.backend}); attnbench check needs at least {need} per side at its "
             f"default confidence and would refuse this baseline. Make a run with more rounds and the baseline "
             f"of that: attnbench run {scenario} --set timing.rounds={max(need, 10)} (with the run's other options), "
             "or pass --allow-few-rounds to keep this one (then check it at a lower --confidence)")

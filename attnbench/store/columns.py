@@ -29,7 +29,7 @@ ORACLE_BACKEND = "reference"
 def is_interpreted(row) -> bool:
     """The row ran through an interpreter (triton under TRITON_INTERPRET=1, its ``mode`` says):
     hundreds of times slower than the compiled kernel, so it is no competitor in a ranking."""
-    return str(getattr(row, "mode", "") or "").startswith("interpreted")
+    return (row.id.mode or "").startswith("interpreted")
 
 
 WEAK_N = 2  # an ok row timed fewer times than this (once) has no spread to judge a rank by
@@ -117,26 +117,26 @@ def fastest_by_case(rows, rank_oracle: bool = False) -> dict:
     for r in rows:
         if is_interpreted(r):  # an interpreter's time says nothing about the kernel's
             continue
-        if r.status == "ok" and _finite(r.timing.median_ms) and (rank_oracle or not is_oracle(r.backend)):
-            if r.case_id not in best or r.timing.median_ms < best[r.case_id].timing.median_ms:
-                best[r.case_id] = r
+        if r.status == "ok" and _finite(r.timing.median_ms) and (rank_oracle or not is_oracle(r.id.backend)):
+            if r.id.case_id not in best or r.timing.median_ms < best[r.id.case_id].timing.median_ms:
+                best[r.id.case_id] = r
     return best
 
 
 def x_fastest(row, best: dict) -> float:
     """The row's median over its case's fastest competitor's (NaN when either is missing)."""
-    b = best.get(row.case_id)
+    b = best.get(row.id.case_id)
     return row.timing.median_ms / b.timing.median_ms if row.status == "ok" and b is not None else math.nan
 
 
 def vs_best(row, best: dict) -> str:
-    b = best.get(row.case_id)
+    b = best.get(row.id.case_id)
     if row.status != "ok" or b is None or not _finite(row.timing.median_ms):
         return "-"
     weak = " ?" if weak_timing(row) or weak_timing(b) else ""
     if row is b:
         return "best" + weak
-    if is_oracle(row.backend):  # not ranked: the column compares competitors
+    if is_oracle(row.id.backend):  # not ranked: the column compares competitors
         return "oracle"
     if is_interpreted(row):
         return "interp."

@@ -1,5 +1,9 @@
 """The typed parts of a result row, each made where its facts are known.
 
+- ``RowIdentity``: which measurement it is (scenario, case, backend: its key across runs) and
+  where and how it ran (the backend's version, the route it took, the device), made with the row
+  (``case_base_row``), the route and version filled in when the backend plans, the command that
+  re-runs it by the CLI;
 - ``RowWorkload``: what the case asks for, from its batch spec before any backend runs
   (``execute/cases.py``: ``case_base_row``);
 - ``RowTiming``: the plan and convert samples (the runner's prepare step), the kernel's samples
@@ -9,15 +13,31 @@
   the measured ceilings;
 - ``RowProfile``: the ``--profile`` pass (kernels per call, their summed time, the trace).
 
-The parts hold numbers only; the row (``store/rows.py``) holds its identity and outcome and
-flattens everything to the one on-disk form (rows.jsonl, results.csv, JSON), which is the same
-as before the row had parts: field names are unique across the parts and the row.
+The row (``store/rows.py``) holds these and its outcome (status, reason), and flattens everything
+to the one on-disk form (rows.jsonl, results.csv, JSON), which is the same as before the row had
+parts: field names are unique across the parts and the row.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Optional
+
+
+@dataclass
+class RowIdentity:
+    """``backend`` is the canonical spec text (``flashinfer:fa3``); ``mode`` the route the backend
+    took (and why the tolerance changed, if it did); ``device_id`` the physical device (GPU-<uuid>
+    or host:cpu: rows of a case share one); ``repro`` the one command that re-runs just this row."""
+
+    scenario: str
+    case_id: str
+    backend: str
+    backend_version: str = ""
+    mode: str = ""
+    device: str = ""
+    device_id: str = ""
+    repro: str = ""
 
 
 @dataclass
@@ -98,6 +118,7 @@ class RowProfile:
 
 #: the row's attribute -> its part's type, in the order the parts are shown
 PARTS = {
+    "id": RowIdentity,
     "workload": RowWorkload,
     "timing": RowTiming,
     "correctness": RowCorrectness,

@@ -11,7 +11,7 @@ Every row the runner or the isolation parent yields passes through ``checked``: 
 lacks what its status asks for becomes an ``error`` row naming what was missing, so that no
 malformed row reaches a run folder.
 
-A row is its identity and outcome plus typed parts (``store/row_parts.py``: workload, timing,
+A row is its outcome plus typed parts (``store/row_parts.py``: identity, workload, timing,
 correctness, roofline, profile). On disk it is flat, as it always was: ``FLAT_FIELDS`` orders
 the fields of the row and its parts (checked against the dataclasses when this module loads),
 and rows.jsonl, JSON (``Row.to_json``) and results.csv (``CSV_FIELDS``) follow it.
@@ -27,13 +27,21 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from attnbench.store.columns import (  # noqa: F401 (re-exported)
+from attnbench.store.columns import (
     ORACLE_BACKEND, context_of, derived_columns, is_interpreted, is_oracle,
 )
 from attnbench.store.row_parts import (
-    PARTS, RowCorrectness, RowProfile, RowRoofline, RowTiming, RowWorkload,
+    PARTS, RowCorrectness, RowIdentity, RowProfile, RowRoofline, RowTiming, RowWorkload,
 )
 from attnbench.workload.sweeps import upgraded_params
+
+__all__ = [
+    "Status", "Row", "FLAT_FIELDS", "strict_json", "typed_row", "RowError", "checked", "LIST_FIELDS",
+    "CSV_FIELDS", "rows_table", "rows_frame", "rows_csv",
+    # re-exported: the oracle's name and the ranking tests (store/columns.py), the parts (store/row_parts.py)
+    "ORACLE_BACKEND", "is_interpreted", "is_oracle", "RowIdentity", "RowWorkload", "RowTiming", "RowCorrectness",
+    "RowRoofline", "RowProfile",
+]
 
 
 
@@ -60,20 +68,13 @@ class Status(str, Enum):
 
 @dataclass
 class Row:
-    """One (case, backend) measurement: its identity and outcome here, its numbers in typed
-    parts (``store/row_parts.py``), each made where its facts are known. On disk it is one flat
-    record (``FLAT_FIELDS``, the same names and order as before it had parts)."""
+    """One (case, backend) measurement: its identity and typed parts (``store/row_parts.py``),
+    each made where its facts are known, and its outcome. On disk it is one flat record
+    (``FLAT_FIELDS``, the same names and order as before it had parts)."""
 
-    scenario: str
-    case_id: str
-    backend: str
+    id: RowIdentity
     status: Status = Status.OK
     reason: str = ""
-    backend_version: str = ""
-    mode: str = ""
-    device: str = ""
-    device_id: str = ""  # GPU-<uuid> or host:cpu: which physical device (rows of a case share one)
-    repro: str = ""  # the one command that re-runs just this row (scenario, -k, -b, shaping options)
     workload: RowWorkload = field(default_factory=RowWorkload)
     timing: RowTiming = field(default_factory=RowTiming)
     correctness: RowCorrectness = field(default_factory=RowCorrectness)
@@ -98,7 +99,7 @@ class Row:
     @property
     def key(self) -> tuple[str, str, str]:
         """Identity of a row across runs: scenario, case, backend (never its position)."""
-        return (self.scenario, self.case_id, self.backend)
+        return (self.id.scenario, self.id.case_id, self.id.backend)
 
     def flat(self) -> dict:
         """The on-disk record: every field by its name, in ``FLAT_FIELDS`` order (the values are

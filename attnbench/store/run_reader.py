@@ -44,8 +44,8 @@ def _times_problem(name: str, v: Any, required: bool) -> Optional[str]:
 def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
     """The first field of ``row`` that makes it unusable for a comparison (None: none)."""
     for name in ("scenario", "case_id", "backend"):
-        if not isinstance(getattr(row, name), str) or not getattr(row, name):
-            return f"{name}: {getattr(row, name)!r}, expected a non-empty string"
+        if not isinstance(getattr(row.id, name), str) or not getattr(row.id, name):
+            return f"{name}: {getattr(row.id, name)!r}, expected a non-empty string"
     if not isinstance(row.workload.params, dict):
         return f"params: {type(row.workload.params).__name__}, expected an object"
     if row.status != "ok":
@@ -62,11 +62,11 @@ def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
 
 def _foreign(row: Row, manifest: Manifest) -> Optional[str]:
     """Why ``row`` cannot be one of the run the manifest describes (None: it can)."""
-    if manifest.scenario and row.scenario != manifest.scenario:
-        return f"is of scenario {row.scenario!r}, not the run's {manifest.scenario!r}"
+    if manifest.scenario and row.id.scenario != manifest.scenario:
+        return f"is of scenario {row.id.scenario!r}, not the run's {manifest.scenario!r}"
     ran = set(manifest.backends_requested)
-    if ran and row.backend not in ran:
-        return f"is of backend {row.backend!r}, which the run never ran (its backends: {', '.join(sorted(ran))})"
+    if ran and row.id.backend not in ran:
+        return f"is of backend {row.id.backend!r}, which the run never ran (its backends: {', '.join(sorted(ran))})"
     return None
 
 
@@ -79,7 +79,8 @@ def check_rows(label: str, rows: Sequence[Row], manifest: Manifest, need_rounds:
            else "the run folder was edited or damaged: run the scenario again")
     first: dict[tuple, int] = {}
     for i, r in enumerate(rows):
-        where = f"{label}: " + (f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl") + f" ({r.case_id} · {r.backend})"
+        where = (f"{label}: " + (f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl")
+                 + f" ({r.id.case_id} · {r.id.backend})")
         why = row_problem(r, need_rounds)
         if why:
             raise BaselineError(f"{where}.{why}; {fix}")

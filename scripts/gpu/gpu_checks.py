@@ -80,14 +80,15 @@ class Checks:
         sf = load(SCENARIOS / path, ["sweep={}", f"device={self.device}", *overrides, *self.overrides])
         rows = list(Runner(sf, RunOptions(backends=backends, **options)).rows())
         for r in rows:
-            r.case_id = f"{label} {tag}".strip()
+            r.id.case_id = f"{label} {tag}".strip()
         self.rows += rows
         return rows
 
 
 def not_ok(check: str, r: Row) -> Verdict:
     """A row that could not be judged: failed (error, mismatch), or n/a when it was skipped."""
-    return Verdict(check, f"{r.case_id} {r.backend}", f"{r.status}: {r.reason[:80]}", None if r.status is Status.SKIPPED else False)
+    return Verdict(check, f"{r.id.case_id} {r.id.backend}", f"{r.status}: {r.reason[:80]}",
+                   None if r.status is Status.SKIPPED else False)
 
 
 def profiler_vs_timer(c: Checks) -> list[Verdict]:
@@ -106,7 +107,7 @@ def profiler_vs_timer(c: Checks) -> list[Verdict]:
                 f"({r.profile.kernels_per_call}/call), diff {diff:+.1%}"
             )
             ok = None if r.timing.median_ms < 0.05 else abs(diff) <= 0.03
-            out.append(Verdict("profiler vs timer", f"{label} {r.backend}", measured, ok))
+            out.append(Verdict("profiler vs timer", f"{label} {r.id.backend}", measured, ok))
     return out
 
 
@@ -155,7 +156,7 @@ def decode_bandwidth(c: Checks) -> list[Verdict]:
         f"{r.timing.median_ms * 1e3:.1f} µs, {r.roofline.tbps:.2f} TB/s = {frac:.0%} of the memory ceiling {c.ceilings.memory_tbps:.2f} TB/s"
         f" (copy {c.ceilings.copy_tbps:.2f}, read {c.ceilings.read_tbps:.2f})"
     )
-    return [Verdict("SDPA decode bandwidth", r.case_id, measured, 0.6 <= frac <= 1.0)]
+    return [Verdict("SDPA decode bandwidth", r.id.case_id, measured, 0.6 <= frac <= 1.0)]
 
 
 FLUSH_REPEATS = 3  # interleaved repeats per flush kind

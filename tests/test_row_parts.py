@@ -114,3 +114,25 @@ def test_parts_are_the_rows_own():
     a.timing.samples_ms.append(1.0)
     a.workload.params["k"] = 1
     assert b.timing == RowTiming() and b.workload.params == {}
+
+
+def test_the_runner_fills_each_part_and_writes_the_old_keys():
+    """A row measured by the runner (CPU, sdpa) carries every part, made where its facts are
+    known, and is written under the old flat keys."""
+    from attnbench.execute.runner import RunOptions, Runner
+    from attnbench.workload.scenario import load_text
+
+    from .test_cli import TINY
+
+    sf = load_text(TINY.replace("[4, 8]", "[4]"))
+    (row,) = list(Runner(sf, RunOptions(measure_ceilings=False, backends=["sdpa"])).rows())
+    assert row.status == "ok", row.reason
+    assert row.id.scenario == "tiny" and row.id.backend == "sdpa" and row.id.backend_version and row.id.device
+    assert row.workload.num_requests == 4 and row.workload.params == {"kv_cache.page_size": 4}
+    t = row.timing
+    assert t.n == len(t.samples_ms) >= 1 and min(t.samples_ms) <= t.median_ms and t.timing_method.startswith("cpu")
+    assert t.plan_samples_ms and t.step_ms == pytest.approx(t.plan_ms + t.median_ms) and t.threads == 1
+    assert row.correctness.rel_err < row.correctness.tolerance
+    assert row.roofline.flops > 0 and row.roofline.bytes > 0 and row.roofline.tbps > 0
+    assert row.profile.kernels_per_call is None  # no --profile
+    assert list(json.loads(_line(row))) == OLD_KEYS

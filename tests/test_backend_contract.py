@@ -139,4 +139,4 @@ backends: [routed]
 timing: {warmup_ms: 0, measure_ms: 1, min_runs: 1}
 """
     rows = list(Runner(load_text(text), RunOptions(measure_ceilings=False)).rows())
-    assert [r.mode for r in rows] == ["tree-route"] and rows[0].status == "ok", rows[0].reason
+    assert [r.id.mode for r in rows] == ["tree-route"] and rows[0].status == "ok", rows[0].reason

@@ -13,6 +13,7 @@ from attnbench.backend.options import BackendId, pick_backend
 from attnbench.cli.app import app
 from attnbench.execute.options import RunOptions
 from attnbench.execute.runner import Runner
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import load_text
@@ -37,7 +38,7 @@ def test_the_runner_resolves_each_spec_once(monkeypatch):
     real = registry.resolve_spec
     monkeypatch.setattr(registry, "resolve_spec", lambda spec: calls.append(spec) or real(spec))
     rows = list(runner.rows())
-    assert {r.backend for r in rows} == {"sdpa", "reference"} and all(r.status == "ok" for r in rows), rows
+    assert {r.id.backend for r in rows} == {"sdpa", "reference"} and all(r.status == "ok" for r in rows), rows
     assert calls == []  # made when the runner was: never per (case, backend)
 
 
@@ -48,8 +49,10 @@ def _folder(path, backends=("sdpa", "flex")):
     for case in ("ctx=1", "ctx=2"):
         for k, b in enumerate(backends):
             rounds = [1.0 + k + 0.01 * i for i in range(6)]
-            rf.add(Row("s", case, b, params={"ctx": int(case[-1])}, median_ms=rounds[2], n=6, samples_ms=rounds,
-                       round_medians_ms=rounds, timing_method="cpu", device="cpu test"))
+            rf.add(Row(RowIdentity("s", case, b, device="cpu test"),
+                       workload=RowWorkload(params={"ctx": int(case[-1])}),
+                       timing=RowTiming(median_ms=rounds[2], n=6, samples_ms=rounds, round_medians_ms=rounds,
+                                        timing_method="cpu")))
     rf.finish(True)
     return str(path)
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from attnbench.analyze.tables import fmt_roofline, row_notes
 from attnbench.cli.app import app
 from attnbench.measure import ceilings as cl
+from attnbench.store.row_parts import RowIdentity, RowRoofline
 from attnbench.store.rows import Row
 
 CPU = torch.device("cpu")
@@ -89,11 +90,12 @@ def test_ceilings_command_shows_and_remeasures(fake_measure):
 
 
 def test_a_row_above_its_ceiling_blames_the_ceiling():
-    row = Row(scenario="s", case_id="c", backend="sdpa", status="ok", pct_of_ceiling=220.0, bound="compute")
+    row = Row(RowIdentity(scenario="s", case_id="c", backend="sdpa"), status="ok",
+              roofline=RowRoofline(pct_of_ceiling=220.0, bound="compute"))
     assert fmt_roofline(row) == "ceiling?"
     assert any("the ceiling is wrong" in n and "attnbench ceilings --measure" in n for n in row_notes(row, {}))
-    row.pct_of_ceiling = 54.0
-    row.bound = "memory"
+    row.roofline.pct_of_ceiling = 54.0
+    row.roofline.bound = "memory"
     assert fmt_roofline(row) == "54% mem" and not any("ceiling" in n for n in row_notes(row, {}))
 
 

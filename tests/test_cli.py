@@ -225,12 +225,13 @@ def test_rounds_interleave_the_backends_of_a_case(tiny, tmp_path):
 
 def test_mixed_timing_methods_get_one_note_per_case():
     from attnbench.analyze.run_table import results_table
+    from attnbench.store.row_parts import RowIdentity, RowTiming
     from attnbench.store.rows import Row
 
     rows = [
-        Row("s", "c1", "sdpa", median_ms=1.0, timing_method="cuda-graph"),
-        Row("s", "c1", "fi", median_ms=2.0, timing_method="cuda-events"),
-        Row("s", "c2", "sdpa", median_ms=1.0, timing_method="cuda-graph"),
+        Row(RowIdentity("s", "c1", "sdpa"), timing=RowTiming(median_ms=1.0, timing_method="cuda-graph")),
+        Row(RowIdentity("s", "c1", "fi"), timing=RowTiming(median_ms=2.0, timing_method="cuda-events")),
+        Row(RowIdentity("s", "c2", "sdpa"), timing=RowTiming(median_ms=1.0, timing_method="cuda-graph")),
     ]
     _, notes, _, _ = results_table(rows)
     assert notes == ["timing methods differ in this case: cuda-graph: sdpa; cuda-events: fi"]

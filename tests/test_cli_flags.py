@@ -12,6 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from attnbench.cli import app
+from attnbench.store.row_parts import RowIdentity, RowProfile, RowTiming
 from attnbench.store.rows import Row
 from attnbench.workload.select import SelectError, parse_selector, unique_selector
 
@@ -123,10 +124,10 @@ def test_json_on_stdout_progress_lines_on_stderr(sweep, tmp_path):
     # rows.jsonl is strict JSON too, and reads back with NaN where it was null
     text = (out / "rows.jsonl").read_text()
     rows = [Row.from_json(strict_loads(x)) for x in text.splitlines()]
-    assert len(rows) == 4 and math.isnan(rows[0].kernel_sum_ms)
+    assert len(rows) == 4 and math.isnan(rows[0].profile.kernel_sum_ms)
     # readers also accept the NaN of older run folders
     legacy = json.loads(json.dumps(rows[0].to_json() | {"kernel_sum_ms": float("nan")}))
-    assert math.isnan(Row.from_json(legacy).kernel_sum_ms)
+    assert math.isnan(Row.from_json(legacy).profile.kernel_sum_ms)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "markdown"])
@@ -182,8 +183,8 @@ def test_ctrl_c_says_how_to_resume(sweep, tmp_path):
 
 # -- the table ------------------------------------------------------------------------------
 def _row(case, backend, median, samples, **kw):
-    return Row("s", case, backend, median_ms=median, samples_ms=samples, n=len(samples), iqr_rel=0.1,
-               timing_method="cpu", **kw)
+    return Row(RowIdentity("s", case, backend), **kw,
+               timing=RowTiming(median_ms=median, samples_ms=samples, n=len(samples), iqr_rel=0.1, timing_method="cpu"))
 
 
 def test_table_marks_overlapping_rows_and_sums_up_per_backend():
@@ -196,7 +197,7 @@ def test_table_marks_overlapping_rows_and_sums_up_per_backend():
         _row("c2", "sdpa", 2.0, [1.9, 2.0, 2.1]),
         _row("c2", "fast", 1.9, [1.8, 1.9, 2.0]),  # overlaps sdpa's middle half
         _row("c3", "sdpa", 1.0, [1.0, 1.0, 1.0]),
-        Row("s", "c3", "fast", status="error", reason="boom", repro="attnbench run s.yaml -k c3 -b fast"),
+        Row(RowIdentity("s", "c3", "fast", repro="attnbench run s.yaml -k c3 -b fast"), status="error", reason="boom"),
     ]
     best = fastest_by_case(rows)
     assert [vs_best(r, best) for r in rows] == ["2.00×", "best", "1.05× ≈", "best", "best", "-"]
@@ -210,8 +211,9 @@ def test_compact_table_is_one_line_per_row_and_failed_rows_show_their_rerun_comm
 
     rows = [_row(f"context={c},page_size={p},seed={s}", b, 1.0 + (b == "flex"), [1.0, 1.0, 1.0])
             for c in (128, 256) for p in (1, 16) for s in range(4) for b in ("sdpa", "flex")]
-    rows.append(Row("s", "context=128,page_size=1,seed=0", "bad", status="mismatch", reason="relative error 1 exceeds",
-                    repro="attnbench run s.yaml -k context=128,page_size=1,seed=0 -b bad"))
+    rows.append(Row(RowIdentity("s", "context=128,page_size=1,seed=0", "bad",
+                                repro="attnbench run s.yaml -k context=128,page_size=1,seed=0 -b bad"),
+                    status="mismatch", reason="relative error 1 exceeds"))
     con = Console(width=120, record=True, force_terminal=False)
     print_results(rows, con, title="t")  # 33 rows: compact by size
     text = con.export_text()
@@ -230,8 +232,9 @@ def test_profile_note_on_cpu():
     from attnbench.analyze.tables import print_profiles
 
     con = Console(width=200, record=True)
-    print_profiles([Row("s", "c", "sdpa", median_ms=1.0, kernel_sum_ms=3.0, kernels_per_call=4, timing_method="cpu",
-                        trace="/nonexistent/c__sdpa.trace.json")], con)
+    print_profiles([Row(RowIdentity("s", "c", "sdpa"), timing=RowTiming(median_ms=1.0, timing_method="cpu"),
+                        profile=RowProfile(kernel_sum_ms=3.0, kernels_per_call=4,
+                                           trace="/nonexistent/c__sdpa.trace.json"))], con)
     assert "can exceed the timed median" in con.export_text()
 
 

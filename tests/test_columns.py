@@ -14,6 +14,7 @@ from attnbench.analyze.run_formats import markdown_lines, row_records
 from attnbench.analyze.run_table import results_table
 from attnbench.store import columns
 from attnbench.store.manifest import Manifest
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row, rows_csv
 
 
@@ -22,16 +23,17 @@ def _rows():
     for case in ("ctx=1", "ctx=2"):
         for b, t in (("sdpa", 0.0673), ("flex", 1.25)):
             samples = [t * f for f in (0.98, 1.0, 1.01, 1.03, 1.2)]
-            out.append(Row("s", case, b, params={"ctx": int(case[-1])}, median_ms=t, n=5, samples_ms=samples,
-                           round_medians_ms=samples, timing_method="cpu", plan_ms=0.002, iqr_rel=0.03))
+            out.append(Row(RowIdentity("s", case, b), workload=RowWorkload(params={"ctx": int(case[-1])}),
+                           timing=RowTiming(median_ms=t, n=5, samples_ms=samples, round_medians_ms=samples,
+                                            timing_method="cpu", plan_ms=0.002, iqr_rel=0.03)))
     return out
 
 
 @pytest.fixture
 def slowest():
     """A new column, as a contributor would add one: its entry in the registry, nothing else."""
-    col = columns.Column("slowest_ms", "slowest", "ms", lambda r, c: columns.fmt_time(max(r.samples_ms)), 8,
-                         "slowest: the slowest timed call", derived=lambda r, c: max(r.samples_ms))
+    col = columns.Column("slowest_ms", "slowest", "ms", lambda r, c: columns.fmt_time(max(r.timing.samples_ms)), 8,
+                         "slowest: the slowest timed call", derived=lambda r, c: max(r.timing.samples_ms))
     columns.COLUMNS.append(col)
     yield col
     columns.COLUMNS.remove(col)

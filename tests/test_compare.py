@@ -21,6 +21,7 @@ from attnbench.backend import Backend
 from attnbench.backends.sdpa import SdpaBackend
 from attnbench.store.baselines import load_rows
 from attnbench.cli.app import app
+from attnbench.store.row_parts import RowIdentity, RowRoofline, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 
@@ -38,12 +39,12 @@ def _row(case: str, backend: str, median_ms: float = 1.0, status: str = "ok", se
          rounds: int = 12, spread: float = 0.03, **kw) -> Row:
     rm = _rounds(median_ms, rounds, spread, seed) if status == "ok" else []
     samples = [x * f for x in rm for f in (0.98, 1.0, 1.03)]  # three calls per round
-    return Row(
-        scenario="s", case_id=case, backend=backend, status=status, samples_ms=samples, round_medians_ms=rm,
-        median_ms=float(np.median(samples)) if samples else math.nan, device=kw.pop("device", "cpu test"),
-        reason="" if status == "ok" else "why", timing_method="cpu" if status == "ok" else "",
-        n=len(samples), params={"ctx": int(case.split("=")[1])} if "=" in case else {}, **kw,
-    )
+    return Row(RowIdentity(scenario="s", case_id=case, backend=backend, device=kw.pop("device", "cpu test")),
+               status=status, reason="" if status == "ok" else "why", **kw,
+               timing=RowTiming(samples_ms=samples, round_medians_ms=rm,
+                                median_ms=float(np.median(samples)) if samples else math.nan,
+                                timing_method="cpu" if status == "ok" else "", n=len(samples)),
+               workload=RowWorkload(params={"ctx": int(case.split("=")[1])} if "=" in case else {}))
 
 
 def _folder(path: Path, rows: list[Row], device: str = "cpu test", sha: str = "a" * 64, status: str = "complete",
@@ -61,7 +62,7 @@ def _folder(path: Path, rows: list[Row], device: str = "cpu test", sha: str = "a
 def test_matching_is_by_key_not_order():
     base = [_row(f"ctx={c}", b, m, seed=i) for i, (c, b, m) in enumerate(
         [(1, "a", 1.0), (1, "b", 2.0), (2, "a", 3.0), (2, "b", 4.0), (3, "a", 5.0)])]
-    cur = [_row(r.case_id, r.backend, r.median_ms, seed=100 + i) for i, r in enumerate(base[:4])]
+    cur = [_row(r.id.case_id, r.id.backend, r.timing.median_ms, seed=100 + i) for i, r in enumerate(base[:4])]
     cur.append(_row("ctx=9", "a", 1.0))
     random.Random(1).shuffle(cur)
     m = cmp.match_rows(cur, base)
@@ -137,7 +138,7 @@ def test_calls_are_not_replicates():
     """Thousands of tight calls per round do not make a 2% shift between two runs of
     five rounds each significant: only the rounds count."""
     cur, base = _row("ctx=1", "a", 1.02, seed=1, rounds=5, spread=0.05), _row("ctx=1", "a", 1.0, seed=2, rounds=5, spread=0.05)
-    cur.samples_ms = base.samples_ms = [1.0] * 5000
+    cur.timing.samples_ms = base.timing.samples_ms = [1.0] * 5000
     c = cmp.check([cur], [base]).cases[0]
     assert not c.ratio.significant and c.verdict == "unclear"
 
@@ -145,8 +146,8 @@ def test_calls_are_not_replicates():
 def test_normalized_ratio_cancels_machine_speed_per_round():
     # the whole current machine is 2x slower, and one round is 3x slower still for both
     cur, cur_norm = _row("ctx=1", "a", 2.0, seed=7), _row("ctx=1", "n", 4.0, seed=7)
-    cur.round_medians_ms[3] *= 3
-    cur_norm.round_medians_ms[3] *= 3
+    cur.timing.round_medians_ms[3] *= 3
+    cur_norm.timing.round_medians_ms[3] *= 3
     base, base_norm = _row("ctx=1", "a", 1.0, seed=9), _row("ctx=1", "n", 2.0, seed=9)
     r = sig.compare_runs(sig.round_logs(cur, cur_norm), sig.round_logs(base, base_norm), 0.99)
     assert r.ratio == pytest.approx(1.0, abs=1e-9) and not r.significant
@@ -188,9 +189,9 @@ def test_over_both_thresholds_and_significant_fails():
 
 def test_over_thresholds_but_not_significant_passes_as_unclear():
     base = [_row("ctx=1", "a", 1.0, rounds=6)]
-    base[0].round_medians_ms = [1.0, 0.5, 2.0, 1.2, 0.7, 1.5]  # wild rounds: nothing can be concluded
+    base[0].timing.round_medians_ms = [1.0, 0.5, 2.0, 1.2, 0.7, 1.5]  # wild rounds: nothing can be concluded
     cur = [_row("ctx=1", "a", 1.3, rounds=6)]
-    cur[0].round_medians_ms = [x * 1.3 for x in base[0].round_medians_ms]
+    cur[0].timing.round_medians_ms = [x * 1.3 for x in base[0].timing.round_medians_ms]
     c = cmp.check(cur, base).cases[0]
     assert c.ratio.ratio > 1.1 and not c.ratio.significant and not c.failed
     assert c.verdict == "unclear" and "not significant" in c.note
@@ -227,7 +228,8 @@ def test_backend_verdicts_say_only_what_the_interval_supports():
     rec = {r["backend"]: r for r in backend_records(cmp.compare_backends(one, "a"))}
     assert rec["b"]["verdict"] == "unclear" and rec["b"]["ratio"] == pytest.approx(20, rel=0.1)  # 1 round: no interval
     same = [_row("ctx=1", "a", 1.0, seed=1, spread=0.005), _row("ctx=1", "b", 1.0, seed=1, spread=0.005)]
-    same[1].round_medians_ms = [x * (1.001 if i % 2 else 0.999) for i, x in enumerate(same[0].round_medians_ms)]
+    same[1].timing.round_medians_ms = [x * (1.001 if i % 2 else 0.999) for i,
+                                       x in enumerate(same[0].timing.round_medians_ms)]
     rec = {r["backend"]: r for r in backend_records(cmp.compare_backends(same, "a"))}
     assert rec["b"]["verdict"] == "≈ same"
 
@@ -379,9 +381,12 @@ def test_plot_facets_the_other_swept_values(tmp_path):
     from attnbench.analyze import plots
     from attnbench.store.rows import Row
 
-    rows = [Row("s", f"context={c},page_size={p},seed={s}", b, median_ms=c / 100 * (1 + s / 10) * (2 if b == "flex" else 1),
-                params={"batch.0.context": c, "kv_cache.page_size": p, "seed": s}, flops=10 * c, bytes=4 * c,
-                floor_ms=4 * c / 1e9, bound="memory", pct_of_ceiling=3.0, device="cpu", dtype="float32")
+    rows = [Row(RowIdentity("s", f"context={c},page_size={p},seed={s}", b, device="cpu"),
+                timing=RowTiming(median_ms=c / 100 * (1 + s / 10) * (2 if b == "flex" else 1)),
+                workload=RowWorkload(params={"batch.0.context": c, "kv_cache.page_size": p, "seed": s},
+                                     dtype="float32"),
+                roofline=RowRoofline(flops=10 * c, bytes=4 * c, floor_ms=4 * c / 1e9, bound="memory",
+                                     pct_of_ceiling=3.0))
             for c in (128, 256, 512, 1024) for p in (1, 16, 256) for s in range(3) for b in ("sdpa", "flex")]
     drawn = []
     real = plots._facet_figure
@@ -392,7 +397,8 @@ def test_plot_facets_the_other_swept_values(tmp_path):
     assert [p.name for p in paths] == ["time-vs-context.png", "roofline-vs-context.png", "roofline.png"]
     assert drawn == [(len(rows), ["kv_cache.page_size"])] * 2  # seeds are replicates, not panels
     assert plots._log2_axis([128, 256, 512, 1024]) and not plots._log2_axis([3, 5, 7])
-    many = [Row("s", "x", "sdpa", median_ms=1.0, params={"a": a, "b": b, "ctx": c}) for a in range(4) for b in range(4)
+    many = [Row(RowIdentity("s", "x", "sdpa"), timing=RowTiming(median_ms=1.0),
+                workload=RowWorkload(params={"a": a, "b": b, "ctx": c})) for a in range(4) for b in range(4)
             for c in (1, 2, 4)]
     groups = plots._figure_groups(many, ["a", "b"])
     assert [g[0] for g in groups] == ["a=0", "a=1", "a=2", "a=3"] and all(len(g[1]) == 12 for g in groups)

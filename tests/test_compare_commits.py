@@ -19,6 +19,7 @@ from attnbench.cli.app import app
 from attnbench.execute.checkouts import CheckoutError, export, repo_root, working_tree
 from attnbench.execute.interleave import order
 from attnbench.store.merge import MergeError, merge_rows
+from attnbench.store.row_parts import RowIdentity, RowTiming
 from attnbench.store.rows import Row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +32,10 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _row(case: str, rounds: list[float], backend: str = "sdpa", status: str = "ok") -> Row:
-    return Row(scenario="s", case_id=case, backend=backend, status=status, reason="" if status == "ok" else "boom",
-               median_ms=sorted(rounds)[len(rounds) // 2], n=len(rounds), timing_method="cpu-thread",
-               samples_ms=list(rounds), round_medians_ms=list(rounds), min_ms=min(rounds))
+    return Row(RowIdentity(scenario="s", case_id=case, backend=backend), status=status,
+               reason="" if status == "ok" else "boom",
+               timing=RowTiming(median_ms=sorted(rounds)[len(rounds) // 2], n=len(rounds), timing_method="cpu-thread",
+                                samples_ms=list(rounds), round_medians_ms=list(rounds), min_ms=min(rounds)))
 
 
 def test_turns_alternate_so_neither_side_always_goes_first():
@@ -46,9 +48,9 @@ def test_merge_concatenates_rounds_in_run_order_and_keeps_a_broken_run():
     a = [_row("c1", [1.0, 1.1]), _row("c2", [2.0])]
     b = [_row("c2", [2.2]), _row("c1", [0.9])]
     merged = merge_rows([a, b], ["run a", "run b"])
-    assert [r.case_id for r in merged] == ["c1", "c2"]
-    assert merged[0].round_medians_ms == [1.0, 1.1, 0.9] and merged[0].n == 3
-    assert math.isclose(merged[0].median_ms, 1.0) and merged[0].min_ms == 0.9
+    assert [r.id.case_id for r in merged] == ["c1", "c2"]
+    assert merged[0].timing.round_medians_ms == [1.0, 1.1, 0.9] and merged[0].timing.n == 3
+    assert math.isclose(merged[0].timing.median_ms, 1.0) and merged[0].timing.min_ms == 0.9
     broken = [_row("c1", [1.0], status="error"), _row("c2", [2.0])]
     assert merge_rows([a, broken], ["a", "b"])[0].status == "error"
     with pytest.raises(MergeError, match="run b has no row for c2"):

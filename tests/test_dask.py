@@ -22,6 +22,7 @@ from attnbench.execute import dask_driver  # noqa: E402
 from attnbench.execute.case_book import MAX_ATTEMPTS, Attempt, CaseBook  # noqa: E402
 from attnbench.execute import events  # noqa: E402
 from attnbench.execute.dask_cluster import plan_local_workers, start_local  # noqa: E402
+from attnbench.store.row_parts import RowIdentity, RowTiming
 from attnbench.store.rows import Row  # noqa: E402
 from attnbench.workload.scenario import load_text  # noqa: E402
 
@@ -78,8 +79,8 @@ def _case():
 
 
 def _row_event(case, backend, status="ok"):
-    row = Row(scenario="tiny", case_id=case.case_id, backend=backend, status=status, reason="" if status == "ok" else "x",
-              median_ms=1.0, n=3, timing_method="events")
+    row = Row(RowIdentity(scenario="tiny", case_id=case.case_id, backend=backend), status=status,
+              reason="" if status == "ok" else "x", timing=RowTiming(median_ms=1.0, n=3, timing_method="events"))
     return events.row_event(row)
 
 
@@ -92,7 +93,7 @@ def test_book_blames_the_running_backend_and_requeues_the_rest():
                _row_event(case, "sdpa"), events.event(events.START, backend="bad")):
         book.on_event(a, ev)
     rows, again = book.lost(a)
-    assert [(r.backend, r.status) for r in rows] == [("bad", "error")]
+    assert [(r.id.backend, r.status) for r in rows] == [("bad", "error")]
     assert "worker 'cpu1' (tcp://w:1, pid 7 on h)" in rows[0].reason and "while running this backend" in rows[0].reason
     assert again == ["reference"]
     assert book.on_event(a, _row_event(case, "sdpa")) is None  # a row is recorded once
@@ -125,7 +126,7 @@ def test_book_setup_death_fails_every_backend_and_a_rounds_death_the_running_one
         if b == "reference":
             book.on_event(a, events.event(events.END, backend=b))
     rows, again = book.lost(a)  # died in sdpa's second round: sdpa is blamed, reference goes on elsewhere
-    assert [(r.backend, r.status) for r in rows] == [("sdpa", "error")] and again == ["reference"]
+    assert [(r.id.backend, r.status) for r in rows] == [("sdpa", "error")] and again == ["reference"]
 
 
 # -- a real local cluster ---------------------------------------------------------------------
@@ -231,7 +232,8 @@ def test_compare_refuses_a_case_measured_on_another_device_in_each_run():
     from attnbench.analyze.compare import CompareError, ensure_rows_same_device
 
     def rows(devs):
-        return [Row(scenario="s", case_id=c, backend="sdpa", device=d, median_ms=1.0, n=1, timing_method="events")
+        return [Row(RowIdentity(scenario="s", case_id=c, backend="sdpa", device=d),
+                    timing=RowTiming(median_ms=1.0, n=1, timing_method="events"))
                 for c, d in zip("ab", devs)]
 
     before, after = rows(["H100", "H200"]), rows(["H200", "H100"])

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.app import app
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row, Status
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import ScenarioError, load_text
@@ -46,12 +47,13 @@ def scenario(weights=(1, 1, 1)) -> str:
 
 def _row(case, backend, rounds, plan=0.0, convert=0.0, status=Status.OK, mode=""):
     ok = status is Status.OK
-    return Row(scenario="w", case_id=case.case_id, backend=backend, status=status, reason="" if ok else "why",
-               params=dict(case.params), batch=f"2 decode@{case.params['batch.0.context']}",
-               round_medians_ms=list(rounds) if ok else [], samples_ms=list(rounds) if ok else [],
-               median_ms=float(sorted(rounds)[len(rounds) // 2]) if ok else math.nan, n=len(rounds) if ok else 0,
-               timing_method="cpu" if ok else "", plan_ms=plan if ok else math.nan,
-               convert_ms=convert if ok else math.nan, mode=mode)
+    return Row(RowIdentity(scenario="w", case_id=case.case_id, backend=backend, mode=mode), status=status,
+               reason="" if ok else "why",
+               workload=RowWorkload(params=dict(case.params), batch=f"2 decode@{case.params['batch.0.context']}"),
+               timing=RowTiming(round_medians_ms=list(rounds) if ok else [], samples_ms=list(rounds) if ok else [],
+                                median_ms=float(sorted(rounds)[len(rounds) // 2]) if ok else math.nan,
+                                n=len(rounds) if ok else 0, timing_method="cpu" if ok else "",
+                                plan_ms=plan if ok else math.nan, convert_ms=convert if ok else math.nan))
 
 
 def make_run(path: Path, text: str, rows_of, overrides=()) -> Path:
@@ -131,7 +133,7 @@ def _two_backends(rng, fast_a=(True, False, False)):
             for b, factor in (("a", 1.0 if a_fast else 2.0), ("b", 2.0 if a_fast else 1.0)):
                 plan, conv = rng.uniform(0, 0.02), rng.uniform(0, 0.02)
                 r = _row(case, b, rounds(rng, base * factor), plan, conv)
-                parts[(case.case_id, b)] = (plan, conv, r.median_ms)
+                parts[(case.case_id, b)] = (plan, conv, r.timing.median_ms)
                 out.append(r)
         out.append(_row(case, "reference", rounds(rng, 50 * base)))  # the oracle: never a candidate
         return out
@@ -323,7 +325,7 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, how, says):
     elif how == "foreign":
         def foreign(cases):
             r = _row(cases[0], "a", rounds(rng, 1.0))
-            r.case_id, r.params = "context=999", {"batch.0.context": 999}
+            r.id.case_id, r.workload.params = "context=999", {"batch.0.context": 999}
             return rows_of(cases) + [r]
         run = make_run(tmp_path / "run2", scenario(), foreign)
         args = ["decide", str(run)]
@@ -426,8 +428,8 @@ def test_the_plans_spread_is_in_the_intervals(tmp_path):
         for c in cases:
             for b, plan in (("a", 1.0), ("b", 1.5)):
                 r = _row(c, b, [0.2] * 8, plan=plan)
-                r.plan_samples_ms = [plan * (1 + rng.uniform(-0.3, 0.3)) for _ in range(16)]
-                r.plan_ms = sorted(r.plan_samples_ms)[8]
+                r.timing.plan_samples_ms = [plan * (1 + rng.uniform(-0.3, 0.3)) for _ in range(16)]
+                r.timing.plan_ms = sorted(r.timing.plan_samples_ms)[8]
                 out.append(r)
         return out
 

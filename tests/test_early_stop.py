@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from attnbench.cli.app import app
 from attnbench.cli.supervise import verdict
 from attnbench.store.manifest import Manifest
+from attnbench.store.row_parts import RowIdentity
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 
@@ -22,7 +23,7 @@ STEP = {"scenario": "tiny", "case_id": "page_size=4", "backend": "sdpa", "device
 def test_a_sigterm_from_outside_blames_no_backend(tmp_path, capsys):
     rf = RunFolder.create(tmp_path, "tiny", tmp_path / "run")
     rf.start(Manifest(scenario="tiny", backends_requested=["reference", "sdpa"]))
-    rf.add(Row(scenario="tiny", case_id="page_size=4", backend="reference", status="skipped", reason="x"))
+    rf.add(Row(RowIdentity(scenario="tiny", case_id="page_size=4", backend="reference"), status="skipped", reason="x"))
     rf.unlock()
     assert verdict(-signal.SIGTERM, None, [str(rf.path)], STEP) == 143
     assert len(RunFolder.load(rf.path).rows) == 1  # no error row for sdpa

@@ -42,8 +42,8 @@ def test_open_runner_picks_the_executor_and_each_answers_the_protocol():
 def test_the_isolated_executor_gives_the_local_rows():
     _, isolated = _open(True)
     rows = list(isolated.rows())
-    assert sorted((r.backend, r.status.value) for r in rows) == [("reference", "ok"), ("sdpa", "ok")]
-    assert all(r.device for r in rows)
+    assert sorted((r.id.backend, r.status.value) for r in rows) == [("reference", "ok"), ("sdpa", "ok")]
+    assert all(r.id.device for r in rows)
 
 
 def test_job_round_trips_and_narrows_to_a_case_with_a_copy_of_the_options():

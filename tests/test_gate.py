@@ -181,8 +181,8 @@ def test_calibration_counts_false_alarms_and_catches(real):
     slowed = calib.scaled(rows, 2.0, None)
     kept = calib.scaled(rows, 2.0, "sdpa")
     for a, b, k in zip(rows, slowed, kept):
-        assert b.round_medians_ms == [x * 2.0 for x in a.round_medians_ms] and b.median_ms == a.median_ms * 2.0
-        assert k.round_medians_ms == a.round_medians_ms
+        assert b.timing.round_medians_ms == [x * 2.0 for x in a.timing.round_medians_ms] and b.timing.median_ms == a.timing.median_ms * 2.0
+        assert k.timing.round_medians_ms == a.timing.round_medians_ms
     recs = calib.summary_records(cal)
     assert [r["slowdown"] for r in recs] == ["none (A/A)", "3×"] and recs[1]["case_rate"] == 1.0
 

@@ -5,7 +5,6 @@ the threshold says so in its note and points to ``attnbench calibrate``."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +94,9 @@ def _spread_rows(d: float, median: float = 1.0, seed_shift: float = 1.0) -> list
 
 def _with_rounds(rounds: list[float], backend: str = "a") -> Row:
     r = _row("ctx=1", backend, 1.0)
-    r.round_medians_ms = rounds
-    r.samples_ms = list(rounds)
-    r.median_ms = float(np.median(rounds))
+    r.timing.round_medians_ms = rounds
+    r.timing.samples_ms = list(rounds)
+    r.timing.median_ms = float(np.median(rounds))
     return r
 
 
@@ -152,7 +151,7 @@ def test_a_normalized_check_judges_the_spread_of_the_normalized_rounds():
     base = [_row("ctx=1", "a", 1.0), _row("ctx=1", "n", 2.0)]
     for rows, sp in zip((cur, base), spells):
         for r in rows:
-            r.round_medians_ms = list(r.median_ms * sp * np.exp(rng.normal(0, 0.002, 12)))
+            r.timing.round_medians_ms = list(r.timing.median_ms * sp * np.exp(rng.normal(0, 0.002, 12)))
     th = cmp.Thresholds(max_slowdown=0.10)
     assert cmp.check(cur[:1], base[:1], th).cases[0].noisy
     c = next(c for c in cmp.check(cur, base, th, normalize_by="n").cases if c.backend == "a")

@@ -59,7 +59,7 @@ def test_cuda_oom_while_timed_is_the_reason(tmp_path, rounds):
     r = CliRunner().invoke(app, ["run", str(s), "--out", str(out), "--backend-file", str(f), "-b", "oom_late", "-b", "sdpa",
                                  "--set", "sweep={}", "--set", f"timing.rounds={rounds}", "-q"])
     assert r.exit_code == 1, r.output
-    rows = {x.backend: x for x in RunFolder.load(out).rows}
+    rows = {x.id.backend: x for x in RunFolder.load(out).rows}
     assert rows["oom_late"].status == "error" and "out of memory" in rows["oom_late"].reason.lower()
     assert rows["sdpa"].status == "ok"
 
@@ -73,6 +73,6 @@ def test_device_side_fault_under_isolate_is_one_error_row(tmp_path):
     r = CliRunner().invoke(app, ["run", str(s), "--out", str(out), "--backend-file", str(f), "-b", "assert_late", "-b", "sdpa",
                                  "--set", "sweep={}", "--isolate", "--timeout", "120", "-q"])
     assert r.exit_code == 1, r.output
-    rows = {x.backend: x for x in RunFolder.load(out).rows}
+    rows = {x.id.backend: x for x in RunFolder.load(out).rows}
     assert rows["assert_late"].status == "error" and "CUDA" in rows["assert_late"].reason
     assert rows["sdpa"].status == "ok"

@@ -53,5 +53,5 @@ def test_gpu_checks_run_on_the_cpu(tmp_path):
             assert v.check and v.case and v.measured and v.ok in (True, False, None), (name, v)
             assert not v.measured.startswith(("error", "mismatch")), (name, v)
     # every row measured, but triton's where it cannot run (no TRITON_INTERPRET here)
-    assert c.rows and all(r.status == "ok" or (r.backend == "triton" and r.status == "skipped") for r in c.rows)
-    assert any(r.kernels_per_call for r in c.rows)  # the profiler pass ran
+    assert c.rows and all(r.status == "ok" or (r.id.backend == "triton" and r.status == "skipped") for r in c.rows)
+    assert any(r.profile.kernels_per_call for r in c.rows)  # the profiler pass ran

@@ -66,7 +66,7 @@ def _rows(names):
         registry.register(cls)
     try:
         sf = load_text(TINY.replace("device: cpu", "device: cuda"), "t.yaml", ["sweep={}"])
-        return {r.backend: r for r in Runner(sf, RunOptions(backends=names)).rows()}
+        return {r.id.backend: r for r in Runner(sf, RunOptions(backends=names)).rows()}
     finally:
         for cls in (TwoKernels, LosesAKernel):
             registry._EXTRA.pop(cls.name, None)
@@ -74,7 +74,7 @@ def _rows(names):
 
 def test_a_graph_that_lost_a_kernel_is_a_mismatch():
     rows = _rows(["two_kernels", "loses_a_kernel", "sdpa"])
-    assert rows["two_kernels"].status == "ok" and rows["two_kernels"].timing_method == "cuda-graph", rows["two_kernels"].reason
+    assert rows["two_kernels"].status == "ok" and rows["two_kernels"].timing.timing_method == "cuda-graph", rows["two_kernels"].reason
     bad = rows["loses_a_kernel"]
     assert bad.status == "mismatch" and "stale CUDA graph" in bad.reason, (bad.status, bad.reason)
     assert rows["sdpa"].status == "ok", rows["sdpa"].reason

@@ -129,7 +129,7 @@ def test_a_stored_row_keeps_what_the_gate_needs(runs, tmp_path):
     add_run(db, runs[0], rf.manifest, rf.rows, "abc")
     back = {p.row.key: p.row for p in points(db)}
     for r in rf.rows:
-        assert back[r.key].round_medians_ms == r.round_medians_ms and back[r.key].median_ms == r.median_ms
+        assert back[r.key].timing.round_medians_ms == r.timing.round_medians_ms and back[r.key].timing.median_ms == r.timing.median_ms
     import sqlite3
     with sqlite3.connect(db) as con:
         fp, opts, sha = con.execute("SELECT fingerprint, options, scenario_sha256 FROM runs").fetchone()

@@ -51,7 +51,7 @@ def _registered():
 def test_culprit_is_an_error_and_the_others_are_unaffected(culprit, rounds):
     sf = load_text(SCENARIO.replace("ROUNDS", str(rounds)), "guard.yaml")
     rows = list(Runner(sf, RunOptions(backends=[culprit, "reference", "sdpa"])).rows())
-    by = {r.backend: r for r in rows}
+    by = {r.id.backend: r for r in rows}
     bad = by[culprit]
     assert bad.status == "error", (bad.status, bad.reason)
     assert CULPRITS[culprit] in bad.reason

@@ -63,7 +63,7 @@ def _row(runner, case, backend: str, status: str, reason: str = "") -> dict:
     row = runner.base_row(case, case.scenario.batch_spec(), backend)
     row.status, row.reason = Status(status), reason
     if row.status is Status.OK:  # a well-formed ok row (store.rows.checked)
-        row.samples_ms, row.round_medians_ms, row.median_ms, row.n, row.timing_method = [1.0], [1.0], 1.0, 1, "cpu"
+        row.timing.samples_ms, row.timing.round_medians_ms, row.timing.median_ms, row.timing.n, row.timing.timing_method = [1.0], [1.0], 1.0, 1, "cpu"
     return row.to_json()
 
 
@@ -88,9 +88,9 @@ def test_a_child_restarting_after_a_cuda_error_blames_no_one_else(monkeypatch, r
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
     rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
-    by = {r.backend: r for r in rows}
+    by = {r.id.backend: r for r in rows}
     assert by["flex"].status == "error" and "device-side assert" in by["flex"].reason
-    assert by["sdpa"].status == "ok" and by["reference"].status == "ok", [(r.backend, r.reason) for r in rows]
+    assert by["sdpa"].status == "ok" and by["reference"].status == "ok", [(r.id.backend, r.reason) for r in rows]
     assert _ScriptedChild.started == [["flex", "sdpa", "reference"], ["sdpa", "reference"]]
 
 
@@ -106,7 +106,7 @@ def test_a_child_dying_with_code_0_without_restart_is_still_an_error(monkeypatch
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
     rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
-    by = {r.backend: r for r in rows}
+    by = {r.id.backend: r for r in rows}
     assert by["flex"].status == "error" and "exited with code 0" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok"
     assert isinstance(rows[0], Row)
@@ -125,7 +125,7 @@ def test_a_child_dying_after_a_backends_steps_blames_that_backend(monkeypatch, r
     monkeypatch.setattr(_ScriptedChild, "started", [])
     monkeypatch.setattr(isolate, "_Child", _ScriptedChild)
     rows = list(isolate.isolated_rows(runner, Job(TINY, "tiny.yaml", ["sweep={}"], runner.opts), timeout=60))
-    by = {r.backend: r for r in rows}
+    by = {r.id.backend: r for r in rows}
     assert by["flex"].status == "error" and "exited with code 1" in by["flex"].reason
     assert by["sdpa"].status == "ok" and by["reference"].status == "ok"
     assert _ScriptedChild.started == [["flex", "sdpa", "reference"], ["sdpa", "reference"]]

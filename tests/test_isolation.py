@@ -85,7 +85,7 @@ def test_isolate_keeps_good_rows_and_says_what_each_bad_one_did(tiny, tmp_path):
 
 
 def _rows(path):
-    return {(r.case_id, r.backend): (r.status, r.rel_err) for r in RunFolder.load(path).rows}
+    return {(r.id.case_id, r.id.backend): (r.status, r.correctness.rel_err) for r in RunFolder.load(path).rows}
 
 
 def _same_rows(a, b):
@@ -257,20 +257,22 @@ def test_malformed_rows_become_errors_saying_what_was_missing(tiny, tmp_path, is
 
 
 def test_checked_passes_good_rows_and_fixes_bad_ones():
+    from attnbench.store.row_parts import RowIdentity, RowTiming
     from attnbench.store.rows import Row, Status, checked
 
-    good = Row("s", "c", "b", median_ms=1.0, n=3, timing_method="cpu")
+    good = Row(RowIdentity("s", "c", "b"), timing=RowTiming(median_ms=1.0, n=3, timing_method="cpu"))
     assert checked(good) is good and good.status is Status.OK
     for bad, words in [
-        (Row("s", "c", "b"), ["malformed ok row", "finite median_ms", "timing_method"]),
-        (Row("s", "c", "b", status="mismatch"), ["malformed mismatch row", "needs a reason"]),
-        (Row("s", "c", "b", median_ms=float("nan"), n=4, timing_method="cpu"), ["finite median_ms"]),
+        (Row(RowIdentity("s", "c", "b")), ["malformed ok row", "finite median_ms", "timing_method"]),
+        (Row(RowIdentity("s", "c", "b"), status="mismatch"), ["malformed mismatch row", "needs a reason"]),
+        (Row(RowIdentity("s", "c", "b"), timing=RowTiming(median_ms=float("nan"), n=4, timing_method="cpu")),
+         ["finite median_ms"]),
     ]:
         row = checked(bad)
         assert row.status is Status.ERROR and row.problems() == []
         for w in words:
             assert w in row.reason, row.reason
-    row = Row("s", "c", "b")
+    row = Row(RowIdentity("s", "c", "b"))
     row.status = "skipped"  # a plain string is turned into the member
     assert row.status is Status.SKIPPED
 

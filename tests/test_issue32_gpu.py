@@ -59,9 +59,10 @@ def test_triton_fp8_window_trees_rows_are_ok(dtype):
     rows = list(Runner(sf, RunOptions(backends=["triton"])).rows())
     assert len(rows) == 4
     for r in rows:
-        assert r.status == "ok", (r.case_id, r.status, r.reason)
-        assert r.timing_method == "cuda-graph", (r.case_id, r.timing_method, r.timing_note)  # the graph check ran
-        assert r.rel_err < r.tolerance, (r.case_id, r.rel_err)
+        assert r.status == "ok", (r.id.case_id, r.status, r.reason)
+        assert r.timing.timing_method == "cuda-graph", (r.id.case_id, r.timing.timing_method,
+                                                        r.timing.timing_note)  # the graph check ran
+        assert r.correctness.rel_err < r.correctness.tolerance, (r.id.case_id, r.correctness.rel_err)
 
 
 def test_graph_check_perturbs_fp8_on_cuda_and_restores_it():

@@ -318,12 +318,14 @@ def test_an_interpreted_row_is_not_ranked():
 
     from attnbench.analyze.run_formats import markdown_lines
     from attnbench.analyze.run_table import print_results
+    from attnbench.store.row_parts import RowIdentity, RowTiming
     from attnbench.store.rows import Row
 
-    rows = [Row("s", "c=1", b, median_ms=t, n=20, iqr_rel=0.01, samples_ms=[t] * 20, timing_method="cpu")
+    rows = [Row(RowIdentity("s", "c=1", b),
+                timing=RowTiming(median_ms=t, n=20, iqr_rel=0.01, samples_ms=[t] * 20, timing_method="cpu"))
             for b, t in (("reference", 3.0), ("sdpa", 1.0), ("flex", 2.0), ("triton", 233.0))]
-    rows[3].mode = "interpreted (TRITON_INTERPRET=1)"
-    rows[3].median_ms = 233.0
+    rows[3].id.mode = "interpreted (TRITON_INTERPRET=1)"
+    rows[3].timing.median_ms = 233.0
     con = Console(width=200, record=True)
     print_results(rows, con)
     text = con.export_text()

@@ -40,7 +40,8 @@ def test_a_backend_whose_working_set_does_not_fit_is_skipped_alone(monkeypatch):
     sdpa_share = backend_bytes(registry.get_backend_class("sdpa"), spec, "cpu")
     assert sdpa_share > ref_share  # its padded K/V, scores and mask are declared
     monkeypatch.setattr(runner_mod, "_memory_available", lambda device: base + (ref_share + sdpa_share) // 2)
-    rows = {r.backend: r for r in Runner(sf, RunOptions(backends=["reference", "sdpa"], measure_ceilings=False)).rows()}
+    rows = {r.id.backend: r for r in Runner(sf,
+                                            RunOptions(backends=["reference", "sdpa"], measure_ceilings=False)).rows()}
     assert rows["reference"].status == "ok"
     assert rows["sdpa"].status == "skipped" and "working set" in rows["sdpa"].reason and "available" in rows["sdpa"].reason
 
@@ -69,7 +70,7 @@ def test_rounds_add_the_shares_up(monkeypatch):
         share = backend_bytes(_Same, spec, "cpu")
         assert share == backend_bytes(registry.get_backend_class("reference"), spec, "cpu")
         monkeypatch.setattr(runner_mod, "_memory_available", lambda device: base + share + share // 2)
-        rows = {r.backend: r for r in Runner(sf, RunOptions(backends=["reference", "same_share"],
+        rows = {r.id.backend: r for r in Runner(sf, RunOptions(backends=["reference", "same_share"],
                                                             measure_ceilings=False)).rows()}
         assert [rows["reference"].status, rows["same_share"].status] == statuses, (rounds, rows["same_share"].reason)
 

@@ -98,12 +98,13 @@ def test_baseline_refuses_to_overwrite_its_own_run(tiny, tmp_path, name):
 
 ADD_TWO_ROWS = """
 import sys
+from attnbench.store.row_parts import RowIdentity
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 rf = RunFolder(sys.argv[1])
-rf.add(Row(scenario="s", case_id="c", backend="a", status="skipped", reason="x"))
+rf.add(Row(RowIdentity("s", "c", "a"), status="skipped", reason="x"))
 try:
-    rf.add(Row(scenario="s", case_id="c", backend="b", status="skipped", reason="y" * 20000))
+    rf.add(Row(RowIdentity("s", "c", "b"), status="skipped", reason="y" * 20000))
 except OSError as e:
     print(len(rf.rows), e.filename, e.strerror)
 """

@@ -10,13 +10,15 @@ import pytest
 from attnbench.analyze import compare as cmp
 from attnbench.analyze.summary import backend_summary
 from attnbench.analyze.tables import fastest_by_case, vs_best
+from attnbench.store.row_parts import RowIdentity, RowTiming
 from attnbench.store.rows import Row, is_oracle, rows_frame
 
 
 def _row(case: str, backend: str, ms: float) -> Row:
     rounds = [ms * f for f in (0.99, 1.0, 1.01, 1.0, 0.995, 1.005)]
-    return Row(scenario="s", case_id=case, backend=backend, status="ok", samples_ms=list(rounds),
-               round_medians_ms=list(rounds), median_ms=ms, n=len(rounds), timing_method="cpu")
+    return Row(RowIdentity(scenario="s", case_id=case, backend=backend), status="ok",
+               timing=RowTiming(samples_ms=list(rounds), round_medians_ms=list(rounds), median_ms=ms, n=len(rounds),
+                                timing_method="cpu"))
 
 
 @pytest.fixture
@@ -28,9 +30,9 @@ def rows():
 
 def test_the_oracle_is_never_best(rows):
     best = fastest_by_case(rows)
-    assert {c: r.backend for c, r in best.items()} == {"c=1": "sdpa", "c=2": "sdpa"}
+    assert {c: r.id.backend for c, r in best.items()} == {"c=1": "sdpa", "c=2": "sdpa"}
     assert [vs_best(r, best) for r in rows[:3]] == ["oracle", "best", "2.00×"]
-    assert fastest_by_case(rows, rank_oracle=True)["c=1"].backend == "reference"
+    assert fastest_by_case(rows, rank_oracle=True)["c=1"].id.backend == "reference"
     assert is_oracle("reference") and not is_oracle("sdpa")
 
 

@@ -40,7 +40,7 @@ def test_os_exit_0_in_a_backend_never_exits_0(tiny, tmp_path):
     assert "recorded an error row for exits0" in p.stderr  # the supervising parent blames the running backend
     assert f"attnbench run --resume {out}" in p.stderr
     assert json.loads((out / "manifest.json").read_text())["status"] == "incomplete"
-    rows = {r.backend: r for r in RunFolder.load(out).rows}
+    rows = {r.id.backend: r for r in RunFolder.load(out).rows}
     assert rows["sdpa"].status == "ok"
     assert rows["exits0"].status == "error" and "exit status 0 without finishing" in rows["exits0"].reason
     # resumed, the backend that ended the process is not run again; the run completes
@@ -179,7 +179,8 @@ def test_set_on_a_swept_key_runs_that_value_and_says_so(tiny, tmp_path):
     assert r.exit_code == 0, r.output
     assert "replaces the scenario's sweep of kv_cache.page_size ([4, 8])" in r.output.replace("\n", "")
     rf = RunFolder.load(out)
-    assert {row.case_id for row in rf.rows} == {"page_size=16"} and {row.page_size for row in rf.rows} == {16}
+    assert {row.id.case_id for row in rf.rows} == {"page_size=16"}
+    assert {row.workload.page_size for row in rf.rows} == {16}
     r = cli.invoke(app, ["run", str(tiny), "--out", str(tmp_path / "r2"), "--set", "sweep={kv_cache: [{page_size: 4}]}",
                          "--set", "kv_cache.page_size=16", "-q"])
     assert r.exit_code == 2 and "the scenario sweeps kv_cache" in r.output and "would overwrite" in r.output, r.output

@@ -1,7 +1,6 @@
 """Issue 13, part one: exits and messages that tell the truth for failures inside a run and
 for flags that used to be ignored or give tracebacks. (Run folders: test_runfolder_safety.py.)
 """
-import json
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,7 @@ def test_an_exception_during_timing_is_reported_as_itself(bad_backends, rounds):
     cls = registry.get_backend_class("raises_late")
     cls.calls = 0
     rows = list(Runner(sf, RunOptions(backends=["raises_late", "sdpa"], measure_ceilings=False)).rows())
-    by = {r.backend: r for r in rows}
+    by = {r.id.backend: r for r in rows}
     assert by["raises_late"].status == "error"
     assert by["raises_late"].reason == "RuntimeError: illegal memory access on call 4"
     assert by["sdpa"].status == "ok"  # the next backend of the case is untouched

@@ -251,9 +251,11 @@ def test_the_per_case_bars_walk_the_rows_once_not_once_per_case():
     a run are walked a fixed number of times, whatever the number of cases."""
     from attnbench.analyze.report import RunData, bars_section
     from attnbench.store.manifest import Manifest
+    from attnbench.store.row_parts import RowIdentity, RowTiming
     from attnbench.store.rows import Row
 
-    rows = _CountedRows(Row("s", f"context={i}", b, median_ms=1.0 + i, p20_ms=1.0, p80_ms=2.0 + i)
+    rows = _CountedRows(Row(RowIdentity("s", f"context={i}", b),
+                            timing=RowTiming(median_ms=1.0 + i, p20_ms=1.0, p80_ms=2.0 + i))
                         for i in range(300) for b in ("sdpa", "flex"))
     html = bars_section([RunData("a", Manifest(), rows)])
     assert html.count("<svg") == 300

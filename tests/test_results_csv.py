@@ -5,15 +5,20 @@ import math
 
 import pandas as pd
 
+from attnbench.store.row_parts import RowCorrectness, RowIdentity, RowProfile, RowRoofline, RowTiming, RowWorkload
 from attnbench.store.rows import Row, Status, rows_csv, rows_frame
 
 
 def _rows() -> list[Row]:
-    a = Row("s", "page_size=16", "sdpa", params={"page_size": 16, "tree": [[0], [1]]}, median_ms=0.125, n=5,
-            timing_method="cpu-thread", cold_l2=False, rel_err=3.2e-07, flops=12345, reason='a "quoted", reason')
-    b = Row("s", "page_size=16", "flex", params={"page_size": 16}, median_ms=1.0 / 3, n=1, timing_method="cpu",
-            cold_l2=True, kernels_per_call=4, tbps=math.inf)
-    c = Row("s", "ctx=1k", "reference", status=Status.SKIPPED, params={"ctx": "1k"}, reason="line one\nline two")
+    a = Row(RowIdentity("s", "page_size=16", "sdpa"), reason='a "quoted", reason',
+            workload=RowWorkload(params={"page_size": 16, "tree": [[0], [1]]}),
+            timing=RowTiming(median_ms=0.125, n=5, timing_method="cpu-thread", cold_l2=False),
+            correctness=RowCorrectness(rel_err=3.2e-07), roofline=RowRoofline(flops=12345))
+    b = Row(RowIdentity("s", "page_size=16", "flex"), workload=RowWorkload(params={"page_size": 16}),
+            timing=RowTiming(median_ms=1.0 / 3, n=1, timing_method="cpu", cold_l2=True),
+            profile=RowProfile(kernels_per_call=4), roofline=RowRoofline(tbps=math.inf))
+    c = Row(RowIdentity("s", "ctx=1k", "reference"), status=Status.SKIPPED, reason="line one\nline two",
+            workload=RowWorkload(params={"ctx": "1k"}))
     return [a, b, c]
 
 

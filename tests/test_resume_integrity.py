@@ -4,8 +4,6 @@ options, isolate: covered by settings_sha256) or that lacks its scenario_sha256,
 edits of the wrong type, each with one message; --resume --list lists what is left, -k is
 refused; the note, repro commands and check say what is true."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -116,7 +114,7 @@ def test_resume_list_shows_what_is_left_and_runs_nothing(tiny, tmp_path):
     r = cli.invoke(app, ["run", "--resume", str(out), "--list", "--format", "json"])
     assert r.exit_code == 0, r.output
     left = json.loads(r.stdout)
-    done = {(x.case_id, x.backend) for x in RunFolder.load(out).rows}
+    done = {(x.id.case_id, x.id.backend) for x in RunFolder.load(out).rows}
     assert sum(len(c["backends"]) for c in left) == 2
     assert not any((c["case_id"], b) in done for c in left for b in c["backends"])
     assert _files(out) == before
@@ -142,7 +140,7 @@ def test_repro_of_an_isolated_run_keeps_its_timeout(tiny, tmp_path):
     r = cli.invoke(app, ["run", str(tiny), "--out", str(out), "--isolate", "--timeout", "7", "-q"])
     assert r.exit_code == 0, r.output
     for row in RunFolder.load(out).rows:
-        assert "--isolate --timeout 7 " in row.repro, row.repro
+        assert "--isolate --timeout 7 " in row.id.repro, row.id.repro
 
 
 def test_check_with_k_picking_nothing_fails_and_an_empty_run_is_no_device_mismatch(tiny, tmp_path):

@@ -10,15 +10,16 @@ from attnbench.store.runfolder import RunFolder
 ROOM_FOR_PART_OF_A_ROW = r"""
 import resource, signal, sys
 from pathlib import Path
+from attnbench.store.row_parts import RowIdentity
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 rf = RunFolder(sys.argv[1])
-rf.add(Row(scenario="s", case_id="c", backend="a", status="skipped", reason="x"))
+rf.add(Row(RowIdentity("s", "c", "a"), status="skipped", reason="x"))
 size = (Path(sys.argv[1]) / "rows.jsonl").stat().st_size
 resource.setrlimit(resource.RLIMIT_FSIZE, (size + 40, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:  # a row of 1 KB, shorter than a write buffer: 40 bytes of it fit
-    rf.add(Row(scenario="s", case_id="c", backend="b", status="skipped", reason="y" * 1000))
+    rf.add(Row(RowIdentity("s", "c", "b"), status="skipped", reason="y" * 1000))
 except OSError as e:
     print(len(rf.rows), e.filename, e.strerror)
 """

@@ -6,6 +6,7 @@ from rich.console import Console
 
 from attnbench.analyze.run_table import print_results, results_table
 from attnbench.store.columns import fmt_err, fmt_rate, fmt_time
+from attnbench.store.row_parts import RowCorrectness, RowIdentity, RowRoofline, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.workload.sweeps import case_id_for
 
@@ -17,10 +18,13 @@ def _rows(n_seeds=5):
             for seed in range(n_seeds):
                 for b, t in (("reference", 2.34), ("sdpa", 1.56), ("flex", 17.4)):
                     params = {"batch.0.context": ctx, "kv_cache.page_size": page, "seed": seed}
-                    out.append(Row("cpu-sweep", case_id_for(params), b, params=params, median_ms=t,
-                                   plan_ms=0.000126 if b != "flex" else 19.6, convert_ms=0.0 if b == "reference" else 0.47,
-                                   n=5, iqr_rel=0.15, rel_err=3.2e-7, tbps=0.000578, pct_of_ceiling=2.4, bound="memory",
-                                   samples_ms=[t] * 5, timing_method="cpu-thread", threads=1))
+                    out.append(Row(RowIdentity("cpu-sweep", case_id_for(params), b),
+                                   workload=RowWorkload(params=params),
+                                   timing=RowTiming(median_ms=t, plan_ms=0.000126 if b != "flex" else 19.6,
+                                                    convert_ms=0.0 if b == "reference" else 0.47, n=5, iqr_rel=0.15,
+                                                    samples_ms=[t] * 5, timing_method="cpu-thread", threads=1),
+                                   correctness=RowCorrectness(rel_err=3.2e-7),
+                                   roofline=RowRoofline(tbps=0.000578, pct_of_ceiling=2.4, bound="memory")))
     out[4].status, out[4].reason = "mismatch", "relative error 0.03 exceeds tolerance 0.0001"
     return out
 
@@ -68,7 +72,7 @@ def test_columns_go_least_important_first():
 
 
 def test_fixed_sweep_values_go_to_the_title():
-    rows = [r for r in _rows(1) if r.case_id.startswith("context=1k")]
+    rows = [r for r in _rows(1) if r.id.case_id.startswith("context=1k")]
     table, _, _, _ = results_table(rows, title="t", width=120)
     assert str(table.title) == "t (context=1k, seed=0)"
     assert [c.header for c in table.columns][:2] == ["page_size", "backend"]
@@ -85,7 +89,7 @@ def test_one_formatter_family():
 
 def test_a_single_timed_call_shows_no_spread():
     rows = _rows(1)
-    rows[2].n, rows[2].iqr_rel = 1, 0.0
+    rows[2].timing.n, rows[2].timing.iqr_rel = 1, 0.0
     table, _, legend, _ = results_table(rows, width=120)
     iqr = next(c for c in table.columns if c.header == "IQR")
     assert list(iqr.cells)[2] == "n=1" and list(iqr.cells)[1] == "15%"

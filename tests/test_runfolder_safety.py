@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -262,7 +261,7 @@ def test_resume_keeps_isolate_from_the_manifest(tiny, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
     assert "--isolate with --timeout 60 s" in p.stderr
-    rows = {r.backend: r for r in RunFolder.load(out).rows}
+    rows = {r.id.backend: r for r in RunFolder.load(out).rows}
     assert rows["segfault"].status == "error" and "SIGSEGV" in rows["segfault"].reason and rows["reference"].status == "ok"
 
 
@@ -289,7 +288,7 @@ def test_a_compare_backends_folder_resumes_with_its_options(tiny, tmp_path):
     rf = RunFolder.load(out)
     assert len(rf.rows) == 4 and rf.manifest.status == "complete"
     for row in rf.rows:  # each row's re-run command has the options, the resumed ones too
-        assert "--device cpu --warmup-ms 0.5 --measure-ms 2 --warm-l2" in row.repro, row.repro
+        assert "--device cpu --warmup-ms 0.5 --measure-ms 2 --warm-l2" in row.id.repro, row.id.repro
 
 
 def test_manifest_round_trip_keeps_unknown_keys_and_names_wrong_types():
@@ -313,13 +312,14 @@ def test_complete_folder_files_share_one_mode_and_drop_the_lock(tmp_path):
     import os
     import stat
 
+    from attnbench.store.row_parts import RowIdentity, RowTiming
     from attnbench.store.rows import Row
     from attnbench.store.runfolder import RunFolder
 
     for complete in (True, False):
         rf = RunFolder.create(tmp_path, "s", tmp_path / f"run-{complete}")
         rf.start({"scenario": "s"})
-        rf.add(Row("s", "c", "sdpa", median_ms=1.0, n=1, timing_method="cpu"))
+        rf.add(Row(RowIdentity("s", "c", "sdpa"), timing=RowTiming(median_ms=1.0, n=1, timing_method="cpu")))
         rf.finish(complete)
         modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in rf.path.iterdir() if p.name != ".lock"}
         assert set(modes) >= {"rows.jsonl", "results.csv", "manifest.json"}

@@ -55,9 +55,9 @@ def test_shipped_scenario_on_cpu(name, sweep, cases, tmp_path):
     r = runner.invoke(app, ["run", str(p), "-q", "-b", "reference", "-b", "sdpa", "-b", "flex", "--out", str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     rows = RunFolder.load(tmp_path / "run").rows
-    assert len(rows) == 3 * cases and all(x.status == "ok" for x in rows), [(x.case_id, x.reason) for x in rows]
-    assert all(x.rel_err < x.tolerance for x in rows)
+    assert len(rows) == 3 * cases and all(x.status == "ok" for x in rows), [(x.id.case_id, x.reason) for x in rows]
+    assert all(x.correctness.rel_err < x.correctness.tolerance for x in rows)
     if "shared" in name:  # the shared case moves fewer bytes than the same batch unshared
-        by = {(x.params["batch.0.shared_prefix"], x.params["kv_cache.page_size"]): x.bytes for x in rows}
+        by = {(x.workload.params["batch.0.shared_prefix"], x.workload.params["kv_cache.page_size"]): x.roofline.bytes for x in rows}
         for page in (16 // SCALE, 256 // SCALE):
             assert by[(4096 // SCALE, page)] < by[(0, page)]

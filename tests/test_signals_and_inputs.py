@@ -66,7 +66,7 @@ def test_a_backend_that_aborts_without_isolate_takes_no_finished_row_along(tiny,
                         "-b", "blank", "-b", "sdpa", "-b", "aborts", "-b", "reference", *args],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 128 + signal.SIGABRT, p.stderr
-    rows = {r.backend: r for r in RunFolder.load(out).rows}
+    rows = {r.id.backend: r for r in RunFolder.load(out).rows}
     assert rows["blank"].status == "error"  # finished before the abort (in rounds mode too)
     assert rows["aborts"].status == "error" and "SIGABRT" in rows["aborts"].reason
     if rounds == 1:
@@ -76,8 +76,8 @@ def test_a_backend_that_aborts_without_isolate_takes_no_finished_row_along(tiny,
     p = subprocess.run([*CMD, "run", "--resume", str(out), *args], capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
     rows = RunFolder.load(out).rows
-    assert sorted(r.backend for r in rows) == ["aborts", "blank", "reference", "sdpa"]
-    assert {r.backend: r.status for r in rows}["reference"] == "ok"
+    assert sorted(r.id.backend for r in rows) == ["aborts", "blank", "reference", "sdpa"]
+    assert {r.id.backend: r.status for r in rows}["reference"] == "ok"
 
 
 def test_a_backend_file_that_exits_at_import_is_an_error(tiny, tmp_path):

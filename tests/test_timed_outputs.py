@@ -37,7 +37,8 @@ def test_one_wrong_timed_call_is_a_mismatch(rounds):
         text = SCENARIO.replace("ROUNDS", str(rounds)).replace(
             "warmup_ms: 1, measure_ms: 4, min_runs: 3", "warmup_ms: 0, measure_ms: 1, min_runs: 600"
         )
-        rows = {r.backend: r for r in Runner(load_text(text, "w.yaml"), RunOptions(backends=["wrong_once", "sdpa"])).rows()}
+        rows = {r.id.backend: r for r in Runner(load_text(text, "w.yaml"),
+                                                RunOptions(backends=["wrong_once", "sdpa"])).rows()}
     finally:
         registry._EXTRA.pop("wrong_once", None)
     bad = rows["wrong_once"]
@@ -82,7 +83,8 @@ def test_a_permuted_output_on_some_timed_calls_is_a_mismatch(mode, monkeypatch):
     try:
         text = SCENARIO.replace("ROUNDS", "1").replace(
             "warmup_ms: 1, measure_ms: 4, min_runs: 3", "warmup_ms: 0, measure_ms: 1, min_runs: 600")
-        rows = {r.backend: r for r in Runner(load_text(text, "p.yaml"), RunOptions(backends=["permutes", "sdpa"])).rows()}
+        rows = {r.id.backend: r for r in Runner(load_text(text, "p.yaml"),
+                                                RunOptions(backends=["permutes", "sdpa"])).rows()}
     finally:
         registry._EXTRA.pop("permutes", None)
     bad = rows["permutes"]

@@ -77,12 +77,12 @@ def test_report_on_a_cpu_run(run_folder):
     assert sorted((x["case"], x["point"]) for x in recs) == [
         (b, f"count={n}") for b in ("reference", "sdpa") for n in (1, 3)
     ]
-    rows = {(x.backend, x.case_id): x for x in RunFolder.load(run_folder).rows}
+    rows = {(x.id.backend, x.id.case_id): x for x in RunFolder.load(run_folder).rows}
     for x in recs:
         tree, chain, dec = (rows[(x["case"], f"{x['point']},variant={v}")] for v in ("tree", "chain", "decode"))
-        assert x["requests"] == tree.num_requests == int(x["point"][-1]) + 1
-        assert x["tree_ms"] == pytest.approx(tree.median_ms)
-        assert len(tree.round_medians_ms) == len(chain.round_medians_ms) == 4
+        assert x["requests"] == tree.workload.num_requests == int(x["point"][-1]) + 1
+        assert x["tree_ms"] == pytest.approx(tree.timing.median_ms)
+        assert len(tree.timing.round_medians_ms) == len(chain.timing.round_medians_ms) == 4
         want = compare_runs(round_logs(tree), round_logs(chain), REPORT_CONFIDENCE)
         assert (x["tree_over_chain"], x["chain_lo"], x["chain_hi"]) == pytest.approx((want.ratio, want.lo, want.hi))
         want = compare_runs(round_logs(tree), round_logs(dec), REPORT_CONFIDENCE)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.analyze.run_table import print_results
 from attnbench.cli.app import app
+from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.store.runfolder import RunFolder
 from attnbench.workload.scenario import load, load_text
@@ -67,8 +68,10 @@ def _old_folder(path, case_params):
               "environment": {"device": "cpu test", "backends": {}}})
     for i, (case_id, params) in enumerate(case_params):
         for b, t in (("sdpa", 1.0), ("flex", 2.0)):
-            rf.add(Row("decode-llama3-8b", case_id, b, params=params, median_ms=t * (1 + i), n=3,
-                       timing_method="cpu", device="cpu test", samples_ms=[t] * 3, round_medians_ms=[t]))
+            rf.add(Row(RowIdentity("decode-llama3-8b", case_id, b, device="cpu test"),
+                       workload=RowWorkload(params=params),
+                       timing=RowTiming(median_ms=t * (1 + i), n=3, timing_method="cpu", samples_ms=[t] * 3,
+                                        round_medians_ms=[t])))
     rf.finish(True)
     return path
 
@@ -88,7 +91,7 @@ def test_plot_of_decode_llama3_8b_orders_context_by_value(tmp_path):
                           "kv_cache.page_size": c.params["kv_cache.page_size"]})
              for c in reversed(load("decode-llama3-8b").cases)]  # 16k first: text order and file order both wrong
     run = _old_folder(tmp_path / "old", cases)
-    assert RunFolder.load(run).rows[0].params == {"batch.0.context": 16384, "kv_cache.page_size": 256}
+    assert RunFolder.load(run).rows[0].workload.params == {"batch.0.context": 16384, "kv_cache.page_size": 256}
     r = cli.invoke(app, ["plot", str(run), "--x", "context", "--out", str(tmp_path / "plots")])
     assert r.exit_code == 0, r.output
     assert _x_order(tmp_path / "plots" / "time-vs-context.png") == "context: 1k 4k 16k"

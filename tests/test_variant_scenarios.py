@@ -172,7 +172,8 @@ def test_shipped_variant_scenarios_on_cpu(name, tmp_path):
     assert r.exit_code == 0, r.output
     rows = RunFolder.load(tmp_path / "run").rows
     assert len(rows) == 2 * len(load(p).cases)
-    assert all(x.status.value == "ok" and x.rel_err < x.tolerance for x in rows), [(x.case_id, x.reason) for x in rows]
+    assert all(x.status.value == "ok" and x.correctness.rel_err < x.correctness.tolerance for x in rows), \
+        [(x.id.case_id, x.reason) for x in rows]
     spec = load(p).cases[0].scenario.batch_spec()
     assert spec.window or spec.sinks or spec.softcap or spec.kv_dtype or name == "head-dim-sweep"
 

@@ -69,10 +69,12 @@ def test_shrink_keeps_what_decides_the_kernels():
 
 
 def test_status_table_counts_and_reasons():
+    from attnbench.store.row_parts import RowIdentity
     from attnbench.store.rows import Row, Status
 
-    rows = [Row("s1", "a", "sdpa"), Row("s1", "b", "sdpa", Status.SKIPPED, "page size"),
-            Row("s1", "a", "flex", Status.MISMATCH, "rel err 0.3"), Row("s2", "a", "flex", Status.SKIPPED, "page size")]
+    rows = [Row(RowIdentity("s1", "a", "sdpa")), Row(RowIdentity("s1", "b", "sdpa"), Status.SKIPPED, "page size"),
+            Row(RowIdentity("s1", "a", "flex"), Status.MISMATCH,
+                "rel err 0.3"), Row(RowIdentity("s2", "a", "flex"), Status.SKIPPED, "page size")]
     cells = gpulib.cells_of(rows, [{"scenario": "s1", "backend": "flex", "ok": False}])
     lines, ids = gpulib.status_table(cells)
     assert ids == {"page size": "R1"}

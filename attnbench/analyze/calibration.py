@@ -28,15 +28,16 @@ def scaled(rows: Sequence[Row], factor: float, keep: Optional[str]) -> list[Row]
     """``rows`` with the times of every ok row except backend ``keep`` multiplied by ``factor``."""
     out = []
     for r in rows:
-        if r.status != "ok" or r.backend == keep:
+        if r.status != "ok" or r.id.backend == keep:
             out.append(r)
             continue
-        out.append(dataclasses.replace(
-            r,
-            median_ms=r.median_ms * factor,
-            samples_ms=[x * factor for x in r.samples_ms],
-            round_medians_ms=[x * factor for x in r.round_medians_ms],
-        ))
+        t = r.timing
+        out.append(dataclasses.replace(r, timing=dataclasses.replace(
+            t,
+            median_ms=t.median_ms * factor,
+            samples_ms=[x * factor for x in t.samples_ms],
+            round_medians_ms=[x * factor for x in t.round_medians_ms],
+        )))
     return out
 
 

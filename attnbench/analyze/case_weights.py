@@ -45,11 +45,11 @@ def run_weights(manifest: Manifest, rows: Iterable[Row], where: str) -> RunWeigh
     by_params = {_params_key(c.params): c.weight for c in sf.cases}
     out: dict[str, float] = {}
     for r in rows:
-        w = by_id.get(r.case_id, by_params.get(_params_key(r.params)))
+        w = by_id.get(r.id.case_id, by_params.get(_params_key(r.workload.params)))
         if w is None:
-            raise WeightsError(f"{where}: case {r.case_id} is not a case of the scenario its manifest keeps; "
+            raise WeightsError(f"{where}: case {r.id.case_id} is not a case of the scenario its manifest keeps; "
                                "the rows and the manifest do not belong together")
-        out[r.case_id] = w
+        out[r.id.case_id] = w
     weighted = sf.scenario.weights is not None
     res = RunWeights(out, sum(c.weight for c in sf.cases), len(sf.cases), weighted)
     if not weighted:

@@ -1,7 +1,7 @@
 """Speedups between backends and between runs, with their uncertainty; the regression check.
 
 Pure logic, no printing. The statistics (``significance.py``) use one number per timing
-round and row, ``Row.round_medians_ms``, never the calls of one round as if each were an
+round and row, ``Row.timing.round_medians_ms``, never the calls of one round as if each were an
 independent measurement:
 
 * the *ratio* of two runs is the shift between their rounds' log times (> 1: slower), with
@@ -55,13 +55,14 @@ def ensure_rows_same_device(current: Sequence[Row], baseline: Sequence[Row], all
     with another on the set of devices and still have put a case on another one."""
     if allow_cross_device:
         return
-    base = {r.key: r.device for r in baseline if r.device}
-    moved = [(r, base[r.key]) for r in current if r.device and base.get(r.key, r.device) != r.device]
+    base = {r.key: r.id.device for r in baseline if r.id.device}
+    moved = [(r, base[r.key]) for r in current if r.id.device and base.get(r.key, r.id.device) != r.id.device]
     if moved:
         r, was = moved[0]
         raise CompareError(
-            f"{len(moved)} row(s) were measured on different devices in the two runs, e.g. {r.case_id} · {r.backend}: "
-            f"{was!r} (baseline) vs {r.device!r}; timings across devices are not comparable. "
+            f"{len(moved)} row(s) were measured on different devices in the two runs, e.g. "
+            f"{r.id.case_id} · {r.id.backend}: {was!r} (baseline) vs {r.id.device!r}; "
+            "timings across devices are not comparable. "
             "Pass --allow-cross-device to compare anyway (with --normalize-by BACKEND to cancel the speed difference)"
         )
 
@@ -87,11 +88,11 @@ def match_rows(current: Sequence[Row], baseline: Sequence[Row]) -> Matched:
 def _norm_rows(rows: Sequence[Row], backend: Optional[str]) -> dict[tuple[str, str], Row]:
     if not backend:
         return {}
-    return {(r.scenario, r.case_id): r for r in rows if r.backend == backend}
+    return {(r.id.scenario, r.id.case_id): r for r in rows if r.id.backend == backend}
 
 
 def _usable(r: Optional[Row]) -> bool:
-    return r is not None and r.status is Status.OK and len(r.round_medians_ms) > 0
+    return r is not None and r.status is Status.OK and len(r.timing.round_medians_ms) > 0
 
 
 # ---------------------------------------------------------------------------- check
@@ -180,7 +181,7 @@ def _enough_rounds(cur: Row, x, y, confidence: float, paired: bool = False) -> N
     if (ranks.min_p(min(len(x), len(y))) if paired else ranks.min_p(len(x), len(y))) > 1 - confidence:
         need = rounds_needed(confidence, paired)
         raise CompareError(
-            f"{cur.case_id} · {cur.backend}: {len(x)} timing round(s) in the run and {len(y)} in the baseline; "
+            f"{cur.id.case_id} · {cur.id.backend}: {len(x)} timing round(s) in the run and {len(y)} in the baseline; "
             f"with fewer than {need} per side no difference can be significant at {confidence:.0%}. "
             f"Set timing.rounds in the scenario (e.g. --set timing.rounds={max(need, 10)}) for the run and the baseline"
         )
@@ -189,13 +190,13 @@ def _enough_rounds(cur: Row, x, y, confidence: float, paired: bool = False) -> N
 def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresholds, norm: Optional[str],
            gate: bool, paired: bool = False) -> CaseResult:
     res = CaseResult(
-        cur.scenario, cur.case_id, cur.backend, verdict="", failed=False,
+        cur.id.scenario, cur.id.case_id, cur.id.backend, verdict="", failed=False,
         baseline_status=base.status, current_status=cur.status,
-        baseline_ms=base.median_ms, current_ms=cur.median_ms,
+        baseline_ms=base.timing.median_ms, current_ms=cur.timing.median_ms,
     )
     if _status_verdict(res, cur, base):
         return res
-    if norm and cur.backend == norm:
+    if norm and cur.id.backend == norm:
         res.verdict = "normalizer"
         return res
     if norm and not (_usable(cn) and _usable(bn)):
@@ -218,7 +219,7 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     if norm:
         res.raw_ratio = ratio(round_logs(cur), round_logs(base), th.confidence)
         res.normalized_by = normalizer_note(norm, cn, bn)
-    res.delta_ms = cur.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
+    res.delta_ms = cur.timing.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
     if r.slower_for_sure:
         if r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms:
             res.verdict, res.failed = "regressed", True
@@ -268,8 +269,8 @@ def check(
     and fail vanished (and, with ``strict``, new) cases; off for a plain report. ``paired``:
     round k of one side was measured next to round k of the other (``compare commits``), so
     the rounds are compared pair by pair (signed ranks) rather than as two samples."""
-    if normalize_by and not any(r.backend == normalize_by for r in baseline):
-        have = ", ".join(sorted({r.backend for r in baseline})) or "none"
+    if normalize_by and not any(r.id.backend == normalize_by for r in baseline):
+        have = ", ".join(sorted({r.id.backend for r in baseline})) or "none"
         raise CompareError(f"--normalize-by {normalize_by}: the baseline has no rows of that backend (it has: {have})")
     try:
         refuse_normalizer(normalize_by, current, baseline)
@@ -279,14 +280,14 @@ def check(
     cn, bn = _norm_rows(current, normalize_by), _norm_rows(baseline, normalize_by)
     out = []
     for cur, base in m.pairs:
-        ck = (cur.scenario, cur.case_id)
+        ck = (cur.id.scenario, cur.id.case_id)
         out.append(_judge(cur, base, cn.get(ck), bn.get(ck), thresholds, normalize_by, gate, paired))
     for r in m.new:
-        out.append(CaseResult(r.scenario, r.case_id, r.backend, "new", gate and thresholds.strict,
-                              current_status=r.status, current_ms=r.median_ms))
+        out.append(CaseResult(r.id.scenario, r.id.case_id, r.id.backend, "new", gate and thresholds.strict,
+                              current_status=r.status, current_ms=r.timing.median_ms))
     for r in m.vanished:
-        out.append(CaseResult(r.scenario, r.case_id, r.backend, "vanished", gate,
-                              baseline_status=r.status, baseline_ms=r.median_ms))
+        out.append(CaseResult(r.id.scenario, r.id.case_id, r.id.backend, "vanished", gate,
+                              baseline_status=r.status, baseline_ms=r.timing.median_ms))
     return CheckResult(out, normalize_by)
 
 
@@ -309,14 +310,14 @@ def compare_backends(
     (they took turns in the same rounds)."""
     by_case: dict[str, list[Row]] = {}
     for r in rows:
-        by_case.setdefault(r.case_id, []).append(r)
+        by_case.setdefault(r.id.case_id, []).append(r)
     out = []
     for case_id, rs in by_case.items():
         ok = [r for r in rs if _usable(r)]
-        ref = next((r for r in ok if r.backend == baseline), None) if baseline else None
-        rivals = [r for r in ok if not is_oracle(r.backend)] or ok
+        ref = next((r for r in ok if r.id.backend == baseline), None) if baseline else None
+        rivals = [r for r in ok if not is_oracle(r.id.backend)] or ok
         if baseline is None and rivals:  # a baseline asked for and not ok here: nothing to compare with
-            ref = min(rivals, key=lambda r: r.median_ms)
+            ref = min(rivals, key=lambda r: r.timing.median_ms)
         for r in rs:
             ratio = None
             if ref is not None and _usable(r) and r is not ref:
@@ -324,7 +325,8 @@ def compare_backends(
                     ratio = compare_paired(round_logs(r), round_logs(ref), confidence)
                 except RoundsError:
                     ratio = None
-            out.append(BackendComparison(case_id, r.backend, r.status, r.median_ms, ref.backend if ref else "", ratio))
+            out.append(BackendComparison(case_id, r.id.backend, r.status, r.timing.median_ms,
+                                         ref.id.backend if ref else "", ratio))
     return out
 
 

@@ -64,7 +64,7 @@ def run_problems(
             out.append(why + "; pass --allow-scenario-change if that is intended, or refresh the baseline")
     base_keys = {r.key for r in baseline}
     if not any(r.key in base_keys for r in current):
-        names = sorted({r.scenario for r in current}), sorted({r.scenario for r in baseline})
+        names = sorted({r.id.scenario for r in current}), sorted({r.id.scenario for r in baseline})
         out.append(f"no case of the run ({len(current)} rows, scenario {', '.join(names[0]) or '-'}) matches one of "
                    f"the baseline ({len(baseline)} rows, scenario {', '.join(names[1]) or '-'}): nothing was compared")
     return out

@@ -145,19 +145,20 @@ def spread(median: float, samples: Sequence[float], rounds: int) -> list[float]:
 
 def host_constant(row: Row, parts: Sequence[str]) -> bool:
     """The row's plan or convert counts one median in every round (its samples were not kept)."""
-    n = len(row.round_medians_ms)
-    return ("plan" in parts and math.isfinite(row.plan_ms) and len(row.plan_samples_ms) < n) or (
-        "convert" in parts and bool(row.convert_ms) and math.isfinite(row.convert_ms) and len(row.convert_samples_ms) < n)
+    t = row.timing
+    n = len(t.round_medians_ms)
+    return ("plan" in parts and math.isfinite(t.plan_ms) and len(t.plan_samples_ms) < n) or (
+        "convert" in parts and bool(t.convert_ms) and math.isfinite(t.convert_ms) and len(t.convert_samples_ms) < n)
 
 
 def cost_of(row: Row, parts: Sequence[str]) -> Cost:
-    plan = _finite(row.plan_ms) if "plan" in parts else 0.0
-    conv = _finite(row.convert_ms) if "convert" in parts else 0.0
-    n = len(row.round_medians_ms)
-    plans = spread(plan, row.plan_samples_ms, n) if plan else [0.0] * n
-    convs = spread(conv, row.convert_samples_ms, n) if conv else [0.0] * n
-    return Cost(row.backend, plan, conv, row.median_ms, row.mode,
-                [p + c + m for p, c, m in zip(plans, convs, row.round_medians_ms)])
+    plan = _finite(row.timing.plan_ms) if "plan" in parts else 0.0
+    conv = _finite(row.timing.convert_ms) if "convert" in parts else 0.0
+    n = len(row.timing.round_medians_ms)
+    plans = spread(plan, row.timing.plan_samples_ms, n) if plan else [0.0] * n
+    convs = spread(conv, row.timing.convert_samples_ms, n) if conv else [0.0] * n
+    return Cost(row.id.backend, plan, conv, row.timing.median_ms, row.id.mode,
+                [p + c + m for p, c, m in zip(plans, convs, row.timing.round_medians_ms)])
 
 
 def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
@@ -176,13 +177,13 @@ def _bounded(lo: float, hi: float) -> tuple[float, float]:
 def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], parts: Sequence[str],
            confidence: float) -> CaseChoice:
     """The pick of one case among its ok competitors, and how sure it is against the runner-up."""
-    by_backend = {r.backend: r for r in rows if not is_oracle(r.backend)}
-    ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.median_ms)]
+    by_backend = {r.id.backend: r for r in rows if not is_oracle(r.id.backend)}
+    ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.timing.median_ms)]
     costs = sorted((cost_of(r, parts) for r in ok), key=lambda c: (c.step, c.backend))
     not_ok = {b: (by_backend[b].status.value if b in by_backend else "no row") for b in backends
               if b not in {c.backend for c in costs}}
     first = rows[0]
-    ch = CaseChoice(case_id, first.batch, dict(first.params), weight, costs, not_ok)
+    ch = CaseChoice(case_id, first.workload.batch, dict(first.workload.params), weight, costs, not_ok)
     if len(costs) >= 2:
         lo, hi = _paired_gain(costs[1].rounds, costs[0].rounds, confidence)
         ch.runner_up = Gain(costs[1].step / costs[0].step, lo, hi)
@@ -220,8 +221,8 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
     rows_list = list(rows)
     by_case: dict[str, list[Row]] = {}
     for r in rows_list:
-        by_case.setdefault(r.case_id, []).append(r)
-    backends = sorted({r.backend for rs in by_case.values() for r in rs if not is_oracle(r.backend)})
+        by_case.setdefault(r.id.case_id, []).append(r)
+    backends = sorted({r.id.backend for rs in by_case.values() for r in rs if not is_oracle(r.id.backend)})
     if not backends:
         raise DecideError("no competitor rows (only the reference, or none): run the scenario with backends to "
                           "choose among, e.g. -b sdpa -b flex")
@@ -245,7 +246,8 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
     rounds = {len(c.rounds) for ch in dispatched for c in ch.costs}
     d = Decision(cases, totals, dis, best, parts, confidence, rounds.pop() if len(rounds) == 1 else 0)
     d.notes = notes(d)
-    const = sorted({r.backend for r in rows_list if r.status is Status.OK and host_constant(r, parts)} & set(backends))
+    const = sorted({r.id.backend for r in rows_list if r.status is Status.OK and host_constant(r, parts)}
+                   & set(backends))
     if const:
         d.notes.append(f"{', '.join(const)}: fewer plan/convert samples kept than rounds (a run made before they were "
                        "kept): their median counts in every round, so the intervals leave the host times' spread out")

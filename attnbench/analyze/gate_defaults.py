@@ -21,7 +21,7 @@ GPU_MAX_SLOWDOWN = 0.10
 
 def measured_on_cpu(rows: Sequence[Row]) -> bool:
     """Some row was measured on a CPU (``measure.metrics.device_name``: ``cpu ...``)."""
-    return any(isinstance(r.device, str) and r.device.startswith("cpu") for r in rows)
+    return any(isinstance(r.id.device, str) and r.id.device.startswith("cpu") for r in rows)
 
 
 def default_max_slowdown(*sides: Sequence[Row]) -> tuple[float, str]:
@@ -31,7 +31,7 @@ def default_max_slowdown(*sides: Sequence[Row]) -> tuple[float, str]:
         return CPU_MAX_SLOWDOWN, (
             f"the CPU default: in docs/ci.md's CPU calibration {GPU_MAX_SLOWDOWN:.0%} failed 3.8% of A/A checks of "
             f"unchanged code, {CPU_MAX_SLOWDOWN:.0%} none; --max-slowdown sets another")
-    if not any(r.device for rows in sides for r in rows):
+    if not any(r.id.device for rows in sides for r in rows):
         return GPU_MAX_SLOWDOWN, "the default (the rows do not say their device); --max-slowdown sets another"
     return GPU_MAX_SLOWDOWN, "the GPU default; --max-slowdown sets another"
 

@@ -33,7 +33,7 @@ def trends(pts: Sequence[Point], pick: Optional[Callable[..., bool]] = None,
     """The steps of every (scenario, case, backend) ``pick(case_id, backend, params)`` keeps."""
     by_key: dict[Key, list[Point]] = {}
     for p in pts:
-        if pick is None or pick(p.row.case_id, p.row.backend, p.row.params):
+        if pick is None or pick(p.row.id.case_id, p.row.id.backend, p.row.workload.params):
             by_key.setdefault(p.row.key, []).append(p)
     return {key: _steps(ps, thresholds) for key, ps in by_key.items()}
 
@@ -86,7 +86,7 @@ def step_cells(s: Step) -> list[str]:
     """started, commit, device, status, median ms, ratio to the previous point, p, verdict, note."""
     r = s.point.row
     res = s.result
-    med = f"{r.median_ms:.4g}" if math.isfinite(r.median_ms) else ""
+    med = f"{r.timing.median_ms:.4g}" if math.isfinite(r.timing.median_ms) else ""
     p = f"{res.ratio.p:.2g}" if res and res.ratio else ""
     return [s.point.run.started[:19], _short_commit(s.point.run.git_commit), s.point.run.device, r.status.value, med,
             ratio_text(res), p, res.verdict if res else "", s.note or (r.reason if r.status.value != "ok" else "")]
@@ -109,7 +109,7 @@ def step_record(key: Key, s: Step) -> dict:
         return v if isinstance(v, (int, float)) and math.isfinite(v) else None
     return {"scenario": key[0], "case": key[1], "backend": key[2], "started": run.started, "commit": run.git_commit,
             "device": run.device, "scenario_sha256": run.scenario_sha256, "overrides": run.overrides,
-            "run": run.run_path, "status": r.status.value, "median_ms": num(r.median_ms),
+            "run": run.run_path, "status": r.status.value, "median_ms": num(r.timing.median_ms),
             "compared": res is not None, "verdict": res.verdict if res else None,
             "ratio": num(ratio.ratio) if ratio else None, "lo": num(ratio.lo) if ratio else None,
             "hi": num(ratio.hi) if ratio else None, "p": num(ratio.p) if ratio else None,
@@ -137,7 +137,7 @@ def history_html(found: dict[Key, list[Step]], source: str) -> str:
     for key in found:
         cases.setdefault(key[:2], []).append(key)
     for (scen, case), keys in cases.items():
-        lines = {k[2]: [(_point_label(s), s.point.row.median_ms) for s in found[k]] for k in keys}
+        lines = {k[2]: [(_point_label(s), s.point.row.timing.median_ms) for s in found[k]] for k in keys}
         svg = trend(f"{scen} · {case}: median time per point", lines)
         head = "".join(f"<th>{escape(h)}</th>" for h in ["backend", *STEP_HEADS])
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in [k[2], *step_cells(s)]) + "</tr>"

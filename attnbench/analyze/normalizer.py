@@ -19,9 +19,12 @@ when
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from attnbench.store.rows import ORACLE_BACKEND, Row, Status
+
+if TYPE_CHECKING:  # the annotations' numpy; imported where it is used
+    import numpy as np
 
 NOISIER = 2.0  # refused when its rounds scatter over twice as much as the rows it normalizes
 
@@ -36,8 +39,8 @@ def _deviations(rows: Sequence[Row]) -> "np.ndarray":
 
     out = []
     for r in rows:
-        if r.status is Status.OK and len(r.round_medians_ms) > 1:
-            x = np.log(np.asarray(r.round_medians_ms, dtype=float))
+        if r.status is Status.OK and len(r.timing.round_medians_ms) > 1:
+            x = np.log(np.asarray(r.timing.round_medians_ms, dtype=float))
             out.append(x - np.median(x))
     return np.concatenate(out) if out else np.zeros(0)
 
@@ -63,8 +66,8 @@ def refuse_normalizer(name: Optional[str], current: Sequence[Row], baseline: Seq
             "without --normalize-by"
         )
     rows = [*current, *baseline]
-    norm = round_spread([r for r in rows if r.backend == name])
-    others = round_spread([r for r in rows if r.backend != name])
+    norm = round_spread([r for r in rows if r.id.backend == name])
+    others = round_spread([r for r in rows if r.id.backend != name])
     if math.isfinite(norm) and math.isfinite(others) and norm > NOISIER * others:
         raise NormalizerError(
             f"--normalize-by {name}: its timing rounds scatter {norm:.2%} (robust spread of the round medians, both "
@@ -76,6 +79,7 @@ def refuse_normalizer(name: Optional[str], current: Sequence[Row], baseline: Seq
 def normalizer_note(name: str, cur: Row, base: Row) -> str:
     """``reference 0.71 → 0.52 ms`` for the case's normalizer rows (what each round was divided by)."""
     def ms(r: Row) -> str:
-        return f"{r.median_ms:.4g}" if r.status is Status.OK and math.isfinite(r.median_ms) else str(r.status)
+        med = r.timing.median_ms
+        return f"{med:.4g}" if r.status is Status.OK and math.isfinite(med) else str(r.status)
 
     return f"÷ {name} ({ms(base)} → {ms(cur)} ms)"

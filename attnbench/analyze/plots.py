@@ -48,7 +48,7 @@ def _short(key: str) -> str:
 
 
 def _value(row: Row, key: str):
-    return row.backend if key == "backend" else row.params.get(key)
+    return row.id.backend if key == "backend" else row.workload.params.get(key)
 
 
 def _resolve(name: str, keys: list[str], flag: str) -> str:
@@ -81,7 +81,7 @@ def _label(v) -> str:
 def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title: str = "") -> list[Path]:
     """Write the time and %-of-ceiling figures against ``x`` and the roofline chart into
     ``out_dir``; return their paths."""
-    keys = list(dict.fromkeys(k for r in rows for k in r.params))
+    keys = list(dict.fromkeys(k for r in rows for k in r.workload.params))
     x = _resolve(x, keys, "--x")
     by = _resolve(by, keys, "--by")
     ok = [r for r in rows if r.status is Status.OK]  # a null x is a value of its own (a category)
@@ -94,7 +94,7 @@ def plot_run(rows: list[Row], x: str, out_dir: Path, by: str = "backend", title:
     plt = _matplotlib()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    scenario = title or (ok[0].scenario + " on " + ok[0].device)
+    scenario = title or (ok[0].id.scenario + " on " + ok[0].id.device)
     note = (f"median of {len({_value(r, replicates[0]) for r in ok})} {_short(replicates[0])}s, band min-max"
             if replicates else "")
     paths = []
@@ -124,7 +124,7 @@ def _series(rows: list[Row], x: str, metric: str) -> tuple[list, list[float], li
     """(x values, median, min, max of ``metric`` over the replicates at each x)."""
     at: dict = {}
     for r in rows:
-        y = getattr(r, metric)
+        y = r.flat()[metric]  # by its on-disk name: the metric is in the row's timing or roofline
         if y is not None and math.isfinite(y):
             at.setdefault(_value(r, x), []).append(y)
     xs = sorted(at, key=value_order)
@@ -207,15 +207,16 @@ def ceilings_of(rows: list[Row]) -> tuple[Optional[float], Optional[float], str]
     """(memory ceiling B/s, compute ceiling FLOP/s, where they come from): from the rows'
     own roofline columns (floor_ms is bytes / bandwidth when memory-bound, FLOPs / matmul rate
     when compute-bound), the compute ceiling from the ceilings cache when no row reached it."""
-    mem = [r.bytes / (r.floor_ms / 1e3) for r in rows if r.bound == "memory" and r.floor_ms > 0]
-    cmp_ = [r.flops / (r.floor_ms / 1e3) for r in rows if r.bound == "compute" and r.floor_ms > 0]
+    roofs = [r.roofline for r in rows]
+    mem = [f.bytes / (f.floor_ms / 1e3) for f in roofs if f.bound == "memory" and f.floor_ms > 0]
+    cmp_ = [f.flops / (f.floor_ms / 1e3) for f in roofs if f.bound == "compute" and f.floor_ms > 0]
     bw = statistics.median(mem) if mem else None
     if cmp_:
         return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)"
     # no row reached the compute ceiling: the cached matmul rate, if it agrees with the rows
     # (a memory-bound row says the rate was at least its FLOPs over its floor time)
-    peak, notes = _cached_matmul(rows[0].device, rows[0].dtype)
-    least = max((r.flops / (r.floor_ms / 1e3) for r in rows if r.bound == "memory" and r.floor_ms > 0), default=0.0)
+    peak, notes = _cached_matmul(rows[0].id.device, rows[0].workload.dtype)
+    least = max((f.flops / (f.floor_ms / 1e3) for f in roofs if f.bound == "memory" and f.floor_ms > 0), default=0.0)
     if peak is not None and peak < least * 0.999:
         peak = None
     return bw, peak, "measured on this device (memory stream" + ("; dense matmul, from the cache)" if peak else
@@ -234,17 +235,19 @@ def _cached_matmul(device: str, dtype: str) -> tuple[Optional[float], list[str]]
 
 def roofline_chart(plt, rows: list[Row], path: Path, scenario: str) -> Optional[Path]:
     """Achieved FLOP/s against FLOPs per byte, under the measured ceilings; None without data."""
-    pts = [r for r in rows if r.flops > 0 and r.bytes > 0 and r.median_ms > 0 and math.isfinite(r.median_ms)]
+    pts = [r for r in rows if r.roofline.flops > 0 and r.roofline.bytes > 0 and r.timing.median_ms > 0
+           and math.isfinite(r.timing.median_ms)]
     if not pts:
         return None
     bw, peak, source = ceilings_of(pts)
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    backends = list(dict.fromkeys(r.backend for r in pts))
+    backends = list(dict.fromkeys(r.id.backend for r in pts))
     for i, b in enumerate(backends):
-        mine = [r for r in pts if r.backend == b]
-        ax.scatter([r.flops / r.bytes for r in mine], [r.flops / (r.median_ms / 1e3) for r in mine], s=14,
-                   color=f"C{i % 10}", alpha=0.75, label=b, zorder=3)
-    ai = [r.flops / r.bytes for r in pts]
+        mine = [r for r in pts if r.id.backend == b]
+        ax.scatter([r.roofline.flops / r.roofline.bytes for r in mine],
+                   [r.roofline.flops / (r.timing.median_ms / 1e3) for r in mine], s=14, color=f"C{i % 10}", alpha=0.75,
+                   label=b, zorder=3)
+    ai = [r.roofline.flops / r.roofline.bytes for r in pts]
     lo, hi = min(ai) / 4, max(ai) * 4
     if bw and peak:
         lo, hi = min(lo, peak / bw / 8), max(hi, peak / bw * 8)

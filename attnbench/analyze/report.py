@@ -110,15 +110,15 @@ def columns() -> list[tuple[str, str]]:
 
 
 def _row_cells(label: str, r: Row, ctx: dict) -> list[str]:
-    cells = [_td(escape(label)), _td(escape(r.case_id)), _td(escape(r.backend)),
-             _td(escape(r.status.value)), _td(escape(r.reason)), _td(escape(r.batch))]
+    cells = [_td(escape(label)), _td(escape(r.id.case_id)), _td(escape(r.id.backend)),
+             _td(escape(r.status.value)), _td(escape(r.reason)), _td(escape(r.workload.batch))]
     for c in REGISTRY:  # shown as every table shows it, sorted by the raw value
         v = c.value(r, ctx)
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
         sort = (repr(float(v)) if math.isfinite(v) else "") if number else None
         cells.append(_td(escape(c.text(r, ctx)), sort, "num" if number else ""))
-    cells.append(_td(str(len(r.round_medians_ms)), str(len(r.round_medians_ms)), "num"))
-    cells.append(_td(f"<code>{escape(r.repro)}</code>" if r.repro else "", r.repro, "repro"))
+    cells.append(_td(str(len(r.timing.round_medians_ms)), str(len(r.timing.round_medians_ms)), "num"))
+    cells.append(_td(f"<code>{escape(r.id.repro)}</code>" if r.id.repro else "", r.id.repro, "repro"))
     return cells
 
 
@@ -133,10 +133,11 @@ def run_table_section(runs: Sequence[RunData]) -> str:
     head = "".join(f'<th data-col="{c}">{escape(t)}</th>' for c, t in columns())
     body = []
     for label, r, ctx in all_rows:
-        attrs = f'data-backend="{escape(r.backend)}" data-case="{escape(r.case_id)}" class="status-{r.status.value}"'
+        attrs = (f'data-backend="{escape(r.id.backend)}" data-case="{escape(r.id.case_id)}" '
+                 f'class="status-{r.status.value}"')
         body.append(f"<tr {attrs}>" + "".join(_row_cells(label, r, ctx)) + "</tr>")
-    backends = sorted({r.backend for _, r, _ in all_rows})
-    cases = list(dict.fromkeys(r.case_id for _, r, _ in all_rows))
+    backends = sorted({r.id.backend for _, r, _ in all_rows})
+    cases = list(dict.fromkeys(r.id.case_id for _, r, _ in all_rows))
     filters = (f'<div class="filters">{_select("f-backend", "backend", backends)}{_select("f-case", "case", cases)}'
                f'<span class="note"><span id="shown">{len(all_rows)}</span> of {len(all_rows)} rows shown; '
                "click a header to sort</span></div>")
@@ -206,14 +207,14 @@ def comparison_section(runs: Sequence[RunData]) -> str:
     if len(runs) >= 2:
         parts += [_runs_comparison(runs[0], cur) for cur in runs[1:]]
     for run in runs:
-        if len({r.backend for r in run.rows if r.status is Status.OK}) >= 2:
+        if len({r.id.backend for r in run.rows if r.status is Status.OK}) >= 2:
             parts.append(_backends_comparison(run))
     return "<h2>Comparison</h2>" + "\n".join(parts) if parts else ""
 
 
 # ---------------------------------------------------------------------------- charts
 def _colors(runs: Sequence[RunData]) -> dict[str, str]:
-    names = list(dict.fromkeys(r.backend for run in runs for r in run.rows))
+    names = list(dict.fromkeys(r.id.backend for run in runs for r in run.rows))
     return {b: color(i) for i, b in enumerate(names)}
 
 
@@ -222,7 +223,8 @@ def bars_section(runs: Sequence[RunData]) -> str:
     by_case: dict[str, list] = {}  # one pass over the rows (a scan per case was quadratic: 10k rows took 6.4 s)
     for run in runs:
         for r in run.rows:
-            by_case.setdefault(r.case_id, []).append((f"{run.label} · {r.backend}" if len(runs) > 1 else r.backend, r))
+            label = f"{run.label} · {r.id.backend}" if len(runs) > 1 else r.id.backend
+            by_case.setdefault(r.id.case_id, []).append((label, r))
     charts = [case_bars(case, series, colors) for case, series in by_case.items()]
     return ('<h2>Per case</h2><p class="note">median time per call; the whisker spans p20 to p80</p>'
             f'<div class="charts">{"".join(charts)}</div>')
@@ -232,7 +234,7 @@ def roofline_section(runs: Sequence[RunData]) -> str:
     colors = _colors(runs)
     charts = []
     for run in runs:
-        pts = [r for r in run.rows if r.status is Status.OK and r.flops > 0 and r.bytes > 0]
+        pts = [r for r in run.rows if r.status is Status.OK and r.roofline.flops > 0 and r.roofline.bytes > 0]
         if not pts:
             continue
         bw, peak, source = ceilings_of(pts)

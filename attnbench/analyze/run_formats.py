@@ -43,7 +43,7 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))
-        cells = [r.case_id, r.backend, r.status.value, *(c.text(r, ctx) for c in cols),
+        cells = [r.id.case_id, r.id.backend, r.status.value, *(c.text(r, ctx) for c in cols),
                  " ".join(f"[{x}]" for x in refs)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", "_" + "; ".join(c.legend for c in cols) + "_"]

@@ -1,7 +1,7 @@
 """The run's results table, fitted to the terminal: columns are taken by importance while they
 fit the console's width (case, backend, status and kernel time always), as the column
 registry (``store/columns.py``) orders and formats them; what does not fit is named under the table (it is all in results.csv). A sweep's typed values
-(``Row.params``) become one column per swept value (``context  page_size  seed``), values
+(``Row.workload.params``) become one column per swept value (``context  page_size  seed``), values
 only, rendered here (4096 as ``4k``, None as ``null``).
 """
 from __future__ import annotations
@@ -32,15 +32,15 @@ def _case_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], list[str]]
     """(headers, cells per row, values fixed in every row as name=value): the case as one column
     per swept value that varies (from the rows' typed params, rendered here), or one ``case``
     column when the rows have no sweep or do not share one."""
-    keys = list(rows[0].params) if rows else []
-    if not keys or any(list(r.params) != keys for r in rows):
-        return ["case"], [[r.case_id] for r in rows], []
-    values = [[value_text(r.params[k]) for k in keys] for r in rows]
+    keys = list(rows[0].workload.params) if rows else []
+    if not keys or any(list(r.workload.params) != keys for r in rows):
+        return ["case"], [[r.id.case_id] for r in rows], []
+    values = [[value_text(r.workload.params[k]) for k in keys] for r in rows]
     names = [display_name(k, keys) for k in keys]
     varies = [i for i in range(len(keys)) if len({v[i] for v in values}) > 1]
     fixed = [f"{names[i]}={values[0][i]}" for i in range(len(keys)) if i not in varies]
     if not varies:
-        return ["case"], [[r.case_id] for r in rows], []
+        return ["case"], [[r.id.case_id] for r in rows], []
     return [names[i] for i in varies], [[v[i] for i in varies] for v in values], fixed
 
 
@@ -74,7 +74,8 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
     widths = {c.name: max(_width(texts[c.name]), cell_len(c.header)) for c in cols}
     ref_texts = [",".join(f"[{x}]" for x in refs) for refs in refs_of]
     must = [max(_width(c[i] for c in case_cells), cell_len(h)) for i, h in enumerate(case_heads)]
-    must += [max(_width(r.backend for r in rows), 7), max(_width(r.status.value for r in rows), 6), widths[cols[0].name]]
+    must += [max(_width(r.id.backend for r in rows), 7), max(_width(r.status.value for r in rows), 6),
+             widths[cols[0].name]]
     if notes:
         must.append(_width(ref_texts))
     fixed_width = sum(must) + 2 * (len(must) - 1)
@@ -95,13 +96,14 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
         t.add_column("", no_wrap=True)
     last_case = None
     for i, (r, refs) in enumerate(zip(rows, ref_texts)):
-        if r.case_id != last_case and last_case is not None and not compact:
+        if r.id.case_id != last_case and last_case is not None and not compact:
             t.add_section()
-        case = case_cells[i] if r.case_id != last_case else [""] * len(case_heads)
-        cells = [*(Text(c) for c in case), Text(r.backend), Text(r.status.value, style=STATUS_STYLE.get(r.status, ""))]
+        case = case_cells[i] if r.id.case_id != last_case else [""] * len(case_heads)
+        cells = [*(Text(c) for c in case), Text(r.id.backend),
+                 Text(r.status.value, style=STATUS_STYLE.get(r.status, ""))]
         cells += [texts[c.name][i] for c in order]
         t.add_row(*cells, *([refs] if notes else []))
-        last_case = r.case_id
+        last_case = r.id.case_id
     legend = [c.legend for c in order]
     return t, notes, legend, left_out
 

@@ -5,7 +5,7 @@ and memory placement), so thousands of calls of one run are not thousands of ind
 measurements; treating them so made unchanged code "significantly" slower with p = 1e-260.
 What repeats independently is the round (``timing.rounds``: a case's backends take turns,
 each round a short measurement of every backend). Each round gives one number per backend,
-its median call time (``Row.round_medians_ms``), and the statistics here use only those:
+its median call time (``Row.timing.round_medians_ms``), and the statistics here use only those:
 
 * the value of a round is ``log(round median)``, or with a normalizer backend
   ``log(round median / the normalizer's median in the same round)``;
@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 # numpy: imported in the functions that use it (the light commands import this module)
 from attnbench.analyze import ranks
 from attnbench.store.rows import Row
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GATE_CONFIDENCE = 0.99  # check: a slowdown is real when the 99% interval lies above 1
 REPORT_CONFIDENCE = 0.95  # compare: the interval shown
@@ -82,12 +85,13 @@ class RoundsError(ValueError):
 def round_logs(row: Row, norm: Optional[Row] = None) -> np.ndarray:
     """``log`` of each round's median of ``row`` (divided by ``norm``'s of the same round)."""
     import numpy as np
-    vals = np.log(np.asarray(row.round_medians_ms, dtype=float))
+    vals = np.log(np.asarray(row.timing.round_medians_ms, dtype=float))
     if norm is None:
         return vals
-    nv = np.log(np.asarray(norm.round_medians_ms, dtype=float))
+    nv = np.log(np.asarray(norm.timing.round_medians_ms, dtype=float))
     if len(nv) != len(vals):
-        raise RoundsError(f"{norm.backend} has {len(nv)} rounds and {row.backend} {len(vals)} in case {row.case_id}")
+        raise RoundsError(f"{norm.id.backend} has {len(nv)} rounds and {row.id.backend} {len(vals)} "
+                          f"in case {row.id.case_id}")
     return vals - nv
 
 

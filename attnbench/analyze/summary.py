@@ -13,8 +13,8 @@ def ok_times(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
     """case -> backend -> median of the ok rows."""
     out: dict[str, dict[str, float]] = {}
     for r in rows:
-        if r.status == "ok" and math.isfinite(r.median_ms) and r.median_ms > 0:
-            out.setdefault(r.case_id, {})[r.backend] = r.median_ms
+        if r.status == "ok" and math.isfinite(r.timing.median_ms) and r.timing.median_ms > 0:
+            out.setdefault(r.id.case_id, {})[r.id.backend] = r.timing.median_ms
     return out
 
 
@@ -33,8 +33,8 @@ def backend_summary(rows: Iterable[Row], rank_oracle: bool = False) -> list[str]
     """``triton fastest in 14 of 18 cases, geo-mean 1.90x faster than sdpa (18 cases)``, one
     line per backend; nothing when fewer than two backends ran ok. The oracle is no
     competitor: left out unless ``rank_oracle``."""
-    rows = [r for r in rows if rank_oracle or not is_oracle(r.backend)]
-    interpreted = list(dict.fromkeys(r.backend for r in rows if is_interpreted(r)))
+    rows = [r for r in rows if rank_oracle or not is_oracle(r.id.backend)]
+    interpreted = list(dict.fromkeys(r.id.backend for r in rows if is_interpreted(r)))
     rows = [r for r in rows if not is_interpreted(r)]
     times = ok_times(rows)
     backends = list(dict.fromkeys(b for t in times.values() for b in t))

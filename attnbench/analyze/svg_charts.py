@@ -62,25 +62,27 @@ def _text(x, y, s, size=11, anchor="start", extra="") -> str:
 # ---------------------------------------------------------------------------- per-case bars
 def case_bars(case_id: str, series: Sequence[tuple[str, Row]], colors: dict[str, str]) -> str:
     """Bars of one case: ``series`` is [(label, row)], the label naming run and backend."""
-    ok = [(lab, r) for lab, r in series if r.status is Status.OK and _finite(r.median_ms) and r.median_ms > 0]
+    ok = [(lab, r) for lab, r in series
+          if r.status is Status.OK and _finite(r.timing.median_ms) and r.timing.median_ms > 0]
     other = [(lab, r) for lab, r in series if (lab, r) not in ok]
     left, width, bar_h = 190, 380, 18
     h = 28 + bar_h * 1.4 * max(len(ok), 1) + 16 * len(other) + 10
-    top = max([r.p80_ms if _finite(r.p80_ms) else r.median_ms for _, r in ok] + [r.median_ms for _, r in ok],
-              default=1.0)
+    top = max([r.timing.p80_ms if _finite(r.timing.p80_ms) else r.timing.median_ms for _, r in ok]
+              + [r.timing.median_ms for _, r in ok], default=1.0)
     scale = width / (top * 1.05)
     body = [_text(4, 16, f"case {case_id}", 12, extra='font-weight="bold"')]
     y = 28.0
     for lab, r in ok:
-        w = r.median_ms * scale
-        c = colors.get(r.backend, "#888")
+        w = r.timing.median_ms * scale
+        c = colors.get(r.id.backend, "#888")
         body.append(_text(left - 6, y + bar_h * 0.75, lab, 11, "end"))
         body.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar_h}" fill="{c}" '
-                    f'data-backend="{escape(r.backend)}"><title>{escape(lab)}: {fmt_time(r.median_ms)}</title></rect>')
-        if _finite(r.p20_ms) and _finite(r.p80_ms):
-            x0, x1, ym = left + r.p20_ms * scale, left + r.p80_ms * scale, y + bar_h / 2
+                    f'data-backend="{escape(r.id.backend)}"><title>{escape(lab)}: {fmt_time(r.timing.median_ms)}'
+                    '</title></rect>')
+        if _finite(r.timing.p20_ms) and _finite(r.timing.p80_ms):
+            x0, x1, ym = left + r.timing.p20_ms * scale, left + r.timing.p80_ms * scale, y + bar_h / 2
             body.append(f'<line x1="{x0:.1f}" y1="{ym:.1f}" x2="{x1:.1f}" y2="{ym:.1f}" stroke="#000" stroke-width="1.2"/>')
-        body.append(_text(left + w + 6, y + bar_h * 0.75, fmt_time(r.median_ms), 10))
+        body.append(_text(left + w + 6, y + bar_h * 0.75, fmt_time(r.timing.median_ms), 10))
         y += bar_h * 1.4
     if not ok:
         y += bar_h * 1.4
@@ -118,12 +120,12 @@ def _flops_text(v: float) -> str:
 def roofline(rows: Sequence[Row], bw: Optional[float], peak: Optional[float], source: str,
              colors: dict[str, str]) -> Optional[str]:
     """The roofline of ``rows`` (ok rows with FLOPs and bytes); None when none has them."""
-    pts = [r for r in rows if r.status is Status.OK and r.flops > 0 and r.bytes > 0
-           and _finite(r.median_ms) and r.median_ms > 0]
+    pts = [r for r in rows if r.status is Status.OK and r.roofline.flops > 0 and r.roofline.bytes > 0
+           and _finite(r.timing.median_ms) and r.timing.median_ms > 0]
     if not pts:
         return None
-    ai = [r.flops / r.bytes for r in pts]
-    rate = [r.flops / (r.median_ms / 1e3) for r in pts]
+    ai = [r.roofline.flops / r.roofline.bytes for r in pts]
+    rate = [r.roofline.flops / (r.timing.median_ms / 1e3) for r in pts]
     xlo, xhi = min(ai) / 4, max(ai) * 4
     if bw and peak:
         xlo, xhi = min(xlo, peak / bw / 8), max(xhi, peak / bw * 8)
@@ -145,11 +147,11 @@ def roofline(rows: Sequence[Row], bw: Optional[float], peak: Optional[float], so
                     f'stroke="#000" stroke-width="1.6"/>')
         body.append(_text(x.p0 + 6, y(peak) - 4, f"ceiling: {peak / 1e12:.3g} TFLOP/s", 10))
     for r, a, f in zip(pts, ai, rate):
-        c = colors.get(r.backend, "#888")
+        c = colors.get(r.id.backend, "#888")
         body.append(f'<circle cx="{x(a):.1f}" cy="{y(f):.1f}" r="4" fill="{c}" fill-opacity="0.8" '
-                    f'data-backend="{escape(r.backend)}"><title>{escape(r.case_id)} · {escape(r.backend)}: '
+                    f'data-backend="{escape(r.id.backend)}"><title>{escape(r.id.case_id)} · {escape(r.id.backend)}: '
                     f'{_flops_text(f)}FLOP/s at {a:.3g} FLOP/B</title></circle>')
-    _legend(body, [b for b in dict.fromkeys(r.backend for r in pts)], colors, W - 150, y.p0 - 16)
+    _legend(body, [b for b in dict.fromkeys(r.id.backend for r in pts)], colors, W - 150, y.p0 - 16)
     return _svg("roofline", W, H, body, "roofline chart")
 
 

@@ -22,38 +22,39 @@ COMPACT_FROM = 24  # rows: from here on one line per row
 def _ceiling_note(row: Row) -> str:
     if not above_ceiling(row):
         return ""
-    return (f"{row.pct_of_ceiling:.0f}% of the measured {row.bound} ceiling: the ceiling is wrong (measured low, e.g. "
+    rf = row.roofline
+    return (f"{rf.pct_of_ceiling:.0f}% of the measured {rf.bound} ceiling: the ceiling is wrong (measured low, e.g. "
             "on a busy machine), not the row; see and re-measure it with `attnbench ceilings --measure`")
 
 
 def row_notes(row: Row, methods: dict[str, list[str]]) -> list[str]:
     """What the reader must know to read this row: why it is not ok (and how to re-run it),
     how it ran (mode, timing method), when its case mixes timing methods."""
-    out = [f"{row.backend}: {x}" for x in (row.reason, row.mode and f"ran as: {row.mode}", row.timing_note,
-                                           _ceiling_note(row)) if x]
-    if len(methods) > 1 and row.timing_method:
+    notes = (row.reason, row.id.mode and f"ran as: {row.id.mode}", row.timing.timing_note, _ceiling_note(row))
+    out = [f"{row.id.backend}: {x}" for x in notes if x]
+    if len(methods) > 1 and row.timing.timing_method:
         out.append("timing methods differ in this case: " + "; ".join(f"{m}: {', '.join(b)}" for m, b in methods.items()))
-    if row.status.failed and row.repro:
-        out.append(f"re-run {row.case_id} · {row.backend}: {row.repro}")
+    if row.status.failed and row.id.repro:
+        out.append(f"re-run {row.id.case_id} · {row.id.backend}: {row.id.repro}")
     return out
 
 
 def has_convert(rows: list[Row]) -> bool:
     """Some backend converted the batch (a convert column is worth showing)."""
-    return any(math.isfinite(r.convert_ms) and r.convert_ms > 0 for r in rows)
+    return any(math.isfinite(r.timing.convert_ms) and r.timing.convert_ms > 0 for r in rows)
 
 
 def numbered_notes(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The distinct notes of the rows, and each row's note numbers."""
     methods_by_case: dict[str, dict[str, list[str]]] = {}  # a case that mixes methods gets one note
     for r in rows:
-        if r.timing_method:
-            methods_by_case.setdefault(r.case_id, {}).setdefault(r.timing_method, []).append(r.backend)
+        if r.timing.timing_method:
+            methods_by_case.setdefault(r.id.case_id, {}).setdefault(r.timing.timing_method, []).append(r.id.backend)
     notes: list[str] = []
     refs_of = []
     for r in rows:
         refs = []
-        for text in row_notes(r, methods_by_case.get(r.case_id, {})):
+        for text in row_notes(r, methods_by_case.get(r.id.case_id, {})):
             if text not in notes:
                 notes.append(text)
             refs.append(str(notes.index(text) + 1))
@@ -65,9 +66,9 @@ def batch_lines(rows: list[Row], most: int = 6) -> list[str]:
     """The batch of every case: one line when all share it; else one line per distinct batch."""
     by_batch: dict[str, list[str]] = {}
     for r in rows:
-        cases = by_batch.setdefault(r.batch, [])
-        if r.case_id not in cases:
-            cases.append(r.case_id)
+        cases = by_batch.setdefault(r.workload.batch, [])
+        if r.id.case_id not in cases:
+            cases.append(r.id.case_id)
     if len(by_batch) == 1:
         return [f"batch: {next(iter(by_batch))}"]
     if len(by_batch) > most:
@@ -92,14 +93,16 @@ def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
     for col in ("case", "backend", "kernels/call", "kernel sum", "timed median", "top kernels (share)", "trace"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        if not r.trace:
+        if not r.profile.trace:
             continue
         tops = ""
-        kfile = Path(r.trace.replace(".trace.json", ".kernels.json"))
+        kfile = Path(r.profile.trace.replace(".trace.json", ".kernels.json"))
         if kfile.is_file():
             ks = json.loads(kfile.read_text())["run_kernels"][:top]
             tops = "; ".join(f"{k['name'][:48]} ({k['share']:.0%})" for k in ks)
-        t.add_row(Text(r.case_id), Text(r.backend), str(r.kernels_per_call), fmt_time(r.kernel_sum_ms), fmt_time(r.median_ms), tops, Path(r.trace).name)
+        p = r.profile
+        t.add_row(Text(r.id.case_id), Text(r.id.backend), str(p.kernels_per_call), fmt_time(p.kernel_sum_ms),
+                  fmt_time(r.timing.median_ms), tops, Path(p.trace).name)
     console.print(t)
-    if any(r.trace and r.timing_method.startswith("cpu") for r in rows):
+    if any(r.profile.trace and r.timing.timing_method.startswith("cpu") for r in rows):
         console.print(CPU_PROFILE_NOTE, style="dim", highlight=False)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, median, round_logs
+from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_runs, round_logs
 from attnbench.store.rows import Row
 
 VARIANT = "variant"
@@ -41,7 +41,7 @@ class Point:
 
 
 def _usable(row: Optional[Row]) -> bool:
-    return row is not None and row.status == "ok" and bool(row.round_medians_ms)
+    return row is not None and row.status == "ok" and bool(row.timing.round_medians_ms)
 
 
 def _ratio(a: Optional[Row], b: Optional[Row]) -> tuple[float, float, float]:
@@ -57,12 +57,12 @@ def points(rows: Iterable[Row]) -> list[Point]:
     """Rows of variant cases grouped by (scenario, backend, the other swept values)."""
     out: dict = {}
     for r in rows:
-        v = r.params.get(VARIANT)
+        v = r.workload.params.get(VARIANT)
         if v is None:
             continue
-        rest = {k: x for k, x in r.params.items() if k != VARIANT}
-        key = (r.scenario, r.backend, repr(sorted(rest.items(), key=lambda kv: kv[0])))
-        out.setdefault(key, Point(r.scenario, r.backend, rest, {})).rows[v] = r
+        rest = {k: x for k, x in r.workload.params.items() if k != VARIANT}
+        key = (r.id.scenario, r.id.backend, repr(sorted(rest.items(), key=lambda kv: kv[0])))
+        out.setdefault(key, Point(r.id.scenario, r.id.backend, rest, {})).rows[v] = r
     return list(out.values())
 
 
@@ -94,11 +94,11 @@ def records(rows: Iterable[Row], gain: Optional[float] = None, where: str = "the
         out.append({
             "case": p.backend,  # render() starts a section per backend
             "point": p.label,
-            "requests": any_row.num_requests,
-            "batch": tree.batch if tree is not None else "",
-            "tree_ms": tree.median_ms if _usable(tree) else math.nan,
-            "chain_ms": chain.median_ms if _usable(chain) else math.nan,
-            "decode_ms": dec.median_ms if _usable(dec) else math.nan,
+            "requests": any_row.workload.num_requests,
+            "batch": tree.workload.batch if tree is not None else "",
+            "tree_ms": tree.timing.median_ms if _usable(tree) else math.nan,
+            "chain_ms": chain.timing.median_ms if _usable(chain) else math.nan,
+            "decode_ms": dec.timing.median_ms if _usable(dec) else math.nan,
             "tree_over_chain": c, "chain_lo": c_lo, "chain_hi": c_hi,
             "tree_over_decode": d, "decode_lo": d_lo, "decode_hi": d_hi,
             "verdict": verdict(c_lo, c_hi, gain),

@@ -309,7 +309,7 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
         with sigterm_as_interrupt(), stdout_to_stderr(), progress_for(err, counts, label, quiet, costs) as progress:
             for row in rows:
                 folder.add(row)
-                progress.advance(row.case_id, row.backend, getattr(row.status, "value", row.status))
+                progress.advance(row.id.case_id, row.id.backend, getattr(row.status, "value", row.status))
         complete = True
     except Terminated as e:
         _hold_interrupts()

@@ -130,7 +130,7 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
     result = run_check(*picked, opts.thresholds, normalize_by, paired=True)
     for h, b in zip(hl, bl):
         result.problems += [p for p in run_problems(h.rows, h.manifest, b.rows, b.manifest) if p not in result.problems]
-    if select and not [r for r in picked[0] if r.backend != normalize_by]:
+    if select and not [r for r in picked[0] if r.id.backend != normalize_by]:
         result.problems.append(f"-k {select!r} picks no row: nothing was compared")
     labels = (f"head {sides[1].label}", f"base {sides[0].label}")
     report_check(result, opts, fmt, all_, labels)

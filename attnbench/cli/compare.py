@@ -147,13 +147,13 @@ def _report_backends(folder: RunFolder, baseline: Optional[str], fmt: str) -> No
     )
     for r in folder.rows:
         if r.status is not Status.OK:
-            info.print(f"{r.case_id} · {r.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
+            info.print(f"{r.id.case_id} · {r.id.backend}: {r.status}: {r.reason}", highlight=False, markup=False)
     if baseline:
         missing = sorted({c.case_id for c in comps} - {c.case_id for c in comps if c.backend == baseline and c.status == "ok"})
         if missing:
             info.print(f"[yellow]note:[/] --baseline {baseline} has no ok row in {len(missing)} case(s) ({', '.join(missing)}): "
                        "no ratios there", highlight=False)
-    few = min((len(r.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
+    few = min((len(r.timing.round_medians_ms) for r in folder.rows if r.status == "ok"), default=0)
     if 0 < few < rounds_needed(REPORT_CONFIDENCE, paired=True):
         info.print(f"[yellow]note:[/] {few} timing round(s) per row: no ratio can be significant with fewer than "
                    f"{rounds_needed(REPORT_CONFIDENCE, paired=True)}; add --set timing.rounds=10", highlight=False)
@@ -179,7 +179,7 @@ def pick_rows(rows: list, select: Optional[str], keep: Optional[str] = None) -> 
     if not select:
         return rows
     picks = selector(select)
-    return [r for r in rows if picks(r.case_id, r.backend, r.params) or r.backend == keep]
+    return [r for r in rows if picks(r.id.case_id, r.id.backend, r.workload.params) or r.id.backend == keep]
 
 
 @compare_app.command("runs")
@@ -201,7 +201,7 @@ def compare_runs_cmd(
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
     if normalize_by:
-        normalize_by = backend_among(normalize_by, [r.backend for r in b.rows + a.rows], "--normalize-by",
+        normalize_by = backend_among(normalize_by, [r.id.backend for r in b.rows + a.rows], "--normalize-by",
                                      "the rows' backends")
     b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)
     # no thresholds: this is a report, not a gate

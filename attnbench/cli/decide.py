@@ -77,7 +77,7 @@ def decide_cmd(
         if path is not None:
             check_write_target(path, flag, inputs=[run], example=f"decide{'.json' if 'json' in flag else '.md'}")
     d, loaded = decision_of(run, not no_convert)
-    scenario = loaded.manifest.scenario or (loaded.rows[0].scenario if loaded.rows else "")
+    scenario = loaded.manifest.scenario or (loaded.rows[0].id.scenario if loaded.rows else "")
     title = f"decide: {scenario} ({run})"
     doc = json.dumps(json_doc(d, str(run), scenario, loaded.manifest.device), indent=1, allow_nan=False)
     md = markdown(d, title)

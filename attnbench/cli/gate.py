@@ -48,7 +48,7 @@ class GateOptions:
         measured on (20% on a CPU, 10% else); --normalize-by as the rows spell it (resolved as
         -b is, a usage error when no row has it: ``backend_among``)."""
         if self.normalize_by:
-            self.normalize_by = backend_among(self.normalize_by, [r.backend for rows in sides for r in rows],
+            self.normalize_by = backend_among(self.normalize_by, [r.id.backend for rows in sides for r in rows],
                                               "--normalize-by", "the rows' backends")
         if not self.max_slowdown_given:
             self.thresholds.max_slowdown, self.default_why = default_max_slowdown(*sides)
@@ -173,7 +173,7 @@ def check_cmd(
     res = run_check(*picked, opts.thresholds, normalize_by)
     res.problems = run_problems(cur.rows, cur.manifest, ref.rows, ref.manifest, allow_scenario_change)
     for rows, label in zip(picked, (cur.label, ref.label)):
-        if select and not [r for r in rows if r.backend != normalize_by]:
+        if select and not [r for r in rows if r.id.backend != normalize_by]:
             res.problems.append(f"-k {select!r} picks no row of {label}: nothing was compared")
     report_check(res, opts, fmt, all_, (cur.label, ref.label))
     if res.failed:

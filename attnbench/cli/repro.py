@@ -54,5 +54,5 @@ def with_repro(rows: Iterable[Row], base: Optional[Sequence[str]], case_ids: Seq
     """Stamp each row with its re-run command as it passes (``base`` None: leave rows as they are)."""
     for row in rows:
         if base is not None:
-            row.repro = repro_command(base, row.case_id, row.backend, case_ids)
+            row.id.repro = repro_command(base, row.id.case_id, row.id.backend, case_ids)
         yield row

@@ -218,7 +218,7 @@ def _execute(runner, folder: RunFolder, done: frozenset, launch: Launch, spec, s
 def run_title(scenario: str, device: str, rows) -> str:
     """``quickstart on cpu x86_64 (2 threads)``, and for CPU rows the threads they ran on:
     ``..., rows timed on 1 thread`` (the device's count is the machine's, not the rows')."""
-    threads = sorted({r.threads for r in rows if r.threads})
+    threads = sorted({r.timing.threads for r in rows if r.timing.threads})
     if not threads:
         return f"{scenario} on {device}"
     return f"{scenario} on {device}, rows timed on {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}"

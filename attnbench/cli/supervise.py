@@ -246,7 +246,7 @@ def _record_culprit(folder: str, step: dict, how: str) -> str:
             rf.unlock()
     except Exception as e:  # noqa: BLE001 - the message below still says what happened
         return f"\n  (could not record an error row for the backend that was running: {type(e).__name__}: {e})"
-    return f"\n  recorded an error row for {row.backend} in case {row.case_id}, which was running"
+    return f"\n  recorded an error row for {row.id.backend} in case {row.id.case_id}, which was running"
 
 
 def _signame(sig: int) -> str:

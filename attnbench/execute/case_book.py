@@ -62,7 +62,7 @@ class CaseBook:
 
     def accept(self, row: Row) -> Optional[Row]:
         """The row if it is new (to be recorded), None if that (case, backend) already is."""
-        key = (row.case_id, row.backend)
+        key = (row.id.case_id, row.id.backend)
         if key in self.recorded:
             return None
         self.recorded.add(key)
@@ -86,7 +86,7 @@ class CaseBook:
             attempt.stage = "poisoned"
         elif kind == ev_.ROW:
             row = ev_.row_of(msg)
-            attempt.running = [b for b in attempt.running if b != row.backend]
+            attempt.running = [b for b in attempt.running if b != row.id.backend]
             return self.accept(row)
         return None
 

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 from attnbench.backend import registry
 from attnbench.backend.options import backend_word
 from attnbench.execute.options import RunOptions
+from attnbench.store.row_parts import RowIdentity, RowWorkload
 from attnbench.store.rows import Row
 from attnbench.workload.spec import describe
 from attnbench.workload.scenario import Case, ScenarioFile
@@ -67,18 +68,9 @@ def case_base_row(scenario: str, case: Case, name: str, device: str = "", device
     """A case's row for one backend before anything ran: what the case is, on which device."""
     spec = case.scenario.batch_spec()
     return Row(
-        scenario=scenario,
-        case_id=case.case_id,
-        backend=name,
-        device=device,
-        device_id=device_id,
-        dtype=spec.dtype,
-        page_size=spec.page_size,
-        layout=spec.layout,
-        batch=describe(spec),
-        num_requests=len(spec.requests),
-        num_tokens=spec.num_tokens,
-        params=dict(case.params),
+        id=RowIdentity(scenario=scenario, case_id=case.case_id, backend=name, device=device, device_id=device_id),
+        workload=RowWorkload(dtype=spec.dtype, page_size=spec.page_size, layout=spec.layout, batch=describe(spec),
+                             num_requests=len(spec.requests), num_tokens=spec.num_tokens, params=dict(case.params)),
     )
 
 

@@ -31,7 +31,7 @@ def event(kind: str, **fields) -> dict:
 
 def step_event(row: Row, ended: bool) -> dict:
     """START or END of a step of ``row``'s backend (the runner's step observer reports these)."""
-    return event(END if ended else START, backend=row.backend)
+    return event(END if ended else START, backend=row.id.backend)
 
 
 def row_event(row: Row) -> dict:

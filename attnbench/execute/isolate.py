@@ -221,8 +221,8 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> 
                 current = None
             elif kind == ev_.ROW:
                 row = ev_.row_of(ev)
-                if row.backend in remaining:
-                    remaining.remove(row.backend)
+                if row.id.backend in remaining:
+                    remaining.remove(row.id.backend)
                 current = None
                 yield row
             elif kind == ev_.SAVE_FAILED:  # after every row: the run stops, saying why
@@ -282,7 +282,7 @@ def _child_main(argv: list[str]) -> int:
     try:
         for row in runner.run_case(case, list(job.backends)):  # the case's epilogue (--save-tensors) runs too
             send(ev_.row_event(row))
-            sent.add(row.backend)
+            sent.add(row.id.backend)
             step.restart_if_poisoned(row)
     except SaveTensorsError as e:
         send(ev_.event(ev_.SAVE_FAILED, reason=str(e)))
@@ -311,9 +311,9 @@ class _StepReporter:
     def restart_if_poisoned(self, row: Row) -> None:
         """After an error on a GPU the CUDA context may be unusable: send the row (if it was
         not), exit, and let a fresh process run the backends left (if any)."""
-        others = [n for n in self.names if n not in self.sent and n != row.backend]
+        others = [n for n in self.names if n not in self.sent and n != row.id.backend]
         if row.status is Status.ERROR and self.runner.device.type == "cuda" and others:
-            if row.backend not in self.sent:
+            if row.id.backend not in self.sent:
                 self.send(ev_.row_event(checked(row)))
             self.send(ev_.event(ev_.RESTART))
             self.out.close()

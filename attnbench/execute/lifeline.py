@@ -60,7 +60,8 @@ def report_step(row, ended: bool) -> None:
     ``error`` row for the backend that killed it."""
     if _pipe is None:
         return
-    report("step", None if ended else {k: getattr(row, k) for k in _IDENTITY})
+    flat = row.flat()  # the on-disk names: the parent reads it back with Row.from_json
+    report("step", None if ended else {k: flat[k] for k in _IDENTITY})
 
 
 def announce_run_folder(path) -> None:

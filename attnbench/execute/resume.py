@@ -112,17 +112,17 @@ def _rows_done(folder: RunFolder, sf: ScenarioFile, backends: list[str]) -> froz
     cases, ran = {c.case_id for c in sf.cases}, set(backends)
     seen: set[tuple[str, str]] = set()
     for i, r in enumerate(folder.rows, 1):
-        where = f"--resume {folder.path}: rows.jsonl: row {i} ({r.case_id} · {r.backend})"
-        if r.scenario != sf.name:
-            why = f"is of scenario {r.scenario!r}, not this run's {sf.name!r}"
-        elif r.case_id not in cases:
+        where = f"--resume {folder.path}: rows.jsonl: row {i} ({r.id.case_id} · {r.id.backend})"
+        if r.id.scenario != sf.name:
+            why = f"is of scenario {r.id.scenario!r}, not this run's {sf.name!r}"
+        elif r.id.case_id not in cases:
             why = f"is of a case the scenario does not have (its cases: {', '.join(sorted(cases)[:5])}, ...)"
-        elif ran and r.backend not in ran:
-            why = f"is of backend {r.backend!r}, which the run never ran (its backends: {', '.join(backends)})"
-        elif (r.case_id, r.backend) in seen:
+        elif ran and r.id.backend not in ran:
+            why = f"is of backend {r.id.backend!r}, which the run never ran (its backends: {', '.join(backends)})"
+        elif (r.id.case_id, r.id.backend) in seen:
             why = "repeats an earlier row of that case and backend"
         else:
-            seen.add((r.case_id, r.backend))
+            seen.add((r.id.case_id, r.id.backend))
             continue
         raise ResumeError(f"{where} {why}: rows from elsewhere would be mixed into this run; start a new run "
                           "(or remove that line by hand, knowing what it was)")

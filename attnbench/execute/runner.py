@@ -29,7 +29,9 @@ from attnbench.store.rows import Row, Status, checked, is_oracle
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
-from attnbench.measure.stats import Summary, kept
+from attnbench.measure.stats import Summary
+from attnbench.execute.row_build import host_timed, kernel_timed, profile_part, roofline_part
+from attnbench.store.row_parts import RowRoofline
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
 from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
@@ -148,9 +150,9 @@ class Runner:
         rows = []
         for n in names:
             row = self.base_row(case, spec, n)
-            row.tolerance = tol
-            row.flops, row.bytes = work.flops, work.bytes
-            row.threads = self.threads if self.device.type == "cpu" else 0
+            row.correctness.tolerance = tol
+            row.roofline = RowRoofline(flops=work.flops, bytes=work.bytes)
+            row.timing.threads = self.threads if self.device.type == "cpu" else 0
             rows.append(row)
         with cpu_threads(self.device, self.threads):
             if cfg.rounds == 1:  # each row is finished (and yielded) before the next backend starts
@@ -170,7 +172,7 @@ class Runner:
                 for row in self._run_in_rounds(rows, batch, ref, tol, cfg, ceil, work, outputs):
                     self._save_tensors(case, batch, outputs)
                     yield row
-        del batch, ref, outputs
+        batch = ref = outputs = None  # its tensors go before the next case (no del: the lambdas above read them)
         _release(self.device)
 
     def _save_tensors(self, case: Case, batch: Batch, outputs: dict) -> None:
@@ -282,11 +284,11 @@ class Runner:
     def _prepare(self, row: Row, batch: Batch, ref, tol, outputs, cfg: TimingConfig) -> Optional["_Live"]:
         """Availability, capability, plan, the checked first run, plan timing. Returns what
         timing needs, or None when the row is already finished (skipped or mismatch)."""
-        spec = self.specs[row.backend]  # resolved when the run began, never parsed again
+        spec = self.specs[row.id.backend]  # resolved when the run began, never parsed again
         cls = registry.get_backend_class(spec.name)
         be = registry.make_backend(spec)
         why = be.why_unavailable()
-        row.backend_version = "" if why else cls.version()
+        row.id.backend_version = "" if why else cls.version()
         if why:
             row.status, row.reason = Status.SKIPPED, why
             return
@@ -296,21 +298,22 @@ class Runner:
             return
         converted = be.convert(batch)
         plan = be.plan(converted)
-        row.mode = getattr(plan, "mode", "") or ""
-        tol, why = route_tolerance(plan, row.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
-        row.tolerance, row.mode = tol, f"{row.mode} ({why})".strip() if why else row.mode
+        mode = getattr(plan, "mode", "")  # a plain tensor as the plan has a mode() method: no route
+        row.id.mode = mode if isinstance(mode, str) else ""
+        tol, why = route_tolerance(plan, row.correctness.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
+        row.correctness.tolerance, row.id.mode = tol, f"{row.id.mode} ({why})".strip() if why else row.id.mode
         poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
         with fresh_memory_marked(batch.device):
             out = be.run(plan)
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)
-        status, reason, row.rel_err, row.max_abs_err = check_output(out, ref, batch, tol)
+        status, reason, row.correctness.rel_err, row.correctness.max_abs_err = check_output(out, ref, batch, tol)
         aliased = aliased_inputs(out, batch)
         if aliased:
             row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
         if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
-            outputs[row.backend] = out.detach().cpu()
+            outputs[row.id.backend] = out.detach().cpu()
         if status is not Status.OK:
             row.status, row.reason = status, reason
             return
@@ -320,9 +323,8 @@ class Runner:
         # each timed call is one engine step: what a step rebuilds is not reused from the last (Batch.new_step)
         host_ms = min(50.0, cfg.measure_ms)  # host timing within the row's budget too
         conv = time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms) if be.converts() else []
-        row.convert_samples_ms, row.convert_ms = kept(conv), Summary.of(conv).median if conv else 0.0
-        row.plan_samples_ms = kept(time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms))
-        row.plan_ms = Summary.of(row.plan_samples_ms).median
+        plans = time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms)
+        row.timing = host_timed(row.timing, plans, conv)
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
         return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)
 
@@ -342,16 +344,9 @@ class Runner:
     def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:
         """Statistics of all samples, the check of the timed output, roofline, profile."""
         row, be, plan, batch, res = live.row, live.be, live.plan, live.batch, live.last
-        s = Summary.of(live.samples)
-        row.samples_ms = kept(live.samples)
-        row.round_medians_ms = kept(live.round_medians)
-        row.median_ms, row.p20_ms, row.p80_ms, row.min_ms = s.median, s.p20, s.p80, s.min
-        row.iqr_rel, row.n = s.iqr_rel, s.n
-        row.step_ms = row.plan_ms + s.median
-        row.timing_method, row.cold_l2, row.timing_note, row.flush = res.method, res.cold_l2, res.note, res.flush
-        if live.graph_check is not None and live.graph_check.note:
-            row.timing_note = "; ".join(x for x in (row.timing_note, live.graph_check.note) if x)
-        st2, reason2, _, _ = check_output(res.output, ref, batch, row.tolerance or tol)
+        graph_note = live.graph_check.note if live.graph_check is not None else ""
+        row.timing = kernel_timed(row.timing, live.samples, live.round_medians, res, graph_note)
+        st2, reason2, _, _ = check_output(res.output, ref, batch, row.correctness.tolerance or tol)
         if st2 is Status.OK and live.graph_problem:
             st2, reason2 = Status.MISMATCH, live.graph_problem
         if st2 is Status.OK and live.calls_bad:
@@ -362,18 +357,17 @@ class Runner:
         if st2 is not Status.OK:
             row.status, row.reason = Status.MISMATCH, f"output under {res.method} timing: {reason2}"
             return
-        if not is_oracle(row.backend):  # float64 per request, there to be right: no roofline, no bandwidth
-            rf = checked_roofline(work, s.median, ceil, batch.spec.dtype, batch.device, self.threads)
-            row.tflops, row.tbps, row.floor_ms, row.bound, row.pct_of_ceiling = (
-                rf.tflops, rf.tbps, rf.floor_ms, rf.bound, rf.pct_of_ceiling,
-            )
+        if not is_oracle(row.id.backend):  # float64 per request, there to be right: no roofline, no bandwidth
+            rf = checked_roofline(work, row.timing.median_ms, ceil, batch.spec.dtype, batch.device, self.threads)
+            row.roofline = roofline_part(work, rf)
         if self.opts.profile_dir is not None:
             from attnbench.measure.profiling import profile_row
 
             prof = profile_row(
-                lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.case_id, row.backend
+                lambda: be.prepare(batch), lambda: be.run(plan), batch.device, self.opts.profile_dir, row.id.case_id,
+                row.id.backend,
             )
-            row.kernels_per_call, row.kernel_sum_ms, row.trace = prof.kernels_per_call, prof.kernel_ms_per_call, prof.trace
+            row.profile = profile_part(prof)
 
 
 @dataclass

@@ -99,15 +99,15 @@ def _load(path: Path) -> Loaded:
 def few_rounds_problem(run: Path, rf: RunFolder, need: int) -> Optional[str]:
     """Why ``check`` (which needs ``need`` timing rounds per side) would refuse this run as a
     baseline: its ok rows with fewer rounds, counted, with the command that makes a usable run."""
-    few = [r for r in rf.rows if r.status == "ok" and len(r.round_medians_ms or []) < need]
+    few = [r for r in rf.rows if r.status == "ok" and len(r.timing.round_medians_ms or []) < need]
     if not few:
         return None
     ok = sum(r.status == "ok" for r in rf.rows)
-    have = sorted({len(r.round_medians_ms or []) for r in few})
+    have = sorted({len(r.timing.round_medians_ms or []) for r in few})
     m = rf.manifest
     scenario = m.scenario_path or m.scenario or "SCENARIO"
     return (f"{run}: {len(few)} of {ok} ok row(s) have {'/'.join(map(str, have))} timing round(s) "
-            f"(e.g. {few[0].case_id} · {few[0].backend}); attnbench check needs at least {need} per side at its "
+            f"(e.g. {few[0].id.case_id} · {few[0].id.backend}); attnbench check needs at least {need} per side at its "
             f"default confidence and would refuse this baseline. Make a run with more rounds and the baseline "
             f"of that: attnbench run {scenario} --set timing.rounds={max(need, 10)} (with the run's other options), "
             "or pass --allow-few-rounds to keep this one (then check it at a lower --confidence)")

@@ -3,10 +3,11 @@ formatter, importance, legend) that the terminal table, the Markdown table, the 
 results.csv and JSON read, and the one family of number formatters (``fmt_*``: a number and
 its unit, a space between them: ``67.3 µs``, ``2.04 TB/s``).
 
-A measured value is a ``Row`` field (results.csv and JSON carry every field: the dataclass is
-the list); a column here says how it is shown. A column with ``derived`` set is computed from
-the rows (``x_fastest``) and is written to results.csv and JSON too. Adding a metric: the field
-in ``store/rows.py``, the code that measures it, and its entry here.
+A measured value is a field of a ``Row`` part (``store/row_parts.py``; results.csv and JSON
+carry every field, flat: ``rows.FLAT_FIELDS``); a column here says how it is shown. A column with
+``derived`` set is computed from the rows (``x_fastest``) and is written to results.csv and JSON
+too. Adding a metric: the field in its part and in ``FLAT_FIELDS`` (appended: old run folders
+keep their columns), the code that measures it, and its entry here.
 
 Rows are read by attribute only (this module imports no row type: ``store/rows.py`` imports
 it, for the oracle's name and the derived columns).
@@ -28,7 +29,7 @@ ORACLE_BACKEND = "reference"
 def is_interpreted(row) -> bool:
     """The row ran through an interpreter (triton under TRITON_INTERPRET=1, its ``mode`` says):
     hundreds of times slower than the compiled kernel, so it is no competitor in a ranking."""
-    return str(getattr(row, "mode", "") or "").startswith("interpreted")
+    return (row.id.mode or "").startswith("interpreted")
 
 
 WEAK_N = 2  # an ok row timed fewer times than this (once) has no spread to judge a rank by
@@ -37,7 +38,7 @@ WEAK_N = 2  # an ok row timed fewer times than this (once) has no spread to judg
 def weak_timing(row) -> bool:
     """An ok row whose median rests on fewer than WEAK_N timed calls (a call longer than the
     measurement budget is timed once: n=1)."""
-    return row.status == "ok" and 0 < row.n < WEAK_N
+    return row.status == "ok" and 0 < row.timing.n < WEAK_N
 
 
 def is_oracle(backend: str) -> bool:
@@ -95,10 +96,11 @@ def fmt_ratio(x: Optional[float]) -> str:
 # ---------------------------------------------------------------------------- per case
 def quartiles(row) -> tuple[float, float]:
     """(p25, p75) of the row's samples (p20, p80 when the samples are not kept)."""
-    if row.samples_ms:
-        xs = sorted(row.samples_ms)
+    t = row.timing
+    if t.samples_ms:
+        xs = sorted(t.samples_ms)
         return quantile(xs, 0.25), quantile(xs, 0.75)
-    return row.p20_ms, row.p80_ms
+    return t.p20_ms, t.p80_ms
 
 
 def close_to_best(row, best) -> bool:
@@ -115,55 +117,56 @@ def fastest_by_case(rows, rank_oracle: bool = False) -> dict:
     for r in rows:
         if is_interpreted(r):  # an interpreter's time says nothing about the kernel's
             continue
-        if r.status == "ok" and _finite(r.median_ms) and (rank_oracle or not is_oracle(r.backend)):
-            if r.case_id not in best or r.median_ms < best[r.case_id].median_ms:
-                best[r.case_id] = r
+        if r.status == "ok" and _finite(r.timing.median_ms) and (rank_oracle or not is_oracle(r.id.backend)):
+            if r.id.case_id not in best or r.timing.median_ms < best[r.id.case_id].timing.median_ms:
+                best[r.id.case_id] = r
     return best
 
 
 def x_fastest(row, best: dict) -> float:
     """The row's median over its case's fastest competitor's (NaN when either is missing)."""
-    b = best.get(row.case_id)
-    return row.median_ms / b.median_ms if row.status == "ok" and b is not None else math.nan
+    b = best.get(row.id.case_id)
+    return row.timing.median_ms / b.timing.median_ms if row.status == "ok" and b is not None else math.nan
 
 
 def vs_best(row, best: dict) -> str:
-    b = best.get(row.case_id)
-    if row.status != "ok" or b is None or not _finite(row.median_ms):
+    b = best.get(row.id.case_id)
+    if row.status != "ok" or b is None or not _finite(row.timing.median_ms):
         return "-"
     weak = " ?" if weak_timing(row) or weak_timing(b) else ""
     if row is b:
         return "best" + weak
-    if is_oracle(row.backend):  # not ranked: the column compares competitors
+    if is_oracle(row.id.backend):  # not ranked: the column compares competitors
         return "oracle"
     if is_interpreted(row):
         return "interp."
-    return fmt_ratio(row.median_ms / b.median_ms) + (" ≈" if close_to_best(row, b) else "") + weak
+    return fmt_ratio(row.timing.median_ms / b.timing.median_ms) + (" ≈" if close_to_best(row, b) else "") + weak
 
 
 def above_ceiling(row) -> bool:
     """Faster than its measured ceiling allows: the ceiling is wrong (measured low), not the row."""
-    return _finite(row.pct_of_ceiling) and row.pct_of_ceiling > 100
+    return _finite(row.roofline.pct_of_ceiling) and row.roofline.pct_of_ceiling > 100
 
 
 def fmt_roofline(row) -> str:
     """``54% mem``; ``ceiling?`` above 100% (the ceiling is wrong: a note says so); ``-``."""
-    if not _finite(row.pct_of_ceiling):
+    rf = row.roofline
+    if not _finite(rf.pct_of_ceiling):
         return "-"
-    return "ceiling?" if above_ceiling(row) else f"{row.pct_of_ceiling:.0f}% {row.bound[:3]}"
+    return "ceiling?" if above_ceiling(row) else f"{rf.pct_of_ceiling:.0f}% {rf.bound[:3]}"
 
 
 def _iqr(r, _ctx) -> str:
-    if r.status == "ok" and r.n == 1:
+    if r.status == "ok" and r.timing.n == 1:
         return "n=1"  # one timed call (a slow row under its budget): no spread to show
-    return fmt_pct(r.iqr_rel) if r.status == "ok" else "-"
+    return fmt_pct(r.timing.iqr_rel) if r.status == "ok" else "-"
 
 
 # ---------------------------------------------------------------------------- the registry
 @dataclass(frozen=True)
 class Column:
     """How one column is shown. ``name``: the Row field (or, ``derived``, the key of a value
-    computed from the rows); ``unit``: of its raw value in results.csv and JSON;
+    computed from the rows), in the row's part ``part``; ``unit``: of its raw value in results.csv and JSON;
     ``text(row, ctx)``: the shown text (ctx: ``{"best": fastest_by_case(rows)}``);
     ``importance``: 0 always shown, then lower first while the terminal has room; None: not in
     the terminal or Markdown table (results.csv, JSON and the HTML report only)."""
@@ -176,40 +179,43 @@ class Column:
     legend: str = ""
     full_only: bool = False  # left out of the compact (one line per row) terminal table
     derived: Optional[Callable[[Any, dict], Any]] = None  # the raw value of a computed column
+    part: str = ""  # the row's part that holds the field (Row.timing, Row.roofline, ...)
 
     def value(self, row, ctx: dict) -> Any:
         """The raw value (a number for sorting, CSV and JSON)."""
-        return self.derived(row, ctx) if self.derived else getattr(row, self.name, None)
+        if self.derived:
+            return self.derived(row, ctx)
+        return getattr(getattr(row, self.part) if self.part else row, self.name, None)
 
 
 def _time(field: str) -> Callable[[Any, dict], str]:
-    return lambda r, _ctx: fmt_time(getattr(r, field))
+    return lambda r, _ctx: fmt_time(getattr(r.timing, field))
 
 
 #: left to right, as every table shows them
 COLUMNS = [
     Column("plan_ms", "plan", "ms", _time("plan_ms"), 3,
-           "plan: the engine's per-step metadata work (library plan call included)"),
-    Column("convert_ms", "convert", "ms", lambda r, c: fmt_time(r.convert_ms) if r.convert_ms else "-", 4,
-           "convert: what attnbench adds because the library cannot read the batch natively (gathered K/V, dense "
-           "masks; - for none)"),
-    Column("median_ms", "kernel", "ms", _time("median_ms"), 0, "kernel: median per call"),
-    Column("p20_ms", "p20", "ms", _time("p20_ms"), None),
-    Column("p80_ms", "p80", "ms", _time("p80_ms"), None),
+           "plan: the engine's per-step metadata work (library plan call included)", part="timing"),
+    Column("convert_ms", "convert", "ms", lambda r, c: fmt_time(r.timing.convert_ms) if r.timing.convert_ms else "-",
+           4, "convert: what attnbench adds because the library cannot read the batch natively (gathered K/V, dense "
+           "masks; - for none)", part="timing"),
+    Column("median_ms", "kernel", "ms", _time("median_ms"), 0, "kernel: median per call", part="timing"),
+    Column("p20_ms", "p20", "ms", _time("p20_ms"), None, part="timing"),
+    Column("p80_ms", "p80", "ms", _time("p80_ms"), None, part="timing"),
     Column("iqr_rel", "IQR", "fraction", _iqr, 2,
-           "IQR: interquartile range of the samples, % of the median (n=1: one timed call)"),
+           "IQR: interquartile range of the samples, % of the median (n=1: one timed call)", part="timing"),
     Column("x_fastest", "vs best", "×", lambda r, c: vs_best(r, c["best"]), 1,
            "vs best: kernel over the case's fastest (≈: the middle halves of their samples overlap, the order may not "
            "hold; ?: one side timed once (n=1), the rank may not hold; oracle: the float64 reference, interp.: run by an "
            "interpreter, neither ranked)", derived=lambda r, c: x_fastest(r, c["best"])),
     Column("pct_of_ceiling", "roofline", "%", lambda r, c: fmt_roofline(r), 5,
            "roofline: % of the binding ceiling, mem = memory-bound (measured bandwidth), com = compute-bound "
-           "(measured matmul rate)"),
-    Column("bound", "bound", "", lambda r, c: r.bound or "-", None),
-    Column("rel_err", "rel err", "", lambda r, c: fmt_err(r.rel_err), 6, "rel err: ‖out − ref‖/‖ref‖",
-           full_only=True),
-    Column("tbps", "bandwidth", "TB/s", lambda r, c: fmt_rate(r.tbps), 7, "bandwidth: bytes moved / kernel time",
-           full_only=True),
+           "(measured matmul rate)", part="roofline"),
+    Column("bound", "bound", "", lambda r, c: r.roofline.bound or "-", None, part="roofline"),
+    Column("rel_err", "rel err", "", lambda r, c: fmt_err(r.correctness.rel_err), 6,
+           "rel err: ‖out − ref‖/‖ref‖", full_only=True, part="correctness"),
+    Column("tbps", "bandwidth", "TB/s", lambda r, c: fmt_rate(r.roofline.tbps), 7,
+           "bandwidth: bytes moved / kernel time", full_only=True, part="roofline"),
 ]
 
 

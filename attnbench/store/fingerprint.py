@@ -22,12 +22,12 @@ def fingerprint(manifest: Manifest, rows: Iterable[Row] = ()) -> dict:
     """Device, torch and backend versions and host fields of a run (from its manifest, else its rows)."""
     env = manifest.environment  # a hand-edited manifest: {} (Manifest.from_json), fields checked below
     rows = list(rows)
-    device = _text(env.get("device")) or next((r.device for r in rows if r.device), "")
+    device = _text(env.get("device")) or next((r.id.device for r in rows if r.id.device), "")
     listed = env.get("backends") if isinstance(env.get("backends"), dict) else {}
     backends = {str(k): _text(v) for k, v in listed.items()}
     for r in rows:
-        if r.backend_version and r.backend not in backends:
-            backends[r.backend] = r.backend_version
+        if r.id.backend_version and r.id.backend not in backends:
+            backends[r.id.backend] = r.id.backend_version
     return {"device": device, "torch": _text(env.get("torch")), "backends": backends, "host": clean_host(env.get("host"))}
 
 

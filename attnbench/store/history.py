@@ -218,8 +218,9 @@ def add_run(db: Path, run_path: Path, manifest: Manifest, rows: list[Row], commi
         con.executemany(
             "INSERT OR REPLACE INTO points (run_id, scenario, case_id, backend, status, median_ms, row) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, r.scenario, r.case_id, r.backend, r.status.value, r.median_ms if r.median_ms == r.median_ms
-              else None, json.dumps(r.to_json())) for r in rows])
+            [(run_id, r.id.scenario, r.id.case_id, r.id.backend, r.status.value,
+              r.timing.median_ms if r.timing.median_ms == r.timing.median_ms else None, json.dumps(r.to_json()))
+             for r in rows])
         return run_id, True
 
 

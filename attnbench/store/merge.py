@@ -43,15 +43,15 @@ def _merged(parts: Sequence[Row]) -> Row:
     bad = next((r for r in parts if r.status is not Status.OK), None)
     if bad is not None:
         return bad
-    samples = [x for r in parts for x in r.samples_ms]
-    rounds = [x for r in parts for x in r.round_medians_ms]
-    first = parts[0]
-    return dataclasses.replace(
-        first,
+    samples = [x for r in parts for x in r.timing.samples_ms]
+    rounds = [x for r in parts for x in r.timing.round_medians_ms]
+    timing = dataclasses.replace(
+        parts[0].timing,
         samples_ms=samples,
         round_medians_ms=rounds,
-        n=sum(r.n for r in parts),
-        median_ms=statistics.median(samples) if samples else statistics.median(r.median_ms for r in parts),
-        min_ms=min(r.min_ms for r in parts),
+        n=sum(r.timing.n for r in parts),
+        median_ms=statistics.median(samples) if samples else statistics.median(r.timing.median_ms for r in parts),
+        min_ms=min(r.timing.min_ms for r in parts),
         p20_ms=math.nan, p80_ms=math.nan, iqr_rel=math.nan,  # not recomputed: see the runs' own rows
     )
+    return dataclasses.replace(parts[0], timing=timing)

@@ -9,8 +9,12 @@ What each status must carry (``Row.problems`` checks it; ``checked`` enforces it
 
 Every row the runner or the isolation parent yields passes through ``checked``: a row that
 lacks what its status asks for becomes an ``error`` row naming what was missing, so that no
-malformed row reaches a run folder. CSV columns come from the dataclass fields
-(``CSV_FIELDS``), never from a second list.
+malformed row reaches a run folder.
+
+A row is its outcome plus typed parts (``store/row_parts.py``: identity, workload, timing,
+correctness, roofline, profile). On disk it is flat, as it always was: ``FLAT_FIELDS`` orders
+the fields of the row and its parts (checked against the dataclasses when this module loads),
+and rows.jsonl, JSON (``Row.to_json``) and results.csv (``CSV_FIELDS``) follow it.
 """
 from __future__ import annotations
 
@@ -23,10 +27,21 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from attnbench.store.columns import (  # noqa: F401 (re-exported)
+from attnbench.store.columns import (
     ORACLE_BACKEND, context_of, derived_columns, is_interpreted, is_oracle,
 )
+from attnbench.store.row_parts import (
+    PARTS, RowCorrectness, RowIdentity, RowProfile, RowRoofline, RowTiming, RowWorkload,
+)
 from attnbench.workload.sweeps import upgraded_params
+
+__all__ = [
+    "Status", "Row", "FLAT_FIELDS", "strict_json", "typed_row", "RowError", "checked", "LIST_FIELDS",
+    "CSV_FIELDS", "rows_table", "rows_frame", "rows_csv",
+    # re-exported: the oracle's name and the ranking tests (store/columns.py), the parts (store/row_parts.py)
+    "ORACLE_BACKEND", "is_interpreted", "is_oracle", "RowIdentity", "RowWorkload", "RowTiming", "RowCorrectness",
+    "RowRoofline", "RowProfile",
+]
 
 
 
@@ -53,60 +68,18 @@ class Status(str, Enum):
 
 @dataclass
 class Row:
-    """One (case, backend) measurement. CSV columns come from these fields."""
+    """One (case, backend) measurement: its identity and typed parts (``store/row_parts.py``),
+    each made where its facts are known, and its outcome. On disk it is one flat record
+    (``FLAT_FIELDS``, the same names and order as before it had parts)."""
 
-    scenario: str
-    case_id: str
-    backend: str
+    id: RowIdentity
     status: Status = Status.OK
     reason: str = ""
-    backend_version: str = ""
-    mode: str = ""
-    device: str = ""
-    device_id: str = ""  # GPU-<uuid> or host:cpu: which physical device (rows of a case share one)
-    dtype: str = ""
-    page_size: int = 0
-    layout: str = ""
-    batch: str = ""  # e.g. "32 decode@4k + 8 tree(41)@2k"
-    num_requests: int = 0
-    num_tokens: int = 0
-    plan_ms: float = math.nan  # the engine's per-step metadata work (the library's own plan call included)
-    convert_ms: float = math.nan  # what attnbench adds because the library cannot read the batch natively (0: none)
-    median_ms: float = math.nan
-    p20_ms: float = math.nan
-    p80_ms: float = math.nan
-    min_ms: float = math.nan
-    iqr_rel: float = math.nan
-    n: int = 0
-    step_ms: float = math.nan  # plan + kernel: what an engine pays each step (convert excluded)
-    timing_method: str = ""
-    threads: int = 0  # intra-op threads of a CPU row's backend (0: a GPU row)
-    cold_l2: Optional[bool] = None
-    flush: str = ""  # how the L2 was emptied before each timed call (timing.flush); "": not flushed (warm L2, CPU)
-    timing_note: str = ""
-    rel_err: float = math.nan
-    max_abs_err: float = math.nan
-    tolerance: float = math.nan
-    flops: int = 0
-    bytes: int = 0
-    tflops: float = math.nan
-    tbps: float = math.nan
-    floor_ms: float = math.nan
-    bound: str = ""
-    pct_of_ceiling: float = math.nan
-    kernels_per_call: Optional[int] = None  # from the --profile pass
-    kernel_sum_ms: float = math.nan  # summed device time of the run's kernels, per call (--profile)
-    trace: str = ""
-    repro: str = ""  # the one command that re-runs just this row (scenario, -k, -b, shaping options)
-    params: dict = field(default_factory=dict)
-    samples_ms: list = field(default_factory=list)
-    # the median of each timing round (timing.rounds), in order: the unit that `check` and
-    # `compare` replicate over, since calls within one round share the machine's state
-    round_medians_ms: list = field(default_factory=list)
-    # every timed call of the plan and of the convert (host, synchronized; one engine step each):
-    # their spread, which `decide` spreads over the rounds (empty in runs made before they were kept)
-    plan_samples_ms: list = field(default_factory=list)
-    convert_samples_ms: list = field(default_factory=list)
+    workload: RowWorkload = field(default_factory=RowWorkload)
+    timing: RowTiming = field(default_factory=RowTiming)
+    correctness: RowCorrectness = field(default_factory=RowCorrectness)
+    roofline: RowRoofline = field(default_factory=RowRoofline)
+    profile: RowProfile = field(default_factory=RowProfile)
 
     def __setattr__(self, name, value):
         # status is always a Status, however it is set (a plain string is converted)
@@ -116,9 +89,9 @@ class Row:
         """What this row lacks for its status ([] when it is well-formed)."""
         if self.status is Status.OK:
             out = []
-            if not (self.n >= 1 and math.isfinite(self.median_ms)):
+            if not (self.timing.n >= 1 and math.isfinite(self.timing.median_ms)):
                 out.append("an ok row needs a finite median_ms over n >= 1 samples")
-            if not self.timing_method:
+            if not self.timing.timing_method:
                 out.append("an ok row needs its timing_method")
             return out
         return [] if self.reason.strip() else [f"a {self.status.value} row needs a reason"]
@@ -126,25 +99,70 @@ class Row:
     @property
     def key(self) -> tuple[str, str, str]:
         """Identity of a row across runs: scenario, case, backend (never its position)."""
-        return (self.scenario, self.case_id, self.backend)
+        return (self.id.scenario, self.id.case_id, self.id.backend)
+
+    def flat(self) -> dict:
+        """The on-disk record: every field by its name, in ``FLAT_FIELDS`` order (the values are
+        the row's own, not copies: ``to_json`` makes new lists and mappings)."""
+        return {name: getattr(self if home is None else getattr(self, home), name)
+                for name, home in _HOME.items()}
 
     def to_json(self) -> dict:
         """Strict JSON: NaN and infinities become null (``from_json`` reads either back)."""
-        return strict_json(dataclasses.asdict(self))
+        return strict_json(self.flat())
 
     @classmethod
     def from_json(cls, d: dict) -> "Row":
-        kw = {k: v for k, v in d.items() if k in _FIELDS}
+        """A row from its flat record; unknown keys are left out, null numbers read as NaN."""
+        kw = {k: v for k, v in d.items() if k in _HOME}
         for k in _FLOAT_FIELDS:
             if k in kw and kw[k] is None:
                 kw[k] = math.nan
         if isinstance(kw.get("params"), dict):
             kw["params"] = upgraded_params(kw["params"])
-        return cls(**kw)
+        return cls.of_flat(kw)
+
+    @classmethod
+    def of_flat(cls, kw: dict) -> "Row":
+        """A row from flat field values (``FLAT_FIELDS`` names, each already of its type)."""
+        own = {k: v for k, v in kw.items() if _HOME[k] is None}
+        parts = {home: part(**{k: v for k, v in kw.items() if _HOME[k] == home}) for home, part in PARTS.items()}
+        return cls(**own, **parts)
 
 
-_FIELDS = {f.name for f in dataclasses.fields(Row)}
-_FLOAT_FIELDS = {f.name for f in dataclasses.fields(Row) if f.type in ("float", float)}
+#: the flat record's fields, in the order rows.jsonl, results.csv and JSON have always written them
+FLAT_FIELDS = (
+    "scenario", "case_id", "backend", "status", "reason", "backend_version", "mode", "device", "device_id",
+    "dtype", "page_size", "layout", "batch", "num_requests", "num_tokens", "plan_ms", "convert_ms", "median_ms",
+    "p20_ms", "p80_ms", "min_ms", "iqr_rel", "n", "step_ms", "timing_method", "threads", "cold_l2", "flush",
+    "timing_note", "rel_err", "max_abs_err", "tolerance", "flops", "bytes", "tflops", "tbps", "floor_ms", "bound",
+    "pct_of_ceiling", "kernels_per_call", "kernel_sum_ms", "trace", "repro", "params", "samples_ms",
+    "round_medians_ms", "plan_samples_ms", "convert_samples_ms",
+)
+
+
+def _homes() -> dict:
+    """flat field name -> the part holding it (None: the row itself), in ``FLAT_FIELDS`` order."""
+    where = {f.name: None for f in dataclasses.fields(Row) if f.name not in PARTS}
+    for home, part in PARTS.items():
+        where.update((f.name, home) for f in dataclasses.fields(part))
+    if sorted(where) != sorted(FLAT_FIELDS):
+        raise TypeError(f"FLAT_FIELDS and the fields of Row and its parts differ: {set(where) ^ set(FLAT_FIELDS)}")
+    return {name: where[name] for name in FLAT_FIELDS}
+
+
+_HOME = _homes()
+
+
+def _hints() -> dict:
+    """flat field name -> its annotation (evaluated)."""
+    out = {k: v for k, v in typing.get_type_hints(Row).items() if k not in PARTS}
+    for part in PARTS.values():
+        out.update(typing.get_type_hints(part))
+    return out
+
+
+_FLOAT_FIELDS = {k for k, hint in _hints().items() if hint is float}
 
 
 def strict_json(obj):
@@ -177,7 +195,7 @@ def typed_row(d) -> Row:
             kw[k] = math.nan if v is None and what == "a number" else v
     if "params" in kw:  # a row written before swept values were typed: "4k" -> 4096
         kw["params"] = upgraded_params(kw["params"])
-    return Row(**kw)
+    return Row.of_flat(kw)
 
 
 class RowError(ValueError):
@@ -205,7 +223,7 @@ def _field_checks() -> dict:
         dict: (lambda v: isinstance(v, dict), "a mapping"),
         list: (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of numbers"),
     }
-    return {name: kinds[hint] for name, hint in typing.get_type_hints(Row).items()}
+    return {name: kinds[hint] for name, hint in _hints().items()}
 
 
 def checked(row: Row) -> Row:
@@ -220,7 +238,7 @@ def checked(row: Row) -> Row:
 
 
 LIST_FIELDS = ("params", "samples_ms", "round_medians_ms", "plan_samples_ms", "convert_samples_ms")
-CSV_FIELDS = [f.name for f in dataclasses.fields(Row) if f.name not in LIST_FIELDS]
+CSV_FIELDS = [name for name in FLAT_FIELDS if name not in LIST_FIELDS]
 
 
 def rows_table(rows: Iterable[Row]) -> tuple[list[str], list[dict]]:
@@ -231,15 +249,16 @@ def rows_table(rows: Iterable[Row]) -> tuple[list[str], list[dict]]:
     rows = list(rows)
     param_cols: list[str] = []
     for r in rows:
-        for k in r.params:
+        for k in r.workload.params:
             if k not in param_cols:
                 param_cols.append(k)
     ctx, derived = context_of(rows), derived_columns()
     recs = []
     for r in rows:
-        d = {k: getattr(r, k) for k in CSV_FIELDS}
+        flat = r.flat()
+        d = {k: flat[k] for k in CSV_FIELDS}
         for k in param_cols:
-            v = r.params.get(k)
+            v = r.workload.params.get(k)
             d[k] = json.dumps(v, default=str) if isinstance(v, (list, dict)) else v
         d.update((c.name, c.value(r, ctx)) for c in derived)
         recs.append(d)

@@ -44,17 +44,17 @@ def _times_problem(name: str, v: Any, required: bool) -> Optional[str]:
 def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
     """The first field of ``row`` that makes it unusable for a comparison (None: none)."""
     for name in ("scenario", "case_id", "backend"):
-        if not isinstance(getattr(row, name), str) or not getattr(row, name):
-            return f"{name}: {getattr(row, name)!r}, expected a non-empty string"
-    if not isinstance(row.params, dict):
-        return f"params: {type(row.params).__name__}, expected an object"
+        if not isinstance(getattr(row.id, name), str) or not getattr(row.id, name):
+            return f"{name}: {getattr(row.id, name)!r}, expected a non-empty string"
+    if not isinstance(row.workload.params, dict):
+        return f"params: {type(row.workload.params).__name__}, expected an object"
     if row.status != "ok":
         return None
-    if _bad_time(row.median_ms):
-        return f"median_ms = {row.median_ms!r}: not a finite time > 0 ms"
-    why = _times_problem("samples_ms", row.samples_ms, required=True)
-    if why is None and (need_rounds or row.round_medians_ms):
-        why = _times_problem("round_medians_ms", row.round_medians_ms, required=True)
+    if _bad_time(row.timing.median_ms):
+        return f"median_ms = {row.timing.median_ms!r}: not a finite time > 0 ms"
+    why = _times_problem("samples_ms", row.timing.samples_ms, required=True)
+    if why is None and (need_rounds or row.timing.round_medians_ms):
+        why = _times_problem("round_medians_ms", row.timing.round_medians_ms, required=True)
         if why == "round_medians_ms: empty":
             why += " (rows made before attnbench kept a median per timing round)"
     return why
@@ -62,11 +62,11 @@ def row_problem(row: Row, need_rounds: bool) -> Optional[str]:
 
 def _foreign(row: Row, manifest: Manifest) -> Optional[str]:
     """Why ``row`` cannot be one of the run the manifest describes (None: it can)."""
-    if manifest.scenario and row.scenario != manifest.scenario:
-        return f"is of scenario {row.scenario!r}, not the run's {manifest.scenario!r}"
+    if manifest.scenario and row.id.scenario != manifest.scenario:
+        return f"is of scenario {row.id.scenario!r}, not the run's {manifest.scenario!r}"
     ran = set(manifest.backends_requested)
-    if ran and row.backend not in ran:
-        return f"is of backend {row.backend!r}, which the run never ran (its backends: {', '.join(sorted(ran))})"
+    if ran and row.id.backend not in ran:
+        return f"is of backend {row.id.backend!r}, which the run never ran (its backends: {', '.join(sorted(ran))})"
     return None
 
 
@@ -79,7 +79,8 @@ def check_rows(label: str, rows: Sequence[Row], manifest: Manifest, need_rounds:
            else "the run folder was edited or damaged: run the scenario again")
     first: dict[tuple, int] = {}
     for i, r in enumerate(rows):
-        where = f"{label}: " + (f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl") + f" ({r.case_id} · {r.backend})"
+        where = (f"{label}: " + (f"rows[{i}]" if is_file else f"row {i + 1} of rows.jsonl")
+                 + f" ({r.id.case_id} · {r.id.backend})")
         why = row_problem(r, need_rounds)
         if why:
             raise BaselineError(f"{where}.{why}; {fix}")

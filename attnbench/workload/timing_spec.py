@@ -3,7 +3,7 @@ validates into it (``workload.scenario.Timing`` takes its defaults from here), t
 overrides fields of it (``TIMING_FLAGS``: ``--warmup-ms``, ``--measure-ms``, ``--flush``), the
 manifest records those overrides (``RunOptions.timing_overrides``, checked by
 ``override_problem`` when read back), the timer (``measure.timing``) reads it, and each row
-records the flush that emptied the L2 before its timed calls (``Row.flush``)."""
+records the flush that emptied the L2 before its timed calls (``Row.timing.flush``)."""
 from __future__ import annotations
 
 import dataclasses

@@ -80,14 +80,15 @@ class Checks:
         sf = load(SCENARIOS / path, ["sweep={}", f"device={self.device}", *overrides, *self.overrides])
         rows = list(Runner(sf, RunOptions(backends=backends, **options)).rows())
         for r in rows:
-            r.case_id = f"{label} {tag}".strip()
+            r.id.case_id = f"{label} {tag}".strip()
         self.rows += rows
         return rows
 
 
 def not_ok(check: str, r: Row) -> Verdict:
     """A row that could not be judged: failed (error, mismatch), or n/a when it was skipped."""
-    return Verdict(check, f"{r.case_id} {r.backend}", f"{r.status}: {r.reason[:80]}", None if r.status is Status.SKIPPED else False)
+    return Verdict(check, f"{r.id.case_id} {r.id.backend}", f"{r.status}: {r.reason[:80]}",
+                   None if r.status is Status.SKIPPED else False)
 
 
 def profiler_vs_timer(c: Checks) -> list[Verdict]:
@@ -100,13 +101,13 @@ def profiler_vs_timer(c: Checks) -> list[Verdict]:
             if r.status is not Status.OK:
                 out.append(not_ok("profiler vs timer", r))
                 continue
-            diff = (r.median_ms - r.kernel_sum_ms) / r.kernel_sum_ms
+            diff = (r.timing.median_ms - r.profile.kernel_sum_ms) / r.profile.kernel_sum_ms
             measured = (
-                f"median {r.median_ms * 1e3:.1f} µs [{r.timing_method}], kernels {r.kernel_sum_ms * 1e3:.1f} µs "
-                f"({r.kernels_per_call}/call), diff {diff:+.1%}"
+                f"median {r.timing.median_ms * 1e3:.1f} µs [{r.timing.timing_method}], kernels {r.profile.kernel_sum_ms * 1e3:.1f} µs "
+                f"({r.profile.kernels_per_call}/call), diff {diff:+.1%}"
             )
-            ok = None if r.median_ms < 0.05 else abs(diff) <= 0.03
-            out.append(Verdict("profiler vs timer", f"{label} {r.backend}", measured, ok))
+            ok = None if r.timing.median_ms < 0.05 else abs(diff) <= 0.03
+            out.append(Verdict("profiler vs timer", f"{label} {r.id.backend}", measured, ok))
     return out
 
 
@@ -119,9 +120,9 @@ def repeatability(c: Checks) -> list[Verdict]:
         if bad:
             out.append(not_ok("5 repeated runs", bad[0]))
             continue
-        meds = sorted(r.median_ms for r in rows)
+        meds = sorted(r.timing.median_ms for r in rows)
         spread = (meds[-1] - meds[0]) / meds[2]
-        measured = "medians " + ", ".join(f"{r.median_ms * 1e3:.1f}" for r in rows) + f" µs; spread {spread:.1%}"
+        measured = "medians " + ", ".join(f"{r.timing.median_ms * 1e3:.1f}" for r in rows) + f" µs; spread {spread:.1%}"
         out.append(Verdict("5 repeated runs", f"decode B8 ctx4k p16 {backend}", measured, spread < 0.02))
     return out
 
@@ -136,11 +137,11 @@ def cold_vs_warm_l2(c: Checks) -> list[Verdict]:
         if cold.status is not Status.OK or warm.status is not Status.OK:
             out.append(not_ok("cold vs warm L2", cold if cold.status is not Status.OK else warm))
             continue
-        ratio = cold.median_ms / warm.median_ms
+        ratio = cold.timing.median_ms / warm.timing.median_ms
         ok = ratio > 1.05 if fits else abs(ratio - 1) < 0.03
-        measured = f"cold {cold.median_ms * 1e3:.1f} µs, warm {warm.median_ms * 1e3:.1f} µs, ratio {ratio:.3f}"
+        measured = f"cold {cold.timing.median_ms * 1e3:.1f} µs, warm {warm.timing.median_ms * 1e3:.1f} µs, ratio {ratio:.3f}"
         expect = "expect to differ" if fits else "expect the same"
-        out.append(Verdict("cold vs warm L2", f"{label} ({cold.bytes / l2:.1f}x L2; {expect})", measured, ok))
+        out.append(Verdict("cold vs warm L2", f"{label} ({cold.roofline.bytes / l2:.1f}x L2; {expect})", measured, ok))
     return out
 
 
@@ -150,12 +151,12 @@ def decode_bandwidth(c: Checks) -> list[Verdict]:
     (r,) = c.run("decode B32 ctx16k p256 contiguous", ["sdpa"])
     if r.status is not Status.OK:
         return [not_ok("SDPA decode bandwidth", r)]
-    frac = r.tbps / c.ceilings.memory_tbps
+    frac = r.roofline.tbps / c.ceilings.memory_tbps
     measured = (
-        f"{r.median_ms * 1e3:.1f} µs, {r.tbps:.2f} TB/s = {frac:.0%} of the memory ceiling {c.ceilings.memory_tbps:.2f} TB/s"
+        f"{r.timing.median_ms * 1e3:.1f} µs, {r.roofline.tbps:.2f} TB/s = {frac:.0%} of the memory ceiling {c.ceilings.memory_tbps:.2f} TB/s"
         f" (copy {c.ceilings.copy_tbps:.2f}, read {c.ceilings.read_tbps:.2f})"
     )
-    return [Verdict("SDPA decode bandwidth", r.case_id, measured, 0.6 <= frac <= 1.0)]
+    return [Verdict("SDPA decode bandwidth", r.id.case_id, measured, 0.6 <= frac <= 1.0)]
 
 
 FLUSH_REPEATS = 3  # interleaved repeats per flush kind
@@ -182,13 +183,13 @@ def l2_flush(c: Checks) -> list[Verdict]:
                     (r,) = c.run(label, [backend], tag=f"flush {k}", **opts)
                     if r.status is not Status.OK:
                         failed = failed or r
-                    per[k].append(r.median_ms * 1e3)
+                    per[k].append(r.timing.median_ms * 1e3)
             if failed is not None:
                 out.append(not_ok("L2 flush", failed))
                 continue
             med = {k: statistics.median(v) for k, v in per.items()}
             gap = med["read"] / med["none"] - 1
-            kv_ratio = r.bytes / l2
+            kv_ratio = r.roofline.bytes / l2
             judged = label.startswith("decode") and kv_ratio >= 10
             measured = ", ".join(f"{k} {med[k]:.1f}" for k in kinds) + f" µs; read vs warm {gap:+.1%}"
             out.append(Verdict("L2 flush", f"{label} {backend} ({kv_ratio:.1f}x L2)", measured,

@@ -90,25 +90,25 @@ def summary(dirs: list[str]) -> None:
     for d in dirs:
         for r in RunFolder.load(Path(d)).rows:
             st = r.status.value
-            us = r.median_ms * 1e3
-            pct_bytes = 100 * r.tbps / _mem_tbps(r) if st == "ok" else float("nan")
-            why = (r.mode if st == "ok" else r.reason)[:90]
-            print(f"{r.scenario[:28]:28} {r.case_id[:44]:44} {r.backend[:22]:22} {st:8} {us:9.1f} {pct_bytes:7.1f}"
-                  f" {r.pct_of_ceiling:6.1f} {r.rel_err:8.1e}  {why}")
-            if st != "ok" or r.backend == "reference":
+            us = r.timing.median_ms * 1e3
+            pct_bytes = 100 * r.roofline.tbps / _mem_tbps(r) if st == "ok" else float("nan")
+            why = (r.id.mode if st == "ok" else r.reason)[:90]
+            print(f"{r.id.scenario[:28]:28} {r.id.case_id[:44]:44} {r.id.backend[:22]:22} {st:8} {us:9.1f} {pct_bytes:7.1f}"
+                  f" {r.roofline.pct_of_ceiling:6.1f} {r.correctness.rel_err:8.1e}  {why}")
+            if st != "ok" or r.id.backend == "reference":
                 continue
-            key = (r.scenario, r.case_id)
-            if r.backend == "triton":
+            key = (r.id.scenario, r.id.case_id)
+            if r.id.backend == "triton":
                 tri[key] = r
             else:
                 if key not in best_other or us < best_other[key][0]:
-                    best_other[key] = (us, r.backend)
+                    best_other[key] = (us, r.id.backend)
     print("\ntargets: triton vs the fastest other backend that ran (ok) the same case")
     for key, r in sorted(tri.items()):
         other = best_other.get(key)
-        ratio = f"{other[0] / (r.median_ms * 1e3):.2f}x faster than {other[1]}" if other else "no other backend ran it"
-        print(f"  {key[0][:28]:28} {key[1][:44]:44} triton {r.median_ms * 1e3:8.1f} us, "
-              f"{100 * r.tbps / _mem_tbps(r):5.1f}% of byte floor; {ratio}")
+        ratio = f"{other[0] / (r.timing.median_ms * 1e3):.2f}x faster than {other[1]}" if other else "no other backend ran it"
+        print(f"  {key[0][:28]:28} {key[1][:44]:44} triton {r.timing.median_ms * 1e3:8.1f} us, "
+              f"{100 * r.roofline.tbps / _mem_tbps(r):5.1f}% of byte floor; {ratio}")
 
 
 _CEIL: dict = {}

@@ -57,8 +57,8 @@ for s in sys.argv[2:]:
     if not (d / "rows.jsonl").exists():
         print(f"{s}: no run folder"); continue
     for r in RunFolder.load(d).rows:
-        us = r.median_ms * 1e3
-        print(f"{s[:26]:26} {r.case_id[:32]:32} {r.backend[:11]:11} {r.status.value:8} {r.mode[:14]:14} {us:9.1f} "
-              f"{r.floor_ms * 1e3:8.1f} {r.pct_of_ceiling:5.0f} {r.rel_err:8.1e} {r.reason[:70]}")
+        us = r.timing.median_ms * 1e3
+        print(f"{s[:26]:26} {r.id.case_id[:32]:32} {r.id.backend[:11]:11} {r.status.value:8} {r.id.mode[:14]:14} {us:9.1f} "
+              f"{r.roofline.floor_ms * 1e3:8.1f} {r.roofline.pct_of_ceiling:5.0f} {r.correctness.rel_err:8.1e} {r.reason[:70]}")
 PY
 el "done"

@@ -51,8 +51,8 @@ for d in sorted(out.glob("shared-prefix-*")):
         continue
     for r in RunFolder.load(d).rows:
         tag = d.name.replace("-llama3-8b", "")
-        print(f"{tag:32} {r.case_id:20} {r.backend:12} {r.mode[:22]:22} {r.median_ms * 1e3:10.1f} "
-              f"{r.floor_ms * 1e3:9.1f} {r.pct_of_ceiling:8.1f} {r.status.value} {r.reason[:60]}")
+        print(f"{tag:32} {r.id.case_id:20} {r.id.backend:12} {r.id.mode[:22]:22} {r.timing.median_ms * 1e3:10.1f} "
+              f"{r.roofline.floor_ms * 1e3:9.1f} {r.roofline.pct_of_ceiling:8.1f} {r.status.value} {r.reason[:60]}")
 PY
 el "tree economics"
 python3 -m attnbench tree-costs "$OUTDIR/tree-costs-llama3-8b" --gain 1.3 --format markdown | tee "$OUTDIR/tree-costs.md"

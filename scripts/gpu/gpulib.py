@@ -152,13 +152,13 @@ def cells_of(rows: Iterable[Any], saved: Iterable[dict] = ()) -> dict[tuple[str,
     (``{"scenario", "backend", "ok"}``)."""
     cells: dict[tuple[str, str], Cell] = collections.defaultdict(Cell)
     for r in rows:
-        c = cells[(r.backend, r.scenario)]
+        c = cells[(r.id.backend, r.id.scenario)]
         st = getattr(r.status, "value", r.status)
         c.counts[st] += 1
         if st == "skipped":
             c.reasons[r.reason] += 1
-        elif st == "ok" and r.mode:
-            c.modes[str(r.mode)] += 1
+        elif st == "ok" and r.id.mode:
+            c.modes[str(r.id.mode)] += 1
     for s in saved:
         c = cells[(s["backend"], s["scenario"])]
         if s["ok"]:
@@ -199,7 +199,7 @@ def legend(ids: dict[str, str]) -> list[str]:
 
 
 def failed_rows(rows: Iterable[Any]) -> list[str]:
-    return [f"{r.scenario} | {r.case_id} | {r.backend}: {getattr(r.status, 'value', r.status)}: {r.reason}"
+    return [f"{r.id.scenario} | {r.id.case_id} | {r.id.backend}: {getattr(r.status, 'value', r.status)}: {r.reason}"
             for r in rows if getattr(r.status, "value", r.status) in ("error", "mismatch")]
 
 

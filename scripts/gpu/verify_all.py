@@ -310,7 +310,7 @@ def table(st: State, left_s: list[str], left_b: list[str], header: dict) -> tupl
     failed = gpulib.failed_rows(rows)
     cut = [j for j in st.jobs if j.status in ("cut", "not run")]
     broken = [j for j in st.jobs if j.status == "failed"]
-    xf = any("triton-only" in str(r.mode) for r in rows) or any("triton_only=on" in r.backend for r in rows)
+    xf = any("triton-only" in str(r.id.mode) for r in rows) or any("triton_only=on" in r.id.backend for r in rows)
     out = ["# attnbench GPU verification (scripts/gpu/verify_all.sh)", ""]
     out += [f"- {k}: {v}" for k, v in header.items()]
     if xf:
@@ -430,8 +430,8 @@ def _rows_csv(st: State, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(["scenario", "case_id", "backend", "status", "mode", "rel_err", "median_ms", "reason"])
         for r in rows:
-            w.writerow([r.scenario, r.case_id, r.backend, getattr(r.status, "value", r.status), r.mode, r.rel_err, r.median_ms,
-                        r.reason])
+            w.writerow([r.id.scenario, r.id.case_id, r.id.backend, getattr(r.status, "value", r.status), r.id.mode,
+                        r.correctness.rel_err, r.timing.median_ms, r.reason])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def rows_of(folder: Path) -> list:
 
 
 def keyed(rows):
-    return {(r.case_id, r.backend): r for r in rows}
+    return {(r.id.case_id, r.id.backend): r for r in rows}
 
 
 def wall(runs: Path, name: str) -> float:
@@ -31,13 +31,13 @@ def wall(runs: Path, name: str) -> float:
 def timing_section(runs: Path) -> list[str]:
     t1, t2 = wall(runs, "local"), wall(runs, "dask")
     local, dask = rows_of(runs / "local"), rows_of(runs / "dask")
-    cases = len({r.case_id for r in local})
-    devices = sorted({r.device_id for r in dask})
+    cases = len({r.id.case_id for r in local})
+    devices = sorted({r.id.device_id for r in dask})
     ratio = t2 / t1 if t1 else math.nan
     return [
         "## Wall time: one sweep, 1 GPU vs 2 GPUs",
         "",
-        f"{cases} cases x {len({r.backend for r in local})} backends = {len(local)} rows; "
+        f"{cases} cases x {len({r.id.backend for r in local})} backends = {len(local)} rows; "
         f"the dask run's rows came from {len(devices)} devices: {', '.join(devices)}",
         "",
         "| run | executor | wall (s) |",
@@ -61,7 +61,7 @@ def equality_section(runs: Path) -> list[str]:
     ratios = []
     for k in sorted(set(a) & set(b)):
         if a[k].status == b[k].status == "ok":
-            ratios.append((k, b[k].median_ms / a[k].median_ms, a[k].iqr_rel, b[k].iqr_rel))
+            ratios.append((k, b[k].timing.median_ms / a[k].timing.median_ms, a[k].timing.iqr_rel, b[k].timing.iqr_rel))
     if ratios:
         logs = [math.log(r) for _, r, _, _ in ratios]
         gm = math.exp(sum(logs) / len(logs))
@@ -74,7 +74,7 @@ def equality_section(runs: Path) -> list[str]:
             "| case | backend | local median (ms) | dask median (ms) | dask/local | IQR/median local, dask |",
             "|---|---|---|---|---|---|",
         ]
-        out += [f"| {k[0]} | {k[1]} | {a[k].median_ms:.4f} | {b[k].median_ms:.4f} | {r:.3f} | {i1:.1%}, {i2:.1%} |"
+        out += [f"| {k[0]} | {k[1]} | {a[k].timing.median_ms:.4f} | {b[k].timing.median_ms:.4f} | {r:.3f} | {i1:.1%}, {i2:.1%} |"
                 for k, r, i1, i2 in ratios]
     out += ["", "(compare runs, with bootstrap intervals, is in gpu_dask.log)", ""]
     return out
@@ -100,7 +100,7 @@ def kill_section(runs: Path, victim: str, pid: str) -> list[str]:
         f"- rows at the end: {len(final)} of {len(expected)} expected keys; missing: {sorted(expected - set(final))}",
         f"- error rows: {len(errors)}, naming the killed worker: {len(naming)}; manifest status: {man.status}",
     ]
-    out += [f"  - {r.case_id} · {r.backend}: {r.reason}" for r in errors]
+    out += [f"  - {r.id.case_id} · {r.id.backend}: {r.reason}" for r in errors]
     if not errors:
         out.append("  (none: the worker was between two backends, or its task had not begun; the case's "
                    "unfinished backends ran on a fresh task)")

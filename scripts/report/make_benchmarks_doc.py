@@ -34,7 +34,7 @@ def main() -> int:
         rf = RunFolder.load(run)
         manifests.append(rf.manifest)
         for r in rf.rows:
-            by_scenario.setdefault(r.scenario, []).append(r)
+            by_scenario.setdefault(r.id.scenario, []).append(r)
     env = manifests[0].environment
     versions: dict[str, str] = {}
     for m in manifests:
@@ -67,24 +67,25 @@ def main() -> int:
     ]
     args.plots.mkdir(parents=True, exist_ok=True)
     for scen, rows in by_scenario.items():
-        order = {c: i for i, c in enumerate(dict.fromkeys(r.case_id for r in rows))}
-        rows = sorted(rows, key=lambda r: order[r.case_id])  # each case's rows together (stable)
+        order = {c: i for i, c in enumerate(dict.fromkeys(r.id.case_id for r in rows))}
+        rows = sorted(rows, key=lambda r: order[r.id.case_id])  # each case's rows together (stable)
         df = rows_frame(rows)
         desc = next((m.scenario_text or "" for m in manifests if m.scenario == scen), "")
         about = next((ln.split(":", 1)[1].strip() for ln in desc.splitlines() if ln.startswith("description:")), "")
-        lines += [f"## {scen}", "", about, "", f"Batch of the first case: {rows[0].batch}", ""]
+        lines += [f"## {scen}", "", about, "", f"Batch of the first case: {rows[0].workload.batch}", ""]
         lines += [
             "| case | backend | status | plan | convert | kernel | TB/s | roofline | vs best | rel err | notes |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r, xf in zip(rows, df["x_fastest"]):
-            notes = "; ".join(x for x in (r.reason, r.mode, r.timing_method if r.timing_method != "cuda-graph" else "") if x)
-            roof = f"{r.pct_of_ceiling:.0f}% {r.bound[:3]}" if math.isfinite(r.pct_of_ceiling) else "-"
+            notes = "; ".join(x for x in (r.reason, r.id.mode,
+                                          r.timing.timing_method if r.timing.timing_method != "cuda-graph" else "") if x)
+            roof = f"{r.roofline.pct_of_ceiling:.0f}% {r.roofline.bound[:3]}" if math.isfinite(r.roofline.pct_of_ceiling) else "-"
             vs = "best" if xf == 1.0 else (f"{xf:.2f}x" if math.isfinite(xf) else "-")
-            tbps = f"{r.tbps:.2f}" if math.isfinite(r.tbps) else "-"
-            err = f"{r.rel_err:.1e}" if math.isfinite(r.rel_err) else "-"
+            tbps = f"{r.roofline.tbps:.2f}" if math.isfinite(r.roofline.tbps) else "-"
+            err = f"{r.correctness.rel_err:.1e}" if math.isfinite(r.correctness.rel_err) else "-"
             lines.append(
-                f"| {r.case_id} | {r.backend} | {r.status} | {fmt_time(r.plan_ms)} | {fmt_time(r.convert_ms) if r.convert_ms else '-'} | {fmt_time(r.median_ms)} | {tbps} | {roof} | {vs} | {err} | {notes.replace('|', '/')} |"
+                f"| {r.id.case_id} | {r.id.backend} | {r.status} | {fmt_time(r.timing.plan_ms)} | {fmt_time(r.timing.convert_ms) if r.timing.convert_ms else '-'} | {fmt_time(r.timing.median_ms)} | {tbps} | {roof} | {vs} | {err} | {notes.replace('|', '/')} |"
             )
         lines.append("")
         ctx_cols = [c for c in df.columns if c.endswith(".context") and df[c].nunique() > 1]

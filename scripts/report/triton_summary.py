@@ -24,20 +24,20 @@ def main(ceil_path: str, dirs: list[str]) -> None:
     for d in dirs:
         by_case: dict[str, list] = {}
         for r in RunFolder.load(Path(d)).rows:
-            by_case.setdefault(r.case_id, []).append(r)
+            by_case.setdefault(r.id.case_id, []).append(r)
         print(f"== {Path(d).name}")
         for case, rs in by_case.items():
             ok = [r for r in rs if r.status == "ok"]
-            others = [r.median_ms for r in ok if not r.backend.startswith("triton")]
+            others = [r.timing.median_ms for r in ok if not r.id.backend.startswith("triton")]
             best_other = min(others) if others else math.nan
             for r in rs:
                 if r.status != "ok":
-                    print(f"{case:28s} {r.backend:16s} {r.status}: {r.reason[:80]}")
+                    print(f"{case:28s} {r.id.backend:16s} {r.status}: {r.reason[:80]}")
                     continue
-                t = r.median_ms * 1e3
-                floor = r.bytes / copy / 1e6  # us
-                tf = r.flops / t / 1e6
-                print(f"{case:28s} {r.backend:16s} {t:8.1f} us  err {r.rel_err:.1e}  "
+                t = r.timing.median_ms * 1e3
+                floor = r.roofline.bytes / copy / 1e6  # us
+                tf = r.roofline.flops / t / 1e6
+                print(f"{case:28s} {r.id.backend:16s} {t:8.1f} us  err {r.correctness.rel_err:.1e}  "
                       f"floor {floor:6.1f} us = {100 * floor / t:5.1f}%  {tf:5.0f} TF/s = {100 * tf / mm:4.1f}% mm  "
                       f"other/this {best_other * 1e3 / t:5.2f}")
 

@@ -136,3 +136,20 @@ def test_the_runner_fills_each_part_and_writes_the_old_keys():
     assert row.roofline.flops > 0 and row.roofline.bytes > 0 and row.roofline.tbps > 0
     assert row.profile.kernels_per_call is None  # no --profile
     assert list(json.loads(_line(row))) == OLD_KEYS
+
+
+def test_every_column_reads_a_field_its_part_holds():
+    """A column names the part that holds its field; a wrong part would read None silently
+    (getattr with a default), so every registry entry is checked against the parts' fields."""
+    import dataclasses
+
+    from attnbench.store import columns, rows
+
+    types = {f.name: f.type for f in dataclasses.fields(rows.Row)}
+    for c in columns.COLUMNS:
+        if c.derived:
+            continue
+        held = types if not c.part else {
+            f.name for f in dataclasses.fields(getattr(rows, types[c.part]) if isinstance(types[c.part], str)
+                                               else types[c.part])}
+        assert c.name in held, (c.part, c.name)

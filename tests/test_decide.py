@@ -123,13 +123,16 @@ def test_variant_cases_carry_their_case_weight():
 
 # ---------------------------------------------------------------------------- the decision
 def _two_backends(rng, fast_a=(True, False, False)):
-    """Backend a is 2x faster than b where fast_a says, 2x slower elsewhere (plans, converts random)."""
+    """Backend a is 2x faster than b where fast_a says, 2x slower elsewhere (plans, converts random).
+    Case times within 2x of each other (base in [0.5, 1)), so that the weights decide the best
+    single backend whatever the seed: with bases from 0.05 to 2, seed 201371927 drew a case 0 so
+    short that b won under weights (20, 1, 1)."""
     parts = {}
 
     def rows_of(cases):
         out = []
         for case, a_fast in zip(cases, fast_a):
-            base = rng.uniform(0.05, 2.0)
+            base = rng.uniform(0.5, 1.0)
             for b, factor in (("a", 1.0 if a_fast else 2.0), ("b", 2.0 if a_fast else 1.0)):
                 plan, conv = rng.uniform(0, 0.02), rng.uniform(0, 0.02)
                 r = _row(case, b, rounds(rng, base * factor), plan, conv)

@@ -104,6 +104,18 @@ def test_unit_table_covers_every_row_and_key_once():
     assert not seen and smax <= 3
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_one_token_noncausal_prefills_run(dtype):
+    """causal: false on one-token prefills (held-out random MLA draws have them) changes no key
+    a token sees: the kernel computes them instead of refusing the batch; several tokens are refused."""
+    reqs = [Request("prefill", 1, 0, causal=False), Request("decode", 1, 1), Request("prefill", 7, 6),
+            Request("prefill", 1, 130, causal=False), Request("prefill", 1, 130, causal=False)]
+    check(reqs, dtype=dtype, page=8, layout="interleaved", seed=3)
+    spec = BatchSpec((Request("prefill", 3, 5, causal=False),), 4, 1, 80, dtype, 4, attention="mla",
+                     kv_lora_rank=64, rope_dim=16)
+    assert any("causal: false" in w for w in TritonBackend().reasons(materialize(spec, 0)))
+
+
 def test_dims_the_kernel_cannot_take_are_a_reason():
     spec = BatchSpec((Request("decode", 1, 5),), 4, 1, 72, "float32", 4, attention="mla", kv_lora_rank=48, rope_dim=24)
     why = TritonBackend().reasons(materialize(spec, 0))

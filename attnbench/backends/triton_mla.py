@@ -68,8 +68,9 @@ def mla_problems(batch: Batch) -> list[str]:
         out.append(f"triton's MLA kernel needs kv_lora_rank and rope_dim powers of two >= 16, got {', '.join(bad)}")
     if batch.spec.kv_dtype is not None:
         out.append(f"triton's MLA kernel reads a latent cache in the model dtype, not {batch.spec.kv_dtype}")
-    if any(not r.causal for r in batch.requests):
-        out.append("triton's MLA kernel computes causal prefills only (a group has causal: false)")
+    # a one-token prefill sees every key of its request either way: causal: false changes nothing there
+    if any(not r.causal and r.query > 1 for r in batch.requests):
+        out.append("triton's MLA kernel computes causal prefills only (a group of several tokens has causal: false)")
     return out
 
 

@@ -105,15 +105,15 @@ def test_unit_table_covers_every_row_and_key_once():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_one_token_noncausal_prefills_run(dtype):
-    """causal: false on one-token prefills (held-out random MLA draws have them) changes no key
-    a token sees: the kernel computes them instead of refusing the batch; several tokens are refused."""
+@pytest.mark.parametrize("splits", [None, 3])
+def test_noncausal_prefills_run(dtype, splits):
+    """causal: false (held-out random MLA draws have it, on one token and on several): every
+    key of the request, computed instead of refused, beside causal prefills, decodes and a tree."""
     reqs = [Request("prefill", 1, 0, causal=False), Request("decode", 1, 1), Request("prefill", 7, 6),
-            Request("prefill", 1, 130, causal=False), Request("prefill", 1, 130, causal=False)]
-    check(reqs, dtype=dtype, page=8, layout="interleaved", seed=3)
-    spec = BatchSpec((Request("prefill", 3, 5, causal=False),), 4, 1, 80, dtype, 4, attention="mla",
-                     kv_lora_rank=64, rope_dim=16)
-    assert any("causal: false" in w for w in TritonBackend().reasons(materialize(spec, 0)))
+            Request("prefill", 9, 70, causal=False), Request("prefill", 1, 130, causal=False),
+            Request("tree", len(TREE), 20, TREE)]
+    plan = check(reqs, dtype=dtype, page=8, layout="interleaved", seed=3, splits=splits)
+    assert sorted(set(plan.units[:, 7].tolist())) == [0, 1, 2]
 
 
 def test_dims_the_kernel_cannot_take_are_a_reason():

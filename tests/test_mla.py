@@ -212,6 +212,21 @@ def test_flashinfer_mla_reasons_without_flashinfer():
     assert flashinfer_mla.mla_reasons(materialize(ds, 0), "fa3") == []  # chains are causal
 
 
+def test_flashinfer_mla_takes_one_token_noncausal_prefills():
+    """A one-token prefill with causal: false sees every key of its request, as the causal mask
+    lets it: no reason (random held-out MLA draws have them); several tokens still need one."""
+    from attnbench.backends import flashinfer_mla
+
+    def why(query):
+        reqs = (Request("prefill", query, 0, causal=False), Request("prefill", query, 3058, causal=False),
+                Request("decode", 1, 7))
+        spec = BatchSpec(reqs, 16, 1, 576, attention="mla", kv_lora_rank=512, rope_dim=64)
+        return flashinfer_mla.mla_reasons(materialize(spec, 0), "auto")
+
+    assert why(1) == []
+    assert any("causal: false" in w for w in why(3))
+
+
 # -- the independent check of saved tensors -------------------------------------------------
 @pytest.mark.slow
 def test_check_saved_follows_the_semantics_alone(tmp_path):

@@ -104,6 +104,18 @@ def test_unit_table_covers_every_row_and_key_once():
     assert not seen and smax <= 3
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("splits", [None, 3])
+def test_noncausal_prefills_run(dtype, splits):
+    """causal: false (held-out random MLA draws have it, on one token and on several): every
+    key of the request, computed instead of refused, beside causal prefills, decodes and a tree."""
+    reqs = [Request("prefill", 1, 0, causal=False), Request("decode", 1, 1), Request("prefill", 7, 6),
+            Request("prefill", 9, 70, causal=False), Request("prefill", 1, 130, causal=False),
+            Request("tree", len(TREE), 20, TREE)]
+    plan = check(reqs, dtype=dtype, page=8, layout="interleaved", seed=3, splits=splits)
+    assert sorted(set(plan.units[:, 7].tolist())) == [0, 1, 2]
+
+
 def test_dims_the_kernel_cannot_take_are_a_reason():
     spec = BatchSpec((Request("decode", 1, 5),), 4, 1, 72, "float32", 4, attention="mla", kv_lora_rank=48, rope_dim=24)
     why = TritonBackend().reasons(materialize(spec, 0))

@@ -120,6 +120,8 @@ def mla_batches():
         yield with_requests(b, [dataclasses.replace(r, query=r.query + 2) if r.kind == "prefill" else r
                                 for r in reqs], 6)
         yield with_requests(b, [dataclasses.replace(r, context=r.context * 9 + 700) for r in reqs], 7)
+        # the same lengths with bidirectional prefills: a new shape (their keys end at kv_len, kind 2)
+        yield with_requests(b, [dataclasses.replace(r, causal=False) if r.kind == "prefill" else r for r in reqs], 8)
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3])

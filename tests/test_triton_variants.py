@@ -109,11 +109,12 @@ def test_variant_float16(feature):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [64, 96, 256])
+@pytest.mark.parametrize("d", [64, 80, 96, 256])
 @pytest.mark.parametrize("feature", ["all", "sinks"])
 def test_head_dims(d, feature):
-    """96 runs in 128 padded lanes (masked loads and stores); the poisoned NaN output buffer
-    shows a lane written past the head dim would be caught by the shape's own check."""
+    """80 and 96 run in 128 padded lanes (masked loads and stores); the poisoned NaN output buffer
+    shows a lane written past the head dim would be caught by the shape's own check. 80 (which
+    scripts/gpu/random_scenarios.py draws) was a skipped row though the kernel computes it."""
     reqs = (Request("decode", 1, 30), tree(from_choices(CHOICES), 9), Request("prefill", 6, 5, causal=False))
     run_variant(feature, reqs=reqs, d=d, hq=2, hkv=1, page=16, splits=2, block_n=16)
 
@@ -173,7 +174,7 @@ def test_capabilities_declared():
     assert cls.supports_window and cls.supports_sinks and cls.supports_softcap and cls.supports_alibi
     assert cls.supports_noncausal and set(cls.kv_dtypes) == {"fp8_e4m3", "fp8_e5m2"}
     assert set(cls.kv_scales) == {"per-tensor", "per-head"} and set(cls.kv_orders) == {"NHD", "HND"}
-    assert 96 in cls.head_dims
+    assert 80 in cls.head_dims and 96 in cls.head_dims
 
 
 def test_cpu_in_fresh_process():

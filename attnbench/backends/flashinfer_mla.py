@@ -51,8 +51,9 @@ def mla_reasons(batch: Batch, route: str) -> list[str]:
         out.append(f"route {route}: FlashInfer's MLA wrapper has the routes auto, fa2 and fa3 only")
     if batch.spec.kv_dtype is not None:
         out.append(f"FlashInfer MLA route: a latent cache in the model dtype only, not {batch.spec.kv_dtype}")
-    if any(not r.causal for r in batch.requests):
-        out.append("FlashInfer MLA route: one mask for the batch (causal); a group has causal: false")
+    # a one-token prefill sees every key of its request either way: the causal mask is its mask too
+    if any(not r.causal and r.query > 1 for r in batch.requests):
+        out.append("FlashInfer MLA route: one mask for the batch (causal); a group of several tokens has causal: false")
     trees = [r for r in batch.requests if r.tree_parents is not None and not is_chain(r.tree_parents)]
     if trees:
         out.append(f"FlashInfer's BatchMLAPagedAttentionWrapper takes no custom mask (causal or none only):"

@@ -7,8 +7,8 @@ case reads alike in MHA and MLA runs, and no MLA-only backend adds skipped rows 
 MHA scenario.
 
 Plan: a request's rows are its (token, head) pairs; they are cut into units of ``block_m``
-rows. A unit's keys end at the request's kv_len (trees) or at its last token's causal limit
-(prefill, decode). When the batch has fewer units than the GPU has room for, each unit's key
+rows. A unit's keys end at the request's kv_len (trees, bidirectional prefills) or at its last
+token's causal limit (prefill, decode). When the batch has fewer units than the GPU has room for, each unit's key
 range is split into chunks of a multiple of ``block_n`` keys (at least ``MIN_SPLIT_KEYS``),
 as many as fill about ``PROGRAMS_PER_SM`` programs per SM; split rows are merged by LSE in
 a second small kernel.
@@ -68,9 +68,13 @@ def mla_problems(batch: Batch) -> list[str]:
         out.append(f"triton's MLA kernel needs kv_lora_rank and rope_dim powers of two >= 16, got {', '.join(bad)}")
     if batch.spec.kv_dtype is not None:
         out.append(f"triton's MLA kernel reads a latent cache in the model dtype, not {batch.spec.kv_dtype}")
-    if any(not r.causal for r in batch.requests):
-        out.append("triton's MLA kernel computes causal prefills only (a group has causal: false)")
     return out
+
+
+def unit_kind(h, req: np.ndarray) -> np.ndarray:
+    """The unit table's column 7 for row blocks of requests ``req``: 1 tree, 2 bidirectional
+    prefill (``causal: false``: every key of its request), 0 causal (prefill, decode)."""
+    return np.where(h.is_tree[req], 1, np.where(h.causal[req], 0, 2)).astype(np.int64)
 
 
 def _next_pow2(x: int) -> int:
@@ -99,7 +103,8 @@ def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = 
     nrows = np.minimum(bm, rows[req] - row0)
     last_tok = (row0 + nrows - 1) // heads
     tree = h.is_tree[req]
-    kend = np.where(tree, h.kv_lens[req], h.context_lens[req] + last_tok + 1)
+    whole = tree | ~h.causal[req]  # trees and bidirectional prefills: keys up to kv_len
+    kend = np.where(whole, h.kv_lens[req], h.context_lens[req] + last_tok + 1)
     if splits is None:
         want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
         s = np.clip(np.full(len(req), want), 1, np.maximum(1, kend // MIN_SPLIT_KEYS))
@@ -115,7 +120,7 @@ def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = 
     ub = unit_blk
     units = np.stack([
         req[ub], row0[ub], nrows[ub], idx * chunk[ub], np.minimum(kend[ub], (idx + 1) * chunk[ub]),
-        np.where(s[ub] > 1, idx, -1), prow0[ub], tree[ub].astype(np.int64),
+        np.where(s[ub] > 1, idx, -1), prow0[ub], unit_kind(h, req)[ub],
     ], axis=1).astype(np.int32)
     blk = np.nonzero(s > 1)[0]
     first = h.query_start_loc[req[blk]] * heads + row0[blk]
@@ -141,7 +146,7 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     dev = batch.device
     shapes = {} if shapes is None else shapes
     key = ("mla", sms, batch.q.shape, batch.dtype, splits, tuple(sorted(config.items())), batch.host.query_lens.tobytes(),
-           batch.host.is_tree.tobytes(), ts.tree_key(batch.trees))
+           batch.host.is_tree.tobytes(), batch.host.causal.tobytes(), ts.tree_key(batch.trees))
     sh = shapes.get(key)
     if sh is None:
         if len(shapes) >= ts.SHAPES:
@@ -185,8 +190,8 @@ class MlaShape:
         k = np.arange(len(req)) - np.repeat(np.cumsum(nblk) - nblk, nblk)
         self.row0 = k * bm
         self.nrows = np.minimum(bm, rows[req] - self.row0)
-        self.tree = h.is_tree[req]
-        self.off = np.where(self.tree, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
+        self.kind = unit_kind(h, req)
+        self.off = np.where(self.kind > 0, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
         self.want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
         self.words = ts.Words(batch)
         nb = len(rows)
@@ -239,7 +244,7 @@ class MlaShape:
         prow0 = np.cumsum(split_rows) - split_rows
         units = np.zeros((len(k), mk_cols), np.int32)
         for col, v in ((0, self.req[k]), (1, self.row0[k]), (2, self.nrows[k]), (5, np.where(s[k] > 1, idx, -1)),
-                       (6, prow0[k]), (7, self.tree[k])):
+                       (6, prow0[k]), (7, self.kind[k])):
             units[:, col] = v
         blk = np.nonzero(s > 1)[0]
         count = self.nrows[blk]
@@ -262,7 +267,8 @@ def run(p: MlaPlan) -> torch.Tensor:
         p.qk_scale,
         H=b.num_q_heads, D_NOPE=b.spec.kv_lora_rank, D_ROPE=b.spec.rope_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_TREE=p.has_tree, UNIT_COLS=mk.UNIT_COLS,
-        IEEE=b.dtype == torch.float32, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        IEEE=b.dtype == torch.float32, BIDIR=not b.host.causal.all(), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     if p.num_merge:
         mk.mla_merge_kernel[(p.num_merge,)](

@@ -14,7 +14,8 @@ Long key ranges are split (split-K): a unit then covers ``[k0, k1)`` of its rows
 writes a normalized partial output and its base-2 LSE; ``mla_merge_kernel`` combines a row's
 splits. Keys before the request's context end are visible to every row; the tail is masked
 causally (prefill, decode) or by per-token ancestor bitmasks (trees), decided per tile only
-when the tile reaches the tail.
+when the tile reaches the tail; a bidirectional prefill (``causal: false``, column 7 = 2, kernels
+built with ``BIDIR``) sees every key of its request.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import triton.language as tl
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 #: columns of the unit table: request, first row, rows, first key, key end, split (-1: none),
-#: first partial row, is tree
+#: first partial row, kind (0 causal, 1 tree, 2 bidirectional prefill)
 UNIT_COLS = 8
 
 
@@ -38,7 +39,7 @@ def mla_attention_kernel(
     qk_scale,
     H: tl.constexpr, D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_TREE: tl.constexpr, UNIT_COLS: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, BIDIR: tl.constexpr = False,
 ):
     ub = UNITS + tl.program_id(0) * UNIT_COLS
     b = tl.load(ub)
@@ -48,7 +49,7 @@ def mla_attention_kernel(
     k1 = tl.load(ub + 4)
     split = tl.load(ub + 5)
     prow0 = tl.load(ub + 6)
-    is_tree = tl.load(ub + 7)
+    is_tree = tl.load(ub + 7)  # the unit's kind: 0 causal, 1 tree, 2 bidirectional
     ctx = tl.load(CTX + b)
     qs = tl.load(QSTART + b)
 
@@ -72,11 +73,11 @@ def mla_attention_kernel(
     for start in range(k0, mid, BLOCK_N):
         m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
                               stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
-                              D_NOPE, D_ROPE, PAGE, BLOCK_N, False, HAS_TREE, IEEE)
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, False, HAS_TREE, IEEE, BIDIR)
     for start in range(mid, k1, BLOCK_N):
         m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
                               stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
-                              D_NOPE, D_ROPE, PAGE, BLOCK_N, True, HAS_TREE, IEEE)
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, True, HAS_TREE, IEEE, BIDIR)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -118,7 +119,7 @@ def mla_merge_kernel(
 def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
           stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
           D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-          MASKED: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr):
+          MASKED: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, BIDIR: tl.constexpr):
     """One tile of BLOCK_N keys from ``start``: scores over the latent row, online softmax,
     values = the tile's c_kv. MASKED: bounds (k1) and the causal / tree rule apply."""
     offs_n = tl.arange(0, BLOCK_N)
@@ -146,7 +147,11 @@ def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rma
         s += tl.dot(q_r, tl.trans(k_pe))
     s = s * qk_scale
     if MASKED:
-        vis = rmask[:, None] & kmask[None, :] & (keys[None, :] <= ctx + tok[:, None])
+        before = keys[None, :] <= ctx + tok[:, None]
+        if BIDIR:  # a bidirectional prefill's rows see every key (the scalar broadcast by hand:
+            # the interpreter rejects tensor | scalar-bool)
+            before = before | ((tok * 0 + is_tree) == 2)[:, None]
+        vis = rmask[:, None] & kmask[None, :] & before
         if HAS_TREE:
             rel = keys[None, :] - ctx
             relc = tl.maximum(rel, 0)
@@ -154,7 +159,7 @@ def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rma
                            mask=rmask[:, None] & kmask[None, :] & (rel >= 0), other=0)
             anc_ok = (rel < 0) | (((word >> (relc % 64).to(tl.int64)) & 1) != 0)
             tree_vis = rmask[:, None] & kmask[None, :] & anc_ok
-            vis = tl.where(is_tree != 0, tree_vis, vis)
+            vis = tl.where(is_tree == 1, tree_vis, vis)
         s = tl.where(vis, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

@@ -12,7 +12,7 @@ Attention variants (docs/semantics.md; triton_features.py) run in the same launc
 constexpr specialization of the one kernel: FP8 K/V caches (e4m3/e5m2) dequantized in the
 kernel with per-tensor or per-head scales, sliding windows (each row block's key range
 starts at its window: pages below it are never read), sinks, soft-capping, ALiBi,
-bidirectional prefill, head dims 64/96/128/256 (96 padded to 128 lanes) and the HND cache
+bidirectional prefill, head dims 32/64/80/96/128/256 (80 and 96 padded to 128 lanes) and the HND cache
 order (read through the cache's strides).
 
 On CPU tensors the kernels run under Triton's interpreter, which must be switched on with
@@ -78,7 +78,7 @@ def triton_mode() -> Optional[str]:
 
 class TritonBackend(Backend):
     name = "triton"
-    head_dims = (32, 64, 96, 128, 256)  # 96 runs padded to 128 lanes, the extra ones masked
+    head_dims = (32, 64, 80, 96, 128, 256)  # 80 and 96 run padded to 128 lanes, the extra ones masked
     max_group = 128
     supports_mla = True  # MLA batches go to triton_mla.py
     # every variant in the one launch (triton_features.py): constexpr-specialized kernels

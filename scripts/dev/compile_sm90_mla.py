@@ -2,7 +2,7 @@
 registers, spills, shared memory and whether the dots became wgmma (as scripts/dev/compile_sm90.py
 does for the MHA kernel; run it with the device's triton, e.g. triton 3.6.0 in a venv):
 
-  python3 scripts/dev/compile_sm90_mla.py "H=16" "H=128,BLOCK_M=64,num_warps=8" "H=16,BLOCK_M=64,HAS_TREE=1"
+  python3 scripts/dev/compile_sm90_mla.py "H=16" "H=128,BLOCK_M=64,num_warps=8" "H=16,BLOCK_M=64,HAS_TREE=1,BIDIR=1"
 """
 import re, sys, importlib.util
 import triton
@@ -15,7 +15,7 @@ mk = importlib.util.module_from_spec(spec); spec.loader.exec_module(mk)
 PTRS = {"Q": "*bf16", "KV": "*bf16", "OUT": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32",
         "CTX": "*i32", "QSTART": "*i32", "ANC": "*i64"}
 def comp(**kw):
-    base = dict(H=16, D_NOPE=512, D_ROPE=64, PAGE=64, BLOCK_M=16, BLOCK_N=32, HAS_TREE=0, UNIT_COLS=8, num_warps=4, num_stages=2)
+    base = dict(H=16, D_NOPE=512, D_ROPE=64, PAGE=64, BLOCK_M=16, BLOCK_N=32, HAS_TREE=0, UNIT_COLS=8, num_warps=4, num_stages=2, BIDIR=0)
     base.update(kw); kw = base
     fn = mk.mla_attention_kernel
     sig, consts = {}, {}
@@ -33,7 +33,7 @@ def comp(**kw):
         print(kw, "FAIL", str(e)[:200]); return
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
-    print({x: kw[x] for x in ("H","BLOCK_M","BLOCK_N","HAS_TREE","num_warps","num_stages")}, "regs", regs, "spill", spills, "smem", k.metadata.shared,
+    print({x: kw[x] for x in ("H","BLOCK_M","BLOCK_N","HAS_TREE","BIDIR","num_warps","num_stages")}, "regs", regs, "spill", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)), "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", ptx)), flush=True)
 for a in sys.argv[1:]:
     comp(**{k: int(v) for k, v in (x.split("=") for x in a.split(","))})

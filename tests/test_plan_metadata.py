@@ -199,16 +199,6 @@ def test_tree_inputs_equal_the_per_request_construction(seed):
     assert t.max_depth == max_depth and np.array_equal(t.topology_id, ids)
 
 
-def test_upload_keeps_dtypes_shapes_and_alignment():
-    a = np.arange(7, dtype=np.int32).reshape(7, 1)
-    b = np.array([[-(1 << 63), (1 << 62) + 3]], dtype=np.int64)
-    c = np.zeros((0, 2), dtype=np.int32)
-    ta, tb, tc = _metadata.upload([a, b, c], "cpu")
-    assert ta.dtype == torch.int32 and torch.equal(ta, torch.from_numpy(a))
-    assert tb.dtype == torch.int64 and torch.equal(tb, torch.from_numpy(b)) and tb.data_ptr() % 16 == 0
-    assert tc.shape == (0, 2)
-
-
 def count_calls(monkeypatch, module, name):
     calls = []
     real = getattr(module, name)

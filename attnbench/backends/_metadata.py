@@ -187,29 +187,3 @@ def slots_of(batch: Batch, reqs: np.ndarray, first: np.ndarray, count: np.ndarra
     table = batch.block_table[torch.from_numpy(reqs).to(dev)].long()
     phys = table.gather(1, logical // ps) * ps + logical % ps
     return phys * torch.from_numpy(valid).to(dev)
-
-
-UPLOAD_ALIGN = 4  # int32 elements: every table starts 16-byte aligned (triton specializes pointers on it)
-_UPLOAD_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-
-
-def upload(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
-    """The host arrays (int32 or int64, any shape) on ``device`` in one host-to-device copy:
-    packed into one int32 buffer, each starting 16-byte aligned, and returned as views of its
-    device copy with their own dtypes and shapes. A plan's tables go up together: each
-    separate small copy costs a GPU host ~10 us of driver time (issue 33)."""
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    if any(a.dtype not in _UPLOAD_DTYPES for a in arrays):
-        raise ValueError(f"upload takes int32 and int64 arrays, got {[str(a.dtype) for a in arrays]}")
-    starts, o = [], 0
-    for a in arrays:
-        starts.append(o)
-        o += -(-a.nbytes // (4 * UPLOAD_ALIGN)) * UPLOAD_ALIGN
-    buf = np.zeros(o, dtype=np.int32)
-    for a, at in zip(arrays, starts):
-        buf[at: at + a.nbytes // 4] = a.reshape(-1).view(np.int32)
-    dev = torch.from_numpy(buf).to(device)
-    wide = dev.view(torch.int64) if any(a.itemsize == 8 for a in arrays) else None
-    # one as_strided a table (a slice and a view each cost more host time)
-    return [(dev if a.itemsize == 4 else wide).as_strided(a.shape, [x // a.itemsize for x in a.strides],
-                                                          at * 4 // a.itemsize) for a, at in zip(arrays, starts)]

@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     ap.add_argument("--plots", type=Path, default=Path("docs/img"))
     ap.add_argument("--commit", default=None, help="attnbench commit the runs came from (when the GPU copy had no .git)")
+    ap.add_argument("--note", action="append", default=[], help="a line about how the runs were made (repeatable)")
     args = ap.parse_args()
 
     by_scenario: dict[str, list] = {}
@@ -63,6 +64,7 @@ def main() -> int:
         " every output checked against the float64 reference (rel err).",
         "- roofline = time at the binding measured ceiling (memory: the faster of copy and read-only"
         " bandwidth; compute: dense bf16 matmul) over the kernel time.",
+        *(f"- {n}" for n in args.note),
         "",
     ]
     args.plots.mkdir(parents=True, exist_ok=True)

@@ -173,6 +173,20 @@ def test_verify_all_sh_dry_run(tmp_path):
     assert "| sdpa | quickstart | 2 | 2 | 0 | 0 | 0 | 2 ok |" in table, table
 
 
+def test_verify_all_sh_pick_runs_only_the_cases_it_matches(tmp_path):
+    """PICK (attnbench run -k) finishes a cut job on a fresh machine: only the matched cases run,
+    and the table counts those (1 of 1, not 1 of 2 as a cut job would read)."""
+    env = _env(DRY_RUN="1", OUT=str(tmp_path / "out"), VERIFY_WORK=str(tmp_path / "work"), WORKERS="2",
+               PICK="page_size=16", VERIFY_ARGS="--specs sdpa --save-root " + str(tmp_path / "t"))
+    res = subprocess.run(["bash", str(GPU / "verify_all.sh")], capture_output=True, text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
+    table = (tmp_path / "out" / "verify_table.md").read_text()
+    assert "| sdpa | quickstart | 1 | 1 | 0 | 0 | 0 | 1 ok |" in table, table
+    assert "| sdpa | mla-tiny | 1 | 1 | 0 | 0 | 0 | 1 ok |" in table, table
+    rows = (tmp_path / "out" / "verify_rows.csv").read_text()
+    assert "page_size=64" not in rows and "page_size=1," not in rows, rows
+
+
 @pytest.mark.slow
 def test_gpu_tests_sh_dry_run(tmp_path):
     env = _env(DRY_RUN="1", OUT=str(tmp_path))

@@ -115,6 +115,7 @@ def plan_jobs(args, avail: dict[str, Optional[str]]) -> tuple[list[Job], list[st
     """The jobs, the scenarios left out (why) and the backends left out (why)."""
     from attnbench.backend import BUILTIN, backend_name, canonical_spec
     from attnbench.workload.scenario import load
+    from attnbench.execute.cases import select_rows
 
     if args.specs:  # canonical, as the rows name them (xformers -> xformers:triton_only=on where set)
         specs = list(dict.fromkeys(_canonical(canonical_spec, s) for s in args.specs.split(",") if s))
@@ -129,15 +130,20 @@ def plan_jobs(args, avail: dict[str, Optional[str]]) -> tuple[list[Job], list[st
     left_out_b = [f"{n}: {why}" for n, why in avail.items() if why and n in BUILTIN]
     paths = [Path(p) for p in args.scenarios] if args.scenarios else gpulib.shipped_scenarios()
     jobs, left_out_s = [], []
+    picks = select_rows(args.pick)
     for p in paths:
         sf = load(p, args.set or None)
         if sf.scenario.device == "cpu" and not args.scenarios:
             left_out_s.append(f"{sf.name}: pinned to device: cpu (a CPU scenario)")
             continue
-        biggest = max(c.scenario.batch_spec().memory_bytes() for c in sf.cases)
+        cases = [c for c in sf.cases if any(picks(c.case_id, s, c.params) for s in specs)]
+        if not cases:
+            left_out_s.append(f"{sf.name}: --pick {args.pick!r} matches none of its cases")
+            continue
+        biggest = max(c.scenario.batch_spec().memory_bytes() for c in cases)
         save = biggest <= args.save_max_gb * 1e9
         for lane, ss in lanes.items():
-            jobs.append(Job(p, sf.name, lane, list(ss), len(sf.cases), save, key=f"{sf.name.replace('/', '_')}--{lane}",
+            jobs.append(Job(p, sf.name, lane, list(ss), len(cases), save, key=f"{sf.name.replace('/', '_')}--{lane}",
                             note="" if save else f"not saved: its largest case's inputs are {biggest / 1e9:.1f} GB"))
     jobs.sort(key=lambda j: (j.lane == "flashinfer", -j.weight))
     return jobs, left_out_s, left_out_b
@@ -176,6 +182,8 @@ def run_job(st: State, job: Job) -> None:
                "--set", "timing.rounds=1"]
         for s in a.set:
             cmd += ["--set", s]
+        if a.pick:
+            cmd += ["-k", a.pick]
         for s in job.specs:
             cmd += ["-b", s]
         if a.backend_file:
@@ -341,6 +349,7 @@ def main(argv=None) -> int:
     ap.add_argument("--specs", default="", help="backend specs, comma-separated (default: every installed backend and route option)")
     ap.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE for every run (tests)")
     ap.add_argument("--backend-file", default=None)
+    ap.add_argument("--pick", default=None, help="attnbench run -k EXPR for every run: only the cases it matches (finish a cut run on a fresh machine)")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--warm-procs", type=int, default=3)
     ap.add_argument("--warm-s", type=float, default=300)

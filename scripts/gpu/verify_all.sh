@@ -17,7 +17,8 @@
 #
 # Settings (environment): BUDGET_S (570: seconds from the start, setup included), WORKERS (4),
 # WARM_S (300) and WARM_PROCS (3) for the FlashInfer warm-up, JOB_MAX_S (300), SAVE_MAX_GB (0.7),
-# VERIFY_ARGS (more verify_all.py arguments), HOST_COMMIT (the commit the caller sent: the table's
+# PICK (attnbench run -k EXPR for every run, e.g. "32k or bfloat16": finish a cut job on a fresh
+# machine), VERIFY_ARGS (more verify_all.py arguments, split on spaces), HOST_COMMIT (the commit the caller sent: the table's
 # header names it; the device copy's own git metadata can be older), VERIFY_WORK (/tmp/verify_work).
 # Held-out batches: `python3 scripts/gpu/random_scenarios.py --n 30 --seed S --out /tmp/rand` then
 # VERIFY_ARGS="--scenarios /tmp/rand/*.yaml" (two such runs side by side need their own OUT and VERIFY_WORK).
@@ -36,6 +37,7 @@ source scripts/gpu/common.sh
 ARGS=(--out "$OUTDIR" --work "$WORK" --t0 "$T0" --budget-s "$BUDGET_S" --workers "${WORKERS:-4}"
       --warm-s "${WARM_S:-300}" --warm-procs "${WARM_PROCS:-3}" --job-max-s "${JOB_MAX_S:-300}" --save-max-gb "${SAVE_MAX_GB:-0.7}")
 [ "${RESUME:-0}" = 1 ] && ARGS+=(--resume)
+[ -n "${PICK:-}" ] && ARGS+=(--pick "$PICK")
 if [ "${DRY_RUN:-0}" = 1 ]; then
   el "DRY_RUN: on the CPU, two tiny scenarios, no setup"
   ARGS+=(--device cpu --scenarios attnbench/scenarios/quickstart.yaml attnbench/scenarios/mla-tiny.yaml)

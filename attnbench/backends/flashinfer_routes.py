@@ -16,8 +16,9 @@ Routes (FlashInfer 0.5.3; ``docs/backends.md``):
   wholly non-causal batches without windows or sinks; soft-cap and FP8 caches (``k_scale`` /
   ``v_scale`` at run, as FlashInfer's ``run`` takes them).
 - ``pod``: ``BatchPODWithPagedKVCacheWrapper`` (prefill and decode fused in one launch): batches
-  with both causal prefill and decode requests in two groups (prefills first, or decodes first
-  as vLLM orders its batch), windows and FP8 caches; no soft-cap (its ``plan`` fixes 0).
+  with both prefill (all causal or all non-causal: one ``causal_p``) and decode requests in two
+  groups (prefills first, or decodes first as vLLM orders its batch), windows on causal
+  prefills and FP8 caches; no soft-cap (its ``plan`` fixes 0), no trees, no interleaving.
 - ``auto``: shared prefix pages -> the cascade (option ``cascade``); decode-only -> ``xqa``
   with sinks (the decode wrapper has none), else ``decode-tc``; a batch that needs a custom
   mask -> ``fa2``; prefills mixed with decodes -> ``persistent`` where it can (measured on an

@@ -18,7 +18,8 @@ routes, what each can express and the ``auto`` choice; ``flashinfer_plans.py`` b
   6-9 s on an H100). The first plan of each kernel set in a process runs one extra untimed call
   and reports the seconds that plan and call took (JIT build or load + first call) as a warning and in
   ``FIRST_USE_S``; no row's plan or kernel time contains it.
-- Variants: FP8 caches with per-tensor scales (``k_scale``/``v_scale`` at run), ``window_left``
+- Variants: FP8 caches with per-tensor scales (``k_scale``/``v_scale`` at run; folded into the
+  scale by hand on the sink wrapper and POD, ``flashinfer_plans.py``), ``window_left``
   = W - 1, ``logits_soft_cap``, sinks (the attention-sink wrapper on fa2/fa3, or XQA's sinks),
   both cache orders natively (``kv_layout`` = the batch's order). FlashInfer's LSE is base 2;
   this backend does not use it.

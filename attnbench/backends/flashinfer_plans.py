@@ -6,7 +6,11 @@ wrapper's ``plan`` with the batch's metadata, and returns a ``Step``: the call `
 Wrappers are made once per backend instance and key (an engine makes them at start-up); the
 plan call repeats each step. The cache is handed to FlashInfer in its storage order
 (``batch.k_storage``: NHD or HND, ``kv_layout`` to match). An FP8 cache passes its per-tensor
-``k_scale`` / ``v_scale`` at run. XQA gets a workspace of its own, zeroed at creation: sharing
+``k_scale`` / ``v_scale`` at run, where the wrapper's ``run`` applies them (decode, prefill,
+``BatchAttention``); where it does not, the same arithmetic is done here and said in the mode:
+the attention-sink wrapper gets ``k_scale`` folded into its variant's ``sm_scale`` argument, and
+POD gets it in ``plan``'s ``sm_scale`` and ``v_scale`` on the output it assembles (its ``run``
+scales only the decode group). XQA gets a workspace of its own, zeroed at creation: sharing
 one with another wrapper gave wrong outputs with no error (shared/device/NOTES.md).
 """
 from __future__ import annotations
@@ -130,9 +134,22 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
     q, kv, sc = batch.q, _kv(batch), _scales(batch)
     detail = "custom mask" if mask is not None else ("causal" if all(f.causal) else "non-causal")
     if f.sinks:
-        sinks, scale = batch.sinks.float().contiguous(), batch.scale
-        return Step(lambda: w.run(q, kv, sinks, scale), f"{detail}, sink wrapper")
+        return _sink_step(w, batch, detail)
     return Step(lambda: w.run(q, kv, **sc), detail)
+
+
+def _sink_step(w: Any, batch: Batch, detail: str) -> Step:
+    """The attention-sink wrapper's run: its variant's own arguments (``sinks``, ``sm_scale``) go
+    to the kernel as given (prefill.py ``run`` extends the kernel's arguments with ``*args`` and
+    folds ``k_scale`` only into an ``sm_scale`` it does not pass), so an FP8 cache's ``k_scale``
+    is folded into the ``sm_scale`` argument here; ``v_scale`` is ``run``'s, applied to the output
+    as on the plain wrapper."""
+    sc = _scales(batch)
+    q, kv, sinks = batch.q, _kv(batch), batch.sinks.float().contiguous()
+    scale = batch.scale * sc.get("k_scale", 1.0)
+    v = {"v_scale": sc["v_scale"]} if sc else {}
+    fp8 = ", k_scale in its sm_scale" if sc else ""
+    return Step(lambda: w.run(q, kv, sinks, scale, **v), f"{detail}, sink wrapper{fp8}")
 
 
 def xqa_step(batch: Batch, f: Facts, cache: dict) -> Step:
@@ -169,37 +186,55 @@ def persistent_step(batch: Batch, f: Facts, cache: dict) -> Step:
     w.plan(qo_indptr.to(dev), indptr.to(dev), indices, kv_lens.to(dev), batch.num_q_heads, batch.num_kv_heads,
            batch.head_dim, batch.head_dim, batch.page_size, causal=all(f.causal), sm_scale=batch.scale,
            logits_soft_cap=batch.softcap, q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
-    q, kv = batch.q, _kv(batch)
+    q, kv, sc = batch.q, _kv(batch), _scales(batch)  # run folds k_scale into sm_scale, the kernel applies v_scale
     cap = batch.softcap or 0.0
-    return Step(lambda: w.run(q, kv, logits_soft_cap=cap)[0])
+    return Step(lambda: w.run(q, kv, logits_soft_cap=cap, **sc)[0])
 
 
 def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
-    """``BatchPODWithPagedKVCacheWrapper``: the causal prefills (first in the batch) and the
-    decodes in one fused launch; the two outputs are concatenated (one copy)."""
+    """``BatchPODWithPagedKVCacheWrapper``: the prefill group and the decode group (each one run
+    of the packed queries: prefills first, or decodes first as vLLM orders a batch) in one fused
+    launch; its two outputs are written into one (the copy a concatenation makes). POD's ``run``
+    folds ``k_scale`` into the decodes' scale only and scales only their output by ``v_scale``
+    (pod.py), so an FP8 cache's ``k_scale`` goes into ``plan``'s ``sm_scale`` (both groups) and
+    ``v_scale`` into the copies that assemble the output."""
     import flashinfer
 
-    dev = batch.device
-    h = batch.host
-    n_p = int((h.query_lens > 1).sum())
-    tok_p = int(h.query_start_loc[n_p])
-    indptr, indices, last = flashinfer_page_layout(batch)
-    split = int(indptr[n_p])
+    dev, h = batch.device, batch.host
+    multi = h.query_lens > 1
+    prefills_first = bool(multi[0])
+    n1 = int(multi.sum() if prefills_first else (~multi).sum())  # requests of the first group
     qo = h.query_start_loc.astype(np.int32)
-    qo_p = torch.from_numpy(qo[: n_p + 1].copy())
-    qo_d = torch.from_numpy((qo[n_p:] - qo[n_p]).astype(np.int32))
-    kv_p, kv_d = indptr[: n_p + 1], indptr[n_p:] - indptr[n_p]
+    t1 = int(qo[n1])
+    indptr, indices, last = flashinfer_page_layout(batch)
+    split = int(indptr[n1])
+    first = (torch.from_numpy(qo[: n1 + 1].copy()).to(dev), indptr[: n1 + 1].to(dev), indices[:split], last[:n1])
+    second = (torch.from_numpy(qo[n1:] - qo[n1]).to(dev), (indptr[n1:] - indptr[n1]).to(dev), indices[split:], last[n1:])
+    pre, dec = (first, second) if prefills_first else (second, first)
+    sc = _scales(batch)
     w = made(cache, ("pod",), lambda: flashinfer.BatchPODWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order))
-    w.plan(qo_p.to(dev), kv_p.to(dev), indices[:split], last[:n_p], qo_d.to(dev), kv_d.to(dev), indices[split:],
-           last[n_p:], num_qo_heads=batch.num_q_heads, num_kv_heads=batch.num_kv_heads, head_dim=batch.head_dim,
-           page_size=batch.page_size, sm_scale=batch.scale, q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
-    q_p, q_d, kv = batch.q[:tok_p], batch.q[tok_p:], _kv(batch)
+    w.plan(*pre, *dec, num_qo_heads=batch.num_q_heads, num_kv_heads=batch.num_kv_heads, head_dim=batch.head_dim,
+           page_size=batch.page_size, window_left=_window_left(batch, f), sm_scale=batch.scale * sc.get("k_scale", 1.0),
+           q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
+    q, kv, v_scale = batch.q, _kv(batch), sc.get("v_scale")
+    causal_p = all(f.prefill_causal)
+    q_pre, q_dec = (q[:t1], q[t1:]) if prefills_first else (q[t1:], q[:t1])
 
     def call() -> torch.Tensor:
-        o_p, o_d = w.run(q_p, kv, q_d, kv, causal_p=True)
-        return torch.cat([o_p, o_d])
+        o_p, o_d = w.run(q_pre, kv, q_dec, kv, causal_p=causal_p)
+        out = torch.empty_like(q)
+        a, b = (o_p, o_d) if prefills_first else (o_d, o_p)
+        if v_scale is None:
+            out[:t1].copy_(a)
+            out[t1:].copy_(b)
+        else:
+            torch.mul(a, v_scale, out=out[:t1])
+            torch.mul(b, v_scale, out=out[t1:])
+        return out
 
-    return Step(call, f"{n_p} prefill + {batch.num_requests - n_p} decode requests")
+    n_p = int(multi.sum())
+    detail = f"{n_p} prefill + {batch.num_requests - n_p} decode requests" + ("" if prefills_first else ", decodes first")
+    return Step(call, detail + (", k_scale in sm_scale, v_scale on the output" if sc else ""))
 
 
 def workspace_for(cache: dict, dev: torch.device) -> torch.Tensor:

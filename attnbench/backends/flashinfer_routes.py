@@ -13,14 +13,18 @@ Routes (FlashInfer 0.5.3; ``docs/backends.md``):
 - ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (TensorRT-LLM's XQA decode,
   sm90+): decode-only, page sizes 16/32/64/128, sinks and windows, no soft-cap.
 - ``persistent``: ``BatchAttention`` (one persistent kernel for prefill and decode): causal or
-  wholly non-causal batches without windows or sinks.
-- ``pod``: ``BatchPODWithPagedKVCacheWrapper`` (prefill and decode fused in one launch):
-  batches with both causal prefill and decode requests, the prefills first, no variants.
+  wholly non-causal batches without windows or sinks; soft-cap and FP8 caches (``k_scale`` /
+  ``v_scale`` at run, as FlashInfer's ``run`` takes them).
+- ``pod``: ``BatchPODWithPagedKVCacheWrapper`` (prefill and decode fused in one launch): batches
+  with both prefill (all causal or all non-causal: one ``causal_p``) and decode requests in two
+  groups (prefills first, or decodes first as vLLM orders its batch), windows on causal
+  prefills and FP8 caches; no soft-cap (its ``plan`` fixes 0), no trees, no interleaving.
 - ``auto``: shared prefix pages -> the cascade (option ``cascade``); decode-only -> ``xqa``
   with sinks (the decode wrapper has none), else ``decode-tc``; a batch that needs a custom
   mask -> ``fa2``; prefills mixed with decodes -> ``persistent`` where it can (measured on an
   H100 with scripts/gpu/gpu_library_routes.py: 172 us against fa2's 291 and fa3's 365 on 2 chunked
-  prefills of 512 + 16 decodes @4k); otherwise ``fa3`` on Hopper (FlashInfer's own "auto"
+  prefills of 512 + 16 decodes @4k; not with an FP8 cache, which persistent runs but was not
+  timed against fa2); otherwise ``fa3`` on Hopper (FlashInfer's own "auto"
   choice there: 107 us against persistent's 152 on 4x1k) unless the cache is FP8 (fa3 wants FP8
   queries too), else ``fa2``. Decodes: decode-tc 60.2 us, fa2 60.3, decode 62.3, xqa 67.3,
   persistent 70.3 (8x4k page 16); 193.4 / 193.1 / 206.9 / 208.2 / 201.9 at 8x16k.
@@ -40,7 +44,12 @@ amax / 57344``: ~1e-4) that is ~``2^-0.5``: wrong outputs with no error (issue 3
 0.58-0.77 on an H100, head dims 64/128/256), where ``fp8_e4m3`` (``amax / 448``) keeps 2^-50 or
 less. The CUDA-core ``decode`` kernel scales before it masks (``decode.cuh``) and is not
 affected. ``mask_bits`` is that exponent (with ``m`` = 0); below ``MIN_MASK_BITS`` the two
-routes refuse the batch, naming it.
+routes refuse the batch, naming it. ``persistent`` (``persistent.cuh``) and ``pod``
+(``batch_pod.cuh``) run the same ``prefill.cuh`` device code (``logits_mask`` then
+``update_mdo_states``) and are refused the same way.
+
+Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md
+lists each one (its footnotes) with a link to that source.
 """
 from __future__ import annotations
 
@@ -48,8 +57,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
-#: routes on FlashInfer's fa2 kernel, whose masked keys keep a weight 2^-mask_bits (above)
-FA2_KERNEL = ("fa2", "decode-tc")
+#: routes on FlashInfer's fa2 kernel code, whose masked keys keep a weight 2^-mask_bits (above)
+FA2_KERNEL = ("fa2", "decode-tc", "persistent", "pod")
+#: which kernel each of those runs, as the skip reason names it
+MASK_KERNEL = {"persistent": "persistent kernel (persistent.cuh: prefill.cuh's masking)",
+               "pod": "POD kernel (batch_pod.cuh: the fa2 prefill code)"}
+#: how the prefill and decode requests of a batch with both lie (None: not such a batch)
+PREFILLS_FIRST, DECODES_FIRST, INTERLEAVED = "prefills first", "decodes first", "interleaved"
 FA2_MASK_FILL = 5e4  # FlashInfer 0.5.3's math::inf, the magnitude of its mask logit
 MIN_MASK_BITS = 40.0  # a masked key's weight at most 2^-40 of the largest (~1e-12)
 LOG2E = 1.4426950408889634
@@ -63,7 +77,8 @@ class Facts:
     decode_only: bool  # every request has one query token and no tree
     trees: bool
     causal: tuple[bool, ...]  # per request
-    prefill_then_decode: Optional[bool]  # both kinds present and every multi-token request first; None: not mixed
+    mixed_order: Optional[str]  # both kinds present, no trees: PREFILLS_FIRST, DECODES_FIRST or INTERLEAVED
+    prefill_causal: tuple[bool, ...]  # the causality of each request of more than one query token
     window: Optional[int]
     softcap: Optional[float]
     sinks: bool
@@ -93,13 +108,14 @@ def facts_of(batch) -> Facts:
     multi = q > 1
     mixed = None
     if bool(multi.any()) and bool((~multi).any()) and not trees:
-        first_single = int((~multi).argmax())
-        mixed = not bool(multi[first_single:].any())
+        changes = int((multi[1:] != multi[:-1]).sum())  # 1: two groups
+        mixed = INTERLEAVED if changes > 1 else PREFILLS_FIRST if bool(multi[0]) else DECODES_FIRST
     return Facts(
         decode_only=not trees and bool((q == 1).all()),
         trees=trees,
         causal=tuple(bool(c) for c in h.causal),
-        prefill_then_decode=mixed,
+        mixed_order=mixed,
+        prefill_causal=tuple(bool(c) for c, m in zip(h.causal, multi) if m),
         window=spec.window,
         softcap=spec.softcap,
         sinks=bool(spec.sinks),
@@ -115,7 +131,8 @@ def facts_of(batch) -> Facts:
 
 def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str]:
     """Why ``route`` cannot compute a batch with facts ``f`` ([] = it can). ``sm_major``: the
-    GPU's compute capability major (None: unknown, e.g. on a CPU)."""
+    GPU's compute capability major (None: unknown, e.g. on a CPU). Each reason names FlashInfer
+    0.5.3's limit and the file that shows it (docs/backends.md, footnotes)."""
     out = []
     name = f"route {route}"
     # ALiBi and per-head FP8 scales are declined by the backend's capabilities (one reason each)
@@ -127,25 +144,36 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries")
     if route == "fa3" and sm_major is not None and sm_major != 9:
         out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
-    if route in ("decode", "decode-tc", "persistent", "pod") and f.sinks:
-        out.append(f"{name} has no attention sinks (use route xqa, fa2 or fa3)")
+    if f.sinks and route in SINKLESS:
+        out.append(f"{name}: {SINKLESS[route]} (use route xqa, fa2 or fa3)")
     if route in FA2_KERNEL and f.mask_bits < MIN_MASK_BITS:
         kv = f" (an {f.kv_dtype} cache's k_scale folded in)" if f.kv_dtype else ""
-        out.append(f"{name}: FlashInfer 0.5.3's fa2 kernel masks keys with the finite logit -5e4 before it "
-                   f"applies the softmax scale, here {f.logit_scale:.3g}{kv}: a masked key keeps weight "
-                   f"2^-{f.mask_bits:.2g} (wrong outputs, no error; math.cuh inf = 5e4, prefill.cuh); "
+        out.append(f"{name}: FlashInfer 0.5.3's {MASK_KERNEL.get(route, 'fa2 kernel')} masks keys with the finite "
+                   f"logit -5e4 before it applies the softmax scale, here {f.logit_scale:.3g}{kv}: a masked key keeps "
+                   f"weight 2^-{f.mask_bits:.2g} (wrong outputs, no error; math.cuh inf = 5e4, prefill.cuh); "
                    "not run (route decode scales before masking)")
-    if route in ("fa2", "fa3") and f.sinks and f.kv_dtype is not None:
-        out.append(f"{name}: the attention-sink wrapper takes no FP8 k_scale/v_scale here")
     if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
-        out.append(f"{name}: the attention-sink wrapper's variant has no soft-cap")
+        out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant (AttentionSink, jit/attention/variants.py) "
+                   "has no soft-cap (no logits transform)")
     if route in ("fa2", "fa3") and f.sinks and f.needs_mask:
         # seen on an H100 (scripts/gpu/gpu_library_routes.py, gpt-oss tree 8x40 @4k, W128 + sinks):
         # the sink wrapper with a custom mask returned rel. err 0.99 and raised nothing
-        out.append(f"{name}: the attention-sink wrapper ignores a custom mask (trees, mixed causal): "
+        out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant ignores a custom mask (trees, mixed causal: "
+                   "AttentionSink's LogitsMask in jit/attention/variants.py applies only the window): "
                    "wrong outputs on an H100, not run")
     out += _special_reasons(route, f, sm_major)
     return out
+
+
+#: the routes whose FlashInfer 0.5.3 entry point takes no attention sinks, and where that shows
+SINKLESS = {
+    "decode": "FlashInfer 0.5.3's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; "
+              "decode.py and prefill.py paged_run), not to the CUDA-core kernel run here",
+    "decode-tc": "FlashInfer 0.5.3's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; "
+                 "decode.py and prefill.py paged_run), not to the fa2 kernel run here",
+    "persistent": "FlashInfer 0.5.3's BatchAttention takes no sinks (attention.py plan/run)",
+    "pod": "FlashInfer 0.5.3's BatchPODWithPagedKVCacheWrapper takes no sinks (pod.py plan/run)",
+}
 
 
 def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]:
@@ -163,18 +191,39 @@ def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]
             out.append(f"{name}: XQA needs sm_90 or newer, this GPU is sm_{sm_major}x")
     if route == "persistent":
         if f.needs_mask:
-            out.append(f"{name}: BatchAttention takes no custom mask (trees or mixed causal/non-causal requests)")
+            out.append(f"{name}: FlashInfer 0.5.3's BatchAttention.plan takes one causal flag for the whole batch and "
+                       "no custom mask (attention.py): no trees or mixed causal/non-causal requests")
         if f.window is not None:
-            out.append(f"{name}: BatchAttention has no sliding window")
-        if f.kv_dtype is not None:
-            out.append(f"{name}: BatchAttention with an FP8 cache is not wired here")
+            out.append(f"{name}: FlashInfer 0.5.3's BatchAttention.plan takes no window_left (attention.py)")
     if route == "pod":
-        if f.trees or f.prefill_then_decode is None or not all(f.causal):
-            out.append(f"{name}: POD fuses causal prefill with decode: the batch needs both, and no trees")
-        elif not f.prefill_then_decode:
-            out.append(f"{name}: POD takes the prefill requests first, then the decodes (this batch interleaves them)")
-        if f.window is not None or f.softcap is not None or f.kv_dtype is not None:
-            out.append(f"{name}: POD's wrapper is not wired for windows, soft-cap or FP8 here")
+        out += _pod_reasons(name, f)
+    return out
+
+
+def _pod_reasons(name: str, f: Facts) -> list[str]:
+    """``BatchPODWithPagedKVCacheWrapper`` (pod.py): one prefill group (queries ``q_p``, one
+    ``causal_p``) and one decode group (``q_d``), as two tensors, in one launch."""
+    pod, out = "FlashInfer 0.5.3's BatchPODWithPagedKVCacheWrapper", []
+    if f.trees:
+        out.append(f"{name}: {pod}.run takes its prefill custom mask without a per-request mask_indptr "
+                   "(pod.py passes None): no trees")
+    elif f.mixed_order is None:
+        out.append(f"{name}: {pod} fuses a prefill group with a decode group (pod.py plan/run take both): "
+                   "the batch needs both")
+    elif f.mixed_order == INTERLEAVED:
+        out.append(f"{name}: {pod}.run takes the prefill and the decode queries as two tensors (q_p, q_d; pod.py) and "
+                   "returns two outputs: each group must be one run of the batch's packed queries, and here prefill "
+                   "and decode requests interleave (an engine orders its batch into the two groups; attnbench does "
+                   "not time copies it would not make)")
+    if len(set(f.prefill_causal)) > 1:
+        out.append(f"{name}: {pod}.run takes one causal_p for all prefill requests (pod.py): no mix of causal and "
+                   "non-causal prefills")
+    elif f.window is not None and not all(f.prefill_causal):
+        out.append(f"{name}: {pod} applies window_left to causal rows only and takes no per-request custom mask "
+                   "(pod.py): no window on non-causal prefills")
+    if f.softcap is not None:
+        out.append(f"{name}: {pod} has no logit soft-cap (pod.py plan fixes logits_soft_cap = 0.0, "
+                   "'not supported currently')")
     return out
 
 
@@ -187,7 +236,7 @@ def auto_route(f: Facts, sm_major: Optional[int] = 9) -> str:
         if f.sinks:
             return "fa2"
         return "decode" if route_reasons("decode-tc", f, sm_major) else "decode-tc"
-    if f.prefill_then_decode is not None and not route_reasons("persistent", f, sm_major):
+    if f.mixed_order is not None and f.kv_dtype is None and not route_reasons("persistent", f, sm_major):
         return "persistent"  # prefills and decodes together (H100, 2x512 + 16 decodes: 172 us vs fa2 291, fa3 365)
     if not route_reasons("fa3", f, sm_major):
         return "fa3"

@@ -3,7 +3,8 @@ the float64 reference under Triton's interpreter: every ``triton-f8*`` variant o
 scripts/dev/triton_variants.py (float16 dots, V converted before its transpose, the larger
 unmasked tile, one more stage) on an FP8 cache (e4m3 and e5m2, per-tensor and per-head scales)
 with decodes, a tree and a chunked prefill, pages 1 and 16, with and without a sliding window,
-split and unsplit. The kernel options stay off in the shipped backend until measured.
+split and unsplit. Shipped: float16 dots on for FP8 caches (round 1's measurement), V pairs
+off; long decodes step 64-key unmasked tiles (``choose_config``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices
+
+from attnbench.backends import triton_plan as tp
 
 from .test_triton_backend import CHOICES, TritonBackend, need_interpreter, tree
 
@@ -58,11 +61,12 @@ def run_fp8(backend, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, win
     return compare(out, ref)[0]
 
 
-def test_the_fp8_variants_exist_and_the_shipped_backend_keeps_them_off():
+def test_the_fp8_variants_exist_and_the_shipped_defaults():
+    """Shipped: float16 dots on (round 1: faster and more accurate everywhere measured), V pairs off."""
     assert set(VARIANTS) >= {"triton-f8h", "triton-f8v", "triton-f8hv", "triton-f8hv-nf64", "triton-f8hv-st4",
                              "triton-f8hv-w2", "triton-f8h-m128"}
     be = TritonBackend()
-    assert not be.fp8_f16 and not be.v_pairs
+    assert be.fp8_f16 and not be.v_pairs
     assert VARIANTS["triton-f8hv"]().fp8_f16 and VARIANTS["triton-f8hv"]().v_pairs
 
 
@@ -97,3 +101,34 @@ def test_fp8_options_with_every_feature(page, config):
     from .test_triton_variants import run_variant
 
     run_variant("all", page=page, seed=page, fp8_f16=True, v_pairs=True, **config)
+
+
+def _long_decodes(kv_dtype, d=128, ctx=(2100, 2051)):
+    spec = BatchSpec(tuple(Request("decode", 1, c) for c in ctx), 4, 1, d, dtype="float16", page_size=16,
+                     layout="shuffled", kv_dtype=kv_dtype, kv_scale="per-head" if kv_dtype else "per-tensor")
+    return materialize(spec, 11)
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "fp8_e4m3"])
+def test_long_decodes_step_64_key_tiles(kv_dtype):
+    """Round 2's default: decode-sized row blocks with >= LONG_KEYS keys (d 128, 16-bit queries)
+    run the unmasked loop in 64-key tiles, the masked tail in 32; right on the CPU, odd lengths."""
+    need_interpreter()
+    batch = _long_decodes(kv_dtype)
+    be = TritonBackend()
+    plan = be.plan(batch)
+    assert (plan.cfg.block_n, plan.cfg.block_nf) == (32, 64)
+    assert (plan.units[:, tp.COL["kv_lo"]] % 64 == 0).all()  # splits start on the unmasked loop's tiles
+    plan.out.fill_(float("nan"))
+    rel = compare(be.run(plan), reference_attention(batch)[0])[0]
+    assert rel < 3e-3, f"long decodes {kv_dtype}: rel err {rel}"
+
+
+def test_the_64_key_rule_stays_off_elsewhere():
+    """Short decodes, other head dims, float32 queries and ``block_nf=0`` keep block_nf = block_n."""
+    assert tp.choose_config(_long_decodes(None, ctx=(2046, 100))).block_nf == 32  # 2047 keys
+    assert tp.choose_config(_long_decodes(None, d=64)).block_nf == 32
+    assert tp.choose_config(_long_decodes(None), block_nf=0).block_nf == 32
+    spec = BatchSpec((Request("decode", 1, 2100),), 4, 1, 128, dtype="float32", page_size=16)
+    cfg = tp.choose_config(materialize(spec, 0))
+    assert cfg.block_nf == cfg.block_n

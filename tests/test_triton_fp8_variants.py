@@ -1,10 +1,12 @@
-"""The FP8 variants of the triton backend (issue 33's FP8 round, docs/triton_notes.md) against
-the float64 reference under Triton's interpreter: every ``triton-f8*`` variant of
-scripts/dev/triton_variants.py (float16 dots, V converted before its transpose, the larger
-unmasked tile, one more stage) on an FP8 cache (e4m3 and e5m2, per-tensor and per-head scales)
-with decodes, a tree and a chunked prefill, pages 1 and 16, with and without a sliding window,
-split and unsplit. Shipped: float16 dots on for FP8 caches (round 1's measurement), V pairs
-off; long decodes step 64-key unmasked tiles (``choose_config``).
+"""The FP8 variants of the triton backend (issue 33's FP8 rounds 1 and 2, docs/triton_notes.md)
+against the float64 reference under Triton's interpreter: every ``triton-f8*`` variant of
+scripts/dev/triton_variants.py and round 2's ``triton-r1`` / ``-s8r`` / ``-s6`` (float16 dots, V
+converted before its transpose, V read as int16 words of two FP8 dims, the larger unmasked tile,
+one more stage, forced splits, the fused merge) on an FP8 cache (e4m3 and e5m2, per-tensor and
+per-head scales) with decodes, a tree and a chunked prefill, pages 1 and 16, with and without a
+sliding window, split and unsplit; round 2's ``v_words`` also at head dims 64 and 96 (padded
+lanes) and odd lengths. Shipped: float16 dots on for FP8 caches (round 1's measurement), the
+other options off; long decodes step 64-key unmasked tiles (``choose_config``).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def _variants() -> dict:
     spec = importlib.util.spec_from_file_location("triton_variants_h33", ROOT / "scripts/dev/triton_variants.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return {cls.name: cls for cls in mod.VARIANTS if cls.name.startswith("triton-f8")}
+    round2 = ("triton-r1", "triton-s8r", "triton-s6")  # FP8 round 2's plan-level variants
+    return {cls.name: cls for cls in mod.VARIANTS if cls.name.startswith("triton-f8") or cls.name in round2}
 
 
 VARIANTS = _variants()
@@ -62,12 +65,18 @@ def run_fp8(backend, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, win
 
 
 def test_the_fp8_variants_exist_and_the_shipped_defaults():
-    """Shipped: float16 dots on (round 1: faster and more accurate everywhere measured), V pairs off."""
+    """Shipped: float16 dots on (round 1: faster and more accurate everywhere measured), V pairs
+    and V words off; round 1's shipped kernel stays reachable as ``triton-r1``."""
     assert set(VARIANTS) >= {"triton-f8h", "triton-f8v", "triton-f8hv", "triton-f8hv-nf64", "triton-f8hv-st4",
-                             "triton-f8hv-w2", "triton-f8h-m128"}
+                             "triton-f8hv-w2", "triton-f8h-m128", "triton-r1", "triton-f8h-nf32", "triton-f8h-nf64",
+                             "triton-f8w", "triton-f8w-nf32", "triton-f8w-s8", "triton-f8w-s16", "triton-f8w-fm",
+                             "triton-s8r", "triton-s6", "triton-f8h-nf64s2"}
     be = TritonBackend()
-    assert be.fp8_f16 and not be.v_pairs
+    assert be.fp8_f16 and not be.v_pairs and not be.v_words
     assert VARIANTS["triton-f8hv"]().fp8_f16 and VARIANTS["triton-f8hv"]().v_pairs
+    r1 = VARIANTS["triton-r1"]()
+    assert not r1.fp8_f16 and r1.config == {"block_nf": 0}
+    assert VARIANTS["triton-f8w"]().v_words
 
 
 @pytest.mark.parametrize("window", [None, 20])
@@ -101,6 +110,27 @@ def test_fp8_options_with_every_feature(page, config):
     from .test_triton_variants import run_variant
 
     run_variant("all", page=page, seed=page, fp8_f16=True, v_pairs=True, **config)
+    run_variant("all", page=page, seed=page + 1, v_words=True, **config)
+
+
+@pytest.mark.parametrize("d", [64, 96])
+@pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8_e4m3", "per-head"), ("fp8_e5m2", "per-tensor")])
+@pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16), dict(block_m=16, block_n=16, block_nf=32)])
+def test_v_words_head_dims_and_odd_lengths(d, kv_dtype, kv_scale, config):
+    """``v_words``: V read as int16 words (two FP8 dims each), P.V as two dots joined back; head
+    dim 96 reads 48 of 64 word lanes (padded), 64 all of them; odd context and query lengths (the
+    masked tail, a page boundary inside a tile), a tree, split and unsplit, 16-row blocks."""
+    need_interpreter()
+    reqs = (Request("decode", 1, 97), tree(from_choices(CHOICES), 33), Request("prefill", 5, 19),
+            Request("decode", 1, 1))
+    spec = BatchSpec(reqs, 4, 2, d, dtype="float16", page_size=3, layout="shuffled", kv_dtype=kv_dtype,
+                     kv_scale=kv_scale)
+    batch = materialize(spec, d)
+    be = TritonBackend(v_words=True, **config)
+    plan = be.plan(batch)
+    plan.out.fill_(float("nan"))
+    rel = compare(be.run(plan), reference_attention(batch)[0])[0]
+    assert rel < 3e-3, f"v_words d {d} {kv_dtype} {config}: rel err {rel}"
 
 
 def _long_decodes(kv_dtype, d=128, ctx=(2100, 2051)):

@@ -21,8 +21,10 @@ finish (an atomic counter per row block and KV head) merges them in the same lau
 ``PO``'s dtype (float32 or 16-bit). Options, measured no faster (docs/triton_notes.md).
 Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to q's
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
-output (options, off by default: ``FP8_F16`` both dots in float16, ``V_PAIRS`` V's tile
-converted before its transpose, docs/triton_notes.md issue 33 FP8 round); ``SINK``: split 0
+output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
+queries; off by default: ``V_PAIRS`` V's tile converted before its transpose, ``V_WORDS`` V read
+as int16 words of two FP8 dims and P.V as two half-width dots joined back; docs/triton_notes.md,
+issue 33 FP8 rounds 1-2); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below
 every row's window (``full_lo``), slots below ``win_lo`` never read; ``BIDIR``: bidirectional
@@ -44,6 +46,7 @@ except AttributeError:  # pragma: no cover
 
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
+from .triton_merge import merge_kernel  # noqa: F401  (the split merge: triton_paged runs tk.merge_kernel)
 from .triton_plan import UNIT_COLUMNS
 
 # the unit table's column offsets, named by the plan that writes them (one source of truth)
@@ -80,7 +83,8 @@ def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr
 
 
 @triton.jit
-def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
+def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr, v2=None,
+                    V_WORDS: tl.constexpr = False):
     if MASKED:
         s = tl.where(allowed, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -96,13 +100,24 @@ def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl
         pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
     else:
         pv = tl.dot(p.to(v.dtype), v)
+    if V_WORDS:  # v: the even dims, v2: the odd ones; interleaved back (in-thread join)
+        if IEEE:
+            pv2 = tl.dot(p.to(v2.dtype), v2, input_precision="ieee")
+        else:
+            pv2 = tl.dot(p.to(v2.dtype), v2)
+        pv = tl.reshape(tl.join(pv, pv2), [pv.shape[0], 2 * pv.shape[1]])
     acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
 
 
 @triton.jit
 def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: tl.constexpr, IEEE: tl.constexpr,
-                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr, V_PAIRS: tl.constexpr):
+                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr, V_PAIRS: tl.constexpr,
+                  V_WORDS: tl.constexpr = False):
+    v2 = None
+    if V_WORDS:  # int16 words of two FP8 dims: the low bytes (even dims) and the high ones (odd)
+        v2 = (v >> 8).to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
+        v = v.to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
     if FP8:  # dequantize: the scales are folded into qk_scale (K) and the output (V)
         k = k.to(q.dtype)
         v = v.to(q.dtype)
@@ -110,7 +125,7 @@ def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: 
             lo, hi = tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
             v = tl.reshape(tl.join(lo, hi), [v.shape[0], v.shape[1]])
     s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI)
-    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE)
+    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE, v2, V_WORDS)
 
 
 @triton.jit
@@ -147,13 +162,26 @@ def _load_rows(base, offs, offs_d, mask, HEAD_DIM: tl.constexpr, PAD_D: tl.const
 
 
 @triton.jit
+def _load_v(base, offs, offs_d, mask, HEAD_DIM: tl.constexpr, PAD_D: tl.constexpr, ROW_MASK: tl.constexpr,
+            V_WORDS: tl.constexpr):
+    """V's rows: ``_load_rows``, or with ``V_WORDS`` (``base`` an int16 pointer, ``offs`` in words)
+    ``[rows, BLOCK_D / 2]`` int16 words, each two FP8 dims (2w, 2w + 1)."""
+    if V_WORDS:
+        x = _load_rows(base, offs, tl.arange(0, offs_d.shape[0] // 2), mask, HEAD_DIM // 2, PAD_D, ROW_MASK)
+    else:
+        x = _load_rows(base, offs, offs_d, mask, HEAD_DIM, PAD_D, ROW_MASK)
+    return x
+
+
+@triton.jit
 def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                  kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
                  qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc,
                  offs_n, offs_d,
                  HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
                  PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr):
+                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr,
+                 V_WORDS: tl.constexpr):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
     sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
@@ -163,7 +191,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
     within = slots % PAGE
     k = _load_rows(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True)
-    v = _load_rows(v_base, page * stride_vp + within * stride_vs, offs_d, in_range, HEAD_DIM, PAD_D, True)
+    v = _load_v(v_base, page * stride_vp + within * stride_vs, offs_d, in_range, HEAD_DIM, PAD_D, True, V_WORDS)
     allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
     if BIDIR:  # (scalar conditions broadcast by hand: the interpreter rejects tensor | scalar-bool)
         allowed = allowed | ((qi * 0 + bidir) != 0)[:, None]
@@ -194,7 +222,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     if ALIBI:
         bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
     return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
-                         V_PAIRS)
+                         V_PAIRS, V_WORDS)
 
 
 @triton.jit
@@ -214,7 +242,7 @@ def paged_attention_kernel(
     FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
-    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False,
+    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False,
 ):
     if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
         # position (every KV head of the same pages) are launched side by side
@@ -261,6 +289,10 @@ def paged_attention_kernel(
     bt_row = BT + req.to(tl.int64) * stride_bt
     k_base = K + kvh * stride_kh
     v_base = V + kvh * stride_vh
+    if V_WORDS:  # V read as int16 words of two FP8 dims (16-bit transposed loads), offsets in words
+        v_base = v_base.to(tl.pointer_type(tl.int16))
+        stride_vp = stride_vp // 2
+        stride_vs = stride_vs // 2
     if FP8:  # one K/V scale per program (per tensor, or this program's KV head)
         qk_scale = qk_scale * tl.load(KSC + kvh * stride_scale)
     qpos = qi
@@ -286,7 +318,7 @@ def paged_attention_kernel(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                 win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS)
+                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS)
 
     # 1) tiles every row sees in full, BLOCK_NF keys each: no mask. Tile i+1's block-table read is
     # issued in iteration i (loop-carried offsets), so the pipeliner can prefetch K/V stages
@@ -300,12 +332,12 @@ def paged_attention_kernel(
         koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_NF, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp,
                                        stride_vs, PAGE, TILE_IN_PAGE)
         k = _load_rows(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False)
-        v = _load_rows(v_base, voff, offs_d, None, HEAD_DIM, PAD_D, False)
+        v = _load_v(v_base, voff, offs_d, None, HEAD_DIM, PAD_D, False, V_WORDS)
         bias = None
         if ALIBI:
             bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
         m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
-                                      FP8, V_PAIRS)
+                                      FP8, V_PAIRS, V_WORDS)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
@@ -313,7 +345,7 @@ def paged_attention_kernel(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
             kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS)
+            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     if FP8:
@@ -363,38 +395,3 @@ def paged_attention_kernel(
                 tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
                          (o_sum / w_sum[:, None]).to(Out.dtype.element_ty), mask=row_d)
                 tl.atomic_xchg(sem, 0)
-
-
-@triton.jit
-def merge_kernel(
-    Out, PO, PL, MERGE,
-    stride_ot, stride_oh,
-    stride_pos, stride_por, stride_poh,
-    stride_pls, stride_plr,
-    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
-):
-    """One program per (split row, query head): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max)."""
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    tok = tl.load(MERGE + 2 * r).to(tl.int64)
-    ns = tl.load(MERGE + 2 * r + 1)
-    offs_s = tl.arange(0, SPLITS)
-    offs_d = tl.arange(0, BLOCK_D)
-    sm = offs_s < ns
-    lanes = sm[:, None]
-    if PAD_D:  # lanes past HEAD_DIM (a padded head dim) are neither read nor stored
-        lanes = lanes & (offs_d < HEAD_DIM)[None, :]
-    lse = tl.load(PL + offs_s * stride_pls + r * stride_plr + h, mask=sm, other=float("-inf"))
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse - m)
-    o = tl.load(PO + offs_s[:, None] * stride_pos + r * stride_por + h * stride_poh + offs_d[None, :],
-                mask=lanes, other=0.0).to(tl.float32)
-    num = tl.sum(w[:, None] * o, 0)
-    den = tl.sum(w, 0)
-    den = tl.where(den > 0.0, den, 1.0)
-    if PAD_D:
-        tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty),
-                 mask=offs_d < HEAD_DIM)
-    else:
-        tl.store(Out + tok * stride_ot + h * stride_oh + offs_d, (num / den).to(Out.dtype.element_ty))

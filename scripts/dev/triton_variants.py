@@ -65,6 +65,19 @@ VARIANTS = [
     variant("triton-f8hv-st4", fp8_f16=True, v_pairs=True, num_stages=4),
     variant("triton-f8hv-w2", fp8_f16=True, v_pairs=True, num_warps=2),  # decode: 25% fewer warp instructions
     variant("triton-f8h-m128", fp8_f16=True, block_m=128),  # trees: 2 row blocks share a tile's conversion, not 3
+    # issue 33, FP8 round 2 (docs/triton_notes.md): float16 dots are now the FP8 default and long
+    # decodes step 64-key unmasked tiles; block_nf=0 is "block_n" (32 on decode), without that rule
+    variant("triton-r1", fp8_f16=False, block_nf=0),  # round 1's shipped kernel, both dtypes
+    variant("triton-f8h-nf32", fp8_f16=True, block_nf=0),  # round 1's f8h (decode: 32-key unmasked tiles)
+    variant("triton-f8h-nf64", fp8_f16=True, block_nf=64),  # the new decode default, named
+    variant("triton-f8w", v_words=True),  # V as int16 words: 16-bit ldmatrix.trans, no LDS.U8, 123 regs
+    variant("triton-f8w-nf32", v_words=True, block_nf=0),  # 96 regs: 5 programs per SM
+    variant("triton-f8w-s8", v_words=True, splits=8),  # decode 8x16k: 512 programs, one wave of 4 per SM
+    variant("triton-f8w-s16", v_words=True, splits=16),  # 1024 programs, 2 waves
+    variant("triton-f8w-fm", v_words=True, fused_merge=True),  # no second launch for the merge
+    variant("triton-s8r", splits=8, maxnreg=128),  # f8h nf64 at 128 registers: 4 per SM, 512 programs
+    variant("triton-s6", splits=6),  # 384 programs: one wave of 3 per SM (136 regs)
+    variant("triton-f8h-nf64s2", fp8_f16=True, block_nf=64, num_stages=2),  # trees: 64-key FP8 tiles, 3 per SM
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -65,6 +65,17 @@ VARIANTS = [
     variant("triton-f8hv-st4", fp8_f16=True, v_pairs=True, num_stages=4),
     variant("triton-f8hv-w2", fp8_f16=True, v_pairs=True, num_warps=2),  # decode: 25% fewer warp instructions
     variant("triton-f8h-m128", fp8_f16=True, block_m=128),  # trees: 2 row blocks share a tile's conversion, not 3
+    # issue 33, prefill round 1 (docs/triton_notes.md): triton_prefill_kernels.py's kernel on
+    # batches without trees or variants; "" = the shipped algorithm in the new kernel (the control)
+    variant("triton-pf", prefill=""),
+    variant("triton-pf-lean", prefill="lean"),  # loop-invariant int32 in-tile K/V offsets
+    variant("triton-pf-fold", prefill="fold"),  # score scale folded into the exponent's FMA
+    variant("triton-pf-heavy", prefill="heavy"),  # longest causal row blocks launched first
+    variant("triton-pf-lfh", prefill="lean,fold,heavy"),
+    # 2 programs per SM (98 KB of shared memory, <= 128 registers): one's softmax beside the other's MMAs
+    variant("triton-pf-lfh-2cta", prefill="lean,fold,heavy", num_stages=2, maxnreg=128),
+    variant("triton-pf-lfh-m64", prefill="lean,fold,heavy", block_m=64, block_n=64, num_warps=4),  # 2 per SM, 1 warpgroup
+    variant("triton-pf-lfh-nf128", prefill="lean,fold,heavy", block_nf=128, num_stages=2),  # half the iterations
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -4,8 +4,8 @@ scripts/dev/triton_variants.py (triton_prefill_kernels.py's kernel with loop-inv
 offsets, the folded score scale, the heavy-first program order, and the tile configs beside
 them) on causal prefills with and without a context (odd lengths), a decode beside them,
 pages 16 and 256 (and 3, where the lean offsets do not apply), shuffled pages, split and
-unsplit; a tree beside a prefill runs the shipped kernel. The option stays off in the
-shipped backend until measured.
+unsplit, the HND cache order; a tree beside a prefill runs the shipped kernel. The option
+stays off in the shipped backend until measured.
 """
 from __future__ import annotations
 
@@ -113,6 +113,15 @@ def test_lean_falls_back_where_pages_do_not_tile(page, calls):
     rel, _ = run(VARIANTS["triton-pf-lfh"](), page=page, dtype="float32", hq=4, hkv=4, seed=page)
     assert rel < TOL["float32"], f"page {page}: rel err {rel}"
     assert len(calls) == 1
+
+
+def test_hnd_cache_order(calls):
+    """The HND cache ([pages, heads, slots, d]) through its strides: the lean offsets' row stride is d."""
+    need_interpreter()
+    batch = materialize(BatchSpec(PREFILLS, 8, 2, 32, dtype="float16", page_size=16, kv_order="HND"), 6)
+    be = VARIANTS["triton-pf-lfh"]()
+    out = be.run(be.plan(batch))
+    assert compare(out, reference_attention(batch)[0])[0] < TOL["float16"] and len(calls) == 1
 
 
 def test_a_tree_beside_a_prefill_runs_the_shipped_kernel(calls):

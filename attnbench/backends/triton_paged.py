@@ -93,8 +93,8 @@ class TritonBackend(Backend):
     kv_orders = ("NHD", "HND")  # read through the cache's strides
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
-                 half_partials: bool = False, fp8_f16: bool = False, v_pairs: bool = False, prefill: Optional[str] = None,
-                 **config: Any) -> None:
+                 half_partials: bool = False, fp8_f16: bool = False, v_pairs: bool = False,
+                 prefill: Optional[str] = None, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK = {"workload": 0, "backend": 1, "measure": 1, "backends": 1.5, "store": 2, "execute": 3, "analyze": 3, "cli": 4}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-KERNEL_FILES = {"attnbench/backends/triton_kernels.py", "attnbench/backends/triton_mla_kernels.py"}
+KERNEL_FILES = {"attnbench/backends/triton_kernels.py", "attnbench/backends/triton_mla_kernels.py",
+                "attnbench/backends/triton_prefill_kernels.py"}
 
 
 def _modules() -> dict[str, Path]:

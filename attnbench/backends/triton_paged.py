@@ -36,6 +36,7 @@ from attnbench.workload.mla import is_mla
 from . import triton_features as tf
 from . import triton_mla
 from . import triton_plan as tp
+from . import triton_prefill
 from . import triton_step as ts
 
 _KERNELS = "attnbench.backends.triton_kernels"
@@ -93,6 +94,7 @@ class TritonBackend(Backend):
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False, v_words: bool = False,
+                 prefill: Optional[str] = None,
                  **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
@@ -112,6 +114,9 @@ class TritonBackend(Backend):
         caches, even head dims): V read as int16 words of two FP8 dims, transposed by 16-bit
         ldmatrix, and P.V as two dots (even dims, odd dims) joined back in registers; off until
         measured (issue 33's FP8 round 2).
+        ``prefill``: batches without trees or variants run triton_prefill_kernels.py's kernel
+        with these options ("lean,fold,heavy"; "": none; None: the shipped kernel, the default
+        until measured: docs/triton_notes.md, issue 33's prefill round).
         ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
         self.splits = splits
         self.fused_merge = fused_merge
@@ -120,6 +125,7 @@ class TritonBackend(Backend):
         self.fp8_f16 = fp8_f16
         self.v_pairs = v_pairs
         self.v_words = v_words
+        self.prefill = None if prefill is None else triton_prefill.options(prefill)
         self.config = config
         self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
         self._staging = ts.Staging()
@@ -204,6 +210,8 @@ class TritonBackend(Backend):
     def run(self, p: TritonPlan) -> torch.Tensor:
         if isinstance(p, triton_mla.MlaPlan):
             return triton_mla.run(p)
+        if self.prefill is not None and triton_prefill.applies(p):
+            return triton_prefill.run(p, self.prefill)
         from . import triton_kernels as tk
 
         b, cfg, f = p.batch, p.cfg, p.feat

@@ -78,6 +78,18 @@ VARIANTS = [
     variant("triton-s8r", splits=8, maxnreg=128),  # f8h nf64 at 128 registers: 4 per SM, 512 programs
     variant("triton-s6", splits=6),  # 384 programs: one wave of 3 per SM (136 regs)
     variant("triton-f8h-nf64s2", fp8_f16=True, block_nf=64, num_stages=2),  # trees: 64-key FP8 tiles, 3 per SM
+    # issue 33, prefill round 1 (docs/triton_notes.md): triton_prefill_kernels.py's kernel on
+    # batches without trees or variants; "" = the shipped algorithm in the new kernel (the control)
+    variant("triton-pf", prefill=""),
+    variant("triton-pf-lean", prefill="lean"),  # loop-invariant int32 in-tile K/V offsets
+    variant("triton-pf-fold", prefill="fold"),  # score scale folded into the exponent's FMA
+    variant("triton-pf-heavy", prefill="heavy"),  # longest causal row blocks launched first
+    variant("triton-pf-lfh", prefill="lean,fold,heavy"),
+    # 2 programs per SM (98 KB of shared memory, <= 128 registers): one's softmax beside the other's MMAs
+    variant("triton-pf-lfh-2cta", prefill="lean,fold,heavy", num_stages=2, maxnreg=128),
+    # 2 per SM, one warpgroup each (64-key tiles pinned: the long-keys rule would take 32 + a cap)
+    variant("triton-pf-lfh-m64", prefill="lean,fold,heavy", block_m=64, block_n=64, num_warps=4),
+    variant("triton-pf-lfh-nf128", prefill="lean,fold,heavy", block_nf=128, num_stages=2),  # half the iterations
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -1,0 +1,77 @@
+"""Launch of the triton backend's prefill kernel (triton_prefill_kernels.py; issue 33's prefill
+round, docs/triton_notes.md), an option of ``TritonBackend`` (``prefill=``), off by default.
+
+``TritonBackend(prefill="lean,fold,heavy")`` runs batches the prefill kernel covers (no tree,
+no attention variant, a power-of-two head dim: ``applies``) through it with those options
+(``prefill=""``: the kernel with none, the shipped algorithm); every other batch, a tree
+beside a prefill included, runs the shipped kernel unchanged. The plan (units, splits, the
+merge rows) is the shipped one: split row blocks are merged by ``triton_kernels.merge_kernel``.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import triton_plan as tp
+
+OPTIONS = ("lean", "fold", "heavy")
+_KERNELS = "attnbench.backends.triton_prefill_kernels"
+
+
+def options(spec: str) -> frozenset:
+    """``"lean,fold"`` -> the set of prefill-kernel options (unknown names rejected)."""
+    names = frozenset(s.strip() for s in spec.split(",") if s.strip())
+    unknown = sorted(names - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown prefill option(s) {unknown}: choose from {OPTIONS}")
+    return names
+
+
+def applies(p) -> bool:
+    """Whether the prefill kernel covers the plan's batch: no tree, no attention variant
+    (FP8, window, sink, soft-cap, ALiBi, bidirectional rows, positions) and a head dim that
+    needs no padding."""
+    b = p.batch
+    return not p.has_tree and not any(p.feat.constexprs().values()) and tp.next_pow2(b.head_dim) == b.head_dim
+
+
+def lean_fits(page: int, block_nf: int) -> bool:
+    """``LEAN``'s loop-invariant offsets need a tile inside one page or starting on one."""
+    return page % block_nf == 0 or block_nf % page == 0
+
+
+def run(p, opts: frozenset) -> torch.Tensor:
+    """The prefill kernel over the plan's units (and the merge of split rows, if any)."""
+    import importlib
+
+    from . import triton_kernels as tk
+
+    pk = importlib.import_module(_KERNELS)
+    b, cfg = p.batch, p.cfg
+    q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+    pk.prefill_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
+        q, k, v, out, po, pl, b.block_table, p.units,
+        q.stride(0), q.stride(1),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1),
+        po.stride(0), po.stride(1), po.stride(2),
+        pl.stride(0), pl.stride(1),
+        b.block_table.stride(0),
+        p.qk_scale,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=b.head_dim, PAGE=b.page_size,
+        BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
+        UNIT_COLS=tp.UNIT_COLS, IEEE=b.dtype == torch.float32, TILE_IN_PAGE=b.page_size % cfg.block_nf == 0,
+        LEAN="lean" in opts and lean_fits(b.page_size, cfg.block_nf), FOLD="fold" in opts,
+        HEAVY_FIRST="heavy" in opts,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
+    )
+    if p.num_merge:
+        tk.merge_kernel[(p.num_merge, b.num_q_heads)](
+            out, po, pl, p.merge,
+            out.stride(0), out.stride(1),
+            po.stride(0), po.stride(1), po.stride(2),
+            pl.stride(0), pl.stride(1),
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=b.head_dim, PAD_D=False, num_warps=4,
+        )
+    return out

@@ -13,7 +13,8 @@
 #    attnbench/ package> (e.g. `git archive <rev> attnbench | tar -x -C .plan_base` before the
 #    call; .plan_base/ is git-ignored: carry it), PLAN_BASE=<git revision> (needs git
 #    history on the machine), or, unset, .plan_base/ when it holds attnbench/.
-#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the pinned ring's tables; ~10 s).
+#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the tables each plan sends, pageable
+#    and pinned; ~10 s), and the torch calls of a plan timed alone (--primitives).
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
@@ -57,16 +58,16 @@ if [ -n "$BASE_DIR" ]; then
   PYTHONPATH=$BASE_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
     --no-ops --save "$WORK/base.json" "${TIMED[@]}" && CMP=(--compare "$WORK/base.json") || fail=1
 fi
-if [ "$DEV" = cuda ]; then  # the pinned staging ring and the tables it sends, checked before they are timed
-  el "tests/test_plan_reuse.py -m gpu: the plan's tables from the pinned ring equal the reference"
+if [ "$DEV" = cuda ]; then  # the tables each plan sends (pageable and pinned staging), checked before they are timed
+  el "tests/test_plan_reuse.py -m gpu: the plan's tables on the device equal the reference"
   timeout "$(budget)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_plan_reuse.py 2>&1 | tail -n 3
   [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
-  --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+  --primitives --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 if [ "$DEV" = cuda ]; then
-  el "the same with the pinned staging ring (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
+  el "the same with pinned staging (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
   ATTNBENCH_TRITON_PINNED_STAGING=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \
     python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 fi

@@ -223,13 +223,15 @@ def primitives(dev: torch.device) -> None:
     import numpy as np
     import time
 
-    host, big = np.zeros(1024, np.int32), (1056, 32, 128)
+    host, host64, big = np.zeros(1024, np.int32), np.zeros(16384, np.int32), (1056, 32, 128)
     d = torch.empty(1024, dtype=torch.int32, device=dev)
     cuda = dev.type == "cuda"
     calls = {
         "torch.empty [8, 32, 128] bf16": lambda: torch.empty(8, 32, 128, dtype=torch.bfloat16, device=dev),
         "torch.empty [1056, 32, 128] bf16": lambda: torch.empty(*big, dtype=torch.bfloat16, device=dev),
+        "torch.empty [3, 1082, 32, 128] float32": lambda: torch.empty(3, 1082, 32, 128, device=dev),
         "from_numpy(4 KB).to(dev) (pageable)": lambda: torch.from_numpy(host).to(dev),
+        "from_numpy(64 KB).to(dev) (pageable)": lambda: torch.from_numpy(host64).to(dev),
         "as_strided": lambda: d.as_strided((16, 16), (16, 1), 64),
         "view(int64)": lambda: d.view(torch.int64),
     }

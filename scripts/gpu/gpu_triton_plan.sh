@@ -18,7 +18,9 @@
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
-# Settings (environment): BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
+# Settings (environment): PROFILE_CASE (a case-name substring: cProfile of 200 of its plans in this
+# tree's table, e.g. ragged-prefill/page_size=256, the large-N cases the GPU host read 3-5x the
+# CPU's time on), BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
 # (above; unset and no .plan_base/: no baseline), PLAN_SCENARIOS (the `attnbench run` part's scenarios). DRY_RUN=1:
 # on the CPU, no setup, the timing on quickstart and the runs of quickstart under the Triton
 # interpreter, shrunk (tests/test_gpu_scripts.py runs it so).
@@ -65,7 +67,7 @@ if [ "$DEV" = cuda ]; then  # the tables each plan sends (pageable and pinned st
 fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
-  --primitives --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+  --primitives ${PROFILE_CASE:+--profile "$PROFILE_CASE"} --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 if [ "$DEV" = cuda ]; then
   el "the same with pinned staging (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
   ATTNBENCH_TRITON_PINNED_STAGING=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \

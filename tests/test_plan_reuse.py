@@ -177,12 +177,6 @@ def test_a_plan_without_splits_shares_partials_no_kernel_touches(monkeypatch):
     assert p.num_merge == 0 and p.po is q.po and p.pl is q.pl and p.po.shape[:2] == (1, 1)
     s = TritonBackend(splits=2).plan(b)
     assert s.num_merge and s.po.shape[1] == s.num_merge and s.pl.shape[1] == s.num_merge and s.po is not p.po
-    # one float32 allocation holds both, contiguous, the LSEs 16-byte aligned after the outputs
-    assert s.po.is_contiguous() and s.pl.is_contiguous() and s.pl.data_ptr() % 16 == 0
-    assert s.pl.data_ptr() >= s.po.data_ptr() + s.po.numel() * 4 and s.po.untyped_storage().data_ptr() == \
-        s.pl.untyped_storage().data_ptr()
-    h = TritonBackend(splits=2, half_partials=True).plan(materialize(dataclasses.replace(b.spec, dtype="float16"), 0))
-    assert h.po.dtype == torch.float16 and h.pl.dtype == torch.float32 and h.po.shape[1] == h.num_merge
     m = next(iter(mla_batches()))
     mp = tm.plan(m, 132, True, 1, shapes=be._shapes, staging=be._staging)
     assert mp.num_merge == 0 and mp.po.shape[:2] == (1, 1) and mp.po is tm.plan(m, 132, True, 1, staging=be._staging).po

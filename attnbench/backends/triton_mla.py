@@ -157,7 +157,6 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     d_buf = staging.send(buf, dev)
     nb, cfg, rank = len(batch.host.query_lens), sh.cfg, batch.spec.kv_lora_rank
     nu = (buf.size - at) // mk_cols
-    po, pl = staging.partials(dev, torch.float32, s, r, rank)
     return MlaPlan(
         batch=batch, cfg=cfg, units=d_buf.as_strided((nu, mk_cols), (mk_cols, 1), at),
         merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at), num_merge=r,
@@ -165,7 +164,8 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
         has_tree=bool(batch.trees.tmax),
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
-        po=po, pl=pl,
+        po=torch.empty(s, r, rank, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32, rank),
+        pl=torch.empty(s, r, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32),
         splits_p2=_next_pow2(max(2, s)),
         qk_scale=batch.scale * math.log2(math.e),
         mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units",

@@ -151,7 +151,6 @@ class TritonBackend(Backend):
         buf, merge_at, units_at, r, s = ts.fill(sh, batch, cfg, tp.num_sms(dev), self.splits, self._staging, want_pos)
         d_buf = self._staging.send(buf, dev)
         n, hq, d = batch.q.shape
-        po, pl = self._staging.partials(dev, self._partial_dtype(batch), s, r, hq, d)
         units = d_buf.as_strided(((buf.size - units_at) // tp.UNIT_COLS, tp.UNIT_COLS), (tp.UNIT_COLS, 1), units_at)
         return TritonPlan(
             batch=batch,
@@ -162,8 +161,9 @@ class TritonBackend(Backend):
             anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
             has_tree=bool(batch.trees.tmax),
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
-            po=po,
-            pl=pl,
+            po=torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch), device=dev) if r else
+            self._staging.unread(dev, self._partial_dtype(batch), hq, d),
+            pl=torch.empty(s, r, hq, dtype=torch.float32, device=dev) if r else self._staging.unread(dev, torch.float32, hq),
             splits_p2=tp.next_pow2(max(2, s)),
             sem=d_buf.as_strided((sh.nblk, hkv), (hkv, 1), sh.sem_at),
             qk_scale=batch.scale * LOG2E,

@@ -3,7 +3,6 @@ tree's words (``Words``) and the host buffer every table is written into, with i
 the device (``Staging``). triton_step.py builds the rest of the step's tables."""
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -107,26 +106,3 @@ class Staging:
         if t is None:
             t = self._unread[key] = torch.empty(1, 1, *dims, dtype=dtype, device=dev)
         return t
-
-    def partials(self, dev: torch.device, dtype: torch.dtype, s: int, r: int, *dims: int) -> tuple:
-        """``(po [s, r, *dims] dtype, pl [s, r, *dims[:-1]] float32)``: a split plan's partial
-        outputs and LSEs, in one float32 allocation when ``dtype`` is float32 (the LSEs after
-        the outputs, 16-byte aligned); ``r == 0``: the shared ``unread`` pair."""
-        if not r:
-            return self.unread(dev, dtype, *dims), self.unread(dev, torch.float32, *dims[:-1])
-        if dtype != torch.float32:
-            return (torch.empty(s, r, *dims, dtype=dtype, device=dev),
-                    torch.empty(s, r, *dims[:-1], dtype=torch.float32, device=dev))
-        lse = s * r * math.prod(dims[:-1])
-        n = -(-lse * dims[-1] // 4) * 4
-        buf = torch.empty(n + lse, dtype=torch.float32, device=dev)
-        po = buf.as_strided((s, r, *dims), _strides((s, r, *dims)), 0)
-        return po, buf.as_strided((s, r, *dims[:-1]), _strides((s, r, *dims[:-1])), n)
-
-
-def _strides(shape: tuple) -> tuple:
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return tuple(reversed(out))

@@ -144,25 +144,66 @@ def test_a_reused_mla_plan_equals_a_fresh_one(splits):
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_tables_go_up_from_a_pinned_ring_and_stay_with_their_plan(monkeypatch):
-    """On CUDA (with ATTNBENCH_TRITON_PINNED_STAGING=1, until a device run has timed it) the
-    staging buffers are pinned and reused in a ring; every plan's device tables equal the
-    reference, and stay so while later plans reuse the ring's buffers."""
-    from attnbench.backends import triton_step as ts
-
+@pytest.mark.parametrize("pinned", ["0", "1"])
+def test_on_a_gpu_each_plan_keeps_the_tables_it_sent(monkeypatch, pinned):
+    """On CUDA the tables go up in one copy: by default from a pageable buffer of the plan's own,
+    with ATTNBENCH_TRITON_PINNED_STAGING=1 from a pinned block of torch's caching host allocator
+    (``non_blocking``; the block is handed out again only after its copy has completed). Every
+    plan's device tables equal the reference, and stay so while later plans are made."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    monkeypatch.setenv("ATTNBENCH_TRITON_PINNED_STAGING", "1")
+    monkeypatch.setenv("ATTNBENCH_TRITON_PINNED_STAGING", pinned)
     be, kept = TritonBackend(), []
-    for seed in range(2 * ts.RING + 1):
+    assert be._staging.pinned == (pinned == "1")
+    for seed in range(9):
         b = plan_batch(seed, seed % 2 == 1, seed % 3 == 0)
         b = materialize(b.spec, seed, "cuda")
-        p = be.plan(b)
-        kept.append((p, reference(b, p.cfg, tp.num_sms(b.device), None)))
+        for _ in range(2):  # the same step again: a pinned block freed by the last plan comes back
+            b.new_step()
+            p = be.plan(b)
+            kept.append((p, reference(b, p.cfg, tp.num_sms(b.device), None)))
     torch.cuda.synchronize()
-    assert all(slot is not None and slot[0].is_pinned() for slot in be._staging.ring)
     for p, want in kept:
         assert same({k: v.cpu() for k, v in got(p).items()}, want)
+
+
+def test_a_plan_without_splits_shares_partials_no_kernel_touches(monkeypatch):
+    """Unsplit plans (no partial row, no merge) share one [1, 1, ...] partial output and LSE per
+    backend; a split plan gets partials of its own, sized to its merge rows."""
+    monkeypatch.setattr(tp, "num_sms", lambda dev: 132)
+    b = plan_batch(0, False, False)
+    be = TritonBackend(splits=1)
+    p, q = be.plan(b), be.plan(b)
+    assert p.num_merge == 0 and p.po is q.po and p.pl is q.pl and p.po.shape[:2] == (1, 1)
+    s = TritonBackend(splits=2).plan(b)
+    assert s.num_merge and s.po.shape[1] == s.num_merge and s.pl.shape[1] == s.num_merge and s.po is not p.po
+    m = next(iter(mla_batches()))
+    mp = tm.plan(m, 132, True, 1, shapes=be._shapes, staging=be._staging)
+    assert mp.num_merge == 0 and mp.po.shape[:2] == (1, 1) and mp.po is tm.plan(m, 132, True, 1, staging=be._staging).po
+
+
+@pytest.mark.parametrize("layout", ["all-trees", "uneven-trees", "mixed"])
+@pytest.mark.parametrize("seed", range(4))
+def test_dynamic_tree_words_are_the_reference_on_every_token_layout(seed, layout):
+    """A dynamic step's words (``triton_stage.Words``: doubling over the tree tokens only, then
+    one slice when they are one run of tokens, else one scatter) equal ``host_tree_words``: every
+    token a tree's of one size (the slice), trees of different sizes, trees among other requests."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([3, 40, 61, 70])] * 5 if layout == "all-trees" else [rng.randint(1, 70) for _ in range(5)]
+    reqs = []
+    for n in sizes:
+        reqs.append(Request("tree", n, rng.randint(0, 90), tuple(random_tree(
+            {"nodes": n, "max_depth": n, "max_children": rng.randint(1, 4), "seed": rng.randint(0, 99)})), True))
+        if layout == "mixed":
+            reqs.append(Request("decode", 1, rng.randint(1, 90)))
+    b = with_requests(plan_batch(seed, True, False), reqs, seed)
+    be = TritonBackend()
+    for _ in range(2):
+        b.new_step()
+        p = be.plan(b)
+        assert torch.equal(p.anc, torch.from_numpy(tp.host_tree_words(b)[0]))
+    words = next(iter(be._shapes.values()))[1].words
+    assert (words.span is not None) == (layout != "mixed") and (words.real is None) == (layout == "all-trees")
 
 
 def test_split_counts_past_the_bincount_range_equal_the_candidate_loop():

@@ -52,8 +52,8 @@ class MlaPlan:
     anc: torch.Tensor  # [N, W] int64 ancestor-or-self bitmasks of tree tokens
     has_tree: bool
     out: torch.Tensor  # [N, H, kv_lora_rank] batch dtype
-    po: torch.Tensor  # [S, R, kv_lora_rank] float32 partial outputs
-    pl: torch.Tensor  # [S, R] float32 partial LSEs (base 2, scaled scores)
+    po: torch.Tensor  # [S, R, kv_lora_rank] float32 partial outputs (R = 0: [1, 1, rank], shared, never touched)
+    pl: torch.Tensor  # [S, R] float32 partial LSEs (base 2, scaled scores; R = 0 as po)
     splits_p2: int
     qk_scale: float
     mode: str = ""
@@ -164,8 +164,8 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
         has_tree=bool(batch.trees.tmax),
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
-        po=torch.empty(s, max(r, 1), rank, dtype=torch.float32, device=dev),
-        pl=torch.empty(s, max(r, 1), dtype=torch.float32, device=dev),
+        po=torch.empty(s, r, rank, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32, rank),
+        pl=torch.empty(s, r, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32),
         splits_p2=_next_pow2(max(2, s)),
         qk_scale=batch.scale * math.log2(math.e),
         mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units",

@@ -53,8 +53,8 @@ class TritonPlan:
     anc: torch.Tensor  # [N, W] int64 ancestor bitmasks
     has_tree: bool
     out: torch.Tensor  # [N, Hq, D] batch dtype
-    po: torch.Tensor  # [S, R, Hq, D] float32 partial outputs
-    pl: torch.Tensor  # [S, R, Hq] float32 partial LSEs (natural log)
+    po: torch.Tensor  # [S, R, Hq, D] float32 partial outputs (R = 0: [1, 1, Hq, D], shared, never touched)
+    pl: torch.Tensor  # [S, R, Hq] float32 partial LSEs (natural log; R = 0 as po)
     splits_p2: int
     sem: torch.Tensor  # [row blocks, Hkv] int32 arrival counters of the fused merge (kept at 0)
     qk_scale: float
@@ -152,7 +152,8 @@ class TritonBackend(Backend):
 
     def plan(self, batch: Batch) -> TritonPlan:
         """The step's tables (triton_step.py: the query side cached per shape, the rest rebuilt,
-        one host buffer, one copy) and the output and partial buffers."""
+        one host buffer, one copy) and the output and partial buffers (a plan without splits
+        shares partials no kernel touches: its device work is the copy and the output)."""
         dev = batch.device
         if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
@@ -173,8 +174,9 @@ class TritonBackend(Backend):
             anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
             has_tree=bool(batch.trees.tmax),
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
-            po=torch.empty(s, max(r, 1), hq, d, dtype=self._partial_dtype(batch), device=dev),
-            pl=torch.empty(s, max(r, 1), hq, dtype=torch.float32, device=dev),
+            po=torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch), device=dev) if r else
+            self._staging.unread(dev, self._partial_dtype(batch), hq, d),
+            pl=torch.empty(s, r, hq, dtype=torch.float32, device=dev) if r else self._staging.unread(dev, torch.float32, hq),
             splits_p2=tp.next_pow2(max(2, s)),
             sem=d_buf.as_strided((sh.nblk, hkv), (hkv, 1), sh.sem_at),
             qk_scale=batch.scale * LOG2E,

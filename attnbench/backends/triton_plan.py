@@ -6,9 +6,9 @@ blocks, tree nodes or split candidates. ``build_units`` and ``host_tree_words`` 
 tables; the backend's plan builds the same values per step through ``triton_step.py`` (the
 query side cached per shape) into one host buffer, and every table reaches the device in one
 copy (the unit table, merge rows, tree words, the fused merge's zeroed counters, positions):
-on a GPU a plan costs one host-to-device copy (from pinned memory) and the output and
-partial buffers' allocations (issue 33: separate copies, memsets and the device-side tree build
-cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
+on a GPU a plan costs one host-to-device copy and the output buffer's allocation (and the
+partial buffers' when a row block splits; issue 33: separate copies, memsets and the
+device-side tree build cost 0.38-1.84 ms of host time a step on an H100 machine); ``run`` is two kernel launches
 over preallocated tensors: no host sync, no allocation, capturable in a CUDA graph.
 
 Work decomposition
@@ -244,7 +244,7 @@ def ctas_per_sm(cfg: Config, head_dim: int, elsize: int = 2) -> int:
     return max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (32 * cfg.num_warps * regs)))
 
 
-def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) -> np.ndarray:
+def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, per_sm: int = 0) -> np.ndarray:
     """KV splits per row block (``tiles``: its key tiles, ``rows``: its G*q rows).
 
     Small row blocks (decode, <= 32 rows) are memory-bound: enough programs for ``WAVES``
@@ -266,31 +266,36 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int) ->
         chunk = max(MIN_CHUNK_TILES, -(-int(t.sum()) * hkv // (WAVES * sms)))
         floor_tiles = -(-PARTIAL_KEYS_PER_ROW * np.asarray(rows, dtype=np.int64) // cfg.block_nf)
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
-    slots = sms * ctas_per_sm(cfg, head_dim)
+    slots = sms * (per_sm or ctas_per_sm(cfg, head_dim))
     longest = int(t.max()) if len(t) else 1
-    n, chunk, span, cost = _candidates(longest)
+    chunk, col, span, whole, cost = _candidates(longest, slots)
     # few distinct tile counts, each with its count: the candidates x blocks grid shrinks
     if longest <= 1 << 16:  # np.bincount: a third of np.unique's host time
         count = np.bincount(t)
-        tu = np.flatnonzero(count)
+        tu = count.nonzero()[0]
         count = count[tu]
     else:
         tu, count = np.unique(t, return_counts=True)
-    work = hkv * (int(t.sum()) + PROGRAM_TILES * ((-(-tu[None, :] // chunk[:, None])) * count).sum(axis=1))
-    score = -(-work // (slots * span)) * span + cost
+    # work = hkv (all tiles + PROGRAM_TILES x the programs), programs = sum ceil(tiles / chunk);
+    # the ceil in float64 (faster than numpy's integer floor division): exact, as a quotient at
+    # least 1/chunk away from an integer cannot round onto it while chunk < 2^22 tiles
+    work = np.ceil(tu / col).astype(np.int64) @ count * (PROGRAM_TILES * hkv) + hkv * int(t.sum())
+    score = (work + whole - 1) // whole * span + cost  # rounds (ceil) x the longest program + splits
     return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(longest: int) -> tuple:
-    """``(n, chunk, span, split cost)`` of the candidate split counts of a row block of
-    ``longest`` tiles (read-only; a function of that one number, kept across plans)."""
+def _candidates(longest: int, slots: int) -> tuple:
+    """``(chunk, chunk as a column, span, slots x span, split cost)`` of
+    the candidate split counts of a row block of ``longest`` tiles on ``slots`` program slots
+    (read-only; a function of those two numbers, kept across plans)."""
     n = np.arange(1, MAX_SPLITS + 1)  # every candidate at once, as the loop over n did one by one
     chunk = -(-longest // n)
     last = np.flatnonzero(chunk <= MIN_CHUNK_TILES)  # the loop stopped after the first such chunk
     if len(last):
         n, chunk = n[: last[0] + 1], chunk[: last[0] + 1]
-    out = (n, chunk, chunk + PROGRAM_TILES, (n > 1) * n * SPLIT_TILES)
+    span = chunk + PROGRAM_TILES
+    out = (chunk, chunk[:, None], span, slots * span, (n > 1) * n * SPLIT_TILES)
     for a in out:
         a.flags.writeable = False
     return out

@@ -17,6 +17,12 @@ few microseconds of host time that this CPU timing does not show; views are not 
 on the meta device, which runs every operator without data). ``new-shape us``: the same plan
 with the backend's per-shape caches emptied before each call (triton_step.py: what a step whose
 query lengths or trees differ from every earlier step's pays; "-" for a tree without them).
+``serving us``: the same plan on steps whose contexts grow by one token per request each call
+(a decode or verify loop: the query side as it was, every key length new, so the split
+pattern changes when an engine's would); the other columns replay one batch, whose key side
+the plan rebuilds every step all the same (docs/triton_notes.md, plan round 3).
+``--primitives`` (on a GPU): the host time of the torch calls a plan makes (allocations, the
+copy, views, a synchronize), each alone, before the table.
 At the end, per scenario: the median and the max over its cases of the per-case medians;
 ``--save`` writes the per-case medians (JSON), ``--compare`` prints them beside a saved run's
 (the baseline: e.g. an older attnbench on PYTHONPATH, same script, same machine).
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import glob
 import json
 import pstats
@@ -144,12 +151,15 @@ def main() -> None:
     ap.add_argument("--no-ops", action="store_true", help="skip the operator count")
     ap.add_argument("--save", default=None, help="write the per-case medians (us) to this JSON file")
     ap.add_argument("--compare", default=None, help="a --save file (the baseline) to print beside this run")
+    ap.add_argument("--primitives", action="store_true", help="first time the torch calls of a plan alone")
     args = ap.parse_args()
+    if args.primitives:
+        primitives(torch.device(args.device))
     torch.set_num_threads(1)  # as the runner times CPU rows
     skip = set(args.skip if args.skip is not None else ["cpu-sweep"])
     be = TritonBackend()
     worst, rows = [], {}
-    print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'new-shape us':>12s} {'ops':>5s} {'h2d':>4s}")
+    print(f"{'case':58s} {'batch':40s} {'plan us':>8s} {'p20-p80 us':>13s} {'new-shape us':>12s} {'serving us':>10s} {'ops':>5s} {'h2d':>4s}")
     sms = args.sms or (132 if args.device == "cpu" else None)
     with mock.patch.object(tp, "num_sms", (lambda dev: sms) if sms else tp.num_sms):
         for name, case in cases(args.scenarios or SHIPPED, skip):
@@ -163,9 +173,9 @@ def main() -> None:
             s = sorted(time_host(step, batch.device, budget_ms=50.0, max_runs=args.runs)) 
             med = statistics.median(s) * 1e3
             p20, p80 = s[len(s) // 5] * 1e3, s[(4 * len(s)) // 5 - (len(s) % 5 == 0)] * 1e3
-            new = _new_shape(be, batch)
+            new, grow = _new_shape(be, batch), _serving(be, batch)
             ops, h2d = (-1, -1) if args.no_ops else count_ops(spec, case.scenario.seed)
-            print(f"{label:58s} {describe(batch)[:40]:40s} {med:8.1f} {p20:6.0f}-{p80:<6.0f} {new:>12s} {ops:5d} {h2d:4d}")
+            print(f"{label:58s} {describe(batch)[:40]:40s} {med:8.1f} {p20:6.0f}-{p80:<6.0f} {new:>12s} {grow:>10s} {ops:5d} {h2d:4d}")
             sys.stdout.flush()
             worst.append((med, label))
             rows[f"{name}/{case.case_id}"] = (name, med)
@@ -186,6 +196,63 @@ def _new_shape(be, batch) -> str:
         return "-"
     s = time_host(lambda: (batch.new_step(), forget(), be.plan(batch)), batch.device, budget_ms=25.0, max_runs=25)
     return f"{statistics.median(s) * 1e3:.1f}"
+
+
+def _serving(be, batch) -> str:
+    """Median of plans on steps whose contexts grow by one token per request each call (the
+    lengths made before the timing, so the timed call is the step and the plan alone)."""
+    host0 = batch.host
+    hosts = [dataclasses.replace(host0, context_lens=host0.context_lens + k, kv_lens=host0.kv_lens + k)
+             for k in range(1, 200)]
+    it = iter(hosts)
+
+    def step():
+        batch.new_step()
+        batch.__dict__["host"] = next(it)
+        be.plan(batch)
+
+    try:
+        s = time_host(step, batch.device, budget_ms=25.0, max_runs=25)
+    finally:
+        batch.__dict__["host"] = host0
+    return f"{statistics.median(s) * 1e3:.1f}"
+
+
+def primitives(dev: torch.device) -> None:
+    """The host time (us, median of 200) of each torch call a plan makes, alone, on ``dev``."""
+    import numpy as np
+    import time
+
+    host, host64, big = np.zeros(1024, np.int32), np.zeros(16384, np.int32), (1056, 32, 128)
+    d = torch.empty(1024, dtype=torch.int32, device=dev)
+    cuda = dev.type == "cuda"
+    calls = {
+        "torch.empty [8, 32, 128] bf16": lambda: torch.empty(8, 32, 128, dtype=torch.bfloat16, device=dev),
+        "torch.empty [1056, 32, 128] bf16": lambda: torch.empty(*big, dtype=torch.bfloat16, device=dev),
+        "torch.empty [3, 1082, 32, 128] float32": lambda: torch.empty(3, 1082, 32, 128, device=dev),
+        "from_numpy(4 KB).to(dev) (pageable)": lambda: torch.from_numpy(host).to(dev),
+        "from_numpy(64 KB).to(dev) (pageable)": lambda: torch.from_numpy(host64).to(dev),
+        "as_strided": lambda: d.as_strided((16, 16), (16, 1), 64),
+        "view(int64)": lambda: d.view(torch.int64),
+    }
+    if cuda:
+        pin = torch.empty(1024, dtype=torch.int32, pin_memory=True)
+        calls.update({
+            "torch.empty(4 KB, pin_memory=True)": lambda: torch.empty(1024, dtype=torch.int32, pin_memory=True),
+            "pinned 4 KB .to(dev, non_blocking=True)": lambda: pin.to(dev, non_blocking=True),
+            "torch.cuda.current_stream()": torch.cuda.current_stream,
+            "torch.cuda.synchronize() (idle)": lambda: torch.cuda.synchronize(dev),
+        })
+    print(f"torch calls of a plan, alone, on {dev} (us, median of 200):")
+    for name, fn in calls.items():
+        s = []
+        for _ in range(220):
+            t0 = time.perf_counter()
+            fn()
+            s.append(time.perf_counter() - t0)
+            if cuda:
+                torch.cuda.synchronize(dev)
+        print(f"  {name:44s} {statistics.median(s[20:]) * 1e6:7.1f}")
 
 
 def per_scenario(rows: dict, base: dict | None) -> None:

@@ -13,11 +13,14 @@
 #    attnbench/ package> (e.g. `git archive <rev> attnbench | tar -x -C .plan_base` before the
 #    call; .plan_base/ is git-ignored: carry it), PLAN_BASE=<git revision> (needs git
 #    history on the machine), or, unset, .plan_base/ when it holds attnbench/.
-#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the pinned ring's tables; ~10 s).
+#    Before this tree's table, tests/test_plan_reuse.py's GPU test (the tables each plan sends, pageable
+#    and pinned; ~10 s), and the torch calls of a plan timed alone (--primitives).
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
-# Settings (environment): BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
+# Settings (environment): PROFILE_CASE (a case-name substring: cProfile of 200 of its plans in this
+# tree's table, e.g. ragged-prefill/page_size=256, the large-N cases the GPU host read 3-5x the
+# CPU's time on), BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
 # (above; unset and no .plan_base/: no baseline), PLAN_SCENARIOS (the `attnbench run` part's scenarios). DRY_RUN=1:
 # on the CPU, no setup, the timing on quickstart and the runs of quickstart under the Triton
 # interpreter, shrunk (tests/test_gpu_scripts.py runs it so).
@@ -57,16 +60,16 @@ if [ -n "$BASE_DIR" ]; then
   PYTHONPATH=$BASE_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
     --no-ops --save "$WORK/base.json" "${TIMED[@]}" && CMP=(--compare "$WORK/base.json") || fail=1
 fi
-if [ "$DEV" = cuda ]; then  # the pinned staging ring and the tables it sends, checked before they are timed
-  el "tests/test_plan_reuse.py -m gpu: the plan's tables from the pinned ring equal the reference"
+if [ "$DEV" = cuda ]; then  # the tables each plan sends (pageable and pinned staging), checked before they are timed
+  el "tests/test_plan_reuse.py -m gpu: the plan's tables on the device equal the reference"
   timeout "$(budget)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_plan_reuse.py 2>&1 | tail -n 3
   [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
-  --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+  --primitives ${PROFILE_CASE:+--profile "$PROFILE_CASE"} --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 if [ "$DEV" = cuda ]; then
-  el "the same with the pinned staging ring (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
+  el "the same with pinned staging (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
   ATTNBENCH_TRITON_PINNED_STAGING=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \
     python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
 fi

@@ -38,6 +38,10 @@ class MlaConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    value_chunks: int = 1  # programs per unit, each its share of the value dims (kernel's NCH)
+    tail_stages: int = 0  # stages of the masked tail loop (0: num_stages)
+    waves: int = 0  # splits fill floor(waves * SMs) programs (0: ceil(PROGRAMS_PER_SM * SMs))
+    half_partials: bool = False  # split partial outputs in the batch dtype, not float32
 
 
 @dataclass
@@ -82,13 +86,33 @@ def _next_pow2(x: int) -> int:
 
 
 def choose_config(batch: Batch, block_m: Optional[int] = None, block_n: Optional[int] = None,
-                  num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> MlaConfig:
+                  num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+                  value_chunks: int = 1, tail_stages: int = 0, waves: int = 0,
+                  half_partials: bool = False, max_block_m: int = 64) -> MlaConfig:
     """``block_m``: all rows of the longest request up to 64 (16 at least, tl.dot's minimum);
-    ``block_n`` 32 keys of 576 dims (36 KB a stage in 16-bit); 4 warps up to 32 rows, else 8."""
+    ``block_n`` 32 keys of 576 dims (36 KB a stage in 16-bit); 4 warps up to 32 rows, else 8.
+    ``value_chunks`` 2 (off by default, issue 33's MLA round 1): two programs per unit, each
+    the whole scores and half the value dims (half the accumulator, so 128-row units fit:
+    ``max_block_m`` 128, one 128-head token a unit, 64 rows a warpgroup of 8 warps);
+    ``tail_stages`` 1: the masked tail unpipelined (its shared buffers freed for 128-row trees);
+    ``waves``: splits sized to at most ``waves`` programs per SM, rounded down (the shipped
+    rule rounds up: 272 programs for 132 one-program SMs); ``half_partials``: 16-bit partials."""
+    if value_chunks not in (1, 2):
+        raise ValueError(f"value_chunks must be 1 or 2, got {value_chunks}")
     rows = int(batch.host.query_lens.max()) * batch.num_q_heads
-    bm = block_m or min(64, max(16, _next_pow2(rows)))
+    bm = block_m or min(max_block_m, max(16, _next_pow2(rows)))
     bn = block_n or (32 if batch.head_dim > 256 else 64)
-    return MlaConfig(bm, bn, num_warps or (4 if bm <= 32 else 8), num_stages or 2)
+    return MlaConfig(bm, bn, num_warps or (4 if bm <= 32 else 8), num_stages or 2, value_chunks,
+                     tail_stages, waves, half_partials)
+
+
+def split_want(cfg: MlaConfig, sms: int, blocks: int) -> int:
+    """Splits wanted per row block: ``PROGRAMS_PER_SM`` programs per SM rounded up, or with
+    ``cfg.waves`` at most that many per SM (each block's ``value_chunks`` programs counted)."""
+    progs = max(1, blocks * cfg.value_chunks)
+    if cfg.waves:
+        return max(1, cfg.waves * sms // progs)
+    return max(1, math.ceil(PROGRAMS_PER_SM * sms / progs))
 
 
 def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = None):
@@ -106,7 +130,7 @@ def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = 
     whole = tree | ~h.causal[req]  # trees and bidirectional prefills: keys up to kv_len
     kend = np.where(whole, h.kv_lens[req], h.context_lens[req] + last_tok + 1)
     if splits is None:
-        want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
+        want = split_want(cfg, sms, len(req))
         s = np.clip(np.full(len(req), want), 1, np.maximum(1, kend // MIN_SPLIT_KEYS))
     else:
         s = np.clip(np.full(len(req), splits), 1, np.maximum(1, -(-kend // bn)))
@@ -157,6 +181,7 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     d_buf = staging.send(buf, dev)
     nb, cfg, rank = len(batch.host.query_lens), sh.cfg, batch.spec.kv_lora_rank
     nu = (buf.size - at) // mk_cols
+    pdt = batch.dtype if cfg.half_partials else torch.float32  # split partials (16-bit: option half_partials)
     return MlaPlan(
         batch=batch, cfg=cfg, units=d_buf.as_strided((nu, mk_cols), (mk_cols, 1), at),
         merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at), num_merge=r,
@@ -164,11 +189,12 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
         has_tree=bool(batch.trees.tmax),
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
-        po=torch.empty(s, r, rank, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32, rank),
+        po=(torch.empty(s, r, rank, dtype=pdt, device=dev) if r else staging.unread(dev, pdt, rank)),
         pl=torch.empty(s, r, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32),
         splits_p2=_next_pow2(max(2, s)),
         qk_scale=batch.scale * math.log2(math.e),
-        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units",
+        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units"
+        + (f" x {cfg.value_chunks} value programs, block_m {cfg.block_m}" if cfg.value_chunks > 1 else ""),
     )
 
 
@@ -192,7 +218,7 @@ class MlaShape:
         self.nrows = np.minimum(bm, rows[req] - self.row0)
         self.kind = unit_kind(h, req)
         self.off = np.where(self.kind > 0, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
-        self.want = max(1, math.ceil(PROGRAMS_PER_SM * sms / max(1, len(req))))
+        self.want = split_want(cfg, sms, len(req))
         self.words = ts.Words(batch)
         nb = len(rows)
         self.qstart_at = ts.al(self.words.size)
@@ -260,15 +286,16 @@ def run(p: MlaPlan) -> torch.Tensor:
     q = b.q.reshape(b.num_tokens * b.num_q_heads, b.head_dim)
     kv = b.k_cache
     out = p.out.view(-1, b.v_head_dim)
-    mk.mla_attention_kernel[(p.units.shape[0],)](
+    mk.mla_attention_kernel[(p.units.shape[0] * cfg.value_chunks,)](
         q, kv, out, p.po, p.pl, b.block_table, p.units, p.ctx, p.qstart, p.anc,
         q.stride(0), kv.stride(0), kv.stride(1), out.stride(0), b.block_table.stride(0),
         p.po.stride(0), p.po.stride(1), p.pl.stride(0), p.anc.stride(0),
         p.qk_scale,
         H=b.num_q_heads, D_NOPE=b.spec.kv_lora_rank, D_ROPE=b.spec.rope_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_TREE=p.has_tree, UNIT_COLS=mk.UNIT_COLS,
-        IEEE=b.dtype == torch.float32, BIDIR=not b.host.causal.all(), num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        IEEE=b.dtype == torch.float32, BIDIR=not b.host.causal.all(), NCH=cfg.value_chunks,
+        TAIL_STAGES=cfg.tail_stages or None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if p.num_merge:
         mk.mla_merge_kernel[(p.num_merge,)](

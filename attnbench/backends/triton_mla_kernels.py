@@ -16,6 +16,11 @@ splits. Keys before the request's context end are visible to every row; the tail
 causally (prefill, decode) or by per-token ancestor bitmasks (trees), decided per tile only
 when the tile reaches the tail; a bidirectional prefill (``causal: false``, column 7 = 2, kernels
 built with ``BIDIR``) sees every key of its request.
+
+``NCH`` 2 (off by default: ``triton_mla.choose_config``'s ``value_chunks``) gives a unit two
+adjacent programs, each computing the whole scores and accumulating half the value dims (half
+the accumulator: 128-row units fit 8 warps); ``TAIL_STAGES`` 1 keeps the masked tail loop out
+of the software pipeline (its shared buffers).
 """
 from __future__ import annotations
 
@@ -39,9 +44,15 @@ def mla_attention_kernel(
     qk_scale,
     H: tl.constexpr, D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_TREE: tl.constexpr, UNIT_COLS: tl.constexpr,
-    IEEE: tl.constexpr, BIDIR: tl.constexpr = False,
+    IEEE: tl.constexpr, BIDIR: tl.constexpr = False, NCH: tl.constexpr = 1, TAIL_STAGES: tl.constexpr = None,
 ):
-    ub = UNITS + tl.program_id(0) * UNIT_COLS
+    # NCH value chunks (1 or 2): program pid takes unit pid // NCH and value dims
+    # [dv0, dv0 + DV) of it; the NCH programs of a unit are adjacent (they read the same tiles)
+    DV: tl.constexpr = D_NOPE // NCH
+    pid = tl.program_id(0)
+    ub = UNITS + (pid // NCH) * UNIT_COLS
+    dv0 = (pid % NCH) * DV
+    dvo = D_NOPE - DV - dv0  # NCH == 2: the other half (its score part only)
     b = tl.load(ub)
     row0 = tl.load(ub + 1)
     nrows = tl.load(ub + 2)
@@ -58,36 +69,45 @@ def mla_attention_kernel(
     rows = row0 + offs_m
     grow = (qs * H + rows).to(tl.int64)  # row of the flattened q / out
     tok = rows // H  # query token within the request
-    offs_c = tl.arange(0, D_NOPE)
+    offs_c = tl.arange(0, DV)
     offs_r = tl.arange(0, D_ROPE)
-    q_n = tl.load(Q + grow[:, None] * stride_q + offs_c[None, :], mask=rmask[:, None], other=0.0)
+    q_n = tl.load(Q + grow[:, None] * stride_q + dv0 + offs_c[None, :], mask=rmask[:, None], other=0.0)
+    if NCH == 2:
+        q_o = tl.load(Q + grow[:, None] * stride_q + dvo + offs_c[None, :], mask=rmask[:, None], other=0.0)
+    else:
+        q_o = q_n  # unused
     q_r = tl.load(Q + grow[:, None] * stride_q + D_NOPE + offs_r[None, :], mask=rmask[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D_NOPE], tl.float32)
+    acc = tl.zeros([BLOCK_M, DV], tl.float32)
     bt_row = BT + b.to(tl.int64) * stride_bt
     # Tiles wholly inside the context are visible to every row: no mask, no bounds (k0 and the
     # split chunks are multiples of BLOCK_N). The rest (the new tokens) is masked per tile.
     mid = k0 + (tl.maximum(tl.minimum(k1, ctx) - k0, 0) // BLOCK_N) * BLOCK_N
     for start in range(k0, mid, BLOCK_N):
-        m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
-                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
-                              D_NOPE, D_ROPE, PAGE, BLOCK_N, False, HAS_TREE, IEEE, BIDIR)
-    for start in range(mid, k1, BLOCK_N):
-        m_i, l_i, acc = _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
-                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
-                              D_NOPE, D_ROPE, PAGE, BLOCK_N, True, HAS_TREE, IEEE, BIDIR)
+        m_i, l_i, acc = _tile(q_n, q_o, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale, dv0, dvo,
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, False, HAS_TREE, IEEE, BIDIR, NCH)
+    # TAIL_STAGES (None: the launch's num_stages): 1 keeps the masked tail's tiles out of the
+    # software pipeline (its own shared buffers; a decode's or tree's tail is one or two tiles)
+    for start in tl.range(mid, k1, BLOCK_N, num_stages=TAIL_STAGES):
+        m_i, l_i, acc = _tile(q_n, q_o, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+                              stride_kv_page, stride_kv_tok, stride_anc, qk_scale, dv0, dvo,
+                              D_NOPE, D_ROPE, PAGE, BLOCK_N, True, HAS_TREE, IEEE, BIDIR, NCH)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
     if split < 0:
-        tl.store(OUT + grow[:, None] * stride_o + offs_c[None, :], o.to(OUT.dtype.element_ty), mask=rmask[:, None])
+        tl.store(OUT + grow[:, None] * stride_o + dv0 + offs_c[None, :], o.to(OUT.dtype.element_ty),
+                 mask=rmask[:, None])
     else:
         prow = (prow0 + offs_m).to(tl.int64)
-        tl.store(PO + split * stride_po_s + prow[:, None] * stride_po_r + offs_c[None, :], o, mask=rmask[:, None])
+        tl.store(PO + split * stride_po_s + prow[:, None] * stride_po_r + dv0 + offs_c[None, :],
+                 o.to(PO.dtype.element_ty), mask=rmask[:, None])
         lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
-        tl.store(PL + split * stride_pl_s + prow, lse, mask=rmask)
+        # the value programs' LSEs are equal: the first stores it (scalar broadcast by hand, as BIDIR's)
+        tl.store(PL + split * stride_pl_s + prow, lse, mask=rmask & ((offs_m * 0 + dv0) == 0))
 
 
 @triton.jit
@@ -111,19 +131,22 @@ def mla_merge_kernel(
     acc = tl.zeros([D_NOPE], tl.float32)
     for s in range(0, ns):  # one split's row at a time: D_NOPE values in registers, not SPLITS x D_NOPE
         w = tl.exp2(tl.load(PL + s * stride_pl_s + r) - m)
-        acc += w * tl.load(PO + s * stride_po_s + r.to(tl.int64) * stride_po_r + offs_c)
+        acc += w * tl.load(PO + s * stride_po_s + r.to(tl.int64) * stride_po_r + offs_c).to(tl.float32)
     tl.store(OUT + orow * stride_o + offs_c, (acc / denom).to(OUT.dtype.element_ty))
 
 
 @triton.jit
-def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
-          stride_kv_page, stride_kv_tok, stride_anc, qk_scale,
+def _tile(q_n, q_o, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rmask, is_tree,
+          stride_kv_page, stride_kv_tok, stride_anc, qk_scale, dv0, dvo,
           D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-          MASKED: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, BIDIR: tl.constexpr):
+          MASKED: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, BIDIR: tl.constexpr,
+          NCH: tl.constexpr = 1):
     """One tile of BLOCK_N keys from ``start``: scores over the latent row, online softmax,
-    values = the tile's c_kv. MASKED: bounds (k1) and the causal / tree rule apply."""
+    values = the tile's c_kv (NCH == 2: the scores take both halves of c_kv, the values only
+    the program's half ``dv0``). MASKED: bounds (k1) and the causal / tree rule apply."""
+    DV: tl.constexpr = D_NOPE // NCH
     offs_n = tl.arange(0, BLOCK_N)
-    offs_c = tl.arange(0, D_NOPE)
+    offs_c = tl.arange(0, DV)
     offs_r = tl.arange(0, D_ROPE)
     keys = start + offs_n
     if MASKED:
@@ -133,10 +156,10 @@ def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rma
         page = tl.load(bt_row + keys // PAGE)
     base = page.to(tl.int64) * stride_kv_page + (keys % PAGE).to(tl.int64) * stride_kv_tok
     if MASKED:
-        c_kv = tl.load(KV + base[:, None] + offs_c[None, :], mask=kmask[:, None], other=0.0)
+        c_kv = tl.load(KV + base[:, None] + dv0 + offs_c[None, :], mask=kmask[:, None], other=0.0)
         k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :], mask=kmask[:, None], other=0.0)
     else:
-        c_kv = tl.load(KV + base[:, None] + offs_c[None, :])
+        c_kv = tl.load(KV + base[:, None] + dv0 + offs_c[None, :])
         k_pe = tl.load(KV + base[:, None] + D_NOPE + offs_r[None, :])
     if IEEE:  # float32: full-precision products (the default on a GPU is TF32, 10-bit mantissas:
         # rel. err 1.1e-3 against float32's 1e-4 tolerance on mla-tiny, H100)
@@ -145,6 +168,15 @@ def _tile(q_n, q_r, m_i, l_i, acc, KV, bt_row, ANC, start, k1, ctx, qs, tok, rma
     else:
         s = tl.dot(q_n, tl.trans(c_kv))
         s += tl.dot(q_r, tl.trans(k_pe))
+    if NCH == 2:  # the other half's score part
+        if MASKED:
+            c_o = tl.load(KV + base[:, None] + dvo + offs_c[None, :], mask=kmask[:, None], other=0.0)
+        else:
+            c_o = tl.load(KV + base[:, None] + dvo + offs_c[None, :])
+        if IEEE:
+            s += tl.dot(q_o, tl.trans(c_o), input_precision="ieee")
+        else:
+            s += tl.dot(q_o, tl.trans(c_o))
     s = s * qk_scale
     if MASKED:
         before = keys[None, :] <= ctx + tok[:, None]

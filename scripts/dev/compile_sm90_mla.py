@@ -15,8 +15,9 @@ mk = importlib.util.module_from_spec(spec); spec.loader.exec_module(mk)
 PTRS = {"Q": "*bf16", "KV": "*bf16", "OUT": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32",
         "CTX": "*i32", "QSTART": "*i32", "ANC": "*i64"}
 def comp(**kw):
-    base = dict(H=16, D_NOPE=512, D_ROPE=64, PAGE=64, BLOCK_M=16, BLOCK_N=32, HAS_TREE=0, UNIT_COLS=8, num_warps=4, num_stages=2, BIDIR=0)
+    base = dict(H=16, D_NOPE=512, D_ROPE=64, PAGE=64, BLOCK_M=16, BLOCK_N=32, HAS_TREE=0, UNIT_COLS=8, num_warps=4, num_stages=2, BIDIR=0, IEEE=0, NCH=1, TAIL_STAGES=0)
     base.update(kw); kw = base
+    kw["TAIL_STAGES"] = kw["TAIL_STAGES"] or None  # 0: the launch's num_stages
     fn = mk.mla_attention_kernel
     sig, consts = {}, {}
     for n in fn.arg_names:
@@ -33,7 +34,7 @@ def comp(**kw):
         print(kw, "FAIL", str(e)[:200]); return
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
-    print({x: kw[x] for x in ("H","BLOCK_M","BLOCK_N","HAS_TREE","BIDIR","num_warps","num_stages")}, "regs", regs, "spill", spills, "smem", k.metadata.shared,
+    print({x: kw[x] for x in ("H","BLOCK_M","BLOCK_N","NCH","TAIL_STAGES","HAS_TREE","BIDIR","num_warps","num_stages")}, "regs", regs, "spill", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)), "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", ptx)), flush=True)
 for a in sys.argv[1:]:
     comp(**{k: int(v) for k, v in (x.split("=") for x in a.split(","))})

@@ -8,8 +8,10 @@ by side, every row checked against the reference. Not used by the tool itself.
 """
 from __future__ import annotations
 
+from attnbench.backends import triton_mla
 from attnbench.backends import triton_plan as tp
 from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.mla import is_mla
 
 
 def variant(name: str, waves: int | None = None, **kw):
@@ -30,7 +32,38 @@ def variant(name: str, waves: int | None = None, **kw):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "plan": plan})
 
 
-VARIANTS = [
+def mla_variant(name: str, **mla):
+    """The shipped backend with its MLA batches planned by ``mla`` (triton_mla.choose_config's
+    overrides: block_m, block_n, num_warps, num_stages, value_chunks, tail_stages, waves,
+    half_partials); every other batch as shipped."""
+
+    def plan(self, batch):
+        if not is_mla(batch):
+            return TritonBackend.plan(self, batch)
+        dev = batch.device
+        return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
+                               staging=self._staging, **mla)
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "plan": plan})
+
+
+#: issue 33, MLA round 1 (docs/triton_notes.md): v2 = two programs per unit, half the value dims
+#: each; m128 = units up to 128 rows (one 128-head token; 8 warps, 64 rows a warpgroup) with an
+#: unpipelined masked tail (t1: trees fit shared memory); w1/w2 = splits for at most 1/2
+#: programs per SM (rounded down); h = 16-bit partials; st3 = 3 stages
+M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
+MLA_VARIANTS = [
+    mla_variant("triton-mla-v2", value_chunks=2),
+    mla_variant("triton-mla-v2st3", value_chunks=2, num_stages=3),
+    mla_variant("triton-mla-m128v2", **M128),
+    mla_variant("triton-mla-m128v2w1", **M128, waves=1),
+    mla_variant("triton-mla-m128v2w2", **M128, waves=2),
+    mla_variant("triton-mla-m128v2w1h", **M128, waves=1, half_partials=True),
+    mla_variant("triton-mla-w1", waves=1),
+    mla_variant("triton-mla-st3", num_stages=3),
+]
+
+VARIANTS = MLA_VARIANTS + [
     variant("triton-s1", splits=1),
     variant("triton-s2", splits=2),
     variant("triton-s3", splits=3),

@@ -303,3 +303,25 @@ def test_junit_summary_counts_tests_cut_mid_run_as_unfinished(tmp_path):
     got = gpulib.junit_summary(xml)
     assert got[0] == ("pytest -m gpu: passed 1, failure 0, error 0, skipped 0, "
                       "unfinished 2 (the run was cut while they ran)")
+
+
+def test_jobs_files_name_scripts_scenarios_and_variants_that_exist():
+    """A jobs file is one device call's plan (scripts/gpu/multi_gpu.sh): a typo in it costs a
+    session's device time, so every script, scenario and triton variant it names must exist."""
+    import re
+    import runpy
+
+    root = GPU.parent.parent
+    variants = {c.name for c in runpy.run_path(str(root / "scripts/dev/triton_variants.py"))["VARIANTS"]}
+    for jobs in sorted((GPU / "jobs").glob("*.jobs")):
+        for line in jobs.read_text().splitlines():
+            if not line.strip() or line.startswith("#"):
+                continue
+            for path in re.findall(r"(?:scripts|attnbench/scenarios)/[\w/.-]+\.(?:sh|py|yaml)", line):
+                assert (root / path).is_file(), f"{jobs.name}: {path} does not exist"
+            for spec in re.findall(r'"([\w/.-]+):((?:[\w-]+,?)+)"', line):
+                scen, backends = spec
+                y = scen if scen.endswith(".yaml") else f"attnbench/scenarios/{scen}.yaml"
+                assert (root / y).is_file(), f"{jobs.name}: scenario {scen}"
+                for b in backends.split(","):
+                    assert b in variants or b in ("sdpa", "triton", "flex", "reference"), f"{jobs.name}: {b}"

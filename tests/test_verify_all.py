@@ -325,3 +325,18 @@ def test_jobs_files_name_scripts_scenarios_and_variants_that_exist():
                 assert (root / y).is_file(), f"{jobs.name}: scenario {scen}"
                 for b in backends.split(","):
                     assert b in variants or b in ("sdpa", "triton", "flex", "reference"), f"{jobs.name}: {b}"
+
+
+def test_warmup_pick_keeps_only_the_picked_rows():
+    """--pick (verify_all.sh's PICK, passed on to the warm-up) builds only the modules of the rows
+    the job will run: a job that finishes cut rows on a fresh machine does not compile every case."""
+    sys.path.insert(0, str(GPU))
+    import flashinfer_warmup
+
+    scen = ["quickstart", "variants-cpu"]
+    every = flashinfer_warmup.scenario_items(scen, ["sdpa", "flex"], [])
+    picked = flashinfer_warmup.scenario_items(scen, ["sdpa", "flex"], [], "flex")
+    assert every and picked
+    assert {s for s, _b, _l in picked} == {"flex"}
+    assert len(picked) == len(every) // 2
+    assert flashinfer_warmup.scenario_items(scen, ["sdpa"], [], "flex") == []

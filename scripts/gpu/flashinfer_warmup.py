@@ -36,15 +36,21 @@ import gpulib  # noqa: E402
 SLOW_FIRST = ("route=fa3", "route=persistent")
 
 
-def scenario_items(paths: list[str], specs: list[str], overrides: list[str]) -> list[tuple[str, object, str]]:
+def scenario_items(paths: list[str], specs: list[str], overrides: list[str],
+                   pick: str | None = None) -> list[tuple[str, object, str]]:
+    """(spec, batch spec, label) for every case and spec; with ``pick`` (attnbench run -k's
+    expression, as verify_all.py --pick) only the rows it selects: a job finishing cut rows on a
+    fresh machine builds their modules, not those of every case of the file."""
+    from attnbench.execute.cases import select_rows
     from attnbench.workload.scenario import load
 
+    picks = select_rows(pick)
     out = []
     for p in paths:
         sf = load(p, overrides or None)
         for case in sf.cases:
             spec = case.scenario.batch_spec()
-            out += [(s, spec, f"{sf.name}/{case.case_id}") for s in specs]
+            out += [(s, spec, f"{sf.name}/{case.case_id}") for s in specs if picks(case.case_id, s, case.params)]
     return out
 
 
@@ -211,6 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", action="store_true", help="the FlashInfer batches of the GPU tests")
     ap.add_argument("--specs", default="all", help="FlashInfer specs, comma-separated (all: every route option)")
     ap.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE (as attnbench run --set)")
+    ap.add_argument("--pick", default=None, help="only the rows attnbench run -k EXPR selects (as verify_all.py --pick)")
     ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--log", type=Path, default=Path("/tmp/flashinfer_warmup.log"), help="the workers' output (JIT builds)")
@@ -223,7 +230,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     t0 = time.monotonic()
     specs = gpulib.route_specs("flashinfer") if args.specs == "all" else [s for s in args.specs.split(",") if s]
-    items = scenario_items(args.scenarios, specs, args.set) + (test_items() if args.tests else [])
+    items = scenario_items(args.scenarios, specs, args.set, args.pick) + (test_items() if args.tests else [])
     bundles = bundles_of(items)
     n = sum(map(len, bundles))
     print(f"flashinfer warm-up: {len(items)} (spec, case) pairs -> {n} distinct kernel sets the routes take, "

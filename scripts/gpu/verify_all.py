@@ -284,6 +284,8 @@ def start_warmup(st: State, scenarios: list[Path], specs: list[str]) -> None:
            "--jsonl", str(a.work / "checks" / "warmup.jsonl")]
     for s in a.set:
         cmd += ["--set", s]
+    if getattr(a, "pick", None):
+        cmd += ["--pick", a.pick]
     st.say(f"FlashInfer JIT warm-up: {a.warm_procs} processes, at most {budget:.0f} s")
     st.warm = subprocess.Popen(cmd, stdout=open(a.work / "logs" / "warmup.log", "a"), stderr=subprocess.STDOUT,
                                env=job_env(a), cwd=gpulib.ROOT, start_new_session=True)

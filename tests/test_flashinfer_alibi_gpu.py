@@ -10,9 +10,10 @@ those). Run on the GPU machine: ``bash scripts/gpu/gpu_tests.sh -k flashinfer_al
 - FlashInfer's own slopes (``flashinfer.utils.get_alibi_slopes``: no wrapper takes the caller's)
   equal attnbench's within float32 rounding for 1..256 heads.
 
-JIT modules (head dim 128, bf16, page 16): the CUDA-core decode module and the fa2 prefill module
-(shared by decode-tc and fa2, every mask mode) and the POD module, each with ALiBi; the window
-cases add fa2's sliding-window module, the e5m2 case fa2's module for an e5m2 cache.
+JIT modules (head dim 128, bf16, page 16), each with ALiBi: the CUDA-core decode module, the fa2
+prefill module (decode-tc plans it too; every mask mode, so also the chains with a window, folded
+into the custom mask) and the POD module; the cases named ``window`` add fa2's sliding-window
+module, those named ``e5m2`` fa2's module for an e5m2 cache: 5 in all, 3 without those.
 tests/test_flashinfer_alibi.py checks on the CPU that every case here is one its route accepts.
 """
 from __future__ import annotations
@@ -53,7 +54,9 @@ CASES = {
     ("pod", "decodes-first-noncausal"): _spec(DECODES + NONCAUSAL),
     ("fa2", "window"): _spec(PREFILLS + DECODES, window=128),
     ("fa2", "window-chains"): _spec(CHAINS + PREFILLS, window=100),  # the window folded into the custom mask
+    ("decode-tc", "window-decodes"): _spec(DECODES, window=128),  # fa2's window module (decode-tc plans it)
     ("fa2", "e5m2"): _spec(PREFILLS + DECODES, kv_dtype="fp8_e5m2"),  # the scale before the mask: no mask limit
+    ("decode-tc", "e5m2-decodes"): _spec(DECODES, kv_dtype="fp8_e5m2"),  # the same module
 }
 REFUSED = _spec(tuple(Request("tree", len(BRANCHING), c, BRANCHING) for c in (500, 40)))
 LINED = _spec(tuple(Request("tree", len(CHAIN), c, CHAIN) for c in (500, 40)))

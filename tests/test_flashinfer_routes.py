@@ -136,7 +136,9 @@ def test_backend_reasons_name_the_route_and_the_capabilities():
     assert any("CUDA" in x for x in r)  # this CPU machine
     assert not any("route" in x for x in make_backend("flashinfer").reasons(tree))  # auto: fa2 custom mask
     alibi = make_batch(DECODES, dtype="bfloat16", page_size=16, alibi=True)
-    assert any("ALiBi" in x for x in make_backend("flashinfer").reasons(alibi))
+    assert make_backend("flashinfer").unsupported(alibi) == []  # issue 32: decode-tc with pos_encoding_mode ALIBI
+    alibi_tree = make_batch(TREES, dtype="bfloat16", page_size=16, alibi=True)
+    assert any("ALiBi" in x and "variants.cuh" in x for x in make_backend("flashinfer").reasons(alibi_tree))
     per_head = make_batch(DECODES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3", kv_scale="per-head")
     assert any("per-head" in x for x in make_backend("flashinfer").reasons(per_head))
 

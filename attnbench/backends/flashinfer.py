@@ -21,8 +21,11 @@ routes, what each can express and the ``auto`` choice; ``flashinfer_plans.py`` b
 - Variants: FP8 caches with per-tensor scales (``k_scale``/``v_scale`` at run; folded into the
   scale by hand on the sink wrapper and POD, ``flashinfer_plans.py``), ``window_left``
   = W - 1, ``logits_soft_cap``, sinks (the attention-sink wrapper on fa2/fa3, or XQA's sinks),
-  both cache orders natively (``kv_layout`` = the batch's order). FlashInfer's LSE is base 2;
-  this backend does not use it.
+  both cache orders natively (``kv_layout`` = the batch's order), ALiBi (``pos_encoding_mode=
+  "ALIBI"`` on the decode, fa2 and POD routes, FlashInfer's own slopes; not on trees that branch,
+  nor with soft-cap or sinks: ``flashinfer_alibi.py``). FlashInfer's LSE is base 2; this backend
+  does not use it (ALiBi moves it by a constant per row, so the cascade, which merges by LSE, is
+  not taken with ALiBi).
 
 Where it was validated: docs/backends.md.
 """
@@ -68,6 +71,7 @@ class FlashInferBackend(Backend):
     supports_sinks = True
     supports_softcap = True
     supports_noncausal = True
+    supports_alibi = True  # on the routes and batches flashinfer_alibi.py allows; the others give reasons
     kv_dtypes = ("fp8_e4m3", "fp8_e5m2")
     kv_scales = ("per-tensor",)
     kv_orders = ("NHD", "HND")
@@ -92,6 +96,8 @@ class FlashInferBackend(Backend):
 
     def _cascade(self, batch: Batch, f) -> Any:
         if self.option("route") != "auto" or self.option("cascade") != "on" or f.sinks or f.softcap or f.window:
+            return None
+        if f.alibi:  # each level's ALiBi is off by its own constant per row, and the levels merge by LSE
             return None
         if batch.k_scale is not None or batch.kv_order != "NHD" or not all(f.causal):
             return None  # the cascade module reads a plain NHD cache with causal masks

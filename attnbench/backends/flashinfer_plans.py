@@ -24,6 +24,7 @@ import torch
 from attnbench.workload.batch import Batch
 
 from ._metadata import custom_mask_flat, dense_masks, flashinfer_page_layout
+from .flashinfer_alibi import pos_encoding_mode
 from .flashinfer_routes import Facts
 
 #: the float workspace of a backend instance's wrappers. 128 MB was too small for the fa2 prefill
@@ -93,9 +94,14 @@ def decode_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, tensor_co
         paged_kv_last_page_len_buffer=_i32(b, dev)))
     w.plan(indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
            window_left=_window_left(batch, f), logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
-           kv_data_type=batch.kv_dtype, sm_scale=batch.scale)
+           kv_data_type=batch.kv_dtype, sm_scale=batch.scale, pos_encoding_mode=pos_encoding_mode(f.alibi))
     q, kv, sc = batch.q, _kv(batch), _scales(batch)
-    return Step(lambda: w.run(q, kv, **sc))
+    return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f))
+
+
+def _alibi_detail(f: Facts, detail: str = "") -> str:
+    """The mode's words for ALiBi (a JIT module of its own: the first-use key tells it apart)."""
+    return ", ".join(x for x in (detail, "ALiBi (FlashInfer's slopes)" if f.alibi else "") if x)
 
 
 def _mask_bytes(batch: Batch) -> int:
@@ -128,6 +134,8 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
         make = lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order, backend=kind, **bufs)  # noqa: E731
     w = made(cache, key, make)
     extra = {"custom_mask": mask} if mask is not None else {"causal": all(f.causal)}
+    if f.alibi:  # alibi_reasons refuses it with sinks: the sink wrapper's variant has none
+        extra["pos_encoding_mode"] = pos_encoding_mode(True)
     w.plan(qo_indptr, indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
            sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
            kv_data_type=batch.kv_dtype, **extra)
@@ -135,7 +143,7 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
     detail = "custom mask" if mask is not None else ("causal" if all(f.causal) else "non-causal")
     if f.sinks:
         return _sink_step(w, batch, detail)
-    return Step(lambda: w.run(q, kv, **sc), detail)
+    return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f, detail))
 
 
 def _sink_step(w: Any, batch: Batch, detail: str) -> Step:
@@ -215,7 +223,7 @@ def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
     w = made(cache, ("pod",), lambda: flashinfer.BatchPODWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order))
     w.plan(*pre, *dec, num_qo_heads=batch.num_q_heads, num_kv_heads=batch.num_kv_heads, head_dim=batch.head_dim,
            page_size=batch.page_size, window_left=_window_left(batch, f), sm_scale=batch.scale * sc.get("k_scale", 1.0),
-           q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)
+           q_data_type=batch.dtype, kv_data_type=batch.kv_dtype, pos_encoding_mode=pos_encoding_mode(f.alibi))
     q, kv, v_scale = batch.q, _kv(batch), sc.get("v_scale")
     causal_p = all(f.prefill_causal)
     q_pre, q_dec = (q[:t1], q[t1:]) if prefills_first else (q[t1:], q[:t1])
@@ -234,7 +242,7 @@ def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
 
     n_p = int(multi.sum())
     detail = f"{n_p} prefill + {batch.num_requests - n_p} decode requests" + ("" if prefills_first else ", decodes first")
-    return Step(call, detail + (", k_scale in sm_scale, v_scale on the output" if sc else ""))
+    return Step(call, _alibi_detail(f, detail + (", k_scale in sm_scale, v_scale on the output" if sc else "")))
 
 
 def workspace_for(cache: dict, dev: torch.device) -> torch.Tensor:

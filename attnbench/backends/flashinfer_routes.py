@@ -48,6 +48,11 @@ routes refuse the batch, naming it. ``persistent`` (``persistent.cuh``) and ``po
 (``batch_pod.cuh``) run the same ``prefill.cuh`` device code (``logits_mask`` then
 ``update_mdo_states``) and are refused the same way.
 
+ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc``, ``fa2`` and ``pod`` hand FlashInfer
+``pos_encoding_mode="ALIBI"`` (exact up to a constant per row on prefills, decodes and chains);
+``fa3``, ``persistent`` and ``xqa`` have none, so ``auto`` takes ``fa2`` for ALiBi batches of
+prefills (``decode-tc`` for decodes); branching trees, soft-cap and sinks are refused with it.
+
 Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md
 lists each one (its footnotes) with a link to that source.
 """
@@ -55,6 +60,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from attnbench.workload.trees import is_chain
+
+from .flashinfer_alibi import alibi_reasons
 
 ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
 #: routes on FlashInfer's fa2 kernel code, whose masked keys keep a weight 2^-mask_bits (above)
@@ -88,11 +97,14 @@ class Facts:
     page_size: int
     head_dim: int
     logit_scale: float = 1.0  # what FlashInfer multiplies raw q.k by: the softmax scale times the FP8 k_scale
+    branching_trees: bool = False  # a tree request that is not a chain (its nodes' positions are not their rows)
 
     @property
     def mask_bits(self) -> float:
-        """-log2 of the weight a masked key keeps on FlashInfer's fa2 kernel (row max 0)."""
-        return FA2_MASK_FILL * self.logit_scale * LOG2E
+        """-log2 of the weight a masked key keeps on FlashInfer's fa2 kernel (row max 0). With
+        ALiBi the kernel applies the scale in its logits transform, before the mask, and then
+        multiplies by log2 e alone (flashinfer_alibi.py): the scale does not shrink the mask."""
+        return FA2_MASK_FILL * (1.0 if self.alibi else self.logit_scale) * LOG2E
 
     @property
     def needs_mask(self) -> bool:
@@ -126,6 +138,7 @@ def facts_of(batch) -> Facts:
         head_dim=spec.head_dim,
         # one host read of the scale tensor (as _scales does in plan): an engine holds it as a float
         logit_scale=float(batch.scale) * (float(batch.k_scale.max()) if batch.k_scale is not None else 1.0),
+        branching_trees=any(r.tree_parents is not None and not is_chain(r.tree_parents) for r in batch.requests),
     )
 
 
@@ -135,7 +148,7 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
     0.5.3's limit and the file that shows it (docs/backends.md, footnotes)."""
     out = []
     name = f"route {route}"
-    # ALiBi and per-head FP8 scales are declined by the backend's capabilities (one reason each)
+    # per-head FP8 scales are declined by the backend's capabilities; ALiBi: flashinfer_alibi.py
     if route in ("decode", "decode-tc", "xqa") and not f.decode_only:
         out.append(f"{name} computes decode-only batches (one query token per request, no trees)")
     if route == "fa3" and f.needs_mask:
@@ -162,7 +175,7 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
                    "AttentionSink's LogitsMask in jit/attention/variants.py applies only the window): "
                    "wrong outputs on an H100, not run")
     out += _special_reasons(route, f, sm_major)
-    return out
+    return out + alibi_reasons(route, f)
 
 
 #: the routes whose FlashInfer 0.5.3 entry point takes no attention sinks, and where that shows

@@ -56,7 +56,7 @@ def scenario_items(paths: list[str], specs: list[str], overrides: list[str],
 
 def test_items() -> list[tuple[str, object, str]]:
     """The FlashInfer batches of the GPU tests (tests/test_variants_gpu.py, test_lib_backends.py,
-    test_flashinfer_wiring_gpu.py)."""
+    test_flashinfer_wiring_gpu.py, test_flashinfer_alibi_gpu.py)."""
     sys.path.insert(0, str(gpulib.ROOT))
     from attnbench.workload.spec import BatchSpec
     from tests import test_lib_backends as lib
@@ -68,9 +68,10 @@ def test_items() -> list[tuple[str, object, str]]:
             out.append(("flashinfer", var.batch_spec(feature, d, noncausal, name), f"variants/{feature}-d{d}-{noncausal}"))
     for case, reqs, layout in lib.gpu_cases("flashinfer"):
         out.append(("flashinfer", BatchSpec(tuple(reqs), 16, 4, 128, "bfloat16", 16, layout), f"lib/{case}"))
+    from tests import test_flashinfer_alibi_gpu as alibi
     from tests import test_flashinfer_wiring_gpu as wiring
 
-    return out + wiring.warmup_items()
+    return out + wiring.warmup_items() + alibi.warmup_items()
 
 
 def declined(spec_str: str, small, cache: dict) -> list[str]:

@@ -66,16 +66,17 @@ def run_fp8(backend, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, win
 
 def test_the_fp8_variants_exist_and_the_shipped_defaults():
     """Shipped: float16 dots on (round 1: faster and more accurate everywhere measured), V pairs
-    and V words off; round 1's shipped kernel stays reachable as ``triton-r1``."""
+    off, V words by the config (None: decode configs, tests/test_triton_defaults.py); round 1's
+    shipped kernel stays reachable as ``triton-r1`` (with the other pre-defaults-round options)."""
     assert set(VARIANTS) >= {"triton-f8h", "triton-f8v", "triton-f8hv", "triton-f8hv-nf64", "triton-f8hv-st4",
                              "triton-f8hv-w2", "triton-f8h-m128", "triton-r1", "triton-f8h-nf32", "triton-f8h-nf64",
                              "triton-f8w", "triton-f8w-nf32", "triton-f8w-s8", "triton-f8w-s16", "triton-f8w-fm",
                              "triton-s8r", "triton-s6", "triton-f8h-nf64s2"}
     be = TritonBackend()
-    assert be.fp8_f16 and not be.v_pairs and not be.v_words
+    assert be.fp8_f16 and not be.v_pairs and be.v_words is None
     assert VARIANTS["triton-f8hv"]().fp8_f16 and VARIANTS["triton-f8hv"]().v_pairs
     r1 = VARIANTS["triton-r1"]()
-    assert not r1.fp8_f16 and r1.config == {"block_nf": 0}
+    assert not r1.fp8_f16 and r1.config == {"block_nf": 0, "fp8_split": 1} and r1.v_words is False
     assert VARIANTS["triton-f8w"]().v_words
 
 

@@ -3,7 +3,8 @@ the float64 reference under Triton's interpreter: every ``triton-mla-*`` variant
 scripts/dev/triton_variants.py (two programs a unit each with half the value dims, 128-row
 units, an unpipelined masked tail, splits sized in waves, 16-bit partials) on 16 and 128 heads
 with decodes of odd lengths, an MTP chain, a tree and a chunked prefill, pages 1, 16 and 64 of
-a shuffled cache, split and unsplit. The options stay off in the shipped backend until measured.
+a shuffled cache, split and unsplit. Since issue 33's defaults round the shipped backend takes m128 + value halves for
+more than 64 heads (triton_mla.default_config; tests/test_triton_defaults.py).
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ scripts/dev/triton_variants.py (triton_prefill_kernels.py's kernel with loop-inv
 offsets, the folded score scale, the heavy-first program order, and the tile configs beside
 them) on causal prefills with and without a context (odd lengths), a decode beside them,
 pages 16 and 256 (and 3, where the lean offsets do not apply), shuffled pages, split and
-unsplit, the HND cache order; a tree beside a prefill runs the shipped kernel. The option
-stays off in the shipped backend until measured.
+unsplit, the HND cache order; a tree beside a prefill runs the shipped kernel. "lean,fold,heavy"
+is the shipped backend's default since issue 33's defaults round (tests/test_triton_defaults.py).
 """
 from __future__ import annotations
 
@@ -73,10 +73,11 @@ def run(backend, reqs=PREFILLS, *, page=16, dtype="float16", hq=8, hkv=2, d=32, 
     return compare(out, ref)[0], plan
 
 
-def test_the_prefill_variants_exist_and_the_shipped_backend_keeps_them_off():
+def test_the_prefill_variants_exist_and_the_shipped_backend_runs_lean_fold_heavy():
     assert set(VARIANTS) >= {"triton-pf", "triton-pf-lean", "triton-pf-fold", "triton-pf-heavy", "triton-pf-lfh",
                              "triton-pf-lfh-2cta", "triton-pf-lfh-m64", "triton-pf-lfh-nf128"}
-    assert TritonBackend().prefill is None
+    assert TritonBackend().prefill == {"lean", "fold", "heavy"}  # the default since issue 33's defaults round
+    assert TritonBackend(prefill=None).prefill is None  # the one-launch kernel (triton-r3, triton-nopf)
     assert VARIANTS["triton-pf"]().prefill == frozenset()
     assert VARIANTS["triton-pf-lfh"]().prefill == {"lean", "fold", "heavy"}
 

@@ -106,6 +106,23 @@ def choose_config(batch: Batch, block_m: Optional[int] = None, block_n: Optional
                      tail_stages, waves, half_partials)
 
 
+WIDE = dict(max_block_m=128, value_chunks=2, tail_stages=1)  # 128-row units, value halves, t1 tail
+
+
+def default_config(batch: Batch) -> dict:
+    """The ``triton`` backend's MLA overrides of ``choose_config`` for this batch (issue 33's MLA
+    round 1, H200, 8 x 16k): batches of decodes and trees whose one token fills more than a
+    64-row unit (over 64 heads: 128) take 128-row units with two value programs and an
+    unpipelined tail (``WIDE``), splits for at most 1 program per SM on decodes (322.5 -> 186.1
+    us) and 2 with a tree (MTP chain-2: 934 -> 549 us); the same options made 16-head batches
+    slower (79.5 -> 105-150 us), so up to 64 heads, and batches with a prefill (not measured;
+    value halves compute the scores twice), keep ``choose_config``'s own (``{}``)."""
+    h = batch.host
+    if batch.num_q_heads <= 64 or not (h.is_tree | (h.query_lens == 1)).all():
+        return {}
+    return dict(WIDE, waves=2 if h.is_tree.any() else 1)
+
+
 def split_want(cfg: MlaConfig, sms: int, blocks: int) -> int:
     """Splits wanted per row block: ``PROGRAMS_PER_SM`` programs per SM rounded up, or with
     ``cfg.waves`` at most that many per SM (each block's ``value_chunks`` programs counted)."""

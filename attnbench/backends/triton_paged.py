@@ -40,6 +40,7 @@ from . import triton_prefill
 from . import triton_step as ts
 
 _KERNELS = "attnbench.backends.triton_kernels"
+PREFILL = "lean,fold,heavy"  # the prefill kernel's default options (issue 33's prefill round)
 LOG2E = math.log2(math.e)
 
 
@@ -93,8 +94,8 @@ class TritonBackend(Backend):
     kv_orders = ("NHD", "HND")  # read through the cache's strides
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
-                 half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False, v_words: bool = False,
-                 prefill: Optional[str] = None,
+                 half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
+                 v_words: Optional[bool] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
                  **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
@@ -112,12 +113,17 @@ class TritonBackend(Backend):
         transposed as 16-bit (ldmatrix) instead of read byte by byte into the dot's layout; off
         (measured slower: 208 vs 178 us alone, 189 vs 149 with ``fp8_f16``). ``v_words`` (FP8
         caches, even head dims): V read as int16 words of two FP8 dims, transposed by 16-bit
-        ldmatrix, and P.V as two dots (even dims, odd dims) joined back in registers; off until
-        measured (issue 33's FP8 round 2).
-        ``prefill``: batches without trees or variants run triton_prefill_kernels.py's kernel
-        with these options ("lean,fold,heavy"; "": none; None: the shipped kernel, the default
-        until measured: docs/triton_notes.md, issue 33's prefill round).
-        ``config``: overrides of block_n / block_m / num_warps / num_stages (for tuning)."""
+        ldmatrix, and P.V as two dots (even dims, odd dims) joined back in registers; None (the
+        default): on for decode configs (row blocks <= 32 rows, mma.sync; H200 8 x 16k: 124.9 ->
+        111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill).
+        ``prefill``: batches with a prefill and without trees or variants run
+        triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy": 4 x 1k
+        prefills 5-14% faster on an H200, issue 33's prefill round; "": none, the control; None:
+        the one-launch kernel for every batch, as before issue 33).
+        ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
+        value halves); False: round 1's config for every MLA batch.
+        ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
+        block_nf / maxnreg / fp8_split: FP8's decode split scale, default 2)."""
         self.splits = splits
         self.fused_merge = fused_merge
         self.kv_major = kv_major
@@ -126,6 +132,7 @@ class TritonBackend(Backend):
         self.v_pairs = v_pairs
         self.v_words = v_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
+        self.mla_wide = mla_wide
         self.config = config
         self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
         self._staging = ts.Staging()
@@ -157,7 +164,7 @@ class TritonBackend(Backend):
         dev = batch.device
         if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
-                                   staging=self._staging)
+                                   staging=self._staging, **(triton_mla.default_config(batch) if self.mla_wide else {}))
         hkv = batch.num_kv_heads
         want_pos = tf.needs_positions(batch)
         cfg, sh = self._shape(batch, want_pos)
@@ -206,6 +213,10 @@ class TritonBackend(Backend):
             hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos))
         return hit
 
+    def _v_words(self, cfg: tp.Config) -> bool:
+        """``v_words`` as set, or by default on for decode configs (<= 32-row blocks) without ``v_pairs``."""
+        return self.v_words if self.v_words is not None else cfg.block_m <= 32 and not self.v_pairs
+
     def _partial_dtype(self, batch: Batch) -> torch.dtype:
         return batch.dtype if self.half_partials and batch.q.element_size() == 2 else torch.float32
 
@@ -240,7 +251,7 @@ class TritonBackend(Backend):
             TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
             KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
             **f.constexprs(), FP8_F16=self.fp8_f16 and f.fp8 and q.element_size() == 2, V_PAIRS=self.v_pairs and f.fp8,
-            V_WORDS=self.v_words and f.fp8 and b.head_dim % 2 == 0,
+            V_WORDS=self._v_words(cfg) and f.fp8 and b.head_dim % 2 == 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
         )

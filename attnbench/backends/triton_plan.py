@@ -30,9 +30,10 @@ that read the same keys run side by side and share them through L2.
 Split-KV heuristic (``split_counts``; docs/triton_notes.md, rounds 5-8)
 -----------------------------------------------------------------------
 Row blocks of <= 32 rows (decode-like, memory-bound): enough programs for 2 waves of the
-SMs (4 on the CPU interpreter), the key tiles cut into chunks of about equal size, at most
-``MAX_SPLITS`` per row block, each split at least ``PARTIAL_KEYS_PER_ROW * G * q`` keys so
-its float32 partial rows cost at most ~1/8 of the K/V bytes it reads. Larger row blocks
+SMs (4 on the CPU interpreter; FP8 caches twice as many: ``wave_scale``), the key tiles cut
+into chunks of about equal size, at most ``MAX_SPLITS`` per row block, each split at least
+``PARTIAL_KEYS_PER_ROW * G * q`` keys so its float32 partial rows cost at most ~1/8 of the
+K/V bytes it reads (~1/4 for FP8). Larger row blocks
 (trees, prefill) are latency-bound per program: the heuristic scores each candidate chunk
 by rounds x the longest program (+ start-up) + a cost per split, with the programs that fit
 on an SM at once from the config's shared memory and registers (``ctas_per_sm``). Split
@@ -110,6 +111,7 @@ class Config:
     num_stages: int
     block_nf: int = 0  # key tile of the unmasked loop (0: block_n); splits start at its multiples
     maxnreg: Optional[int] = None  # register cap per thread (None: the compiler's choice)
+    wave_scale: float = 1.0  # decode split rule: programs per SM relative to a 16-bit cache's (``wave_scale``)
 
     def __post_init__(self):
         self.block_nf = self.block_nf or self.block_n
@@ -117,7 +119,8 @@ class Config:
 
 def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Optional[int] = None,
                   num_stages: Optional[int] = None, block_m: Optional[int] = None,
-                  block_nf: Optional[int] = None, maxnreg: Optional[int] = None) -> Config:
+                  block_nf: Optional[int] = None, maxnreg: Optional[int] = None,
+                  fp8_split: Optional[float] = None) -> Config:
     g = batch.num_q_heads // batch.num_kv_heads
     d = next_pow2(batch.head_dim)  # 96 runs padded to 128 (the extra lanes masked)
     wide = batch.q.element_size() > 2  # float32 (interpreter, or exact runs on the GPU): smaller tiles fit smem
@@ -158,7 +161,31 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
         # long decodes: 64-key unmasked tiles (masked tail still 32), half the loop iterations per
         # byte; 8 x 16k, page 16 on an H200: bf16 139 vs 154 us, FP8 163 vs 189 (issue 33, FP8 round 1)
         block_nf = 64
-    return Config(bm, bq, block_n, num_warps, num_stages, block_nf or block_n, maxnreg)
+    return Config(bm, bq, block_n, num_warps, num_stages, block_nf or block_n, maxnreg, wave_scale(batch, fp8_split))
+
+
+def wave_scale(batch: Batch, fp8_split: Optional[float] = None) -> float:
+    """The decode split rule's programs per SM relative to a 16-bit cache's (issue 33, FP8 round 2).
+
+    The rule counts bytes in flight: a decode program steps one key tile at a time (its tile
+    clock, not DRAM, sets its pace), so what keeps DRAM busy is the bytes of the tiles all
+    resident programs read at once. ``WAVES`` programs per SM of 16-bit tiles saturate the
+    H200's reads (bf16 8 x 16k: 137 us, 94% of the floor; 8 splits instead of 5: 171 us). A
+    program of a cache of ``e`` bytes per element reads e/2 of a 16-bit tile's bytes per tile, so
+    it takes 2/e as many programs (hence splits) for the same bytes in flight: 2 for FP8 (8 x 16k:
+    5 -> 8 splits, measured 111.7 -> 92.8 us with ``v_words``). 16-bit and wider caches keep 1:
+    their plans are exactly the rule's before (float32 caches are not given fewer programs).
+    ``fp8_split``: FP8's scale instead of 2 (scripts/dev/triton_variants.py: 1 = the 16-bit rule)."""
+    e = batch.k_cache.element_size()
+    if e >= 2:
+        return 1.0
+    return float(fp8_split) if fp8_split is not None else 2.0 / e
+
+
+def decode_programs(cfg: Config, sms: int) -> int:
+    """The programs the decode split rule aims at: ``WAVES`` per SM times the cache's
+    ``wave_scale`` (exactly ``WAVES * sms`` for 16-bit caches)."""
+    return max(1, int(WAVES * cfg.wave_scale * sms))
 
 
 def tree_words(batch: Batch) -> tuple[torch.Tensor, bool]:
@@ -248,8 +275,9 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, pe
     """KV splits per row block (``tiles``: its key tiles, ``rows``: its G*q rows).
 
     Small row blocks (decode, <= 32 rows) are memory-bound: enough programs for ``WAVES``
-    waves, in chunks of about equal tiles, each split at least ``PARTIAL_KEYS_PER_ROW`` keys
-    per row (its float32 partial rows stay under 1/8 of the K/V bytes it reads).
+    waves (times ``cfg.wave_scale``, FP8 caches 2: ``decode_programs``), in chunks of about
+    equal tiles, each split at least ``PARTIAL_KEYS_PER_ROW`` keys per row (its float32
+    partial rows stay under 1/8 of the K/V bytes it reads, 1/4 for FP8).
     Larger row blocks (trees, prefill) are latency-bound per program (docs/triton_notes.md,
     rounds 5-6): a program of c key tiles takes ~ c + PROGRAM_TILES (start-up) tile times
     whether or not others share its SM, so the launch takes ~ rounds x (longest program),
@@ -261,9 +289,10 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, pe
     blocks mixed) unsplit."""
     t = np.asarray(tiles, dtype=np.int64)
     if cfg.block_m <= 32:
-        if len(t) * hkv >= WAVES * sms:
+        programs = decode_programs(cfg, sms)
+        if len(t) * hkv >= programs:
             return np.ones_like(t)
-        chunk = max(MIN_CHUNK_TILES, -(-int(t.sum()) * hkv // (WAVES * sms)))
+        chunk = max(MIN_CHUNK_TILES, -(-int(t.sum()) * hkv // programs))
         floor_tiles = -(-PARTIAL_KEYS_PER_ROW * np.asarray(rows, dtype=np.int64) // cfg.block_nf)
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * (per_sm or ctas_per_sm(cfg, head_dim))

@@ -1,11 +1,13 @@
 """Launch of the triton backend's prefill kernel (triton_prefill_kernels.py; issue 33's prefill
-round, docs/triton_notes.md), an option of ``TritonBackend`` (``prefill=``), off by default.
+round, docs/triton_notes.md), an option of ``TritonBackend`` (``prefill=``), on by default
+with "lean,fold,heavy" (``prefill=None``: off, the one-launch kernel for every batch).
 
-``TritonBackend(prefill="lean,fold,heavy")`` runs batches the prefill kernel covers (no tree,
-no attention variant, a power-of-two head dim: ``applies``) through it with those options
-(``prefill=""``: the kernel with none, the shipped algorithm); every other batch, a tree
-beside a prefill included, runs the shipped kernel unchanged. The plan (units, splits, the
-merge rows) is the shipped one: split row blocks are merged by ``triton_kernels.merge_kernel``.
+``TritonBackend(prefill="lean,fold,heavy")`` runs batches the prefill kernel covers (a prefill,
+no tree, no attention variant, a power-of-two head dim: ``applies``) through it with those
+options (``prefill=""``: the kernel with none, the shipped algorithm); every other batch,
+decode-only batches and a tree beside a prefill included, runs the one-launch kernel unchanged.
+The plan (units, splits, the merge rows) is the shipped one: split row blocks are merged by
+``triton_kernels.merge_kernel``.
 """
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ def options(spec: str) -> frozenset:
 
 
 def applies(p) -> bool:
-    """Whether the prefill kernel covers the plan's batch: no tree, no attention variant
-    (FP8, window, sink, soft-cap, ALiBi, bidirectional rows, positions) and a head dim that
-    needs no padding."""
+    """Whether the prefill kernel covers the plan's batch: a prefill (a request of more than one
+    query token: decode-only batches keep the kernel measured on them), no tree, no attention
+    variant (FP8, window, sink, soft-cap, ALiBi, bidirectional rows, positions) and a head dim
+    that needs no padding."""
     b = p.batch
-    return not p.has_tree and not any(p.feat.constexprs().values()) and tp.next_pow2(b.head_dim) == b.head_dim
+    return (int(b.host.query_lens.max(initial=0)) > 1 and not p.has_tree and not any(p.feat.constexprs().values())
+            and tp.next_pow2(b.head_dim) == b.head_dim)
 
 
 def lean_fits(page: int, block_nf: int) -> bool:

@@ -75,12 +75,12 @@ class Shape:
 
 
 def shape_key(batch, positions: bool, long: bool) -> tuple:
-    """What a shape (and the config) depends on: dims, dtype, window, positions, long keys,
-    the query lengths, tree and causal flags, and a static tree's topologies (a dynamic tree's
-    parents are not in it: its words are rebuilt every step)."""
+    """What a shape (and the config) depends on: dims, dtype, the cache's dtype (FP8: the split
+    rule), window, positions, long keys, the query lengths, tree and causal flags, and a static
+    tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step)."""
     h = batch.host
-    return (batch.q.shape, batch.dtype, batch.num_kv_heads, tf.window_of(batch), positions, long,
-            h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees))
+    return (batch.q.shape, batch.dtype, batch.k_cache.dtype, batch.num_kv_heads, tf.window_of(batch), positions,
+            long, h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees))
 
 
 def tree_key(t) -> tuple:
@@ -153,11 +153,11 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         nsplit = np.maximum(1, np.minimum(splits, tiles))
     elif sh.floor is None:
         nsplit = tp.split_counts(tiles, sh.rows, cfg, batch.head_dim, sms, batch.num_kv_heads, sh.slots)
-    elif sh.nblk * batch.num_kv_heads >= tp.WAVES * sms:  # split_counts' first rule: enough programs
+    elif sh.nblk * batch.num_kv_heads >= tp.decode_programs(cfg, sms):  # split_counts' first rule
         nsplit = None
     else:  # split_counts' decode rule, its floor kept per shape
         hkv = batch.num_kv_heads
-        chunk = max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // (tp.WAVES * sms)))
+        chunk = max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // tp.decode_programs(cfg, sms)))
         nsplit = np.maximum(1, np.minimum(tp.MAX_SPLITS, -(-tiles // np.maximum(chunk, sh.floor))))
     return ctx, tiles, lo, win_lo, full_lo, nsplit
 

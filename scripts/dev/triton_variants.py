@@ -4,7 +4,9 @@
       --backend-file scripts/dev/triton_variants.py
 
 Each class is the shipped backend with one setting changed, so a single run times them side
-by side, every row checked against the reference. Not used by the tool itself.
+by side, every row checked against the reference. Not used by the tool itself. ``triton-r3`` is
+the backend as shipped before issue 33's defaults round (``R3``: no prefill kernel, ``v_words``
+off, FP8 decodes split as 16-bit ones, round 1's MLA config); ``triton-r1`` round 1's kernel.
 """
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ def mla_variant(name: str, **mla):
 #: unpipelined masked tail (t1: trees fit shared memory); w1/w2 = splits for at most 1/2
 #: programs per SM (rounded down); h = 16-bit partials; st3 = 3 stages
 M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
+#: the backend's defaults before issue 33's defaults round (the 2026-11-27 third session's main)
+R3 = dict(prefill=None, v_words=False, mla_wide=False, fp8_split=1)
 MLA_VARIANTS = [
+    mla_variant("triton-mla-r1"),  # round 1's config on every MLA batch (the default before mla_wide)
     mla_variant("triton-mla-v2", value_chunks=2),
     mla_variant("triton-mla-v2st3", value_chunks=2, num_stages=3),
     mla_variant("triton-mla-m128v2", **M128),
@@ -64,6 +69,18 @@ MLA_VARIANTS = [
 ]
 
 VARIANTS = MLA_VARIANTS + [
+    # issue 33's defaults round (docs/triton_notes.md): the old defaults, each new default alone
+    # undone, and the FP8 split rule's neighbours (``fp8_split``: FP8's programs per SM relative to
+    # 16-bit's, default 2 = the bytes ratio: 8 x 16k on 132 SMs 9 splits; x0.5 5, x1.5 13, x2 17)
+    variant("triton-r3", **R3),
+    variant("triton-nopf", prefill=None),  # prefills through the one-launch kernel
+    variant("triton-f8-nvw", v_words=False),  # FP8 decodes without v_words, the new split rule kept
+    variant("triton-f8s-x05", fp8_split=1),  # FP8 decodes split as 16-bit ones (v_words kept)
+    # 8 x 16k is 257 tiles (16384 + the decode's own key): 2x rounds up to 9 splits, 576 programs, 48
+    # past one wave of 4 per SM (v_words: 123 registers); 0.95x gives the 8 splits measured best
+    variant("triton-f8s-x095", fp8_split=1.9),
+    variant("triton-f8s-x15", fp8_split=3),
+    variant("triton-f8s-x2", fp8_split=4),
     variant("triton-s1", splits=1),
     variant("triton-s2", splits=2),
     variant("triton-s3", splits=3),
@@ -100,7 +117,7 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-f8h-m128", fp8_f16=True, block_m=128),  # trees: 2 row blocks share a tile's conversion, not 3
     # issue 33, FP8 round 2 (docs/triton_notes.md): float16 dots are now the FP8 default and long
     # decodes step 64-key unmasked tiles; block_nf=0 is "block_n" (32 on decode), without that rule
-    variant("triton-r1", fp8_f16=False, block_nf=0),  # round 1's shipped kernel, both dtypes
+    variant("triton-r1", **R3, fp8_f16=False, block_nf=0),  # round 1's shipped kernel, both dtypes
     variant("triton-f8h-nf32", fp8_f16=True, block_nf=0),  # round 1's f8h (decode: 32-key unmasked tiles)
     variant("triton-f8h-nf64", fp8_f16=True, block_nf=64),  # the new decode default, named
     variant("triton-f8w", v_words=True),  # V as int16 words: 16-bit ldmatrix.trans, no LDS.U8, 123 regs

@@ -286,9 +286,9 @@ def gpu_mixed_requests(name: str, triton_only: bool) -> list[Request]:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("feature", ["plain", "window"])
-@pytest.mark.parametrize("name", ["flash-attn", "xformers"])
+@pytest.mark.parametrize("name,feature", [("flash-attn", "plain"), ("flash-attn", "window"), ("xformers", "plain")])
 def test_two_causality_calls_on_gpu(name, feature):
+    """flash-attn with a window too (each call its own window edges); xformers has no window."""
     from .gpu_backends import gpu_backend, skip_for, xformers_triton_only
 
     if not torch.cuda.is_available():

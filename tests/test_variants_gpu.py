@@ -11,11 +11,12 @@ Each library is tested on the batch it can read, so that its kernels run rather 
   rows saying so.
 - xformers reads pages of a multiple of 64 (its split-K kernel's key block): paged by 64. Where
   its C++/CUDA extension does not load (torch 2.11) it runs in Triton-only mode
-  (tests/gpu_backends.py), whose split-K kernel takes the non-tree requests of a batch at one
+  (tests/gpu_backends.py), whose split-K kernel takes the non-tree requests of a call at one
   query length, causal ones of at most 16 tokens: its batch holds the decodes and the trees
-  (non-causal: two 16-token bidirectional prefills and the trees).
-- flash-attn and xformers compute one causality for the prefills of a batch (a second call is
-  not wired): their non-causal batch leaves out the causal prefills.
+  (non-causal: two 16-token causal and two 16-token bidirectional prefills, interleaved, and the
+  trees: one call per causality).
+- flash-attn and xformers take one causality per call: their non-causal batch (causal and
+  non-causal prefills) runs as two calls (issue 32, backends/_causal_groups.py).
 Every other backend reads the mixed batch below at page 16."""
 import pytest
 import torch
@@ -45,8 +46,6 @@ FEATURES = {
 HEAD_DIMS = [64, 128, 256]
 #: the page size each library reads (the others: 16)
 PAGE = {"flash-attn": 256, "xformers": 64}
-#: one causality for the prefills of a batch
-ONE_CAUSALITY = ("flash-attn", "xformers")
 
 
 def _requests(noncausal: bool, name: str = "", triton_only: bool = False):
@@ -56,10 +55,10 @@ def _requests(noncausal: bool, name: str = "", triton_only: bool = False):
     trees = [Request("tree", len(eagle), 777, eagle), Request("tree", len(eagle), 130, eagle)]
     bidir = [Request("prefill", 40, 0, causal=False)]
     if name == "xformers" and triton_only:
-        others = [Request("prefill", 16, c, causal=False) for c in (300, 1000)] if noncausal else decodes
+        nc = [Request("prefill", 16, c, causal=False) for c in (300, 1000)]
+        causal = [Request("prefill", 16, c) for c in (500, 0)]
+        others = [causal[0], nc[0], causal[1], nc[1]] if noncausal else decodes  # two calls, interleaved
         return tuple(others + trees)
-    if noncausal and name in ONE_CAUSALITY:
-        return tuple(decodes + trees + bidir)
     return tuple(decodes + prefills + trees + (bidir if noncausal else []))
 
 
@@ -113,16 +112,16 @@ def test_flash_attn_row_order_variants_on_chains(feature, noncausal):
     """flash-attn 2's window and ALiBi read row order, so the EAGLE-tree batch above skips them
     (a branching tree node sits at C + depth, not at its row): here they run on decodes,
     prefills and chains (a chain's rows are its positions), paged by 256, head dim 128. The
-    non-causal batch has no chains: one flash-attn call takes one causality."""
+    non-causal batch adds causal prefills and chains beside the bidirectional ones: two calls,
+    each with its window edges (ALiBi is refused there: a non-causal row's bias is not row order)."""
     be, why = gpu_backend("flash-attn")
     if be is None:
         pytest.skip(f"flash-attn: {why}")
     ch = tuple(chain(7))  # 8 nodes in a line
     reqs = [Request("decode", 1, c) for c in (1000, 77, 3000)]
+    reqs += [Request("tree", len(ch), c, ch) for c in (700, 40)] + [Request("prefill", 33, 500), Request("prefill", 64, 0)]
     if noncausal:
-        reqs += [Request("prefill", 40, 0, causal=False), Request("prefill", 24, 300, causal=False)]
-    else:
-        reqs += [Request("tree", len(ch), c, ch) for c in (700, 40)] + [Request("prefill", 33, 500), Request("prefill", 64, 0)]
+        reqs[1:1] = [Request("prefill", 40, 0, causal=False), Request("prefill", 24, 300, causal=False)]
     spec = BatchSpec(tuple(reqs), 32, 8, 128, "bfloat16", 256, "shuffled", **FEATURES[feature])
     batch = materialize(spec, seed=7, device="cuda")
     reasons = be.reasons(batch)

@@ -6,6 +6,10 @@ Routes (the plan's ``mode``, copied into each result row):
 - ``paged-varlen``: prefill / chunked prefill / mixed batches through
   ``flash_attn_varlen_func(..., causal=True, block_table=...)`` (causal is bottom-right aligned).
 - ``chain-as-causal``: trees that are all chains are exactly a causal prefill: same call.
+- A batch that mixes causal and non-causal prefills runs the varlen call twice, once per
+  causality (flash-attn's ``causal`` is per call; ``_causal_groups.py``), each group's output
+  copied into the packed output (the varlen call takes no output tensor); the mode then ends
+  in ``(two calls: causal + non-causal)``. Decodes join the causal call, chains too.
 - ``prefix+dense-tree+merge``: other trees. flash-attn has no arbitrary masks, so a tree
   request is split (docs/semantics.md, "Prefix/suffix merge"): its nodes attend to the prefix (slots ``0..C-1``) through
   ``flash_attn_varlen_func`` (paged, non-causal, with its natural-log LSE), to the tree's own
@@ -14,7 +18,8 @@ Routes (the plan's ``mode``, copied into each result row):
 
 Plan builds every index, length and mask tensor by array and tensor ops (no loop over
 requests; static trees' masks come from a per-topology cache); run only launches kernels (the
-tree route's K/V gather of ``T`` rows per tree request is part of run, as it reads the cache).
+tree route's K/V gather of ``T`` rows per tree request is part of run, as it reads the cache;
+so are a split batch's query gather and output copy per causality group).
 
 Capabilities (declared on the class): CUDA, float16/bfloat16, ``page_size % 256 == 0``
 (flash-attn 2's paged kernels: "Paged KV cache block size must be divisible by 256"), head_dim
@@ -33,23 +38,10 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
+from ._causal_groups import TWO_CALLS, Group, causal_groups, put, take
 from ._common_libs import TreeSplit, build_tree_split, dense_tree_part, merge_tree_split
-from ._metadata import cu_seqlens, token_ids
 
 HDIM128_ENV = "ATTNBENCH_FA2_HDIM128_ONLY"
-
-
-@dataclass
-class _Varlen:
-    """One ``flash_attn_varlen_func`` call over a subset of requests."""
-
-    tok: Optional[torch.Tensor]  # packed token ids of these requests (None: the whole batch)
-    cu_q: torch.Tensor
-    cu_k: torch.Tensor
-    max_q: int
-    max_k: int
-    block_table: torch.Tensor
-    causal: bool
 
 
 @dataclass
@@ -63,10 +55,13 @@ class FlashAttnPlan:
     # paged-kvcache
     cache_seqlens: Optional[torch.Tensor] = None
     block_table: Optional[torch.Tensor] = None
-    # paged-varlen / chain-as-causal / the non-tree part of a tree batch
-    varlen: Optional[_Varlen] = None
-    # tree split
+    # paged-varlen / chain-as-causal / the non-tree part of a tree batch: one varlen call per
+    # causality (``_causal_groups.py``), with its own variant arguments (the window's right edge)
+    varlen: list[Group] = field(default_factory=list)
+    varlen_kw: list[dict] = field(default_factory=list)
+    # tree split, and its prefix part as one non-causal varlen call
     tree: Optional[TreeSplit] = None
+    prefix: Optional[Group] = None
     # variants, passed to every flash-attn call (window_size, softcap, alibi_slopes)
     lib_kw: dict = field(default_factory=dict)
     softcap: Optional[float] = None
@@ -107,18 +102,14 @@ class FlashAttnBackend(Backend):
             out.append("flash-attn 2: a window on tree nodes needs their positions (C + depth); its window reads row order")
         if batch.spec.alibi and (branching or not h.causal.all()):
             out.append("flash-attn 2: its ALiBi bias is -slope * |i - j| on row order: exact only for causal rows without trees")
-        # chains run in the same varlen call as the prefills (chain-as-causal): they count as causal rows
-        multi = (h.query_lens > 1) & (~h.is_tree if branching else True)
-        if len(set(h.causal[multi].tolist())) > 1:
-            out.append("flash-attn 2: causal and non-causal prefills in one batch need two calls (not wired)")
         return out
 
-    def _variant_kw(self, batch: Batch) -> dict:
-        """window_size / softcap / alibi_slopes for the paged and varlen calls (docs/semantics.md:
-        keys j > p - W are visible; flash-attn's (left, right) = (W - 1, 0) causal, (W - 1, -1) not)."""
+    def _variant_kw(self, batch: Batch, causal: bool = True) -> dict:
+        """window_size / softcap / alibi_slopes for a paged or varlen call of causality
+        ``causal`` (docs/semantics.md: keys j > p - W are visible; flash-attn's (left, right)
+        = (W - 1, 0) causal, (W - 1, -1) not)."""
         kw: dict = {}
         if batch.window is not None:
-            causal = bool(batch.host.causal[(batch.host.query_lens > 1)].all()) if (batch.host.query_lens > 1).any() else True
             kw["window_size"] = (batch.window - 1, 0 if causal else -1)
         if batch.softcap is not None:
             kw["softcap"] = float(batch.softcap)
@@ -127,20 +118,6 @@ class FlashAttnBackend(Backend):
         return kw
 
     # -- plan -----------------------------------------------------------------------------
-    def _varlen(self, batch: Batch, reqs: np.ndarray, whole: bool) -> _Varlen:
-        dev = batch.device
-        h = batch.host
-        q, kv = h.query_lens[reqs], h.kv_lens[reqs]
-        return _Varlen(
-            tok=None if whole else torch.from_numpy(token_ids(batch, reqs)).to(dev),
-            cu_q=cu_seqlens(q, dev),
-            cu_k=cu_seqlens(kv, dev),
-            max_q=int(q.max()),
-            max_k=int(kv.max()),
-            block_table=batch.block_table if whole else batch.block_table[torch.from_numpy(reqs).to(dev)].contiguous(),
-            causal=bool(h.causal[reqs][q > 1].all()) if (q > 1).any() else True,
-        )
-
     def plan(self, batch: Batch) -> FlashAttnPlan:
         common = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, scale=batch.scale, fns=_fns(),
                       lib_kw=self._variant_kw(batch), softcap=batch.softcap)
@@ -154,15 +131,18 @@ class FlashAttnBackend(Backend):
             )
         everyone = np.arange(batch.num_requests)
         if not t.tmax or _all_chains(t.parents_host, t.sizes):
-            mode = "chain-as-causal" if t.tmax else "paged-varlen"
-            return FlashAttnPlan(mode=mode, varlen=self._varlen(batch, everyone, True), **common)
-        ts = build_tree_split(batch)
-        others = everyone[~h.is_tree]
-        rest = self._varlen(batch, others, False) if len(others) else None
-        return FlashAttnPlan(mode="prefix+dense-tree+merge", tree=ts, varlen=rest, **common)
+            mode, ts, reqs = ("chain-as-causal" if t.tmax else "paged-varlen"), None, everyone
+        else:
+            mode, ts, reqs = "prefix+dense-tree+merge", build_tree_split(batch), everyone[~h.is_tree]
+        groups = causal_groups(batch, reqs) if len(reqs) else []
+        if len(groups) > 1:
+            mode = f"{mode} ({TWO_CALLS})"
+        kws = [self._variant_kw(batch, g.causal) for g in groups]
+        prefix = None if ts is None else _prefix_call(ts)
+        return FlashAttnPlan(mode=mode, tree=ts, prefix=prefix, varlen=groups, varlen_kw=kws, **common)
 
     # -- run ------------------------------------------------------------------------------
-    def _run_varlen(self, p: FlashAttnPlan, v: _Varlen, q: torch.Tensor, return_lse: bool = False, kw=None):
+    def _run_varlen(self, p: FlashAttnPlan, v: Group, q: torch.Tensor, kw: dict, return_lse: bool = False):
         varlen_fn = p.fns[0]
         res = varlen_fn(
             q,
@@ -176,7 +156,7 @@ class FlashAttnBackend(Backend):
             causal=v.causal,
             return_attn_probs=return_lse,
             block_table=v.block_table,
-            **(p.lib_kw if kw is None else kw),
+            **kw,
         )
         return res
 
@@ -195,13 +175,18 @@ class FlashAttnBackend(Backend):
                 **p.lib_kw,
             )
             return o.view(b, hq, d)
-        if p.mode in ("paged-varlen", "chain-as-causal"):
-            return self._run_varlen(p, p.varlen, p.q)
+        out = None if p.tree is None else self._run_tree(p)
+        for g, kw in zip(p.varlen, p.varlen_kw):  # one call per causality (a copy each when split)
+            out = put(out, g, self._run_varlen(p, g, take(p.q, g), kw), p.q)
+        return out
+
+    def _run_tree(self, p: FlashAttnPlan) -> torch.Tensor:
+        """The tree requests' rows (prefix + dense tree + merge): the whole output when the
+        batch is all trees, else a fresh packed output with the tree rows written."""
         ts = p.tree
         q_tree = p.q if ts.all_tokens else p.q[ts.tok]
-        prefix = _Varlen(None, ts.cu_q, ts.cu_k_prefix, ts.max_q, max(1, ts.max_k_prefix), ts.block_table, False)
         cap = {"softcap": p.softcap} if p.softcap is not None else {}  # no window/ALiBi on trees (unsupported)
-        o_pre, lse_pre, _ = self._run_varlen(p, prefix, q_tree, return_lse=True, kw=cap)
+        o_pre, lse_pre, _ = self._run_varlen(p, p.prefix, q_tree, cap, return_lse=True)
         lse_pre = _lse_tokens_first(lse_pre, q_tree.shape[0])
         o_t, lse_t = dense_tree_part(ts, p.q, p.k_cache, p.v_cache, p.scale, p.softcap)
         o_tree = merge_tree_split(ts, o_pre, lse_pre, o_t, lse_t)
@@ -209,9 +194,16 @@ class FlashAttnBackend(Backend):
             return o_tree
         out = torch.empty_like(p.q)
         out[ts.tok] = o_tree
-        rest = p.varlen
-        out[rest.tok] = self._run_varlen(p, rest, p.q[rest.tok])
         return out
+
+
+def _prefix_call(ts: TreeSplit) -> Group:
+    """The tree split's prefix part as one non-causal varlen call (slots 0..C-1 of each tree
+    request; ``tok``/``rows`` unused: the caller passes the tree rows)."""
+    no = np.zeros(0, dtype=np.int64)
+    return Group(causal=False, reqs=np.asarray(ts.reqs), query_lens=no, kv_lens=no, rows=None, tok=None,
+                 whole=False, cu_q=ts.cu_q, cu_k=ts.cu_k_prefix, max_q=ts.max_q,
+                 max_k=max(1, ts.max_k_prefix), block_table=ts.block_table)
 
 
 def _lse_tokens_first(lse: torch.Tensor, n: int) -> torch.Tensor:

@@ -13,6 +13,10 @@ Routes (the plan's ``mode``, copied into each result row):
   (``PagedBlockDiagonalPaddedKeysMask``, kv length = context), the tree's own K/V (slots
   ``C..L-1``) is passed dense: gathered by an index built in plan.
 - ``paged+tree_attention``: both in one batch (two calls, outputs scattered back).
+- Non-tree requests that mix causal and non-causal prefills take two paged calls, one per
+  bias type (``_causal_groups.py``), each group's output copied into the packed output
+  (``memory_efficient_attention_forward`` takes no output tensor); the mode then ends in
+  ``(two calls: causal + non-causal)``. Triton-only mode's limits hold per call.
 
 Capabilities (declared on the class): CUDA, float16/bfloat16 (the kernels that read the paged
 biases take no other), ``page_size % 64 == 0`` (the split-K kernel's key block, required by the
@@ -33,7 +37,7 @@ Where it was validated (and what has not run yet): docs/backends.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -42,6 +46,7 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
+from ._causal_groups import TWO_CALLS, Group, causal_groups, put, split_requests, take
 from ._common_libs import env_flag
 from ._metadata import slots_of, token_ids, tree_masks
 
@@ -84,9 +89,8 @@ class XformersPlan:
     op: Any  # explicit forward op (triton split-K) or None (xformers' dispatch)
     xops: Any
     tree_fn: Any = None
-    # non-tree part
-    paged_tok: Optional[torch.Tensor] = None  # None: all tokens
-    paged_bias: Any = None
+    # non-tree part: one paged call per causality (``_causal_groups.py``), with its bias
+    paged: list[tuple[Group, Any]] = field(default_factory=list)
     # tree part
     tree_tok: Optional[torch.Tensor] = None
     tree_b: int = 0
@@ -137,21 +141,20 @@ class XformersBackend(Backend):
         trees = batch.trees.tmax > 0
         if trees and abs(batch.scale - batch.head_dim ** -0.5) > 1e-12 * batch.scale:
             reasons.append("xformers tree_attention has no scale argument (it uses head_dim ** -0.5)")
-        others = [r for r in batch.requests if r.tree_parents is None]
-        if len({r.causal for r in others if r.query > 1}) > 1:
-            reasons.append("xformers: causal and non-causal prefills in one batch need two paged biases (not wired)")
         tonly = self._triton_only_reason_check()
         if tonly and batch.head_dim not in TRITON_HEAD_DIMS:
             reasons.append(f"xformers triton-only mode: the split-K kernel takes head dims "
                            f"{'/'.join(map(str, TRITON_HEAD_DIMS))}, got {batch.head_dim}")
-        if others and tonly:
-            qs = {r.query for r in others}
-            if max(qs) > TRITON_MAX_CAUSAL_Q or len(qs) > 1:
-                reasons.append(
-                    f"xformers triton-only mode: the split-K kernel takes causal query blocks of at most "
-                    f"{TRITON_MAX_CAUSAL_Q} tokens, all of equal length (got {sorted(qs)[:4]}); "
-                    "longer prefill needs xformers' CUDA extension"
-                )
+        others = np.flatnonzero(~batch.host.is_tree)
+        if len(others) and tonly:  # per call: the causal and the non-causal group apart
+            for causal, reqs in split_requests(batch, others):
+                qs = sorted(set(batch.host.query_lens[reqs].tolist()))
+                if max(qs) > TRITON_MAX_CAUSAL_Q or len(qs) > 1:
+                    reasons.append(
+                        f"xformers triton-only mode: the split-K kernel takes causal query blocks of at most "
+                        f"{TRITON_MAX_CAUSAL_Q} tokens, all of equal length per call (got {qs[:4]} in the "
+                        f"{'causal' if causal else 'non-causal'} call); longer prefill needs xformers' CUDA extension"
+                    )
         return reasons
 
     def _triton_only_reason_check(self) -> bool:
@@ -179,10 +182,12 @@ class XformersBackend(Backend):
         is_tree = batch.host.is_tree
         trees, others = np.flatnonzero(is_tree), np.flatnonzero(~is_tree)
         if len(others):
-            _plan_paged(p, batch, others, split=bool(len(trees)))
+            p.paged = _plan_paged(batch, others)
         if len(trees):
             _plan_trees(p, batch, split=bool(len(others)))
         route = "paged+tree_attention" if (len(trees) and len(others)) else ("tree_attention" if len(trees) else "paged")
+        if len(p.paged) > 1:
+            route = f"{route} ({TWO_CALLS})"
         p.mode = f"triton-only {route}" if tonly else route
         return p
 
@@ -190,15 +195,14 @@ class XformersBackend(Backend):
         n, hq, d = p.q.shape
         hkv, g = p.k.shape[2], p.k.shape[3]
         out = None
-        if p.paged_bias is not None:
-            q = p.q if p.paged_tok is None else p.q[p.paged_tok]
+        for call, bias in p.paged:  # one call per causality (a copy each when split or beside trees)
+            q = take(p.q, call)
             o = p.xops.memory_efficient_attention_forward(
-                q.view(1, q.shape[0], hkv, g, d), p.k, p.v, attn_bias=p.paged_bias, scale=p.scale, op=p.op
+                q.view(1, q.shape[0], hkv, g, d), p.k, p.v, attn_bias=bias, scale=p.scale, op=p.op
             ).view(q.shape[0], hq, d)
-            if p.paged_tok is None:
-                return o
-            out = torch.empty_like(p.q)
-            out[p.paged_tok] = o
+            out = put(out, call, o, p.q)
+        if p.tree_fn is None:
+            return out
         b, t = p.tree_b, p.tree_t
         q = p.q if p.tree_tok is None else p.q[p.tree_tok]
         kf = p.k[0, :, :, 0]  # [P*page, Hkv, D], a view of the cache
@@ -222,29 +226,29 @@ class XformersBackend(Backend):
         return out
 
 
-def _plan_paged(p: XformersPlan, batch: Batch, others: np.ndarray, split: bool) -> None:
-    """The causal paged bias of the non-tree requests ``others`` (``split``: the batch has trees too)."""
+def _plan_paged(batch: Batch, others: np.ndarray) -> list[tuple[Group, Any]]:
+    """The paged calls of the non-tree requests ``others``: one per causality, each with its
+    bias (the causal one bottom-right aligned; decodes see every key either way)."""
     from xformers.ops.fmha import attn_bias as ab
 
-    dev, ps, h = batch.device, batch.page_size, batch.host
-    rows = batch.block_table[torch.from_numpy(others).to(dev)].contiguous() if split else batch.block_table
-    if h.causal[others][h.query_lens[others] > 1].all():  # decodes see every key either way
-        bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
-            q_seqlen=h.query_lens[others].tolist(),
-            kv_padding=rows.shape[1] * ps,
-            kv_seqlen=h.kv_lens[others].tolist(),
-            device=dev,
-        )
-        p.paged_bias = bias.make_paged(
-            block_tables=rows, page_size=ps, paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
-        )
-    else:  # non-causal prefills (unsupported() keeps causal ones out of such a batch)
-        p.paged_bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
-            q_seqlen=h.query_lens[others].tolist(), kv_seqlen=h.kv_lens[others].tolist(), block_tables=rows,
-            page_size=ps, device=dev,
-        )
-    if split:
-        p.paged_tok = torch.from_numpy(token_ids(batch, others)).to(dev)
+    dev, ps = batch.device, batch.page_size
+    calls = []
+    for g in causal_groups(batch, others):
+        if g.causal:
+            bias = ab.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
+                q_seqlen=g.query_lens.tolist(),
+                kv_padding=g.block_table.shape[1] * ps,
+                kv_seqlen=g.kv_lens.tolist(),
+                device=dev,
+            ).make_paged(block_tables=g.block_table, page_size=ps,
+                         paged_type=ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask)
+        else:
+            bias = ab.PagedBlockDiagonalPaddedKeysMask.from_seqlens(
+                q_seqlen=g.query_lens.tolist(), kv_seqlen=g.kv_lens.tolist(), block_tables=g.block_table,
+                page_size=ps, device=dev,
+            )
+        calls.append((g, bias))
+    return calls
 
 
 def _plan_trees(p: XformersPlan, batch: Batch, split: bool) -> None:

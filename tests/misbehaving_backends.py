@@ -59,8 +59,8 @@ class Unwritten(Backend):
 
 class Sleepy(Backend):
     name = "sleepy"
-    def unsupported(self, batch):
-        time.sleep(0.4)
+    def unsupported(self, batch):  # a signal test that must land mid-run sets a longer sleep
+        time.sleep(float(os.environ.get("ATTNBENCH_TEST_SLEEPY_S", "0.4")))
         return ["sleepy never runs"]
     def plan(self, batch): return batch
     def run(self, plan): return None

@@ -66,7 +66,8 @@ def test_sigterm_exits_143_with_a_message_and_keeps_the_rows(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "sleepy",
                           "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128]}", "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "ATTNBENCH_TEST_SLEEPY_S": "3"})  # lands mid-run on a loaded machine
     _wait_rows(out, 2)
     p.send_signal(signal.SIGTERM)  # to the supervising parent: it passes it on
     _, stderr = p.communicate(timeout=120)

@@ -44,10 +44,12 @@ def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
 def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([*CMD, "run", str(tiny), "--out", str(out), "--backend-file", BAD_FILE, "-b", "sdpa", "-b", "sleepy",
-                          # 24 cases of >= 0.4 s each: the SIGINT lands mid-run even when this process is
-                          # descheduled for seconds (a loaded CI machine finished 6 cases before it once)
+                          # 24 cases of >= 3 s each: the SIGINT lands mid-run even when this process is
+                          # descheduled for many seconds (a loaded CI machine finished 6 cases before it
+                          # once; with 0.4 s cases a loaded 2-core machine finished all 24 before it)
                           "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128], seed: [0, 1, 2, 3]}", "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "ATTNBENCH_TEST_SLEEPY_S": "3"})
     _wait_rows(out, 2)
     os.kill(p.pid, signal.SIGINT)  # the supervising parent's pid, not the process group
     _, stderr = p.communicate(timeout=120)

@@ -164,6 +164,9 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
     return Config(bm, bq, block_n, num_warps, num_stages, block_nf or block_n, maxnreg, wave_scale(batch, fp8_split))
 
 
+FP8_BYTES_MARGIN = 0.95  # wave_scale's margin under the bytes ratio
+
+
 def wave_scale(batch: Batch, fp8_split: Optional[float] = None) -> float:
     """The decode split rule's programs per SM relative to a 16-bit cache's (issue 33, FP8 round 2).
 
@@ -172,14 +175,14 @@ def wave_scale(batch: Batch, fp8_split: Optional[float] = None) -> float:
     resident programs read at once. ``WAVES`` programs per SM of 16-bit tiles saturate the
     H200's reads (bf16 8 x 16k: 137 us, 94% of the floor; 8 splits instead of 5: 171 us). A
     program of a cache of ``e`` bytes per element reads e/2 of a 16-bit tile's bytes per tile, so
-    it takes 2/e as many programs (hence splits) for the same bytes in flight: 2 for FP8 (8 x 16k:
-    5 -> 8 splits, measured 111.7 -> 92.8 us with ``v_words``). 16-bit and wider caches keep 1:
-    their plans are exactly the rule's before (float32 caches are not given fewer programs).
-    ``fp8_split``: FP8's scale instead of 2 (scripts/dev/triton_variants.py: 1 = the 16-bit rule)."""
+    it takes 2/e as many programs for the same bytes in flight, taken 0.95 x: 2^k keys plus the
+    decode's own are 2^k/64 + 1 tiles, which the full 2x rounds one split past a wave (8 x 16k: 9
+    splits); 0.95 x measured faster at all 5 sizes of issue 33's defaults round (H200, 8 x 16k
+    120.1 -> 93.2 us; docs/triton_notes.md). 16-bit and wider caches keep 1. ``fp8_split``: FP8's."""
     e = batch.k_cache.element_size()
     if e >= 2:
         return 1.0
-    return float(fp8_split) if fp8_split is not None else 2.0 / e
+    return float(fp8_split) if fp8_split is not None else FP8_BYTES_MARGIN * 2.0 / e
 
 
 def decode_programs(cfg: Config, sms: int) -> int:

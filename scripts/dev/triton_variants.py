@@ -71,14 +71,16 @@ MLA_VARIANTS = [
 VARIANTS = MLA_VARIANTS + [
     # issue 33's defaults round (docs/triton_notes.md): the old defaults, each new default alone
     # undone, and the FP8 split rule's neighbours (``fp8_split``: FP8's programs per SM relative to
-    # 16-bit's, default 2 = the bytes ratio: 8 x 16k on 132 SMs 9 splits; x0.5 5, x1.5 13, x2 17)
+    # 16-bit's, default 1.9 = 0.95 x the bytes ratio: 8 x 16k on 132 SMs 8 splits; x0.5 5, x1 (the
+    # unrounded ratio 2, the defaults round's first rule) 9, x1.5 13, x2 17)
     variant("triton-r3", **R3),
     variant("triton-nopf", prefill=None),  # prefills through the one-launch kernel
     variant("triton-f8-nvw", v_words=False),  # FP8 decodes without v_words, the new split rule kept
     variant("triton-f8s-x05", fp8_split=1),  # FP8 decodes split as 16-bit ones (v_words kept)
     # 8 x 16k is 257 tiles (16384 + the decode's own key): 2x rounds up to 9 splits, 576 programs, 48
     # past one wave of 4 per SM (v_words: 123 registers); 0.95x gives the 8 splits measured best
-    variant("triton-f8s-x095", fp8_split=1.9),
+    variant("triton-f8s-x095", fp8_split=1.9),  # the default since the round measured it best
+    variant("triton-f8s-x1", fp8_split=2),
     variant("triton-f8s-x15", fp8_split=3),
     variant("triton-f8s-x2", fp8_split=4),
     variant("triton-s1", splits=1),

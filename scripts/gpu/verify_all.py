@@ -212,8 +212,12 @@ def run_job(st: State, job: Job) -> None:
             try:
                 job.rc = p.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                job.rc = p.wait()
+                pass
+            try:  # what is left of the job (a worker still winding down holds the run folder's lock,
+                os.killpg(p.pid, signal.SIGKILL)  # and a --resume right after would find it taken)
+            except ProcessLookupError:
+                pass
+            job.rc = p.wait()
             job.status = "cut"
             why = "the job limit" if limit >= a.job_max_s else "the budget"
             job.note = (job.note + "; " if job.note else "") + f"cut at {limit:.0f} s ({why})"

@@ -49,7 +49,10 @@ def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
                           # once; with 0.4 s cases a loaded 2-core machine finished all 24 before it)
                           "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128], seed: [0, 1, 2, 3]}", "-q"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "ATTNBENCH_TEST_SLEEPY_S": "3"})
+                         env={**os.environ, "ATTNBENCH_TEST_SLEEPY_S": "3"},
+                         # a pytest started in the background by a non-interactive shell (`cmd &`) has
+                         # SIGINT ignored, and a child inherits that: the run then never sees the signal
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_rows(out, 2)
     os.kill(p.pid, signal.SIGINT)  # the supervising parent's pid, not the process group
     _, stderr = p.communicate(timeout=120)

@@ -23,8 +23,9 @@ Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V 
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
 queries; off by default: ``V_PAIRS`` V's tile converted before its transpose, ``V_WORDS`` V read
-as int16 words of two FP8 dims and P.V as two half-width dots joined back; docs/triton_notes.md,
-issue 33 FP8 rounds 1-2); ``SINK``: split 0
+as int16 words of two FP8 dims and P.V as two half-width dots joined back, ``KV_A`` bit 1/2: K/V the
+A operand from registers, S^T = K Q^T / O^T = V^T P^T; docs/triton_notes.md, issue 33's FP8
+rounds); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below
 every row's window (``full_lo``), slots below ``win_lo`` never read; ``BIDIR``: bidirectional
@@ -66,14 +67,20 @@ def _tanh(x):
 
 
 @triton.jit
-def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+def _dot(a, b, IEEE: tl.constexpr):
+    return tl.dot(a, b, input_precision="ieee" if IEEE else None)
+
+
+@triton.jit
+def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+            KV_A: tl.constexpr = 0):
     """Base-2 scores of one tile: log2(e) (softcap(q.k scale) + ALiBi). ``qk_scale`` = scale
     log2(e) (times the FP8 K scale), ``cap`` = c log2(e) (c tanh(x / c) scales linearly),
     ``bias`` = slope log2(e) (key position - query position), [BLOCK_M, keys]."""
-    if IEEE:
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if (KV_A & 1) != 0:  # S^T = K Q^T: K (converted in registers) the A operand, Q^T the B one
+        s = tl.trans(_dot(k, tl.trans(q), IEEE))
     else:
-        s = tl.dot(q, tl.trans(k))
+        s = _dot(q, tl.trans(k), IEEE)
     s = s * qk_scale
     if SOFTCAP:
         s = cap * _tanh(s * (1.0 / cap))
@@ -84,7 +91,7 @@ def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr
 
 @triton.jit
 def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr, v2=None,
-                    V_WORDS: tl.constexpr = False):
+                    V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0):
     if MASKED:
         s = tl.where(allowed, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -96,15 +103,12 @@ def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl
     p = tl.math.exp2(s - m_sub[:, None])
     alpha = tl.math.exp2(m_i - m_sub)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if IEEE:
-        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    if (KV_A & 2) != 0:  # O^T = V^T P^T: V (converted in registers) the A operand, P^T the B one
+        pv = tl.trans(_dot(tl.trans(v), tl.trans(p.to(v.dtype)), IEEE))
     else:
-        pv = tl.dot(p.to(v.dtype), v)
+        pv = _dot(p.to(v.dtype), v, IEEE)
     if V_WORDS:  # v: the even dims, v2: the odd ones; interleaved back (in-thread join)
-        if IEEE:
-            pv2 = tl.dot(p.to(v2.dtype), v2, input_precision="ieee")
-        else:
-            pv2 = tl.dot(p.to(v2.dtype), v2)
+        pv2 = _dot(p.to(v2.dtype), v2, IEEE)
         pv = tl.reshape(tl.join(pv, pv2), [pv.shape[0], 2 * pv.shape[1]])
     acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
@@ -113,7 +117,7 @@ def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl
 @triton.jit
 def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: tl.constexpr, IEEE: tl.constexpr,
                   SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr, V_PAIRS: tl.constexpr,
-                  V_WORDS: tl.constexpr = False):
+                  V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0):
     v2 = None
     if V_WORDS:  # int16 words of two FP8 dims: the low bytes (even dims) and the high ones (odd)
         v2 = (v >> 8).to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
@@ -124,8 +128,8 @@ def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: 
         if V_PAIRS:  # identity split/join: V converted in its load layout, transposed as 16-bit
             lo, hi = tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
             v = tl.reshape(tl.join(lo, hi), [v.shape[0], v.shape[1]])
-    s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI)
-    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE, v2, V_WORDS)
+    s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI, KV_A)
+    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE, v2, V_WORDS, KV_A)
 
 
 @triton.jit
@@ -176,12 +180,11 @@ def _load_v(base, offs, offs_d, mask, HEAD_DIM: tl.constexpr, PAD_D: tl.constexp
 @triton.jit
 def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                  kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
-                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc,
-                 offs_n, offs_d,
-                 HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
-                 PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, qk_scale, cap, window,
+                 stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d, HAS_TREE: tl.constexpr,
+                 IEEE: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                  WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr,
-                 V_WORDS: tl.constexpr):
+                 V_WORDS: tl.constexpr, KV_A: tl.constexpr):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
     sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
@@ -222,7 +225,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     if ALIBI:
         bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
     return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
-                         V_PAIRS, V_WORDS)
+                         V_PAIRS, V_WORDS, KV_A)
 
 
 @triton.jit
@@ -242,7 +245,7 @@ def paged_attention_kernel(
     FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
-    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False,
+    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0,
 ):
     if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
         # position (every KV head of the same pages) are launched side by side
@@ -316,9 +319,9 @@ def paged_attention_kernel(
         for start in range(kv_lo, first, BLOCK_N):
             m_i, l_i, acc = _masked_tile(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
-                win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+                win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-                HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS)
+                HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A)
 
     # 1) tiles every row sees in full, BLOCK_NF keys each: no mask. Tile i+1's block-table read is
     # issued in iteration i (loop-carried offsets), so the pipeliner can prefetch K/V stages
@@ -337,15 +340,15 @@ def paged_attention_kernel(
         if ALIBI:
             bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
         m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
-                                      FP8, V_PAIRS, V_WORDS)
+                                      FP8, V_PAIRS, V_WORDS, KV_A)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
         m_i, l_i, acc = _masked_tile(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
-            kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2,
+            kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-            HEAD_DIM, PAGE, HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS)
+            HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     if FP8:

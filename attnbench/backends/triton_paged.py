@@ -96,7 +96,7 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 **config: Any) -> None:
+                 kv_a: str = "", **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -120,6 +120,11 @@ class TritonBackend(Backend):
         triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy": 4 x 1k
         prefills 5-14% faster on an H200, issue 33's prefill round; "": none, the control; None:
         the one-launch kernel for every batch, as before issue 33).
+        ``kv_a`` (FP8 caches, the tree config: row blocks of >= 64 rows, wgmma): "k" computes the
+        scores as S^T = K Q^T, so K's converted tile is the dot's A operand, read from shared memory
+        straight into registers (no second trip through shared memory, P's 4 KB takes one
+        instead); "v": O^T = V^T P^T the same for V; "kv" both; "" (default) off, as before
+        (docs/triton_notes.md, issue 33's FP8 trees round 1).
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
         value halves); False: round 1's config for every MLA batch.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
@@ -133,6 +138,9 @@ class TritonBackend(Backend):
         self.v_words = v_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
         self.mla_wide = mla_wide
+        if set(kv_a) - {"k", "v"}:
+            raise ValueError(f"kv_a {kv_a!r}: '', 'k', 'v' or 'kv'")
+        self.kv_a = kv_a
         self.config = config
         self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
         self._staging = ts.Staging()
@@ -252,6 +260,7 @@ class TritonBackend(Backend):
             KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
             **f.constexprs(), FP8_F16=self.fp8_f16 and f.fp8 and q.element_size() == 2, V_PAIRS=self.v_pairs and f.fp8,
             V_WORDS=self._v_words(cfg) and f.fp8 and b.head_dim % 2 == 0,
+            KV_A=("k" in self.kv_a) + 2 * ("v" in self.kv_a) if f.fp8 and cfg.block_m >= 64 else 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
         )

@@ -3,7 +3,8 @@ print its resources (registers, spills, shared memory) and whether the dots beca
 
   python3 scripts/dev/compile_sm90.py [KEY=VALUE ...]   e.g. BLOCK_M=64 BLOCK_N=64 num_warps=4 PAGE=16 HAS_TREE=1
   variants: FP8=1 (e4m3 cache) or 2 (e5m2), FP16=1, SINK=1, SOFTCAP=1, ALIBI=1, WINDOW=1, BIDIR=1, HEAD_DIM=96;
-  FP8 options: FP8_F16=1 (float16 dots), V_PAIRS=1 (V converted before its transpose)
+  FP8 options: FP8_F16=1 (float16 dots), V_PAIRS=1 (V converted before its transpose), V_WORDS=1,
+  KV_A=1/2/3 (K / V / both the dots' A operand from registers: S^T = K Q^T, O^T = V^T P^T)
   --sass: also a histogram of the SASS opcodes (LDS.U8: byte-wise shared loads, F2F: scalar conversions)
 
 Needs triton's bundled ptxas; no device, no torch (run it with the device's triton version:
@@ -93,7 +94,7 @@ def main(argv: list[str]) -> None:
               UNIT_COLS=plan_constant("UNIT_COLS"),
               HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3,
               BLOCK_D=0, PAD_D=0, FP8=0, SINK=0, SOFTCAP=0, ALIBI=0, WINDOW=0, BIDIR=0, POSITIONS=0,
-              FP8_F16=0, V_PAIRS=0, V_WORDS=0)
+              FP8_F16=0, V_PAIRS=0, V_WORDS=0, KV_A=0)
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> None:
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
     shown = ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages", "HEAD_DIM", "FP8", "SINK",
-             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR", "FP8_F16", "V_PAIRS", "V_WORDS")
+             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR", "FP8_F16", "V_PAIRS", "V_WORDS", "KV_A")
     print({k2: kw[k2] for k2 in shown if kw[k2] or k2 in ("HAS_TREE", "PAGE")},
           "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)),

@@ -130,6 +130,13 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-s8r", splits=8, maxnreg=128),  # f8h nf64 at 128 registers: 4 per SM, 512 programs
     variant("triton-s6", splits=6),  # 384 programs: one wave of 3 per SM (136 regs)
     variant("triton-f8h-nf64s2", fp8_f16=True, block_nf=64, num_stages=2),  # trees: 64-key FP8 tiles, 3 per SM
+    # issue 33, FP8 trees round 1 (docs/triton_notes.md): the tree config (64/128-row blocks) with the
+    # FP8 tile as the dots' A operand, fed from registers: no second trip through shared memory
+    variant("triton-f8t-k", kv_a="k"),  # S^T = K Q^T (mma.sync, M = 32 keys); 168 regs, 120-byte spill
+    variant("triton-f8t-k-r224", kv_a="k", block_n=32, maxnreg=255),  # the same uncapped: 224 regs, 2 per SM
+    variant("triton-f8t-kv", kv_a="kv"),  # + O^T = V^T P^T (V transposed by byte permutes; 248-byte spill)
+    # 8 warps: K's tile split over 2 warps along the keys (4 warps: each converts all of it); 181 regs, 1 per SM
+    variant("triton-f8t-k-w8", kv_a="k", num_warps=8, block_n=32, maxnreg=255),
     # issue 33, prefill round 1 (docs/triton_notes.md): triton_prefill_kernels.py's kernel on
     # batches without trees or variants; "" = the shipped algorithm in the new kernel (the control)
     variant("triton-pf", prefill=""),

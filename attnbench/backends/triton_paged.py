@@ -128,7 +128,7 @@ class TritonBackend(Backend):
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
         value halves); False: round 1's config for every MLA batch.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
-        block_nf / maxnreg / fp8_split: FP8's decode split scale, default 2)."""
+        block_nf / maxnreg / fp8_split: FP8's decode split scale, default 1.9)."""
         self.splits = splits
         self.fused_merge = fused_merge
         self.kv_major = kv_major

@@ -21,10 +21,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.backend import get_backend_class, make_backend
+from attnbench.backend import make_backend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
 from attnbench.workload.trees import chain
+
+from .test_flashinfer_wiring_gpu import _available, _through_backend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -67,25 +69,11 @@ def warmup_items() -> list[tuple[str, BatchSpec, str]]:
     return [(f"flashinfer:route={route}", spec, f"alibi/{route}-{label}") for (route, label), spec in CASES.items()]
 
 
-def _available():
-    cls = get_backend_class("flashinfer")
-    if cls.unavailable():
-        pytest.skip(f"flashinfer: {cls.unavailable()}")
-
-
 @pytest.mark.parametrize("route, label", sorted(CASES), ids=[f"{r}-{lb}" for r, lb in sorted(CASES)])
 def test_flashinfer_alibi_matches_the_reference(route, label):
-    _available()
-    batch = materialize(CASES[route, label], seed=5, device="cuda")
-    be = make_backend(f"flashinfer:route={route}")
-    assert be.reasons(batch) == [], be.reasons(batch)
-    plan = be.prepare(batch)
-    out = be.run(plan)
-    torch.cuda.synchronize()
-    assert out.shape == batch.out_shape and out.dtype == batch.dtype
-    rel, _ = compare(out, reference_attention(batch)[0])
-    assert "ALiBi" in plan.mode and not plan.mode.startswith("auto: cascade"), plan.mode
-    assert rel < default_tolerance(batch.dtype), f"flashinfer {route} {label} ({plan.mode}): rel err {rel:.3g}"
+    rel, mode, tol = _through_backend(route, CASES[route, label], seed=5)
+    assert "ALiBi" in mode and not mode.startswith("auto: cascade"), mode
+    assert rel < tol, f"flashinfer {route} {label} ({mode}): rel err {rel:.3g}"
 
 
 def test_flashinfer_alibi_refusal_on_a_branching_tree_is_what_flashinfer_computes():

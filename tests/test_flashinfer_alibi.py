@@ -127,7 +127,7 @@ def test_auto_takes_a_route_with_alibi(reqs, sm, route):
 def test_the_fa2_mask_limit_does_not_arise_with_alibi():
     """With ALiBi the kernel scales in its logits transform, before the -5e4 mask (variants.cuh):
     an amax-scaled e5m2 cache runs on fa2 and decode-tc (without ALiBi: refused, issue 32)."""
-    for reqs, route in ((PREFILLS + DECODES, "fa2"), (DECODES, "decode-tc"), (PREFILLS + DECODES, "pod")):
+    for reqs, route in ((PREFILLS + DECODES, "fa2"), (DECODES, "decode-tc")):
         plain = facts_of(make_batch(reqs, hq=6, hkv=2, dtype="float16", kv_dtype="fp8_e5m2", d=256))
         assert any("finite logit -5e4" in r for r in route_reasons(route, plain, 9))
         assert route_reasons(route, facts_of(_batch(reqs, "float16", kv_dtype="fp8_e5m2", d=256)), 9) == []
@@ -183,7 +183,7 @@ def fake_flashinfer(monkeypatch):
 
 
 @pytest.mark.parametrize("route, reqs", [("decode", DECODES), ("decode-tc", DECODES), ("fa2", PREFILLS),
-                                         ("fa2", CHAINS + NONCAUSAL), ("pod", PREFILLS + DECODES)])
+                                         ("fa2", CHAINS + NONCAUSAL)])
 @pytest.mark.parametrize("alibi", [False, True])
 def test_plan_gets_pos_encoding_mode(fake_flashinfer, monkeypatch, route, reqs, alibi):
     monkeypatch.setattr("attnbench.backends.flashinfer_plans.WORKSPACE_BYTES", 8)

@@ -1,6 +1,6 @@
 """GPU checks of FlashInfer's ALiBi as issue 32 wired it (``pos_encoding_mode="ALIBI"`` on the
-routes decode, decode-tc, fa2 and pod; attnbench/backends/flashinfer_alibi.py says why exactly
-those). Run on the GPU machine: ``bash scripts/gpu/gpu_tests.sh -k flashinfer_alibi_gpu``.
+routes decode, decode-tc and fa2; attnbench/backends/flashinfer_alibi.py says why exactly
+those, and why not pod). Run on the GPU machine: ``bash scripts/gpu/gpu_tests.sh -k flashinfer_alibi_gpu``.
 
 - Each case goes through the backend as a run uses it (its reasons must be empty, then plan, run)
   and is compared with the float64 reference on random inputs. 24 query heads over 8 KV heads:
@@ -12,8 +12,8 @@ those). Run on the GPU machine: ``bash scripts/gpu/gpu_tests.sh -k flashinfer_al
 
 JIT modules (head dim 128, bf16, page 16), each with ALiBi: the CUDA-core decode module, the fa2
 prefill module (decode-tc plans it too; every mask mode, so also the chains with a window, folded
-into the custom mask) and the POD module; the cases named ``window`` add fa2's sliding-window
-module, those named ``e5m2`` fa2's module for an e5m2 cache: 5 in all, 3 without those.
+into the custom mask); the cases named ``window`` add fa2's sliding-window module, those named
+``e5m2`` fa2's module for an e5m2 cache: 4 in all, 2 without those.
 tests/test_flashinfer_alibi.py checks on the CPU that every case here is one its route accepts.
 """
 from __future__ import annotations
@@ -52,8 +52,6 @@ CASES = {
     ("fa2", "chains-custom-mask"): _spec(CHAINS + PREFILLS + DECODES),
     ("fa2", "mixed-causality-custom-mask"): _spec(NONCAUSAL + PREFILLS),
     ("auto", "mixed"): _spec(PREFILLS + DECODES),  # fa2: persistent and fa3 have no ALiBi
-    ("pod", "prefills-first"): _spec(PREFILLS + DECODES),
-    ("pod", "decodes-first-noncausal"): _spec(DECODES + NONCAUSAL),
     ("fa2", "window"): _spec(PREFILLS + DECODES, window=128),
     ("fa2", "window-chains"): _spec(CHAINS + PREFILLS, window=100),  # the window folded into the custom mask
     ("decode-tc", "window-decodes"): _spec(DECODES, window=128),  # fa2's window module (decode-tc plans it)

@@ -19,8 +19,12 @@ handed to the kernel by every wrapper's ``run``; no argument takes the caller's)
 construction as attnbench's for every head count, computed by float32 powers (relative
 difference below 3e-6 for 1..256 heads; tests/test_flashinfer_alibi_gpu.py compares them).
 
-Routes: ``decode``, ``decode-tc``, ``fa2`` and ``pod`` take it (their ``plan`` has
-``pos_encoding_mode`` and their kernels instantiate ``DefaultAttention<..., use_alibi>``); not
+Routes: ``decode``, ``decode-tc`` and ``fa2`` take it (their ``plan`` has ``pos_encoding_mode``
+and their kernels instantiate ``DefaultAttention<..., use_alibi>``); not ``pod``, whose ``plan``
+takes ``pos_encoding_mode`` but whose kernel drops it (``csrc/batch_pod.cu`` instantiates both
+groups' ``DefaultAttention`` with ``use_alibi_bias=false``, and
+``batch_pod_customize_config.jinja`` fixes ``POS_ENCODING_MODE`` to ``kNone``: no ALiBi, no error;
+on an H200 both ALiBi POD GPU tests crashed their pytest worker, 2026-11-27), not
 ``fa3`` (``hopper/variants.cuh`` has no ALiBi; ``utils.py is_fa3_backend_supported`` refuses any
 ``pos_encoding_mode``), ``persistent`` (``BatchAttention.plan`` fixes ``PosEncodingMode["NONE"]``,
 ``attention.py``) or ``xqa`` (``trtllm_batch_decode_with_kv_cache`` has no ALiBi argument).
@@ -39,11 +43,14 @@ NO_ALIBI = {
            "pos_encoding_mode but NONE)",
     "persistent": "FlashInfer 0.5.3's BatchAttention has no ALiBi (attention.py plan takes no pos_encoding_mode "
                   "and builds its module with PosEncodingMode NONE)",
+    "pod": "FlashInfer 0.5.3's POD kernel has no ALiBi (csrc/batch_pod.cu instantiates both groups' "
+           "DefaultAttention with use_alibi_bias=false and batch_pod_customize_config.jinja fixes "
+           "POS_ENCODING_MODE to kNone: plan's pos_encoding_mode is dropped, no error)",
     "xqa": "FlashInfer 0.5.3's XQA decode has no ALiBi (decode.py trtllm_batch_decode_with_kv_cache and xqa.py "
            "take no slopes or pos_encoding_mode)",
 }
 #: the routes that hand ``pos_encoding_mode="ALIBI"`` to their wrapper's ``plan``
-ALIBI_ROUTES = ("decode", "decode-tc", "fa2", "pod")
+ALIBI_ROUTES = ("decode", "decode-tc", "fa2")
 
 
 def pos_encoding_mode(alibi: bool) -> str:

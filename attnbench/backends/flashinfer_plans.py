@@ -223,7 +223,7 @@ def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
     w = made(cache, ("pod",), lambda: flashinfer.BatchPODWithPagedKVCacheWrapper(ws, kv_layout=batch.kv_order))
     w.plan(*pre, *dec, num_qo_heads=batch.num_q_heads, num_kv_heads=batch.num_kv_heads, head_dim=batch.head_dim,
            page_size=batch.page_size, window_left=_window_left(batch, f), sm_scale=batch.scale * sc.get("k_scale", 1.0),
-           q_data_type=batch.dtype, kv_data_type=batch.kv_dtype, pos_encoding_mode=pos_encoding_mode(f.alibi))
+           q_data_type=batch.dtype, kv_data_type=batch.kv_dtype)  # no ALiBi: its kernel drops it (flashinfer_alibi.py)
     q, kv, v_scale = batch.q, _kv(batch), sc.get("v_scale")
     causal_p = all(f.prefill_causal)
     q_pre, q_dec = (q[:t1], q[t1:]) if prefills_first else (q[t1:], q[:t1])
@@ -242,7 +242,7 @@ def pod_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict) -> Step:
 
     n_p = int(multi.sum())
     detail = f"{n_p} prefill + {batch.num_requests - n_p} decode requests" + ("" if prefills_first else ", decodes first")
-    return Step(call, _alibi_detail(f, detail + (", k_scale in sm_scale, v_scale on the output" if sc else "")))
+    return Step(call, detail + (", k_scale in sm_scale, v_scale on the output" if sc else ""))
 
 
 def workspace_for(cache: dict, dev: torch.device) -> torch.Tensor:

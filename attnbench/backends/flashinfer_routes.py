@@ -48,9 +48,9 @@ routes refuse the batch, naming it. ``persistent`` (``persistent.cuh``) and ``po
 (``batch_pod.cuh``) run the same ``prefill.cuh`` device code (``logits_mask`` then
 ``update_mdo_states``) and are refused the same way.
 
-ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc``, ``fa2`` and ``pod`` hand FlashInfer
+ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc`` and ``fa2`` hand FlashInfer
 ``pos_encoding_mode="ALIBI"`` (exact up to a constant per row on prefills, decodes and chains);
-``fa3``, ``persistent`` and ``xqa`` have none, so ``auto`` takes ``fa2`` for ALiBi batches of
+``fa3``, ``persistent``, ``pod`` (its kernel drops the mode) and ``xqa`` have none, so ``auto`` takes ``fa2`` for ALiBi batches of
 prefills (``decode-tc`` for decodes); branching trees, soft-cap and sinks are refused with it.
 
 Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md

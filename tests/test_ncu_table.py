@@ -53,17 +53,17 @@ def _raw_csv(tmp_path, values: dict[str, str]) -> Path:
 def test_the_table_reads_the_counters_it_names(tmp_path):
     p = _raw_csv(tmp_path, {
         "gpu__time_duration.sum": "93,200",  # ns, with ncu's thousands separator
-        "dram__throughput.avg.pct_of_peak_sustained_elapsed": "71.5",
-        "dram__bytes_read.sum": "268435456",
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "71.5",
+        "dram__bytes.sum.per_second": "3,038,717,360,114.78",
         "launch__registers_per_thread": "168",
-        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "12.5",
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "12.5",
         "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "3.0",
         "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "1.0",
         "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "0",
     })
     text = "\n".join(_table().block("case-a", _table().kernels(p)[0]))
-    assert "time us 93.2" in text and "DRAM % peak 71.5" in text and "DRAM read MB 268.4" in text
-    assert "registers/thread 168" in text and "tensor pipe % busy 12.5" in text
+    assert "time us 93.2" in text and "DRAM % peak 71.5" in text and "DRAM TB/s 3.04" in text
+    assert "registers/thread 168" in text and "tensor pipe % 12.5" in text
     assert "SM % peak -" in text  # absent from the report
     assert "long_scoreboard 3.00 (75%), barrier 1.00 (25%)" in text and "wait" not in text.split("stalls")[1]
 

@@ -3,9 +3,10 @@
 
     python3 scripts/gpu/ncu_table.py CASE.csv ...      (scripts/gpu/gpu_triton_ncu.sh makes them)
 
-Per kernel: its duration; DRAM throughput (% of peak and GB/s read), the SM and issue-slot
-throughput, the tensor pipe's busy share, achieved vs theoretical occupancy, registers, shared
-memory, grid and waves, L2 hit rate, shared-memory bank conflicts; then the warp stall reasons
+Per kernel: its duration; DRAM throughput (% of peak, TB/s), L2 throughput and hit rate, the SM
+and issue-slot throughput, the busy share of the tensor, ALU, FMA, load-store and shared pipes,
+achieved vs theoretical occupancy, registers, shared memory, grid and waves, instructions,
+shared-memory bank conflicts; then the warp stall reasons
 (warps stalled per issued instruction, the largest first: what each warp waits on between two
 instructions). A counter the report lacks prints as "-".
 """
@@ -19,10 +20,17 @@ from pathlib import Path
 #: (label, metric name, scale, format)
 SHOWN = (
     ("time us", "gpu__time_duration.sum", 1e-3, "{:.1f}"),
-    ("DRAM % peak", "dram__throughput.avg.pct_of_peak_sustained_elapsed", 1, "{:.1f}"),
-    ("DRAM read MB", "dram__bytes_read.sum", 1e-6, "{:.1f}"),
+    ("DRAM % peak", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", 1, "{:.1f}"),
+    ("DRAM TB/s", "dram__bytes.sum.per_second", 1e-12, "{:.2f}"),
+    ("L2 % peak", "lts__throughput.avg.pct_of_peak_sustained_elapsed", 1, "{:.1f}"),
+    ("L2 hit %", "lts__t_sector_hit_rate.pct", 1, "{:.1f}"),
     ("SM % peak", "sm__throughput.avg.pct_of_peak_sustained_elapsed", 1, "{:.1f}"),
-    ("issue slots % busy", "sm__inst_issued.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
+    ("issue slots % busy", "sm__issue_active.avg.pct_of_peak_sustained_elapsed", 1, "{:.1f}"),
+    ("tensor pipe %", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
+    ("ALU pipe %", "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
+    ("FMA pipe %", "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
+    ("LSU pipe %", "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
+    ("shared pipe %", "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
     ("achieved occupancy %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1, "{:.1f}"),
     ("theoretical occupancy %", "sm__maximum_warps_per_active_cycle_pct", 1, "{:.1f}"),
     ("registers/thread", "launch__registers_per_thread", 1, "{:.0f}"),
@@ -30,11 +38,10 @@ SHOWN = (
     ("grid", "launch__grid_size", 1, "{:.0f}"),
     ("block", "launch__block_size", 1, "{:.0f}"),
     ("waves/SM", "launch__waves_per_multiprocessor", 1, "{:.2f}"),
-    ("L2 hit %", "lts__t_sector_hit_rate.pct", 1, "{:.1f}"),
+    ("instructions M", "smsp__inst_executed.sum", 1e-6, "{:.1f}"),
     ("cycles/issued inst (warp)", "smsp__average_warp_latency_per_inst_issued.ratio", 1, "{:.1f}"),
 )
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-TENSOR = re.compile(r"^sm__pipe_tensor\w*cycles_active\.avg\.pct_of_peak_sustained_active$")
 CONFLICT = re.compile(r"^l1tex__data_bank_conflicts_pipe_lsu_mem_shared\w*\.sum$")
 
 
@@ -61,8 +68,6 @@ def block(label: str, k: dict[str, str]) -> list[str]:
     for name, metric, scale, fmt in SHOWN:
         v = number(k.get(metric, ""))
         cells.append(f"{name} {'-' if v is None else fmt.format(v * scale)}")
-    tensor = [number(v) for m, v in k.items() if TENSOR.match(m) and number(v) is not None]
-    cells.append(f"tensor pipe % busy {max(tensor):.1f}" if tensor else "tensor pipe % busy -")
     conflicts = [number(v) for m, v in k.items() if CONFLICT.match(m) and number(v) is not None]
     cells.append(f"shared bank conflicts {sum(conflicts):.0f}" if conflicts else "shared bank conflicts -")
     out += ["   " + "; ".join(cells[i:i + 5]) for i in range(0, len(cells), 5)]

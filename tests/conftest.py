@@ -72,3 +72,27 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT["status"])
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """test_cli's tiny CPU scenario (TINY) written to a file."""
+    from .test_cli import TINY
+
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+def wait_rows(folder, n: int, limit: float = 120) -> None:
+    """Wait until a run folder's rows.jsonl holds ``n`` rows (a run in a child process)."""
+    import time
+    from pathlib import Path
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        f = Path(folder) / "rows.jsonl"
+        if f.is_file() and len(f.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} rows in {folder} after {limit} s")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize, page_assignment, request_mask
+from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, page_assignment, request_mask
 from attnbench.workload.trees import chain
 
 from .conftest import make_batch

@@ -30,13 +30,6 @@ TINY = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
 def test_run_writes_a_run_folder(tiny, tmp_path):
     out = tmp_path / "run"
     tensors = tmp_path / "tensors"

@@ -44,13 +44,6 @@ EXPECTED = {
 }
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
 def _frame(path):
     return pd.read_csv(path / "results.csv", keep_default_na=False)
 

@@ -24,13 +24,6 @@ HOSTILE = str(Path(__file__).with_name("hostile_backends.py"))
 CMD = [sys.executable, "-m", "attnbench"]
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
 def test_a_backend_that_changes_directory_cannot_redirect_the_run(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     elsewhere = tmp_path / "elsewhere"

@@ -17,17 +17,11 @@ from attnbench.cli.app import app
 from attnbench.store.runfolder import RunFolder
 
 from .test_cli import TINY
+from .conftest import wait_rows
 
 cli = CliRunner()
 BAD_FILE = str(Path(__file__).with_name("misbehaving_backends.py"))
 CMD = [sys.executable, "-m", "attnbench"]  # the console command: runs under its supervising parent
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
 
 
 @pytest.mark.slow
@@ -51,16 +45,6 @@ def test_os_exit_0_in_a_backend_never_exits_0(tiny, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
 
 
-def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        f = folder / "rows.jsonl"
-        if f.is_file() and len(f.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {n} rows in {folder} after {limit} s")
-
-
 @pytest.mark.slow
 def test_sigterm_exits_143_with_a_message_and_keeps_the_rows(tiny, tmp_path):
     out = tmp_path / "run"
@@ -68,7 +52,7 @@ def test_sigterm_exits_143_with_a_message_and_keeps_the_rows(tiny, tmp_path):
                           "--set", "sweep={kv_cache.page_size: [4, 8, 16, 32, 64, 128]}", "-q"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "ATTNBENCH_TEST_SLEEPY_S": "3"})  # lands mid-run on a loaded machine
-    _wait_rows(out, 2)
+    wait_rows(out, 2)
     p.send_signal(signal.SIGTERM)  # to the supervising parent: it passes it on
     _, stderr = p.communicate(timeout=120)
     assert p.returncode == 143, stderr

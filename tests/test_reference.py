@@ -1,6 +1,5 @@
 import math
 
-import pytest
 import torch
 
 from attnbench.workload.batch import Request

@@ -19,13 +19,6 @@ BAD_FILE = str(Path(__file__).with_name("misbehaving_backends.py"))
 
 
 @pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
-@pytest.fixture
 def bad_backends():
     names = load_backend_file(BAD_FILE)
     yield

@@ -18,13 +18,6 @@ cli = CliRunner()
 BAD_FILE = str(Path(__file__).with_name("misbehaving_backends.py"))
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
 def _files(folder: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and p.name != ".lock"}
 

@@ -13,18 +13,10 @@ from typer.testing import CliRunner
 
 from attnbench.cli.app import app
 
-from .test_cli import TINY
 
 cli = CliRunner()
 pytestmark = pytest.mark.slow  # real runs and resumes (seconds on a shared CPU)
 OPTION_FILE = str(Path(__file__).with_name("option_backends.py"))
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
 
 
 def _rows(out: Path) -> list[dict]:

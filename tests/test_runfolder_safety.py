@@ -13,18 +13,10 @@ from typer.testing import CliRunner
 from attnbench.cli.app import app
 from attnbench.store.runfolder import RunFolder, atomic_write
 
-from .test_cli import TINY
 
 cli = CliRunner()
 BAD_FILE = str(Path(__file__).with_name("misbehaving_backends.py"))
 ONE_CASE = ["--set", "sweep={}", "-q"]
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
 
 
 def _run(tiny, out, *extra):

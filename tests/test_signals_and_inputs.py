@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,27 +16,11 @@ from attnbench.cli.app import app
 from attnbench.store.runfolder import RunFolder
 
 from .test_cli import TINY
+from .conftest import wait_rows
 
 cli = CliRunner()
 BAD_FILE = str(Path(__file__).with_name("misbehaving_backends.py"))
 CMD = [sys.executable, "-m", "attnbench"]
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
-
-
-def _wait_rows(folder: Path, n: int, limit: float = 120) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        f = folder / "rows.jsonl"
-        if f.is_file() and len(f.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {n} rows in {folder} after {limit} s")
 
 
 @pytest.mark.slow
@@ -53,7 +36,7 @@ def test_sigint_to_the_command_pid_stops_it_like_ctrl_c(tiny, tmp_path):
                          # a pytest started in the background by a non-interactive shell (`cmd &`) has
                          # SIGINT ignored, and a child inherits that: the run then never sees the signal
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_rows(out, 2)
+    wait_rows(out, 2)
     os.kill(p.pid, signal.SIGINT)  # the supervising parent's pid, not the process group
     _, stderr = p.communicate(timeout=120)
     assert p.returncode == 130, stderr

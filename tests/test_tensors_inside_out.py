@@ -7,16 +7,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli.app import app
 
-from .test_cli import TINY
 
 cli = CliRunner()
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    return p
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ class Words:
     def __init__(self, batch):
         t = batch.trees
         self.w = w = max(1, -(-t.tmax // 64))
-        self.dynamic = t.dynamic
+        self.dynamic, self.tree = t.dynamic, bool(t.tmax)
         words = np.zeros((max(1, batch.num_tokens), w), np.int64) if t.dynamic or not t.tmax \
             else tp.host_tree_words(batch)[0]
         self.nw, self.size = words.shape[0], words.size * 2

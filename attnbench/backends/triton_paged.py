@@ -172,7 +172,7 @@ class TritonBackend(Backend):
         dev = batch.device
         if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
-                                   staging=self._staging, **(triton_mla.default_config(batch) if self.mla_wide else {}))
+                                   staging=self._staging, wide=self.mla_wide)
         hkv, window = batch.num_kv_heads, tf.window_of(batch)
         want_pos = window > 0 or getattr(batch, "alibi_slopes", None) is not None  # tf.needs_positions
         cfg, sh = self._shape(batch, want_pos, window)

@@ -216,3 +216,25 @@ def test_split_counts_past_the_bincount_range_equal_the_candidate_loop():
     cfg = tp.Config(64, 16, 32, 8, 2, 32, 168)
     for sms in (4, 132):
         assert np.array_equal(tp.split_counts(tiles, rows, cfg, 128, sms, 8), old.split_counts_loop(tiles, rows, cfg, 128, sms, 8))
+
+
+def test_the_mla_default_config_is_taken_per_shape(monkeypatch):
+    """The backend's MLA overrides (``default_config``: 128 heads, decodes and trees) are part of
+    the cached shape: one backend planning a 128-head decode batch, then with a tree (waves 2),
+    then with a prefill (the default config), then the decodes again gives every step the config
+    and tables of a fresh backend's plan and of ``build_units`` from scratch."""
+    monkeypatch.setattr(tp, "num_sms", lambda dev: 132)
+    b0 = next(iter(mla_batches()))
+    wide = dataclasses.replace(b0.spec, num_q_heads=128)
+    reqs = wide.requests
+    decodes = [r for r in reqs if r.kind == "decode"]
+    steps = [decodes, decodes + [r for r in reqs if r.kind == "tree"], reqs, decodes]
+    be = TritonBackend()
+    for k, rs in enumerate(steps):
+        b = materialize(dataclasses.replace(wide, requests=tuple(rs)), k)
+        p, fresh = be.plan(b), TritonBackend().plan(b)
+        cfg = tm.choose_config(b, **tm.default_config(b))
+        units, merge, s = tm.build_units(b, cfg, 132, None)
+        assert p.cfg == fresh.cfg == cfg and p.mode == fresh.mode
+        assert torch.equal(p.units, torch.from_numpy(units)) and torch.equal(p.units, fresh.units)
+        assert p.num_merge == len(merge) and p.po.shape[0] == s

@@ -59,24 +59,24 @@ def causal_flags(batch: Batch) -> np.ndarray:
     return batch.host.causal
 
 
-def features(batch: Batch, positions: Optional[torch.Tensor]) -> Features:
+def features(batch: Batch, positions: Optional[torch.Tensor], bidir: Optional[bool] = None) -> Features:
     """The launch's variant inputs; ``positions``: the tokens' int32 positions already on the
-    batch's device (the plan uploads them with its other tables), or None."""
+    batch's device (the plan uploads them with its other tables), or None; ``bidir``: whether
+    some prefill is bidirectional, when the caller knows (the plan's shape), else from the batch."""
     softcap = getattr(batch, "softcap", None)
-    sinks = getattr(batch, "sinks", None)
-    slopes = getattr(batch, "alibi_slopes", None)
     k_scale = getattr(batch, "k_scale", None)
+    dev = batch.device
 
     def f32(t):
-        return None if t is None else t.to(device=batch.device, dtype=torch.float32).contiguous()
+        return None if t is None else t.to(device=dev, dtype=torch.float32).contiguous()
 
     return Features(
         window=window_of(batch),
         cap=float(softcap) * LOG2E if softcap else 0.0,
-        sinks=f32(sinks), slopes=f32(slopes),
+        sinks=f32(getattr(batch, "sinks", None)), slopes=f32(getattr(batch, "alibi_slopes", None)),
         k_scale=f32(k_scale), v_scale=f32(getattr(batch, "v_scale", None)) if k_scale is not None else None,
         positions=positions,
-        bidir=not causal_flags(batch).all(),
+        bidir=not causal_flags(batch).all() if bidir is None else bidir,
     )
 
 

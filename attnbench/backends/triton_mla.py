@@ -30,6 +30,7 @@ from .triton_plan import host_tree_words
 PROGRAMS_PER_SM = 2
 MIN_SPLIT_KEYS = 256
 CPU_SMS = 4
+LOG2E = math.log2(math.e)
 
 
 @dataclass(frozen=True)
@@ -179,39 +180,39 @@ def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
 
 
 def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, *,
-         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, **config) -> MlaPlan:
+         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, wide: bool = False, **config) -> MlaPlan:
     """The step's tables, as ``build_units`` and ``host_tree_words`` define them, built by the
     cached per-shape parts (``shapes``: the backend's cache; ``MlaShape``) and written into one
     host buffer sent to the device in one copy (``staging``, triton_step.py): units, merge
-    rows, context lengths, query starts, tree words."""
-    dev = batch.device
+    rows, context lengths, query starts, tree words. ``wide``: ``default_config``'s overrides
+    (a function of the shape, so taken once per shape), under ``config``'s."""
+    dev, h = batch.device, batch.host
     shapes = {} if shapes is None else shapes
-    key = ("mla", sms, batch.q.shape, batch.dtype, splits, tuple(sorted(config.items())), batch.host.query_lens.tobytes(),
-           batch.host.is_tree.tobytes(), batch.host.causal.tobytes(), ts.tree_key(batch.trees))
+    key = ("mla", sms, batch.q.shape, batch.dtype, splits, wide, tuple(sorted(config.items())) if config else (),
+           h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), ts.tree_key(batch.trees))
     sh = shapes.get(key)
     if sh is None:
         if len(shapes) >= ts.SHAPES:
             shapes.clear()
-        sh = shapes[key] = MlaShape(batch, choose_config(batch, **config), sms, splits)
+        sh = shapes[key] = MlaShape(batch, choose_config(batch, **{**(default_config(batch) if wide else {}), **config}),
+                                    sms, splits)
     staging = staging or ts.Staging()
-    buf, merge_at, at, r, s = sh.fill(batch, staging)
+    buf, lay = sh.fill(batch, staging)
     d_buf = staging.send(buf, dev)
-    nb, cfg, rank = len(batch.host.query_lens), sh.cfg, batch.spec.kv_lora_rank
-    nu = (buf.size - at) // mk_cols
+    nb, cfg, rank, r, s = len(h.query_lens), sh.cfg, batch.spec.kv_lora_rank, lay.r, lay.smax
     pdt = batch.dtype if cfg.half_partials else torch.float32  # split partials (16-bit: option half_partials)
     return MlaPlan(
-        batch=batch, cfg=cfg, units=d_buf.as_strided((nu, mk_cols), (mk_cols, 1), at),
-        merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at), num_merge=r,
+        batch=batch, cfg=cfg, units=d_buf.as_strided((lay.nu, mk_cols), (mk_cols, 1), lay.at),
+        merge=d_buf.as_strided((max(r, 1), 2), (2, 1), sh.fixed), num_merge=r,
         ctx=d_buf.as_strided((nb,), (1,), sh.ctx_at), qstart=d_buf.as_strided((nb,), (1,), sh.qstart_at),
         anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
-        has_tree=bool(batch.trees.tmax),
+        has_tree=sh.words.tree,
         out=torch.empty(batch.out_shape, dtype=batch.dtype, device=dev),
         po=(torch.empty(s, r, rank, dtype=pdt, device=dev) if r else staging.unread(dev, pdt, rank)),
         pl=torch.empty(s, r, dtype=torch.float32, device=dev) if r else staging.unread(dev, torch.float32),
         splits_p2=_next_pow2(max(2, s)),
-        qk_scale=batch.scale * math.log2(math.e),
-        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + f"MLA kernel, {nu} units"
-        + (f" x {cfg.value_chunks} value programs, block_m {cfg.block_m}" if cfg.value_chunks > 1 else ""),
+        qk_scale=batch.scale * LOG2E,
+        mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + lay.mode,
     )
 
 
@@ -248,39 +249,37 @@ class MlaShape:
         self.first = h.query_start_loc[req] * heads + self.row0
 
     def fill(self, batch: Batch, staging: ts.Staging):
+        """This step's tables in one host buffer: ``(buffer, its MlaLayout)``."""
         h, bn = batch.host, self.cfg.block_n
         kend = h.context_lens[self.req] + self.off
         if self.splits is None:
-            s = np.minimum(self.want, np.maximum(1, kend // MIN_SPLIT_KEYS))
+            s = np.minimum(np.maximum(kend // MIN_SPLIT_KEYS, 1), self.want)
         else:
-            s = np.minimum(max(1, self.splits), np.maximum(1, -(-kend // bn)))
-        chunk = -(-(-(-kend // s)) // bn) * bn  # keys per split, a multiple of block_n
-        s = -(-kend // chunk)
+            s = np.minimum(np.maximum((kend + (bn - 1)) // bn, 1), max(1, self.splits))
+        chunk = ((kend + (s - 1)) // s + (bn - 1)) // bn * bn  # keys per split, a multiple of block_n
+        s = (kend + (chunk - 1)) // chunk
         key = s.tobytes()
         lay = self.layouts.get(key)
         if lay is None:
             if len(self.layouts) >= ts.SHAPES:
                 self.layouts.clear()
             lay = self.layouts[key] = self._layout(s)
-        k, idx, tmpl, merge = lay
-        at = self.fixed + ts.al(2 * max(len(merge), 1))
-        buf = staging.host(at + tmpl.size, batch.device)
+        buf = staging.host(lay.at + lay.units.size, batch.device)
         buf[: self.ctx_at] = self.image
         if self.words.dynamic:
             self.words.write(buf, batch)
         buf[self.ctx_at: self.ctx_at + len(h.context_lens)] = h.context_lens
-        buf[self.fixed: self.fixed + 2 * max(len(merge), 1)] = merge.reshape(-1) if len(merge) else 0
-        units = buf[at:].reshape(-1, mk_cols)
-        units[:] = tmpl
-        c = chunk[k]
-        lo = idx * c
+        buf[self.fixed: lay.at] = lay.merge
+        units = buf[lay.at:].reshape(-1, mk_cols)
+        units[:] = lay.units
+        c = chunk[lay.k]
+        lo = lay.idx * c
         units[:, 3] = lo
-        units[:, 4] = np.minimum(kend[k], lo + c)
-        return buf, self.fixed, at, len(merge), int(s.max(initial=1))
+        units[:, 4] = np.minimum(kend[lay.k], lo + c)
+        return buf, lay
 
-    def _layout(self, s: np.ndarray):
-        """``(unit's row block, its split index, units' constant columns, merge rows)`` of one
-        split pattern (``build_units``' own expressions)."""
+    def _layout(self, s: np.ndarray) -> "MlaLayout":
+        """One split pattern's units and merge rows (``build_units``' own expressions)."""
         k = np.repeat(np.arange(len(self.req)), s)
         idx = np.arange(len(k)) - np.repeat(np.cumsum(s) - s, s)
         split_rows = np.where(s > 1, self.nrows, 0)
@@ -292,8 +291,30 @@ class MlaShape:
         blk = np.nonzero(s > 1)[0]
         count = self.nrows[blk]
         out_rows = np.repeat(self.first[blk] - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-        merge = np.stack([out_rows, np.repeat(s[blk], count)], axis=1).astype(np.int32).reshape(-1, 2)
-        return k, idx, units, merge
+        merge = np.stack([out_rows, np.repeat(s[blk], count)], axis=1).astype(np.int32).reshape(-1)
+        r = len(merge) // 2
+        at = self.fixed + ts.al(2 * max(r, 1))
+        mode = f"MLA kernel, {len(k)} units" + (f" x {self.cfg.value_chunks} value programs, block_m {self.cfg.block_m}"
+                                                  if self.cfg.value_chunks > 1 else "")
+        flat = np.zeros(at - self.fixed, np.int32)  # the merge rows (at least one: zeros), padded to ``at``
+        flat[: len(merge)] = merge
+        return MlaLayout(k, idx, units, flat, r, int(s.max(initial=1)), at, len(k), mode)
+
+
+@dataclass
+class MlaLayout:
+    """One split pattern of a shape: which row block and split each unit is, the units' constant
+    columns, the merge rows as written into the buffer, and what the plan reads off them."""
+
+    k: np.ndarray
+    idx: np.ndarray
+    units: np.ndarray  # [U, mk_cols] int32, the key columns (3, 4) left 0
+    merge: np.ndarray  # int32, flat, zero-padded up to the units' start
+    r: int  # merge rows
+    smax: int
+    at: int  # where the units start in the buffer
+    nu: int
+    mode: str
 
 
 def run(p: MlaPlan) -> torch.Tensor:

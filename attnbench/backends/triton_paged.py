@@ -172,30 +172,34 @@ class TritonBackend(Backend):
         dev = batch.device
         if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
-                                   staging=self._staging, **(triton_mla.default_config(batch) if self.mla_wide else {}))
-        hkv = batch.num_kv_heads
-        want_pos = tf.needs_positions(batch)
-        cfg, sh = self._shape(batch, want_pos)
+                                   staging=self._staging, wide=self.mla_wide)
+        hkv, window = batch.num_kv_heads, tf.window_of(batch)
+        want_pos = window > 0 or getattr(batch, "alibi_slopes", None) is not None  # tf.needs_positions
+        cfg, sh = self._shape(batch, want_pos, window)
         buf, merge_at, units_at, r, s = ts.fill(sh, batch, cfg, tp.num_sms(dev), self.splits, self._staging, want_pos)
         d_buf = self._staging.send(buf, dev)
         n, hq, d = batch.q.shape
-        units = d_buf.as_strided(((buf.size - units_at) // tp.UNIT_COLS, tp.UNIT_COLS), (tp.UNIT_COLS, 1), units_at)
+        w = sh.words
+        if r:
+            po = torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch), device=dev)
+            pl = torch.empty(s, r, hq, dtype=torch.float32, device=dev)
+        else:
+            po, pl = self._staging.unread(dev, self._partial_dtype(batch), hq, d), self._staging.unread(dev, torch.float32, hq)
         return TritonPlan(
             batch=batch,
             cfg=cfg,
-            units=units,
+            units=d_buf.as_strided(((buf.size - units_at) // tp.UNIT_COLS, tp.UNIT_COLS), (tp.UNIT_COLS, 1), units_at),
             merge=d_buf.as_strided((max(r, 1), 2), (2, 1), merge_at),
             num_merge=r,
-            anc=d_buf.view(torch.int64).as_strided((sh.words.nw, sh.words.w), (sh.words.w, 1), 0),
-            has_tree=bool(batch.trees.tmax),
+            anc=d_buf.view(torch.int64).as_strided((w.nw, w.w), (w.w, 1), 0),
+            has_tree=w.tree,
             out=torch.empty(n, hq, d, dtype=batch.dtype, device=dev),
-            po=torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch), device=dev) if r else
-            self._staging.unread(dev, self._partial_dtype(batch), hq, d),
-            pl=torch.empty(s, r, hq, dtype=torch.float32, device=dev) if r else self._staging.unread(dev, torch.float32, hq),
-            splits_p2=tp.next_pow2(max(2, s)),
+            po=po,
+            pl=pl,
+            splits_p2=2 if s <= 2 else tp.next_pow2(s),
             sem=d_buf.as_strided((sh.nblk, hkv), (hkv, 1), sh.sem_at),
             qk_scale=batch.scale * LOG2E,
-            feat=tf.features(batch, d_buf.as_strided((sh.n,), (1,), sh.pos_at) if want_pos else None),
+            feat=tf.features(batch, d_buf.as_strided((sh.n,), (1,), sh.pos_at) if want_pos else None, sh.bidir),
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
@@ -205,14 +209,13 @@ class TritonBackend(Backend):
         (scripts/dev/triton_plan_time.py's new-shape column)."""
         self._shapes.clear()
 
-    def _shape(self, batch: Batch, want_pos: bool) -> tuple[tp.Config, ts.Shape]:
+    def _shape(self, batch: Batch, want_pos: bool, window: int) -> tuple[tp.Config, ts.Shape]:
         """``choose_config`` and the step's query side (``triton_step.Shape``), once per shape:
         the dims, the query lengths, tree and causal flags, static topologies, and whether the
         longest key range reaches ``LONG_KEYS`` (the one key-side input of the config)."""
         h = batch.host
-        window = tf.window_of(batch)
         keys = int((np.minimum(h.kv_lens, window + h.query_lens) if window else h.kv_lens).max(initial=0))
-        key = ts.shape_key(batch, want_pos, keys >= tp.LONG_KEYS)
+        key = ts.shape_key(batch, want_pos, keys >= tp.LONG_KEYS, window)
         hit = self._shapes.get(key)
         if hit is None:
             if len(self._shapes) >= ts.SHAPES:

@@ -300,20 +300,26 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, pe
         return np.maximum(1, np.minimum(MAX_SPLITS, -(-t // np.maximum(chunk, floor_tiles))))
     slots = sms * (per_sm or ctas_per_sm(cfg, head_dim))
     longest = int(t.max()) if len(t) else 1
+    return np.maximum(1, -(-t // large_chunk(t, longest, slots, hkv)))
+
+
+def large_chunk(t: np.ndarray, longest: int, slots: int, hkv: int) -> int:
+    """``split_counts``' pick for larger row blocks: the key tiles per split of the lowest-scoring
+    candidate (``t`` int64 tiles per row block, ``longest`` their max; ties to fewer splits)."""
     chunk, col, span, whole, cost = _candidates(longest, slots)
-    # few distinct tile counts, each with its count: the candidates x blocks grid shrinks
-    if longest <= 1 << 16:  # np.bincount: a third of np.unique's host time
+    if len(chunk) == 1:
+        return int(chunk[0])
+    if longest <= 1 << 16:  # few distinct tile counts, each with its count (bincount: 1/3 of unique's time)
         count = np.bincount(t)
         tu = count.nonzero()[0]
         count = count[tu]
     else:
         tu, count = np.unique(t, return_counts=True)
-    # work = hkv (all tiles + PROGRAM_TILES x the programs), programs = sum ceil(tiles / chunk);
-    # the ceil in float64 (faster than numpy's integer floor division): exact, as a quotient at
-    # least 1/chunk away from an integer cannot round onto it while chunk < 2^22 tiles
-    work = np.ceil(tu / col).astype(np.int64) @ count * (PROGRAM_TILES * hkv) + hkv * int(t.sum())
-    score = (work + whole - 1) // whole * span + cost  # rounds (ceil) x the longest program + splits
-    return np.maximum(1, -(-t // chunk[int(np.argmin(score))]))  # argmin: ties to fewer splits
+    # work = hkv (all tiles + PROGRAM_TILES x the programs), programs = sum ceil(tiles / chunk); float64
+    # integers, exact (< 2^53): a quotient at least 1/divisor away from an integer cannot round onto it
+    work = np.ceil(tu / col).dot(count) * float(PROGRAM_TILES * hkv) + float(hkv * tu.dot(count))
+    score = np.ceil(work / whole) * span + cost  # rounds (ceil) x the longest program + splits
+    return int(chunk[score.argmin()])  # methods, not np.argmin/np.dot: no dispatch layer (~1 us each)
 
 
 @functools.lru_cache(maxsize=256)
@@ -359,7 +365,8 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     win_lo, full_lo = tf.window_bounds(positions, qs, window)
     lo = win_lo // bn * bn  # the key range starts on the tile holding the window's first key
     tiles = -(-(kv_end - lo) // bn)
-    nsplit = _split_counts(batch, cfg, sms, splits, qc, tiles)
+    nsplit = np.maximum(1, np.minimum(splits, tiles)) if splits is not None else split_counts(  # forced, or the heuristic
+        tiles, batch.num_q_heads // batch.num_kv_heads * qc, cfg, batch.head_dim, sms, batch.num_kv_heads)
     per = -(-tiles // nsplit)
     nsplit = -(-tiles // per)  # no empty splits: n splits of ceil(tiles / n) tiles may need fewer
     split = nsplit > 1
@@ -389,12 +396,3 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     units[:, COL["kv_hi"]] = np.minimum(kv_end[k], lo[k] + (sp + 1) * per[k] * bn)
     return torch.from_numpy(units), torch.from_numpy(merge), int(nsplit.max()), len(nsplit)
 
-
-def _split_counts(batch: Batch, cfg: Config, sms: int, splits: Optional[int], qc: np.ndarray,
-                  tiles: np.ndarray) -> np.ndarray:
-    """Splits per row block (``qc`` query tokens, ``tiles`` key tiles each): forced
-    (``splits``), or ``split_counts``'s heuristic."""
-    if splits is not None:
-        return np.maximum(1, np.minimum(splits, tiles))
-    g = batch.num_q_heads // batch.num_kv_heads
-    return split_counts(tiles, g * qc, cfg, batch.head_dim, sms, batch.num_kv_heads)

@@ -24,7 +24,7 @@ class Words:
     def __init__(self, batch):
         t = batch.trees
         self.w = w = max(1, -(-t.tmax // 64))
-        self.dynamic = t.dynamic
+        self.dynamic, self.tree = t.dynamic, bool(t.tmax)
         words = np.zeros((max(1, batch.num_tokens), w), np.int64) if t.dynamic or not t.tmax \
             else tp.host_tree_words(batch)[0]
         self.nw, self.size = words.shape[0], words.size * 2
@@ -51,15 +51,15 @@ class Words:
     def write(self, buf: np.ndarray, batch) -> None:
         """A dynamic step's words into ``buf`` (which holds the zero image)."""
         t = batch.trees
-        up = self.base + np.maximum(t.parents_host, 0).reshape(-1)
+        up = self.base + np.maximum(t.parents_host, 0).reshape(-1)  # int64 (intp): take's own index type
         if self.real is not None:
             up = up[self.real]  # the real nodes' parents, as compact rows
         acc = self.acc0.copy()
         steps = t.max_depth.bit_length()  # 2^steps > the deepest depth
         for i in range(steps):
-            acc |= acc[up]
+            acc |= acc.take(up, axis=0)
             if i + 1 < steps:
-                up = up[up]
+                up = up.take(up)
         words = buf[: self.size].view(np.int64)
         if self.w > 1:
             words = words.reshape(self.nw, self.w)

@@ -65,7 +65,10 @@ class Shape:
     pos_at: int  # where the positions start
     n: int  # query tokens
     words: "Words"
+    window: int = 0  # the batch's window (0: none)
+    bidir: bool = False  # some prefill is bidirectional (``Features.bidir``)
     floor: Optional[np.ndarray] = None  # [nblk] decode-sized blocks: the split heuristic's partial-row floor
+    floor_max: int = 0  # its largest value
     slots: int = 0  # larger blocks: programs the GPU holds at once (``split_counts``)
     tok_req: Optional[np.ndarray] = None  # [N] request of each token (positions)
     tok_off: Optional[np.ndarray] = None  # [N] position - ctx (static trees or none)
@@ -74,13 +77,13 @@ class Shape:
     layouts: dict = field(default_factory=dict)  # nsplit bytes -> Layout
 
 
-def shape_key(batch, positions: bool, long: bool) -> tuple:
+def shape_key(batch, positions: bool, long: bool, window: Optional[int] = None) -> tuple:
     """What a shape (and the config) depends on: dims, dtype, the cache's dtype (FP8: the split
     rule), window, positions, long keys, the query lengths, tree and causal flags, and a static
     tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step)."""
-    h = batch.host
-    return (batch.q.shape, batch.dtype, batch.k_cache.dtype, batch.num_kv_heads, tf.window_of(batch), positions,
-            long, h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees))
+    h, q = batch.host, batch.q
+    return (q.shape, q.dtype, batch.k_cache.dtype, batch.num_kv_heads, tf.window_of(batch) if window is None else window,
+            positions, long, h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees))
 
 
 def tree_key(t) -> tuple:
@@ -115,8 +118,10 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
     g = batch.num_q_heads // hkv
     sh = Shape(nblk, req, qc, qs, end_off, fe_off, end_off + (bn - 1), g * qc, base, bool((nb == 1).all()),
                image, sem_at, pos_at, n, words)
+    sh.window, sh.bidir = tf.window_of(batch), not h.causal.all()
     if cfg.block_m <= 32:
         sh.floor = -(-tp.PARTIAL_KEYS_PER_ROW * sh.rows // bn)
+        sh.floor_max = int(sh.floor.max(initial=0))
     else:
         sh.slots = tp.ctas_per_sm(cfg, batch.head_dim)
     if positions:
@@ -131,14 +136,15 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
 
 def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int]):
     """The key side of every row block for this step's context lengths: ``(ctx, tiles, lo,
-    win_lo, full_lo, nsplit)`` (``build_units``' arithmetic; lo and the window bounds 0 without
-    a window; nsplit None when no row block splits, as the heuristic decides from the shape
-    alone for decode-sized blocks that fill the GPU)."""
+    win_lo, full_lo, nsplit, exact)`` (``build_units``' arithmetic; lo and the window bounds 0
+    without a window; nsplit None when no row block splits; ``exact``: nsplit is ceil(tiles /
+    chunk) per block, so the plan's "no empty splits" pass would give it back unchanged and some
+    block splits)."""
     bn = cfg.block_nf
     ctx = batch.host.context_lens
     if not sh.one_req:
         ctx = ctx[sh.req]
-    window = tf.window_of(batch)
+    window = sh.window
     if not window:
         win_lo = full_lo = lo = 0
         tiles = (ctx + sh.end_pad) // bn
@@ -146,20 +152,28 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         if sh.wlo is None:  # dynamic trees with a window: positions rebuilt in full
             win_lo, full_lo = tf.window_bounds(tf.token_positions(batch), sh.qs, window)
         else:
-            win_lo, full_lo = np.maximum(0, ctx + sh.wlo), np.maximum(0, ctx + sh.whi)
+            win_lo, full_lo = np.maximum(ctx + sh.wlo, 0), np.maximum(ctx + sh.whi, 0)
         lo = win_lo - win_lo % bn
         tiles = (ctx + sh.end_pad - lo) // bn
     if splits is not None:
-        nsplit = np.maximum(1, np.minimum(splits, tiles))
-    elif sh.floor is None:
-        nsplit = tp.split_counts(tiles, sh.rows, cfg, batch.head_dim, sms, batch.num_kv_heads, sh.slots)
-    elif sh.nblk * batch.num_kv_heads >= tp.decode_programs(cfg, sms):  # split_counts' first rule
-        nsplit = None
+        return ctx, tiles, lo, win_lo, full_lo, np.maximum(1, np.minimum(splits, tiles)), False
+    hkv = batch.num_kv_heads
+    if sh.floor is None:  # split_counts' rule for larger blocks, its chosen chunk
+        longest = int(tiles.max())
+        chunk = tp.large_chunk(tiles, longest, sh.slots, hkv)
+    elif sh.nblk * hkv >= tp.decode_programs(cfg, sms):  # split_counts' first rule: no split
+        return ctx, tiles, lo, win_lo, full_lo, None, False
     else:  # split_counts' decode rule, its floor kept per shape
-        hkv = batch.num_kv_heads
         chunk = max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // tp.decode_programs(cfg, sms)))
-        nsplit = np.maximum(1, np.minimum(tp.MAX_SPLITS, -(-tiles // np.maximum(chunk, sh.floor))))
-    return ctx, tiles, lo, win_lo, full_lo, nsplit
+        if sh.floor_max > chunk:  # some block's floor is the larger: per block, capped as the rule is
+            c = np.maximum(sh.floor, chunk)
+            return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (c - 1)) // c, tp.MAX_SPLITS), False
+        longest = int(tiles.max())
+        if -(-longest // chunk) > tp.MAX_SPLITS:
+            return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (chunk - 1)) // chunk, tp.MAX_SPLITS), False
+    if chunk >= longest:  # every block one split (tiles >= 1: a block has a key)
+        return ctx, tiles, lo, win_lo, full_lo, None, False
+    return ctx, tiles, lo, win_lo, full_lo, (tiles + (chunk - 1)) // chunk, True
 
 
 @dataclass
@@ -198,12 +212,13 @@ def make_layout(sh: Shape, nsplit: np.ndarray) -> Layout:
 def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], staging: Staging,
          positions: bool):
     """One step's tables in one host buffer: ``(buffer, merge_at, units_at, R, max splits)``."""
-    ctx, tiles, lo, win_lo, full_lo, nsplit = _blocks_step(sh, batch, cfg, sms, splits)
+    ctx, tiles, lo, win_lo, full_lo, nsplit, exact = _blocks_step(sh, batch, cfg, sms, splits)
     lay = per = None
     if nsplit is not None:
-        per = -(-tiles // nsplit)
-        nsplit = (tiles + per - 1) // per  # no empty splits
-        if int(nsplit.sum()) > sh.nblk:
+        per = (tiles + (nsplit - 1)) // nsplit
+        if not exact:
+            nsplit = (tiles + (per - 1)) // per  # no empty splits
+        if exact or int(nsplit.sum()) > sh.nblk:
             key = nsplit.tobytes()
             lay = sh.layouts.get(key)
             if lay is None:

@@ -8,6 +8,12 @@ options (``prefill=""``: the kernel with none, the shipped algorithm); every oth
 decode-only batches and a tree beside a prefill included, runs the one-launch kernel unchanged.
 The plan (units, splits, the merge rows) is the shipped one: split row blocks are merged by
 ``triton_kernels.merge_kernel``.
+
+``ws`` (issue 33, prefill round 2, off by default): ``prefill_ws_kernel`` instead, one program per
+unit and query head (not GQA-packed: the unit's ``block_q`` tokens are its rows, so its variant
+sets ``block_m`` = 128 x G for 128-row tiles), warp-specialized by triton's Hopper pass where its
+loads can be TMA descriptors (``ws_tma``) and the tile is 128 rows; elsewhere the same kernel with
+pointer loads and no specialization.
 """
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ import torch
 
 from . import triton_plan as tp
 
-OPTIONS = ("lean", "fold", "heavy")
+OPTIONS = ("lean", "fold", "heavy", "ws")
+WS_ROWS = 128  # the row tile warp specialization was compiled for (two consumer warpgroups of 64 rows)
 _KERNELS = "attnbench.backends.triton_prefill_kernels"
 
 
@@ -43,6 +50,51 @@ def lean_fits(page: int, block_nf: int) -> bool:
     return page % block_nf == 0 or block_nf % page == 0
 
 
+def ws_tma(b, block_n: int) -> bool:
+    """Whether ``ws``'s loads can be TMA descriptors: 16-bit data, a key tile inside one page, Q
+    viewable as [tokens, q heads x d], unit-stride rows and 16-byte aligned bases and strides."""
+    q, k, v = b.q, b.k_cache, b.v_cache
+    tensors = (q, k, v)
+    return (q.dtype in (torch.float16, torch.bfloat16) and b.page_size % block_n == 0
+            and q.stride(1) == b.head_dim and all(t.stride(-1) == 1 for t in tensors)
+            and all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+                    for t in tensors))
+
+
+def _run_ws(p, opts: frozenset, pk) -> None:
+    """``prefill_ws_kernel`` over the plan's units x query heads."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from . import triton_kernels as tk
+
+    b, cfg = p.batch, p.cfg
+    q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+    d, bm, bn = b.head_dim, cfg.block_q, cfg.block_n
+    tma = ws_tma(b, bn)
+    if tma:
+        qd = TensorDescriptor(q, [q.shape[0], q.shape[1] * d], [q.stride(0), 1], [bm, d])
+        kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, bn, 1, d]) for t in (k, v))
+    else:
+        qd, kd, vd = q, k, v
+    pk.prefill_ws_kernel[(p.units.shape[0], b.num_q_heads)](
+        qd, kd, vd, out, po, pl, b.block_table, p.units,
+        q.stride(0), q.stride(1),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1),
+        po.stride(0), po.stride(1), po.stride(2),
+        pl.stride(0), pl.stride(1),
+        b.block_table.stride(0),
+        p.qk_scale,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, BLOCK_M=bm, BLOCK_N=bn,
+        UNIT_COLS=tp.UNIT_COLS, IEEE=b.dtype == torch.float32, TMA=tma, HEAVY_FIRST="heavy" in opts,
+        WS=tma and bm == WS_ROWS,  # triton's Hopper pass specializes only at num_warps 4 (silently skips 8)
+        # pointer loads: a 128 x d tile on 4 warps spills (376 bytes offline at d 128): 8 warps, as choose_config
+        num_warps=cfg.num_warps if tma else max(cfg.num_warps, 8 if bm * d >= 128 * 128 else 4),
+        num_stages=cfg.num_stages,
+    )
+
+
 def run(p, opts: frozenset) -> torch.Tensor:
     """The prefill kernel over the plan's units (and the merge of split rows, if any)."""
     import importlib
@@ -52,6 +104,9 @@ def run(p, opts: frozenset) -> torch.Tensor:
     pk = importlib.import_module(_KERNELS)
     b, cfg = p.batch, p.cfg
     q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+    if "ws" in opts:
+        _run_ws(p, opts, pk)
+        return _merge(p, tk)
     pk.prefill_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
         q, k, v, out, po, pl, b.block_table, p.units,
         q.stride(0), q.stride(1),
@@ -70,6 +125,12 @@ def run(p, opts: frozenset) -> torch.Tensor:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
     )
+    return _merge(p, tk)
+
+
+def _merge(p, tk) -> torch.Tensor:
+    """The merge of split row blocks' partials into ``p.out`` (if the plan split any)."""
+    b, out, po, pl = p.batch, p.out, p.po, p.pl
     if p.num_merge:
         tk.merge_kernel[(p.num_merge, b.num_q_heads)](
             out, po, pl, p.merge,

@@ -194,3 +194,105 @@ def prefill_attention_kernel(
                  + offs_d[None, :], o.to(PO.dtype.element_ty), mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
+
+
+
+@triton.jit
+def prefill_ws_kernel(
+    QD, KD, VD, Out, PO, PL, BT, UNITS,
+    stride_qt, stride_qh,
+    stride_kp, stride_ks, stride_kh,
+    stride_vp, stride_vs, stride_vh,
+    stride_ot, stride_oh,
+    stride_pos, stride_por, stride_poh,
+    stride_pls, stride_plr,
+    stride_bt,
+    qk_scale,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    UNIT_COLS: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr, HEAVY_FIRST: tl.constexpr, WS: tl.constexpr,
+):
+    """The ``ws`` option (issue 33, prefill round 2): BLOCK_M tokens of one query head per program
+    (grid: units x q heads; not GQA-packed) and one key loop that triton 3.6 can warp-specialize on
+    sm_90 (``warp_specialize=WS``: a TMA producer warpgroup, two consumer warpgroups of BLOCK_M / 2
+    rows). Its Hopper pass shapes the code: every load feeding a dot through a TMA descriptor
+    (``TMA``: Q as [tokens, q heads x d], K/V as [pages, page, kv heads, d], a key tile in one page;
+    a GQA-packed Q tile is a 3-d box whose reshape the pass cannot split), a single loop (the causal
+    diagonal masked inside it, every tile), no ``else`` block, num_warps 4 (per consumer). With
+    ``TMA`` keys past ``kv_hi`` in the last tile are read and masked (p = 0: the cache there must be
+    finite, as attnbench's random one is); without it (QD/KD/VD plain pointers) loads are masked.
+    ``lean`` and ``fold`` are built in (one block-table entry per tile, the scale in the exponent)."""
+    if HEAVY_FIRST:
+        unit = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        unit = tl.program_id(0)
+    head = tl.program_id(1)
+    kvh = head // G
+    meta = UNITS + unit * UNIT_COLS
+    req = tl.load(meta + P_REQ)
+    q_start = tl.load(meta + P_QSTART)
+    q_count = tl.load(meta + P_QCOUNT)
+    ctx = tl.load(meta + P_CTX)
+    kv_lo = tl.load(meta + P_KVLO)
+    kv_hi = tl.load(meta + P_KVHI)
+    split = tl.load(meta + P_SPLIT)
+    prow = tl.load(meta + P_PROW)
+    q0 = tl.load(meta + P_Q0)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_ok = offs_m < q_count
+    tok = (q_start + offs_m).to(tl.int64)
+    if TMA:
+        q = QD.load([q_start, head * HEAD_DIM])
+    else:
+        q = tl.load(QD + (tok * stride_qt + head * stride_qh)[:, None] + offs_d[None, :], mask=row_ok[:, None],
+                    other=0.0)
+    # a row sees keys below lim: causal and the split's end (padding rows: every key in range)
+    lim = tl.where(row_ok, tl.minimum(ctx + q0 + offs_m + 1, kv_hi), kv_hi)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    bt_row = BT + req.to(tl.int64) * stride_bt
+    for start in tl.range(kv_lo, kv_hi, BLOCK_N, warp_specialize=WS):
+        if TMA:  # the tile lies in one page
+            page = tl.load(bt_row + start // PAGE)
+            k = tl.reshape(KD.load([page, start % PAGE, kvh, 0]), [BLOCK_N, HEAD_DIM])
+            v = tl.reshape(VD.load([page, start % PAGE, kvh, 0]), [BLOCK_N, HEAD_DIM])
+        else:
+            slots = start + offs_n
+            ok = slots < kv_hi
+            page = tl.load(bt_row + slots // PAGE, mask=ok, other=0).to(tl.int64)
+            within = (slots % PAGE).to(tl.int64)
+            k = tl.load(KD + (page * stride_kp + within * stride_ks + kvh * stride_kh)[:, None] + offs_d[None, :],
+                        mask=ok[:, None], other=0.0)
+            v = tl.load(VD + (page * stride_vp + within * stride_vs + kvh * stride_vh)[:, None] + offs_d[None, :],
+                        mask=ok[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(offs_n[None, :] < (lim - start)[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+        p = tl.math.exp2(s * qk_scale - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if prow < 0:  # two one-armed ifs: the Hopper pass skips a function with an else block
+        tl.store(Out + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :], o.to(Out.dtype.element_ty),
+                 mask=row_ok[:, None])
+    if prow >= 0:  # a split row block: partial output and natural-log LSE (triton_kernels.merge_kernel merges)
+        prow_m = (prow + offs_m).to(tl.int64)
+        tl.store(PO + split * stride_pos + prow_m[:, None] * stride_por + head * stride_poh + offs_d[None, :],
+                 o.to(PO.dtype.element_ty), mask=row_ok[:, None])
+        lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)

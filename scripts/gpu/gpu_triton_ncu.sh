@@ -7,7 +7,8 @@
 #   bash scripts/gpu/gpu_triton_ncu.sh [CASE ...]
 #
 # CASE: "LABEL|SCENARIO|ROWS|BACKEND|KERNEL_REGEX" (SCENARIO as gpu_triton_round.sh takes it, ROWS
-# an attnbench -k expression picking one row); none given: the default list below. Output in $OUT:
+# an attnbench -k expression picking one row, BACKEND a shipped backend or a variant of
+# scripts/dev/triton_variants.py); none given: the default list below. Output in $OUT:
 # ncu_raw.tgz (each case's report, raw CSV and log) and ncu_table.txt. Settings: NCU_SKIP (launches of
 # the kernel skipped before the profiled one: 3, past the compile and the first calls), BUDGET_S
 # (cases not started once it is spent are listed).
@@ -43,7 +44,8 @@ for c in "${CASES[@]}"; do
   el "$label: $y -k '$rows' -b $backend, kernel ~ $regex"
   timeout "$(left)" "$NCU" --clock-control none --target-processes all --kernel-name "regex:$regex" \
     --launch-skip "${NCU_SKIP:-3}" --launch-count 1 "${SECTIONS[@]}" -f -o "$RAW/$label" \
-    python3 -m attnbench run "$y" -b "$backend" -k "$rows" --no-graphs --warmup-ms 2 --measure-ms 5 -q \
+    python3 -m attnbench run "$y" -b "$backend" -k "$rows" --backend-file scripts/dev/triton_variants.py \
+      --no-graphs --warmup-ms 2 --measure-ms 5 -q \
       --out "$RAW/run-$label" > "$RAW/$label.log" 2>&1
   el "$label: rc=$?"
   grep -E "==ERROR==|==WARNING==|Error" "$RAW/$label.log" | head -n 3

@@ -201,12 +201,16 @@ def test_gpu_tests_sh_dry_run(tmp_path):
 def test_multi_gpu_sh_runs_one_job_per_gpu_across_calls(tmp_path):
     """start: job i gets GPU i, its own OUT and VERIFY_WORK, in a process session of its own (it
     outlives the call); wait: every job's state and log tail, one tarball per job in the call's
-    OUT, a snapshot while a job still runs; a jobs line past the GPUs is refused."""
+    OUT, a snapshot while a job still runs, and once all are done the FlashInfer modules they
+    built (fijit-N.tar); a jobs line past the GPUs is refused."""
     jobs = tmp_path / "jobs"
     jobs.write_text("# comment\n\necho gpu=$CUDA_VISIBLE_DEVICES out=$OUT > $OUT/said.txt\n"
                     "sleep 8; echo slow-done; exit 3\necho never\n")
     mg = tmp_path / "mg"
-    env = _env(DRY_RUN="1", MG_GPUS="2", MG_DIR=str(mg))
+    fi_jit = tmp_path / "cached_ops" / "pod_mod"  # a FlashInfer module the jobs "built"
+    fi_jit.mkdir(parents=True)
+    (fi_jit / "pod_mod.so").write_bytes(b"\x7fELF" + bytes(64))
+    env = _env(DRY_RUN="1", MG_GPUS="2", MG_DIR=str(mg), FI_JIT_DIR=str(fi_jit.parent))
     sh = str(GPU / "multi_gpu.sh")
     res = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -223,6 +227,9 @@ def test_multi_gpu_sh_runs_one_job_per_gpu_across_calls(tmp_path):
                          timeout=90)
     assert "== GPU 0: done, rc=0" in res.stdout and "== GPU 1: done, rc=3" in res.stdout, res.stdout
     assert "slow-done" in res.stdout and "every job done" in res.stdout
+    # every job done: the modules they built come back for the next session's .fijit/
+    assert sorted(p.name for p in out2.iterdir()) == ["fijit-0.tar", "g0.tgz", "g1.tgz"], res.stdout
+    assert "FlashInfer modules for .fijit/: fijit-0.tar" in res.stdout
     assert (mg / "g0" / "said.txt").read_text().strip() == f"gpu=0 out={mg / 'g0'}"
     again = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
     assert again.returncode == 2 and "already started" in again.stdout

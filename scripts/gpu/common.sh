@@ -4,7 +4,8 @@
 #   left              seconds left of BUDGET_S (less a 25 s margin), 0 when none
 #   gpu_setup         the carried wheels and attnbench (device_setup.sh), the environment every
 #                     GPU run takes (xformers in Triton-only mode, FlashInfer built for sm_90),
-#                     the prebuilt flash-attn if carried (fa2_prebuilt), and the machine's facts
+#                     the prebuilt flash-attn if carried (fa2_prebuilt), FlashInfer modules carried
+#                     in .fijit/ (flashinfer_cache.py restore), and the machine's facts
 #   fa2_prebuilt      unpack .fa2/flash-attn-*.tar.xz (shared/device/NOTES.md: the head-dim-128,
 #                     sm_90 build for torch 2.11+cu130) to /tmp/fa2site, put it on PYTHONPATH and
 #                     set ATTNBENCH_FA2_HDIM128_ONLY=1; returns 1 when no tarball was carried
@@ -29,6 +30,10 @@ gpu_setup() {
   # xformers 0.0.35's C++ extension does not load with torch 2.11: its Triton-only mode is what runs
   export ATTNBENCH_XFORMERS_TRITON_ONLY=1 FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
   fa2_prebuilt || true
+  # FlashInfer modules an earlier session built, carried in .fijit/ (flashinfer_cache.py): loaded, not built
+  if ls .fijit/fijit-*.tar >/dev/null 2>&1 && [ ! -f /tmp/.fijit-restored ]; then
+    python3 scripts/gpu/flashinfer_cache.py restore .fijit && touch /tmp/.fijit-restored
+  fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   el "setup done (nproc $(nproc), $(free -g 2>/dev/null | awk '/Mem:/{print $2" GB RAM"}'), /dev/shm free $(df -h --output=avail /dev/shm 2>/dev/null | tail -n 1 | tr -d ' '))"

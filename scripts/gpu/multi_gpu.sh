@@ -15,6 +15,9 @@
 # the jobs are still running (a snapshot), so a lost machine keeps what the last call saw.
 # Setup (the carried wheels, the prebuilt flash-attn: common.sh gpu_setup) runs once in `start`,
 # so that the jobs' own setup finds it done (two installs side by side would race).
+# When every job is done, `wait` also packs the FlashInfer modules they built (scripts/gpu/flashinfer_cache.py)
+# into the call's $OUT as fijit-N.tar: put them in .fijit/ and carry it next time (common.sh gpu_setup
+# restores them: no JIT build for those kernels).
 # DRY_RUN=1 MG_GPUS=N MG_DIR=DIR: no setup, N GPUs assumed, DIR instead of /tmp/mg (tests/test_verify_all.py).
 set -u
 cd "$(dirname "$0")/../.."
@@ -66,7 +69,26 @@ wait_jobs() {
   done
   nvidia-smi --query-gpu=index,name,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
   report
-  [ "$all" = 1 ] && el "every job done" || el "jobs still running: call wait again on this machine"
+  if [ "$all" = 1 ]; then
+    el "every job done"
+    save_flashinfer_modules
+  else
+    el "jobs still running: call wait again on this machine"
+  fi
+}
+
+# FlashInfer's modules the jobs built, packed for the next session's .fijit/ (flashinfer_cache.py):
+# once, when every job is done, into $MG/ficache, and copied into the call's $OUT beside the job
+# tarballs (at most 8 files come back: the parts fill what the jobs leave). FI_CACHE_SAVE=0: none;
+# FI_JIT_DIR: another module folder than the installed FlashInfer's (tests/test_verify_all.py).
+save_flashinfer_modules() {
+  [ "${FI_CACHE_SAVE:-1}" = 1 ] || return 0
+  [ -d "$MG/ficache" ] || python3 scripts/gpu/flashinfer_cache.py save "$MG/ficache" --prefer ${FI_CACHE_PREFER:-pod} \
+    ${FI_JIT_DIR:+--jit-dir "$FI_JIT_DIR"}
+  [ -n "${OUT:-}" ] && ls "$MG"/ficache/fijit-*.tar >/dev/null 2>&1 \
+    && cp $(ls "$MG"/ficache/fijit-*.tar | head -n $(( 8 - $(cat "$MG/started") ))) "$OUT"/ \
+    && el "FlashInfer modules for .fijit/: $(cd "$OUT" && ls fijit-*.tar | tr '\n' ' ')"
+  return 0
 }
 
 case "${1:-}" in

@@ -1,0 +1,79 @@
+"""scripts/gpu/flashinfer_cache.py: FlashInfer's built modules packed on one GPU machine and put
+where FlashInfer loads them without a build on the next (its AOT folder), on fake folders here."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mod():
+    spec = importlib.util.spec_from_file_location("flashinfer_cache", ROOT / "scripts/gpu/flashinfer_cache.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _jit(tmp_path, sizes: dict[str, int]) -> Path:
+    jit = tmp_path / "cached_ops"
+    for name, n in sizes.items():
+        (jit / name).mkdir(parents=True)
+        (jit / name / f"{name}.so").write_bytes(os.urandom(n))  # random: xz cannot shrink it
+        (jit / name / "build.ninja").write_text("rule x\n")
+    (jit / "half_built").mkdir()  # a build without its .so is not a module
+    (jit / "half_built" / "x.cuda.o").write_bytes(b"o")
+    return jit
+
+
+def test_save_then_restore_gives_the_same_libraries(tmp_path, capsys):
+    fc = _mod()
+    jit = _jit(tmp_path, {"batch_prefill_a": 3000, "pod_b": 5000, "decode_c": 1000})
+    assert fc.main(["save", str(tmp_path / "out"), "--jit-dir", str(jit), "--aot-dir", str(tmp_path / "unused")]) == 0
+    parts = sorted((tmp_path / "out").glob("fijit-*.tar"))
+    assert parts and "half_built" not in capsys.readouterr().out
+    aot = tmp_path / "aot"
+    assert fc.main(["restore", str(tmp_path / "out"), "--jit-dir", str(jit), "--aot-dir", str(aot)]) == 0
+    for name in ("batch_prefill_a", "pod_b", "decode_c"):
+        assert (aot / name / f"{name}.so").read_bytes() == (jit / name / f"{name}.so").read_bytes()
+    assert not (aot / "half_built").exists()
+    assert "3 prebuilt modules" in capsys.readouterr().out
+
+
+def test_parts_respect_the_limits_and_prefer_named_modules():
+    fc = _mod()
+    sizes = {"a": 4, "b": 6, "pod_x": 9, "c": 3, "huge": 20}
+    parts, left = fc.plan_parts(sizes, part=10, total=22, prefer=["pod"])
+    assert parts[0][0] == "pod_x"  # preferred first, whatever its size
+    assert all(sum(sizes[n] for n in p) <= 10 for p in parts)
+    packed = [n for p in parts for n in p]
+    assert sum(sizes[n] for n in packed) <= 22 and "huge" in left  # over a part: never packed
+    assert sorted(packed + left) == sorted(sizes)
+    assert parts == [["pod_x"], ["c", "a"], ["b"]]  # then the smallest first, each into the first part it fits
+
+
+def test_restore_skips_members_outside_name_name_so(tmp_path, capsys):
+    fc = _mod()
+    src = tmp_path / "fijit"
+    src.mkdir()
+    with tarfile.open(src / "fijit-0.tar", "w") as tar:
+        for member in ("../evil/evil.so.xz", "a/b.so.xz"):
+            info = tarfile.TarInfo(member)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    aot = tmp_path / "aot"
+    assert fc.main(["restore", str(src), "--jit-dir", str(tmp_path), "--aot-dir", str(aot)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped '../evil/evil.so.xz'" in out and "skipped 'a/b.so.xz'" in out and "0 prebuilt modules" in out
+    assert not (tmp_path / "evil").exists() and not any(aot.rglob("*.so"))
+
+
+def test_without_flashinfer_or_a_cache_nothing_happens(tmp_path, capsys):
+    fc = _mod()
+    assert fc.main(["restore", str(tmp_path / "none"), "--jit-dir", str(tmp_path), "--aot-dir", str(tmp_path / "a")]) == 0
+    assert "nothing to restore" in capsys.readouterr().out
+    assert fc.main(["save", str(tmp_path / "o"), "--jit-dir", str(tmp_path / "no"), "--aot-dir", str(tmp_path)]) == 0
+    assert "no built module" in capsys.readouterr().out

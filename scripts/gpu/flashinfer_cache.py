@@ -13,7 +13,7 @@ each) and be carried into the next session (``.fijit/``, within the 64 MiB a cal
     python3 scripts/gpu/flashinfer_cache.py save DIR [--max-mb 36] [--part-mb 15] [--prefer pod ...]
     python3 scripts/gpu/flashinfer_cache.py restore [SRC]          # SRC: .fijit (default)
 
-``save`` packs the built modules, each xz-compressed, into ``DIR/fijit-N.tar`` parts of at most
+``save`` packs the built modules, each xz-compressed, into ``DIR/fijit-STAMP-N.tar`` parts of at most
 ``--part-mb`` MiB and ``--max-mb`` in all: modules whose name holds a ``--prefer`` word first, then the
 smallest first (the most modules for the bytes); it lists what it left out. 36 MiB: what a call
 can carry beside the repo (4 MiB), .whl (16), .fa2 (5) and .plan_base (1) within its 64 MiB. ``restore`` unpacks
@@ -28,6 +28,7 @@ import io
 import lzma
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 MIB = 1 << 20
@@ -78,13 +79,14 @@ def save(out: Path, jit_dir: Path, max_mb: float, part_mb: float, prefer: list[s
     sizes = {n: len(b) + 1024 for n, b in packed.items()}  # + a tar header and padding
     parts, left = plan_parts(sizes, int(part_mb * MIB), int(max_mb * MIB), prefer)
     out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d%H%M")  # parts of several sessions can sit side by side in .fijit/
     for i, names in enumerate(parts):
-        with tarfile.open(out / f"fijit-{i}.tar", "w") as tar:
+        with tarfile.open(out / f"fijit-{stamp}-{i}.tar", "w") as tar:
             for n in names:
                 info = tarfile.TarInfo(f"{n}/{n}.so.xz")
                 info.size = len(packed[n])
                 tar.addfile(info, io.BytesIO(packed[n]))
-        print(f"{out / f'fijit-{i}.tar'}: {len(names)} modules, {sum(sizes[n] for n in names) / MIB:.1f} MiB")
+        print(f"{out / f'fijit-{stamp}-{i}.tar'}: {len(names)} modules, {sum(sizes[n] for n in names) / MIB:.1f} MiB")
     for n in left:
         print(f"left out: {n} ({mods[n].stat().st_size / MIB:.1f} MiB, {sizes[n] / MIB:.1f} MiB compressed)")
     return 0

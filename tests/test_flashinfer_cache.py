@@ -77,3 +77,14 @@ def test_without_flashinfer_or_a_cache_nothing_happens(tmp_path, capsys):
     assert "nothing to restore" in capsys.readouterr().out
     assert fc.main(["save", str(tmp_path / "o"), "--jit-dir", str(tmp_path / "no"), "--aot-dir", str(tmp_path)]) == 0
     assert "no built module" in capsys.readouterr().out
+
+
+def test_compression_stops_at_the_carry_budget_preferred_first(tmp_path):
+    fc = _mod()
+    mib = fc.MIB
+    jit = _jit(tmp_path, {"a_small": mib + mib // 4, "pod_big": 2 * mib, "b_mid": mib + mib // 2})
+    kept = fc.compress(fc.built(jit), ["pod"], total=3 * mib + mib // 8, max_s=60)
+    assert list(kept) == ["pod_big"]  # preferred first; neither other one fits beside it (random bytes: no gain)
+    kept = fc.compress(fc.built(jit), [], total=3 * mib + mib // 8, max_s=60)
+    assert list(kept) == ["a_small", "b_mid"]  # the smallest first
+    assert fc.compress(fc.built(jit), [], total=10 * mib, max_s=-1) == {}  # no time: nothing compressed

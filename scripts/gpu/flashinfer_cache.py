@@ -13,7 +13,7 @@ each) and be carried into the next session (``.fijit/``, within the 64 MiB a cal
     python3 scripts/gpu/flashinfer_cache.py save DIR [--max-mb 36] [--part-mb 15] [--prefer pod ...]
     python3 scripts/gpu/flashinfer_cache.py restore [SRC]          # SRC: .fijit (default)
 
-``save`` packs the built modules, each xz-compressed, into ``DIR/fijit-STAMP-N.tar`` parts of at most
+``save`` packs the built modules, each xz-compressed (for at most ``--max-s`` seconds), into ``DIR/fijit-STAMP-N.tar`` parts of at most
 ``--part-mb`` MiB and ``--max-mb`` in all: modules whose name holds a ``--prefer`` word first, then the
 smallest first (the most modules for the bytes); it lists what it left out. 36 MiB: what a call
 can carry beside the repo (4 MiB), .whl (16), .fa2 (5) and .plan_base (1) within its 64 MiB. ``restore`` unpacks
@@ -70,14 +70,29 @@ def plan_parts(sizes: dict[str, int], part: int, total: int, prefer: list[str]) 
     return parts, left
 
 
-def save(out: Path, jit_dir: Path, max_mb: float, part_mb: float, prefer: list[str]) -> int:
+def compress(mods: dict[str, Path], prefer: list[str], total: int, max_s: float) -> dict[str, bytes]:
+    """xz of the modules in ``plan_parts``' order (preferred, then the smallest file), only as many
+    as can fit ``total`` compressed bytes and ``max_s`` seconds (a machine's caches can hold GBs)."""
+    t0, used, out = time.monotonic(), 0, {}
+    for name in sorted(mods, key=lambda n: (not any(w in n for w in prefer), mods[n].stat().st_size, n)):
+        if time.monotonic() - t0 > max_s or total - used < MIB:
+            break
+        data = lzma.compress(mods[name].read_bytes(), preset=3)
+        if used + len(data) <= total:
+            out[name] = data
+            used += len(data)
+    return out
+
+
+def save(out: Path, jit_dir: Path, max_mb: float, part_mb: float, prefer: list[str], max_s: float = 90) -> int:
     mods = built(jit_dir)
     if not mods:
         print(f"flashinfer_cache: no built module in {jit_dir}")
         return 0
-    packed = {n: lzma.compress(p.read_bytes(), preset=6) for n, p in mods.items()}
+    packed = compress(mods, prefer, int(max_mb * MIB), max_s)
     sizes = {n: len(b) + 1024 for n, b in packed.items()}  # + a tar header and padding
     parts, left = plan_parts(sizes, int(part_mb * MIB), int(max_mb * MIB), prefer)
+    left += [n for n in mods if n not in packed]
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d%H%M")  # parts of several sessions can sit side by side in .fijit/
     for i, names in enumerate(parts):
@@ -120,6 +135,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-mb", type=float, default=36.0)
     ap.add_argument("--part-mb", type=float, default=15.0)
     ap.add_argument("--prefer", nargs="*", default=[])
+    ap.add_argument("--max-s", type=float, default=90.0, help="save: seconds of compression at most")
     ap.add_argument("--jit-dir", type=Path)
     ap.add_argument("--aot-dir", type=Path)
     a = ap.parse_args(argv)
@@ -140,7 +156,7 @@ def main(argv: list[str]) -> int:
     if a.path is None and a.verb == "save":
         ap.error("save needs the output folder")
     if a.verb == "save":
-        return save(a.path, jit_dir, a.max_mb, a.part_mb, a.prefer)
+        return save(a.path, jit_dir, a.max_mb, a.part_mb, a.prefer, a.max_s)
     return restore(a.path or Path(".fijit"), aot_dir)
 
 

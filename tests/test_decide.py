@@ -403,10 +403,14 @@ def test_a_trace_on_the_cpu_end_to_end(tmp_path):
         if has_tree[c["shape"]]:
             assert c["backend"] == "sdpa" and c["not_ok"] == {"sdpa-notree": "skipped"}
     notree = next(t for t in doc["backends"] if t["backend"] == "sdpa-notree")
-    assert notree["full"] == (not any(has_tree.values())) and doc["best_single"] == "sdpa"
+    assert notree["full"] == (not any(has_tree.values()))
+    # with a tree shape only sdpa covers every shape; without one (the random trace drew none) both
+    # do, and the two time alike: either may be the pick
+    best = doc["best_single"]
+    assert best == "sdpa" if any(has_tree.values()) else best in ("sdpa", "sdpa-notree")
     r = cli.invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html")])
     html = (tmp_path / "r.html").read_text()
-    assert r.exit_code == 0 and ("dispatching buys" in html or "sdpa is the pick for every shape" in html)
+    assert r.exit_code == 0 and ("dispatching buys" in html or f"{best} is the pick for every shape" in html)
 
 
 # ---------------------------------------------------------------------------- the plan's spread

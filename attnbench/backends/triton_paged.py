@@ -35,6 +35,7 @@ from attnbench.workload.mla import is_mla
 
 from . import triton_features as tf
 from . import triton_mla
+from . import triton_launch
 from . import triton_plan as tp
 from . import triton_prefill
 from . import triton_step as ts
@@ -247,13 +248,7 @@ class TritonBackend(Backend):
         tk.paged_attention_kernel[grid](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
             *(dummy if t is None else t for t in (f.positions, f.sinks, f.slopes, f.k_scale, f.v_scale)),
-            q.stride(0), q.stride(1),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1),
-            po.stride(0), po.stride(1), po.stride(2),
-            pl.stride(0), pl.stride(1),
-            b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
+            *triton_launch.io_strides(p), p.anc.stride(0), p.sem.stride(0),
             1 if f.fp8 and f.k_scale.numel() > 1 else 0,  # per-head scales, or one per tensor
             p.qk_scale, f.cap, f.window,
             G=g, HEAD_DIM=b.head_dim, PAGE=b.page_size,
@@ -267,12 +262,4 @@ class TritonBackend(Backend):
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
         )
-        if p.num_merge and not self.fused_merge:
-            tk.merge_kernel[(p.num_merge, b.num_q_heads)](
-                out, po, pl, p.merge,
-                out.stride(0), out.stride(1),
-                po.stride(0), po.stride(1), po.stride(2),
-                pl.stride(0), pl.stride(1),
-                HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, num_warps=4,
-            )
-        return out
+        return out if self.fused_merge else triton_launch.merge(p)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_launch
 from . import triton_plan as tp
 
 OPTIONS = ("lean", "fold", "heavy", "ws")
@@ -65,10 +66,8 @@ def _run_ws(p, opts: frozenset, pk) -> None:
     """``prefill_ws_kernel`` over the plan's units x query heads."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from . import triton_kernels as tk
-
     b, cfg = p.batch, p.cfg
-    q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
+    q, k, v = b.q, b.k_cache, b.v_cache
     d, bm, bn = b.head_dim, cfg.block_q, cfg.block_n
     tma = ws_tma(b, bn)
     if tma:
@@ -77,14 +76,8 @@ def _run_ws(p, opts: frozenset, pk) -> None:
     else:
         qd, kd, vd = q, k, v
     pk.prefill_ws_kernel[(p.units.shape[0], b.num_q_heads)](
-        qd, kd, vd, out, po, pl, b.block_table, p.units,
-        q.stride(0), q.stride(1),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1),
-        po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1),
-        b.block_table.stride(0),
+        qd, kd, vd, p.out, p.po, p.pl, b.block_table, p.units,
+        *triton_launch.io_strides(p),
         p.qk_scale,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, BLOCK_M=bm, BLOCK_N=bn,
         UNIT_COLS=tp.UNIT_COLS, IEEE=b.dtype == torch.float32, TMA=tma, HEAVY_FIRST="heavy" in opts,
@@ -102,20 +95,13 @@ def run(p, opts: frozenset) -> torch.Tensor:
     from . import triton_kernels as tk
 
     pk = importlib.import_module(_KERNELS)
-    b, cfg = p.batch, p.cfg
-    q, k, v, out, po, pl = b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl
     if "ws" in opts:
         _run_ws(p, opts, pk)
-        return _merge(p, tk)
+        return triton_launch.merge(p)
+    b, cfg = p.batch, p.cfg
     pk.prefill_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
-        q, k, v, out, po, pl, b.block_table, p.units,
-        q.stride(0), q.stride(1),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1),
-        po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1),
-        b.block_table.stride(0),
+        b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl, b.block_table, p.units,
+        *triton_launch.io_strides(p),
         p.qk_scale,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=b.head_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
@@ -125,18 +111,4 @@ def run(p, opts: frozenset) -> torch.Tensor:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
     )
-    return _merge(p, tk)
-
-
-def _merge(p, tk) -> torch.Tensor:
-    """The merge of split row blocks' partials into ``p.out`` (if the plan split any)."""
-    b, out, po, pl = p.batch, p.out, p.po, p.pl
-    if p.num_merge:
-        tk.merge_kernel[(p.num_merge, b.num_q_heads)](
-            out, po, pl, p.merge,
-            out.stride(0), out.stride(1),
-            po.stride(0), po.stride(1), po.stride(2),
-            pl.stride(0), pl.stride(1),
-            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=b.head_dim, PAD_D=False, num_warps=4,
-        )
-    return out
+    return triton_launch.merge(p)

@@ -85,6 +85,21 @@ def _offsets(bt_row, start, offs, limit, stride_kp, stride_ks, stride_vp, stride
 
 
 @triton.jit
+def _unit(UNITS, UNIT_COLS: tl.constexpr, HEAVY_FIRST: tl.constexpr):
+    """This program's unit row (grid axis 0): req, q_start, q_count, ctx, kv_lo, kv_hi, full_end,
+    split, prow, q0. ``HEAVY_FIRST``: units are ordered request, split, row block; read reversed,
+    the long rows go first."""
+    if HEAVY_FIRST:
+        unit = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        unit = tl.program_id(0)
+    meta = UNITS + unit * UNIT_COLS
+    return (tl.load(meta + P_REQ), tl.load(meta + P_QSTART), tl.load(meta + P_QCOUNT), tl.load(meta + P_CTX),
+            tl.load(meta + P_KVLO), tl.load(meta + P_KVHI), tl.load(meta + P_FULL), tl.load(meta + P_SPLIT),
+            tl.load(meta + P_PROW), tl.load(meta + P_Q0))
+
+
+@triton.jit
 def prefill_attention_kernel(
     Q, K, V, Out, PO, PL, BT, UNITS,
     stride_qt, stride_qh,
@@ -100,22 +115,8 @@ def prefill_attention_kernel(
     UNIT_COLS: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
     LEAN: tl.constexpr, FOLD: tl.constexpr, HEAVY_FIRST: tl.constexpr,
 ):
-    if HEAVY_FIRST:  # units are ordered request, split, row block: reversed, the long rows go first
-        unit = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        unit = tl.program_id(0)
     kvh = tl.program_id(1)
-    meta = UNITS + unit * UNIT_COLS
-    req = tl.load(meta + P_REQ)
-    q_start = tl.load(meta + P_QSTART)
-    q_count = tl.load(meta + P_QCOUNT)
-    ctx = tl.load(meta + P_CTX)
-    kv_lo = tl.load(meta + P_KVLO)
-    kv_hi = tl.load(meta + P_KVHI)
-    full_end = tl.load(meta + P_FULL)
-    split = tl.load(meta + P_SPLIT)
-    prow = tl.load(meta + P_PROW)
-    q0 = tl.load(meta + P_Q0)
+    req, q_start, q_count, ctx, kv_lo, kv_hi, full_end, split, prow, q0 = _unit(UNITS, UNIT_COLS, HEAVY_FIRST)
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -221,22 +222,9 @@ def prefill_ws_kernel(
     ``TMA`` keys past ``kv_hi`` in the last tile are read and masked (p = 0: the cache there must be
     finite, as attnbench's random one is); without it (QD/KD/VD plain pointers) loads are masked.
     ``lean`` and ``fold`` are built in (one block-table entry per tile, the scale in the exponent)."""
-    if HEAVY_FIRST:
-        unit = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        unit = tl.program_id(0)
     head = tl.program_id(1)
     kvh = head // G
-    meta = UNITS + unit * UNIT_COLS
-    req = tl.load(meta + P_REQ)
-    q_start = tl.load(meta + P_QSTART)
-    q_count = tl.load(meta + P_QCOUNT)
-    ctx = tl.load(meta + P_CTX)
-    kv_lo = tl.load(meta + P_KVLO)
-    kv_hi = tl.load(meta + P_KVHI)
-    split = tl.load(meta + P_SPLIT)
-    prow = tl.load(meta + P_PROW)
-    q0 = tl.load(meta + P_Q0)
+    req, q_start, q_count, ctx, kv_lo, kv_hi, _, split, prow, q0 = _unit(UNITS, UNIT_COLS, HEAVY_FIRST)
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)

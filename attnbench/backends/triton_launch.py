@@ -1,0 +1,33 @@
+"""What the triton backend's launches share (no triton import here): the stride arguments every
+attention kernel takes in the same order (``paged_attention_kernel``, ``prefill_attention_kernel``,
+``prefill_ws_kernel``), and the split merge's second launch."""
+from __future__ import annotations
+
+import torch
+
+from . import triton_plan as tp
+
+
+def io_strides(p) -> tuple[int, ...]:
+    """q (token, head), K and V caches (page, slot, head), out (token, head), the partial outputs
+    (split row, head, dim) and LSEs (split row, head), the block table (request): the kernels'
+    stride arguments after their pointers."""
+    b, q, k, v, out, po, pl = p.batch, p.batch.q, p.batch.k_cache, p.batch.v_cache, p.out, p.po, p.pl
+    return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
+            b.block_table.stride(0))
+
+
+def merge(p) -> torch.Tensor:
+    """``merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch)."""
+    if p.num_merge:
+        from . import triton_kernels as tk
+
+        b, out, po, pl = p.batch, p.out, p.po, p.pl
+        d_pad = tp.next_pow2(b.head_dim)
+        tk.merge_kernel[(p.num_merge, b.num_q_heads)](
+            out, po, pl, p.merge,
+            out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, num_warps=4,
+        )
+    return p.out

@@ -140,3 +140,27 @@ def test_k_null_and_text_only_selectors():
         "context=1k,window=null", "context=2k,window=null"]
     # a caller with only the ids matches key=value items of the id, as before
     assert parse_selector("context=2k")("context=2k,window=64", "sdpa")
+
+
+@pytest.mark.slow
+def test_plot_legend_names_a_backend_absent_from_the_first_panel(tmp_path):
+    """flash-attn skips page 16 (its rows: no timing), so its line is only in the page-256 panel:
+    the legend still names it (it once took the first panel's lines only)."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    rf = RunFolder.create(tmp_path, "decode-llama3-8b", tmp_path / "run")
+    rf.start({"scenario": "decode-llama3-8b", "scenario_sha256": "a" * 64, "overrides": [],
+              "environment": {"device": "cpu test", "backends": {}}})
+    for page in (16, 256):
+        for ctx in (1024, 4096):
+            for b in ("sdpa", "flash-attn") if page == 256 else ("sdpa",):
+                rf.add(Row(RowIdentity("decode-llama3-8b", f"context={ctx},page_size={page}", b, device="cpu test"),
+                           workload=RowWorkload(params={"batch.0.context": ctx, "kv_cache.page_size": page}),
+                           timing=RowTiming(median_ms=ctx / 1e3, n=3, timing_method="cpu", samples_ms=[ctx / 1e3] * 3,
+                                            round_medians_ms=[ctx / 1e3])))
+    rf.finish(True)
+    r = cli.invoke(app, ["plot", str(tmp_path / "run"), "--x", "context", "--out", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    with Image.open(tmp_path / "plots" / "time-vs-context.png") as im:
+        assert im.text["attnbench legend"] == "sdpa flash-attn"

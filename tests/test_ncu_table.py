@@ -72,3 +72,9 @@ def test_a_file_without_a_kernel_says_so(tmp_path, capsys):
     (tmp_path / "empty.csv").write_text("==PROF== No kernels were profiled.\n")
     assert _table().main([str(tmp_path / "empty.csv")]) == 0
     assert "no kernel in empty.csv" in capsys.readouterr().out
+
+
+def test_an_unexpanded_glob_says_no_page_was_written(tmp_path, capsys):
+    # gpu_triton_ncu.sh passes "$RAW"/*.csv; when every profiled run failed the shell hands over the glob itself
+    assert _table().main([str(tmp_path / "*.csv")]) == 0
+    assert "no raw page" in capsys.readouterr().out

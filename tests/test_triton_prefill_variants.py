@@ -98,7 +98,7 @@ def test_prefill_variant_matches_the_reference(name, page, calls):
     assert len(calls) == 1 and plan.num_merge == 0
 
 
-@pytest.mark.parametrize("name", ["triton-pf", "triton-pf-lfh-nf128", "triton-pf-lfh-ws"])
+@pytest.mark.parametrize("name", ["triton-pf", "triton-pf-lfh-nf128"])
 def test_prefill_variant_split(name, calls):
     """3 forced splits (partial outputs and the merge kernel; contexts of several 128-key tiles)."""
     reqs = (Request("prefill", 21, 230), Request("decode", 1, 260), Request("prefill", 40, 0))
@@ -151,26 +151,5 @@ def test_the_issue_shape_plans_no_split():
         cfg = tp.choose_config(batch, **cls().config)
         _, merge, smax, _ = tp.build_units(batch, cfg, 132)
         assert smax == 1 and len(merge) == 0, name
-        rows = 64 if name.endswith("m64") else 512 if "-ws" in name else 128  # ws: 128 tokens x G 4
+        rows = 64 if name.endswith("m64") else 128
         assert cfg.block_n == 64 and cfg.block_m == rows, (name, cfg)
-
-
-@pytest.mark.parametrize("order,dtype,splits,tma", [("NHD", "float16", None, True), ("HND", "float16", None, True),
-                                                    ("NHD", "float16", 3, True), ("NHD", "float32", None, False)])
-def test_ws_tma_and_pointer_paths(order, dtype, splits, tma, calls):
-    """``ws`` at page 256: TMA descriptors (Q [tokens, heads x d], K/V [pages, page, heads, d] through
-    their strides, HND included; with 3 forced splits: partials and the merge); float32: pointer
-    loads. The interpreter runs ``warp_specialize`` loops as plain loops (it checks the math, not
-    the specialization, which tests nothing here: scripts/dev/compile_sm90_prefill.py WSK=1 does)."""
-    need_interpreter()
-    reqs = PREFILLS if splits is None else (Request("prefill", 21, 230), Request("decode", 1, 260),
-                                            Request("prefill", 40, 0))
-    batch = materialize(BatchSpec(reqs, 8, 2, 32, dtype=dtype, page_size=256, kv_order=order, layout="shuffled"), 11)
-    be = VARIANTS["triton-pf-lfh-ws"]()
-    be.splits = splits
-    plan = be.plan(batch)
-    assert triton_prefill.ws_tma(batch, plan.cfg.block_n) == tma and plan.cfg.block_q == 128
-    plan.out.fill_(float("nan"))
-    out = be.run(plan)
-    assert compare(out, reference_attention(batch)[0])[0] < TOL[dtype] and len(calls) == 1
-    assert (plan.num_merge > 0) == (splits is not None)

@@ -1,6 +1,6 @@
 """What the triton backend's launches share (no triton import here): the stride arguments every
-attention kernel takes in the same order (``paged_attention_kernel``, ``prefill_attention_kernel``,
-``prefill_ws_kernel``), and the split merge's second launch."""
+attention kernel takes in the same order (``paged_attention_kernel``, ``prefill_attention_kernel``),
+and the split merge's second launch."""
 from __future__ import annotations
 
 import torch

@@ -9,11 +9,8 @@ decode-only batches and a tree beside a prefill included, runs the one-launch ke
 The plan (units, splits, the merge rows) is the shipped one: split row blocks are merged by
 ``triton_kernels.merge_kernel``.
 
-``ws`` (issue 33, prefill round 2, off by default): ``prefill_ws_kernel`` instead, one program per
-unit and query head (not GQA-packed: the unit's ``block_q`` tokens are its rows, so its variant
-sets ``block_m`` = 128 x G for 128-row tiles), warp-specialized by triton's Hopper pass where its
-loads can be TMA descriptors (``ws_tma``) and the tile is 128 rows; elsewhere the same kernel with
-pointer loads and no specialization.
+``ws`` (issue 33's prefill round 2: a warp-specialized kernel) was rejected on the GPU and removed:
+docs/triton_notes.md, "Prefill round 2".
 """
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ import torch
 from . import triton_launch
 from . import triton_plan as tp
 
-OPTIONS = ("lean", "fold", "heavy", "ws")
-WS_ROWS = 128  # the row tile warp specialization was compiled for (two consumer warpgroups of 64 rows)
+OPTIONS = ("lean", "fold", "heavy")
 _KERNELS = "attnbench.backends.triton_prefill_kernels"
 
 
@@ -51,43 +47,6 @@ def lean_fits(page: int, block_nf: int) -> bool:
     return page % block_nf == 0 or block_nf % page == 0
 
 
-def ws_tma(b, block_n: int) -> bool:
-    """Whether ``ws``'s loads can be TMA descriptors: 16-bit data, a key tile inside one page, Q
-    viewable as [tokens, q heads x d], unit-stride rows and 16-byte aligned bases and strides."""
-    q, k, v = b.q, b.k_cache, b.v_cache
-    tensors = (q, k, v)
-    return (q.dtype in (torch.float16, torch.bfloat16) and b.page_size % block_n == 0
-            and q.stride(1) == b.head_dim and all(t.stride(-1) == 1 for t in tensors)
-            and all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
-                    for t in tensors))
-
-
-def _run_ws(p, opts: frozenset, pk) -> None:
-    """``prefill_ws_kernel`` over the plan's units x query heads."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    b, cfg = p.batch, p.cfg
-    q, k, v = b.q, b.k_cache, b.v_cache
-    d, bm, bn = b.head_dim, cfg.block_q, cfg.block_n
-    tma = ws_tma(b, bn)
-    if tma:
-        qd = TensorDescriptor(q, [q.shape[0], q.shape[1] * d], [q.stride(0), 1], [bm, d])
-        kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, bn, 1, d]) for t in (k, v))
-    else:
-        qd, kd, vd = q, k, v
-    pk.prefill_ws_kernel[(p.units.shape[0], b.num_q_heads)](
-        qd, kd, vd, p.out, p.po, p.pl, b.block_table, p.units,
-        *triton_launch.io_strides(p),
-        p.qk_scale,
-        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, BLOCK_M=bm, BLOCK_N=bn,
-        UNIT_COLS=tp.UNIT_COLS, IEEE=b.dtype == torch.float32, TMA=tma, HEAVY_FIRST="heavy" in opts,
-        WS=tma and bm == WS_ROWS,  # triton's Hopper pass specializes only at num_warps 4 (silently skips 8)
-        # pointer loads: a 128 x d tile on 4 warps spills (376 bytes offline at d 128): 8 warps, as choose_config
-        num_warps=cfg.num_warps if tma else max(cfg.num_warps, 8 if bm * d >= 128 * 128 else 4),
-        num_stages=cfg.num_stages,
-    )
-
-
 def run(p, opts: frozenset) -> torch.Tensor:
     """The prefill kernel over the plan's units (and the merge of split rows, if any)."""
     import importlib
@@ -95,9 +54,6 @@ def run(p, opts: frozenset) -> torch.Tensor:
     from . import triton_kernels as tk
 
     pk = importlib.import_module(_KERNELS)
-    if "ws" in opts:
-        _run_ws(p, opts, pk)
-        return triton_launch.merge(p)
     b, cfg = p.batch, p.cfg
     pk.prefill_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
         b.q, b.k_cache, b.v_cache, p.out, p.po, p.pl, b.block_table, p.units,

@@ -3,9 +3,6 @@ for sm_90 on a machine without a GPU and print registers, spills, shared memory,
 length and opcode mix of each loop (the unmasked key loop first), e.g.
 
   python3 scripts/dev/compile_sm90_prefill.py PAGE=16 LEAN=1 FOLD=1 [BLOCK_M=128 num_warps=8 num_stages=3 maxnreg=128]
-  python3 scripts/dev/compile_sm90_prefill.py PAGE=256 WSK=1 WS=1 num_warps=4   (prefill_ws_kernel, the ``ws``
-  option: BLOCK_M tokens of one q head, Q/K/V through TMA descriptors (TMA=0: pointers); WS=1 asks for warp
-  specialization, WS=0 is the same kernel without it)
 
 Defaults: the 4 x 1k causal prefill's shipped config (BLOCK_M 128 = 32 tokens x G 4, 64-key
 tiles, 8 warps, 3 stages, d 128, bf16). Run it with the device's triton (3.6) as compile_sm90.py
@@ -69,29 +66,24 @@ def loops(cubin: bytes) -> list[str]:
 def main(argv: list[str]) -> None:
     kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_M=128, BLOCK_Q=32, BLOCK_N=64, BLOCK_NF=0,
               UNIT_COLS=base.plan_constant("UNIT_COLS"), IEEE=0, TILE_IN_PAGE=0, LEAN=0, FOLD=0, HEAVY_FIRST=0,
-              WSK=0, WS=0, TMA=1, num_warps=8, num_stages=3, maxnreg=0)
+              num_warps=8, num_stages=3, maxnreg=0)
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
     kw["BLOCK_NF"] = kw["BLOCK_NF"] or kw["BLOCK_N"]
     kw["BLOCK_Q"] = kw["BLOCK_M"] // kw["G"]
     kw["TILE_IN_PAGE"] = int(kw["PAGE"] % kw["BLOCK_NF"] == 0)
-    fn = load_kernel("prefill_ws_kernel" if kw["WSK"] else "prefill_attention_kernel")
-    d, bn = kw["HEAD_DIM"], kw["BLOCK_N"]
-    descs = {"QD": f"tensordesc<bf16[{kw['BLOCK_M']}, {d}]>", "KD": f"tensordesc<bf16[1, {bn}, 1, {d}]>",
-             "VD": f"tensordesc<bf16[1, {bn}, 1, {d}]>"} if kw["WSK"] and kw["TMA"] else {}
-    ptrs = dict(PTRS, QD="*bf16", KD="*bf16", VD="*bf16")
+    fn = load_kernel("prefill_attention_kernel")
+    ptrs = PTRS
     sig, consts = {}, {}
     for name in fn.arg_names:
-        if name in descs:
-            sig[name] = descs[name]
-        elif name in ptrs:
+        if name in ptrs:
             sig[name] = ptrs[name]
         elif name in kw:
             sig[name], consts[name] = "constexpr", kw[name]
         else:
             sig[name] = "fp32" if name == "qk_scale" else "i32"
-    div16 = [n for n in fn.arg_names if n in ptrs and n not in descs
+    div16 = [n for n in fn.arg_names if n in ptrs
              or n.startswith("stride_") and n not in ("stride_bt", "stride_pls")]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in div16}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()}, attrs=attrs)
@@ -101,14 +93,9 @@ def main(argv: list[str]) -> None:
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     regs, spills = base.resources(k.asm["cubin"])
     shown = ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "num_warps", "num_stages", "maxnreg", "LEAN", "FOLD")
-    shown += ("WSK", "WS", "TMA") if kw["WSK"] else ()
     print({s: kw[s] for s in shown}, "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", k.asm["ptx"])),
           "cp.async", len(re.findall(r"cp.async.cg|cp.async.ca", k.asm["ptx"])))
-    if kw["WSK"]:  # warp specialization: the warps launched, the partitions and register moves
-        print("  warps launched", k.metadata.num_warps, "ttg.warp_specialize", k.asm["ttgir"].count("ttg.warp_specialize"),
-              "setmaxnreg", k.asm["ptx"].count("setmaxnreg"), "TMA loads", k.asm["ptx"].count("cp.async.bulk.tensor"),
-              "mbarrier", k.asm["ptx"].count("mbarrier."))
     for row in loops(k.asm["cubin"]):
         print("  " + row)
 

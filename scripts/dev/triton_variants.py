@@ -149,11 +149,8 @@ VARIANTS = MLA_VARIANTS + [
     # 2 per SM, one warpgroup each (64-key tiles pinned: the long-keys rule would take 32 + a cap)
     variant("triton-pf-lfh-m64", prefill="lean,fold,heavy", block_m=64, block_n=64, num_warps=4),
     variant("triton-pf-lfh-nf128", prefill="lean,fold,heavy", block_nf=128, num_stages=2),  # half the iterations
-    # issue 33, prefill round 2: prefill_ws_kernel, 128 tokens of one q head a program (block_m = 128 x G 4),
-    # warp-specialized on sm_90 (a TMA producer warpgroup + 2 consumers of 64 rows; page 256; page 16: pointers)
-    variant("triton-pf-lfh-ws", prefill="lean,fold,heavy,ws", block_m=512, num_warps=4),
-    # the control: the same kernel and TMA loads at 8 warps, where triton's Hopper pass does not specialize
-    variant("triton-pf-lfh-ws-w8", prefill="lean,fold,heavy,ws", block_m=512, num_warps=8),
+    # issue 33's prefill round 2 (triton-pf-lfh-ws, a warp-specialized kernel): rejected on the GPU, removed
+    # (docs/triton_notes.md, "Prefill round 2")
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -11,6 +11,8 @@ T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 for job in "$@"; do
   s=${job%%:*}; bs=${job#*:}; y="attnbench/scenarios/$s.yaml"; [ -f "$s" ] && y=$s; s=$(basename "$s" .yaml)
+  # a run folder belongs to one run: the same scenario again (another group of backends) gets its own
+  n=1; base=$s; while [ -e "$RUNS/$s" ]; do n=$((n + 1)); s=$base-$n; done
   args=(); for b in ${bs//,/ }; do args+=(-b "$b"); done
   el "$s: $bs"
   python3 -m attnbench run "$y" "${args[@]}" --backend-file scripts/dev/triton_variants.py \

@@ -17,7 +17,8 @@
 # so that the jobs' own setup finds it done (two installs side by side would race).
 # When every job is done, `wait` also packs the FlashInfer modules they built (scripts/gpu/flashinfer_cache.py)
 # into the call's $OUT as fijit-N.tar: put them in .fijit/ and carry it next time (common.sh gpu_setup
-# restores them: no JIT build for those kernels).
+# restores them: no JIT build for those kernels). FI_CACHE_ANYWAY=1 (a session's last wait): pack them even
+# while jobs still run.
 # DRY_RUN=1 MG_GPUS=N MG_DIR=DIR: no setup, N GPUs assumed, DIR instead of /tmp/mg (tests/test_verify_all.py).
 set -u
 cd "$(dirname "$0")/../.."
@@ -74,6 +75,8 @@ wait_jobs() {
     save_flashinfer_modules
   else
     el "jobs still running: call wait again on this machine"
+    # the session's last call: pack what is built so far (complete modules only)
+    [ "${FI_CACHE_ANYWAY:-0}" = 1 ] && save_flashinfer_modules
   fi
 }
 
@@ -83,6 +86,8 @@ wait_jobs() {
 # FI_JIT_DIR: another module folder than the installed FlashInfer's (tests/test_verify_all.py).
 save_flashinfer_modules() {
   [ "${FI_CACHE_SAVE:-1}" = 1 ] || return 0
+  # this call's shell has not run gpu_setup: the installed wheels' PYTHONPATH (installs nothing: its markers)
+  [ "${DRY_RUN:-0}" = 1 ] || source scripts/gpu/device_setup.sh
   [ -d "$MG/ficache" ] || python3 scripts/gpu/flashinfer_cache.py save "$MG/ficache" --prefer ${FI_CACHE_PREFER:-pod} \
     ${FI_JIT_DIR:+--jit-dir "$FI_JIT_DIR"}
   [ -n "${OUT:-}" ] && ls "$MG"/ficache/fijit-*.tar >/dev/null 2>&1 \

@@ -85,6 +85,9 @@ def main(paths: list[str]) -> int:
         print(__doc__)
         return 2
     for p in map(Path, paths):
+        if not p.is_file():  # the shell passes its glob unexpanded when no case wrote a page
+            print(f"== {p.name}: no raw page (the profiled run failed before ncu wrote one: see its .log)")
+            continue
         ks = kernels(p)
         if not ks:
             print(f"== {p.stem}: no kernel in {p.name} (see its .log)")

@@ -88,3 +88,18 @@ def test_compression_stops_at_the_carry_budget_preferred_first(tmp_path):
     kept = fc.compress(fc.built(jit), [], total=3 * mib + mib // 8, max_s=60)
     assert list(kept) == ["a_small", "b_mid"]  # the smallest first
     assert fc.compress(fc.built(jit), [], total=10 * mib, max_s=-1) == {}  # no time: nothing compressed
+
+
+def test_save_lists_what_it_left_out_compressed_or_not(tmp_path, capsys):
+    """On the GPU machine save stopped at the byte budget, then failed listing a module it had not
+    compressed (its compressed size unknown); the parts it wrote are kept and every leftover listed."""
+    fc = _mod()
+    mib = fc.MIB
+    jit = _jit(tmp_path, {"pod_a": 2 * mib, "pod_b": 2 * mib, "c": mib + mib // 2})
+    assert fc.main(["save", str(tmp_path / "o"), "--jit-dir", str(jit), "--aot-dir", str(tmp_path),
+                    "--max-mb", "3", "--part-mb", "3"]) == 0
+    out = capsys.readouterr().out
+    assert len(list((tmp_path / "o").glob("fijit-*.tar"))) == 1
+    # no --prefer: the smallest first; neither 2 MiB module fits beside it
+    assert "1 modules, 1.5 MiB" in out and "left out: c" not in out
+    assert "left out: pod_a (2.0 MiB, not compressed)" in out and "left out: pod_b (2.0 MiB, not compressed)" in out

@@ -103,6 +103,16 @@ def test_warmup_worker_protocol_and_budget(tmp_path):
     assert res.returncode == 0 and "cut" in res.stdout, res.stdout + res.stderr
 
 
+
+def test_warmup_of_the_tests_batches_reads_every_spec_they_name(tmp_path):
+    """--tests brings specs of the tests' own (flashinfer:route=auto) beside --specs' routes: each
+    is asked whether it can run (on the GPU machine the lookup failed with a KeyError and nothing
+    was warmed in two test jobs); here FlashInfer is not installed, so nothing is built."""
+    res = subprocess.run([sys.executable, str(GPU / "flashinfer_warmup.py"), "--tests", "--log", str(tmp_path / "w.log")],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "distinct kernel sets" in res.stdout and "nothing to build" in res.stdout
+
 WRONG_AND_SLOW = textwrap.dedent('''
     import os, time
     from attnbench.backend import Backend

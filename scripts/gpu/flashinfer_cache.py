@@ -102,8 +102,9 @@ def save(out: Path, jit_dir: Path, max_mb: float, part_mb: float, prefer: list[s
                 info.size = len(packed[n])
                 tar.addfile(info, io.BytesIO(packed[n]))
         print(f"{out / f'fijit-{stamp}-{i}.tar'}: {len(names)} modules, {sum(sizes[n] for n in names) / MIB:.1f} MiB")
-    for n in left:
-        print(f"left out: {n} ({mods[n].stat().st_size / MIB:.1f} MiB, {sizes[n] / MIB:.1f} MiB compressed)")
+    for n in left:  # a module past the byte or time budget was never compressed: its size on disk only
+        packed_mb = f", {sizes[n] / MIB:.1f} MiB compressed" if n in sizes else ", not compressed"
+        print(f"left out: {n} ({mods[n].stat().st_size / MIB:.1f} MiB{packed_mb})")
     return 0
 
 

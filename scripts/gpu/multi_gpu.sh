@@ -87,7 +87,9 @@ wait_jobs() {
 save_flashinfer_modules() {
   [ "${FI_CACHE_SAVE:-1}" = 1 ] || return 0
   # this call's shell has not run gpu_setup: the installed wheels' PYTHONPATH (installs nothing: its markers)
+  # and gpu_setup's FlashInfer arch (its JIT folder is named by it: .../90/cached_ops, not the card's 90a)
   [ "${DRY_RUN:-0}" = 1 ] || source scripts/gpu/device_setup.sh
+  export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
   [ -d "$MG/ficache" ] || python3 scripts/gpu/flashinfer_cache.py save "$MG/ficache" --prefer ${FI_CACHE_PREFER:-pod} \
     ${FI_JIT_DIR:+--jit-dir "$FI_JIT_DIR"}
   [ -n "${OUT:-}" ] && ls "$MG"/ficache/fijit-*.tar >/dev/null 2>&1 \

@@ -18,6 +18,9 @@
 # 2. `attnbench run SCENARIO -b triton` with small budgets on the tree and decode scenarios of
 #    the issue, and their plan_ms per row (what a results table reports), until BUDGET_S.
 #
+# PLAN_ROUNDS=N (default 1): N tables of this tree (and of the baseline, alternating), then
+# scripts/dev/triton_plan_paired.py: per case the median over the rounds (max, count <= 200 us) and
+# the paired ratio; per-case numbers in $OUT/plan_cases.txt (~15 s a table on the GPU host).
 # Settings (environment): PROFILE_CASE (a case-name substring: cProfile of 200 of its plans in this
 # tree's table, e.g. ragged-prefill/page_size=256, the large-N cases the GPU host read 3-5x the
 # CPU's time on), BUDGET_S (170: seconds from the start, setup included), PLAN_BASE
@@ -68,6 +71,19 @@ fi
 el "plan alone, every shipped case, this tree (us; ops/h2d: device operators and copies per plan)"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
   --primitives ${PROFILE_CASE:+--profile "$PROFILE_CASE"} --save "$WORK/this.json" ${CMP[@]+"${CMP[@]}"} "${TIMED[@]}" || fail=1
+ROUNDS=${PLAN_ROUNDS:-1}
+if [ "$ROUNDS" -gt 1 ]; then  # more tables, alternating with the baseline's: each case's median over the rounds
+  el "plan alone, $ROUNDS rounds (this table and $((ROUNDS - 1)) more${BASE_DIR:+, each after one of the baseline}): per case the median over rounds"
+  for r in $(seq 2 "$ROUNDS"); do
+    [ -n "$BASE_DIR" ] && [ -f "$WORK/base.json" ] && { PYTHONPATH=$BASE_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \
+      python3 scripts/dev/triton_plan_time.py --device $DEV --no-ops --save "$WORK/base$r.json" "${TIMED[@]}" > /dev/null || fail=1; }
+    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" python3 scripts/dev/triton_plan_time.py --device $DEV \
+      --no-ops --save "$WORK/this$r.json" "${TIMED[@]}" > /dev/null || fail=1
+  done
+  BEFORE=(); [ -n "$BASE_DIR" ] && [ -f "$WORK/base.json" ] && BEFORE=(--before "$WORK"/base.json "$WORK"/base[0-9]*.json)
+  python3 scripts/dev/triton_plan_paired.py ${BEFORE[@]+"${BEFORE[@]}"} --after "$WORK"/this.json "$WORK"/this[0-9]*.json \
+    --cases "$OUTDIR/plan_cases.txt" || fail=1
+fi
 if [ "$DEV" = cuda ]; then
   el "the same with pinned staging (ATTNBENCH_TRITON_PINNED_STAGING=1; off by default until timed here)"
   ATTNBENCH_TRITON_PINNED_STAGING=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget)" \

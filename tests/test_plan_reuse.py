@@ -7,6 +7,7 @@ the same size; and an earlier plan's tables are not overwritten by later plans."
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import random
 from pathlib import Path
 
@@ -238,3 +239,39 @@ def test_the_mla_default_config_is_taken_per_shape(monkeypatch):
         assert p.cfg == fresh.cfg == cfg and p.mode == fresh.mode
         assert torch.equal(p.units, torch.from_numpy(units)) and torch.equal(p.units, fresh.units)
         assert p.num_merge == len(merge) and p.po.shape[0] == s
+
+
+
+def _plan_time_script():
+    spec = importlib.util.spec_from_file_location("triton_plan_time", ROOT / "scripts" / "dev" / "triton_plan_time.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_shipped_case_plans_the_reference_splits_on_4_and_132_sms(monkeypatch):
+    """Every shipped MHA case (batches without cache data, as triton_plan_time.py times them): the
+    plan's units and merge rows are build_units' at 4 and at 132 SMs. Larger row blocks (trees of
+    40 nodes at G=4: 64 rows) pick their splits for all the GPU's program slots, SMs x programs per
+    SM; plan round 4's fast path passed one SM's programs as the whole GPU's and under-split 41 of
+    these 111 cases at 132 SMs (gpu/tree-shapes: 20 units and 12 merge rows where the reference
+    plans 51 and 132), while every test here used batches whose split count the SM count does not
+    change."""
+    tpt = _plan_time_script()
+    shapes: dict = {}
+    checked = 0
+    for name, case in tpt.cases(tpt.SHIPPED, {"cpu-sweep"}):
+        if "mla" in name:
+            continue  # triton_mla's plan: test_a_reused_mla_plan_equals_a_fresh_one
+        b = tpt.light_batch(case.scenario.batch_spec(), case.scenario.seed, "cpu")
+        for sms in (4, 132):
+            monkeypatch.setattr(tp, "num_sms", lambda dev, s=sms: s)
+            p = TritonBackend().plan(b)
+            units, merge, _, _ = tp.build_units(b, p.cfg, sms, None,
+                                                tf.token_positions(b) if tf.needs_positions(b) else None)
+            assert torch.equal(p.units, units), (name, case.case_id, sms)
+            assert p.num_merge == len(merge), (name, case.case_id, sms)
+            shapes.setdefault(f"{name}/{case.case_id}", set()).add(tuple(p.units.shape))
+        checked += 1
+    assert checked >= 100
+    assert len(shapes["gpu-tree-shapes/page_size=16"]) == 2  # this batch's split pick depends on the SM count

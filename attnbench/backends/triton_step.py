@@ -69,7 +69,7 @@ class Shape:
     bidir: bool = False  # some prefill is bidirectional (``Features.bidir``)
     floor: Optional[np.ndarray] = None  # [nblk] decode-sized blocks: the split heuristic's partial-row floor
     floor_max: int = 0  # its largest value
-    slots: int = 0  # larger blocks: programs the GPU holds at once (``split_counts``)
+    slots: int = 0  # larger blocks: programs one SM holds at once (``ctas_per_sm``; the GPU holds SMs x this)
     tok_req: Optional[np.ndarray] = None  # [N] request of each token (positions)
     tok_off: Optional[np.ndarray] = None  # [N] position - ctx (static trees or none)
     wlo: Optional[np.ndarray] = None  # [nblk] window: min / max of tok_off over the block - window + 1
@@ -160,7 +160,7 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
     hkv = batch.num_kv_heads
     if sh.floor is None:  # split_counts' rule for larger blocks, its chosen chunk
         longest = int(tiles.max())
-        chunk = tp.large_chunk(tiles, longest, sh.slots, hkv)
+        chunk = tp.large_chunk(tiles, longest, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
     elif sh.nblk * hkv >= tp.decode_programs(cfg, sms):  # split_counts' first rule: no split
         return ctx, tiles, lo, win_lo, full_lo, None, False
     else:  # split_counts' decode rule, its floor kept per shape

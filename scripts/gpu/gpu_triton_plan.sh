@@ -93,10 +93,10 @@ for s in $SCEN; do
   t=$(left)
   if [ "$t" -lt 15 ]; then el "$s: not run, the budget is spent"; fail=1; continue; fi
   el "$s: attnbench run -b triton (at most ${t}s)"
-  timeout "$t" python3 -m attnbench run "$s" -b triton "${RUN_ARGS[@]}" --out "$WORK/$s" -q \
-    > "$WORK/$s.log" 2>&1
-  rc=$?; [ "$rc" = 0 ] || { el "$s: rc=$rc (1 a row failed, 124 cut by the budget)"; tail -n 5 "$WORK/$s.log"; fail=1; }
-  [ -f "$WORK/$s/results.csv" ] && python3 - "$WORK/$s/results.csv" <<'EOF'
+  d=$WORK/${s//\//-}  # gpu/tree-shapes: one folder, not a subfolder that does not exist
+  timeout "$t" python3 -m attnbench run "$s" -b triton "${RUN_ARGS[@]}" --out "$d" -q > "$d.log" 2>&1
+  rc=$?; [ "$rc" = 0 ] || { el "$s: rc=$rc (1 a row failed, 124 cut by the budget)"; tail -n 5 "$d.log"; fail=1; }
+  [ -f "$d/results.csv" ] && python3 - "$d/results.csv" <<'EOF'
 import sys
 import pandas as pd
 d = pd.read_csv(sys.argv[1])

@@ -231,7 +231,14 @@ def test_multi_gpu_sh_runs_one_job_per_gpu_across_calls(tmp_path):
     res = subprocess.run(["bash", sh, "wait", "1"], capture_output=True, text=True, env=dict(env, OUT=str(out1)),
                          timeout=60)
     assert "== GPU 1: running" in res.stdout and "jobs still running" in res.stdout, res.stdout
+    assert res.returncode == 0, res.stdout + res.stderr  # a state, not a failure
     assert sorted(p.name for p in out1.iterdir()) == ["g0.tgz", "g1.tgz"]
+    out1b = tmp_path / "out1b"  # a session's last call: the modules built so far, jobs still running
+    out1b.mkdir()
+    res = subprocess.run(["bash", sh, "wait", "1"], capture_output=True, text=True, timeout=60,
+                         env=dict(env, OUT=str(out1b), FI_CACHE_ANYWAY="1"))
+    assert res.returncode == 0 and "jobs still running" in res.stdout, res.stdout + res.stderr
+    assert any(p.name.startswith("fijit-") for p in out1b.iterdir()), sorted(out1b.iterdir())
     out2 = tmp_path / "out2"
     out2.mkdir()
     res = subprocess.run(["bash", sh, "wait", "60"], capture_output=True, text=True, env=dict(env, OUT=str(out2)),

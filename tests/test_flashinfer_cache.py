@@ -2,20 +2,16 @@
 where FlashInfer loads them without a build on the next (its AOT folder), on fake folders here."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import tarfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .scripts import load_script
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("flashinfer_cache", ROOT / "scripts/gpu/flashinfer_cache.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/gpu/flashinfer_cache.py")
 
 
 def _jit(tmp_path, sizes: dict[str, int]) -> Path:

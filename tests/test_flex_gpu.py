@@ -3,9 +3,6 @@ batches where the H100 gave wrong outputs with ``mask=blocks`` (trees then decod
 context, small trees beside a 300-token prefill; GQA, shuffled pages 16 and 256) and on the
 mixed batch of tests/test_variants_gpu.py with windows, sinks, ALiBi and soft-cap. The batches
 are scripts/gpu/flex_diag.py's. Run on the GPU machine: ``pytest -m gpu tests/test_flex_gpu.py``."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,13 +11,11 @@ from attnbench.backend import make_backend
 from attnbench.backends._flex_audit import kernel_block_sets, stride_problems
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
 
+from .scripts import load_script
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-_spec = importlib.util.spec_from_file_location(
-    "flex_diag", Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "flex_diag.py")
-diag = importlib.util.module_from_spec(_spec)
-sys.modules["flex_diag"] = diag
-_spec.loader.exec_module(diag)
+diag = load_script("scripts/gpu/flex_diag.py", register=True)
 
 
 @pytest.mark.parametrize("mask", ["blocks", "dense"])

@@ -1,20 +1,17 @@
 """scripts/gpu/gpu_library_routes.py exercised on the CPU at small shapes: every case of both groups
 loads, and a group runs to rows (Flex measured and checked against the reference, FlashInfer
 skipped with its reason here), so the one GPU run of the script is not spent on a typo."""
-import importlib.util
 import io
 import time
-from pathlib import Path
 
 import pytest
 
 from attnbench.measure.timing import TimingConfig
 from attnbench.workload.scenario import load_text
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("gpu_library_routes", ROOT / "scripts" / "gpu" / "gpu_library_routes.py")
-g = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(g)
+from .scripts import load_script
+
+g = load_script("scripts/gpu/gpu_library_routes.py")
 
 
 def test_the_order_names_every_case_once():

@@ -1,8 +1,6 @@
 """What the GPU validation runs, exercised on the CPU: every shipped scenario (attnbench/scenarios/gpu/
 included) loads, the GPU ones run through a real backend at small head counts with every row
 ok, and each check of scripts/gpu/gpu_checks.py runs to its verdicts (their thresholds are for a GPU)."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +9,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli.app import app
 from attnbench.workload.scenario import load
+
+from .scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "attnbench" / "scenarios").rglob("*.yaml"))
@@ -39,10 +39,7 @@ def test_gpu_scenarios_run_on_the_cpu_at_small_shapes(path, tmp_path):
 
 @pytest.mark.slow
 def test_gpu_checks_run_on_the_cpu(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_checks", ROOT / "scripts" / "gpu" / "gpu_checks.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_checks"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/gpu/gpu_checks.py", register=True)  # dataclasses look their module up there
     mod.FLUSH_REPEATS = 1
     small = [*SMALL, "timing.warmup_ms=0", "timing.measure_ms=1", "batch.0.context=64", "batch.0.count=2"]
     c = mod.Checks(tmp_path, device="cpu", overrides=small)

@@ -4,7 +4,6 @@ messages, the reference against a formula written out here, the counting, the CP
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,8 @@ from attnbench.workload.messages import ScenarioError
 from attnbench.workload.reference import compare, default_tolerance, reference_attention
 from attnbench.workload.scenario import load_text
 from attnbench.workload.trees import ancestor_mask, chain, from_choices, random_tree
+
+from .scripts import load_script
 
 TREE = tuple(from_choices([[0], [1], [0, 0], [0, 1], [1, 0]]))
 RANDOM_TREE = tuple(random_tree({"nodes": 11, "max_depth": 4, "max_children": 3, "seed": 2}))
@@ -230,12 +231,7 @@ def test_flashinfer_mla_takes_one_token_noncausal_prefills():
 # -- the independent check of saved tensors -------------------------------------------------
 @pytest.mark.slow
 def test_check_saved_follows_the_semantics_alone(tmp_path):
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
-    spec = importlib.util.spec_from_file_location("check_saved", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/gpu/check_saved.py")
     batch = mla_batch(MIXED, page=3)
     ref = reference_attention(batch)[0]
     wrong = ref.clone()
@@ -265,12 +261,7 @@ def test_fp8_latent_cache(kv_dtype, tmp_path):
 
     assert any(kv_dtype in w for w in triton_mla.mla_problems(batch))
     assert any(kv_dtype in w for w in flashinfer_mla.mla_reasons(batch, "fa2"))
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
-    mod_spec = importlib.util.spec_from_file_location("check_saved_fp8", path)
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
+    mod = load_script("scripts/gpu/check_saved.py", "check_saved_fp8")
     save_case_tensors(tmp_path, "c", batch, {"reference": ref.to(batch.dtype)})
     blob = torch.load(tmp_path / "c.pt", weights_only=True)
     assert torch.allclose(mod.mla_outputs(blob).float(), ref, atol=1e-4)

@@ -3,7 +3,6 @@
 of an existing scenario, and that the table reads the counters it names)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from .scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts/gpu/gpu_triton_ncu.sh"
 
 
 def _table():
-    spec = importlib.util.spec_from_file_location("ncu_table", ROOT / "scripts/gpu/ncu_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/gpu/ncu_table.py")
 
 
 def _default_cases() -> list[list[str]]:

@@ -7,7 +7,6 @@ the same size; and an earlier plan's tables are not overwritten by later plans."
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from attnbench.workload.scenario import load
 from attnbench.workload.trees import random_tree
 
 from .test_plan_metadata import plan_batch
+from .scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -241,14 +241,6 @@ def test_the_mla_default_config_is_taken_per_shape(monkeypatch):
         assert p.num_merge == len(merge) and p.po.shape[0] == s
 
 
-
-def _plan_time_script():
-    spec = importlib.util.spec_from_file_location("triton_plan_time", ROOT / "scripts" / "dev" / "triton_plan_time.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_every_shipped_case_plans_the_reference_splits_on_4_and_132_sms(monkeypatch):
     """Every shipped MHA case (batches without cache data, as triton_plan_time.py times them): the
     plan's units and merge rows are build_units' at 4 and at 132 SMs. Larger row blocks (trees of
@@ -257,7 +249,7 @@ def test_every_shipped_case_plans_the_reference_splits_on_4_and_132_sms(monkeypa
     these 111 cases at 132 SMs (gpu/tree-shapes: 20 units and 12 merge rows where the reference
     plans 51 and 132), while every test here used batches whose split count the SM count does not
     change."""
-    tpt = _plan_time_script()
+    tpt = load_script("scripts/dev/triton_plan_time.py")
     shapes: dict = {}
     checked = 0
     for name, case in tpt.cases(tpt.SHIPPED, {"cpu-sweep"}):

@@ -10,8 +10,6 @@ other options off; long decodes step 64-key unmasked tiles (``choose_config``).
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -22,14 +20,11 @@ from attnbench.workload.trees import from_choices
 from attnbench.backends import triton_plan as tp
 
 from .test_triton_backend import CHOICES, TritonBackend, need_interpreter, tree
-
-ROOT = Path(__file__).resolve().parent.parent
+from .scripts import load_script
 
 
 def _variants() -> dict:
-    spec = importlib.util.spec_from_file_location("triton_variants_h33", ROOT / "scripts/dev/triton_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/dev/triton_variants.py", "triton_variants_h33")
     round2 = ("triton-r1", "triton-s8r", "triton-s6")  # FP8 round 2's plan-level variants
     return {cls.name: cls for cls in mod.VARIANTS if cls.name.startswith("triton-f8") or cls.name in round2}
 

@@ -8,12 +8,12 @@ more than 64 heads (triton_mla.default_config; tests/test_triton_defaults.py).
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from .interpreted import import_interpreted
+from .scripts import load_script
 
 _kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
 
@@ -37,9 +37,7 @@ REQS = (
 
 
 def _variants() -> dict:
-    spec = importlib.util.spec_from_file_location("triton_variants_h33m", ROOT / "scripts/dev/triton_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/dev/triton_variants.py", "triton_variants_h33m")
     return {cls.name: cls for cls in mod.MLA_VARIANTS}
 
 

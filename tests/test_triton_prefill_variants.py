@@ -9,8 +9,6 @@ is the shipped backend's default since issue 33's defaults round (tests/test_tri
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -21,16 +19,14 @@ from attnbench.workload.trees import from_choices
 
 from .interpreted import import_interpreted
 from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, tree
+from .scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 (_pk,) = import_interpreted("attnbench.backends.triton_prefill_kernels")
 from attnbench.backends import triton_prefill  # noqa: E402
 
 
 def _variants() -> dict:
-    spec = importlib.util.spec_from_file_location("triton_variants_h33r", ROOT / "scripts/dev/triton_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/dev/triton_variants.py", "triton_variants_h33r")
     return {cls.name: cls for cls in mod.VARIANTS if cls.name.startswith("triton-pf")}
 
 

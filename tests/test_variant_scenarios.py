@@ -1,7 +1,6 @@
 """The variants in the scenario language: fields reach the BatchSpec, bad combinations are one
 message naming the field and the fix (exit 2), a run with every feature checks and saves what
 scripts/gpu/check_saved.py needs to recompute it from the file alone."""
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from typer.testing import CliRunner
 from attnbench.cli.app import app
 from attnbench.workload.messages import ScenarioError
 from attnbench.workload.scenario import load_text
+
+from .scripts import load_script
 
 runner = CliRunner()
 HEAD = "model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: bfloat16"
@@ -96,11 +97,7 @@ def test_a_softcap_beyond_the_model_dtype_runs_in_float32(tmp_path):
 
 
 def _check_saved():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "check_saved.py"
-    spec = importlib.util.spec_from_file_location("check_saved", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/gpu/check_saved.py")
 
 
 @pytest.mark.slow

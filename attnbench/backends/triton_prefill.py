@@ -9,8 +9,10 @@ decode-only batches and a tree beside a prefill included, runs the one-launch ke
 The plan (units, splits, the merge rows) is the shipped one: split row blocks are merged by
 ``triton_kernels.merge_kernel``.
 
-``ws`` (issue 33's prefill round 2: a warp-specialized kernel) was rejected on the GPU and removed:
-docs/triton_notes.md, "Prefill round 2".
+``ws`` (issue 33's prefill round 2: triton's automatic warp specialization) was rejected on the GPU
+and removed: docs/triton_notes.md, "Prefill round 2". ``gluon`` (round 3, off by default): the
+batches ``triton_prefill_gluon.fit`` takes run gluon_prefill_kernels.py's hand-specialized Hopper
+kernel instead; the others run this kernel with the remaining options.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch
 from . import triton_launch
 from . import triton_plan as tp
 
-OPTIONS = ("lean", "fold", "heavy")
+OPTIONS = ("lean", "fold", "heavy", "gluon")
 _KERNELS = "attnbench.backends.triton_prefill_kernels"
 
 
@@ -53,6 +55,12 @@ def run(p, opts: frozenset) -> torch.Tensor:
 
     from . import triton_kernels as tk
 
+    if "gluon" in opts:
+        from . import triton_prefill_gluon as gluon
+
+        if not gluon.fit(p):
+            gluon.run(p, "heavy" in opts)
+            return triton_launch.merge(p)
     pk = importlib.import_module(_KERNELS)
     b, cfg = p.batch, p.cfg
     pk.prefill_attention_kernel[(p.units.shape[0], b.num_kv_heads)](

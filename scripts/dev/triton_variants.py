@@ -151,6 +151,10 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-pf-lfh-nf128", prefill="lean,fold,heavy", block_nf=128, num_stages=2),  # half the iterations
     # issue 33's prefill round 2 (triton-pf-lfh-ws, a warp-specialized kernel): rejected on the GPU, removed
     # (docs/triton_notes.md, "Prefill round 2")
+    # round 3: gluon_prefill_kernels.py, specialized by hand (a TMA loader partition, two compute warpgroups of
+    # 64 rows with wgmma); 128 tokens of one q head a program (block_m = 128 x G 4), 128-key tiles at pages of
+    # 128 or 256 without splits (else 64); pages not a multiple of 64 (16): lean,fold,heavy's kernel instead
+    variant("triton-pf-gl", prefill="lean,fold,heavy,gluon", block_m=512, block_n=64),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

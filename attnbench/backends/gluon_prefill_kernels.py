@@ -1,0 +1,191 @@
+"""A warp-specialized prefill kernel written in Gluon for Hopper (issue 33, prefill round 3;
+docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path, off by default.
+
+Round 2 asked triton 3.6's automatic pass to specialize the prefill loop and it crashed (an
+out-of-range shared-memory address in compiler-generated code, compute-sanitizer). Here the
+partitions and their barriers are written out by hand:
+
+- a loader partition of one warp: Q's tile once, then each K/V tile by TMA into a ring of
+  ``STAGES`` shared-memory slots; it waits for a slot's ``empty`` barrier before refilling it and
+  the TMA transaction count completes the slot's ``ready`` barrier;
+- the default partition (``num_warps`` warps: BLOCK_M / 16, two warpgroups at 128 rows) waits
+  on ``ready``, runs S = Q K^T and O += P V as warpgroup MMAs (P from registers), the online
+  softmax between them, and signals ``empty`` when its MMAs on the slot are done.
+
+One program per (row block of BLOCK_M tokens of one query head, unit of the shipped plan); the
+keys of a tile lie in one page (``PAGE % BLOCK_N == 0``), so a tile is one TMA box of the cache
+viewed as 2-d rows: row = page * ROW_PAGE + kv_head * ROW_HEAD + slot, column kv_head * COL_HEAD
+(NHD: [pages x page, kv heads x d]; HND: [pages x kv heads x page, d]). Keys of the last tile
+past ``kv_hi`` are read and masked (their weight is 0; the cache there must hold finite values,
+as attnbench's caches do). Causal rows, the split's key range, partial outputs and LSEs follow
+the shipped kernel (triton_plan.py's unit table).
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from .triton_plan import UNIT_COLUMNS
+
+(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_SPLIT, U_PROW, U_Q0) = (
+    gl.constexpr(UNIT_COLUMNS.index(name)) for name in (
+        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "split", "prow", "q0"))
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, bt_row, q_start, q_col, kv_lo,
+            n_tiles, row_head, col, ROW_PAGE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr):
+    """The loader partition: Q once, then K and V of each tile into slot j % STAGES."""
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_start, q_col], q_bar, q_smem)
+    for j in range(n_tiles):
+        s = j % STAGES
+        # the slot's previous tile must be consumed (the first pass: parity 1 is already complete)
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+        start = kv_lo + j * BLOCK_N
+        page = gl.load(bt_row + start // PAGE)
+        row = page * ROW_PAGE + row_head + start % PAGE
+        mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [row, col], ready.index(s), k_smem.index(s))
+        tma.async_copy_global_to_shared(v_desc, [row, col], ready.index(s), v_smem.index(s))
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles, qk_scale,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              num_warps: gl.constexpr):
+    """The compute partition: the MMAs and the online softmax (base 2); returns (O unnormalized, m, l)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    # a row sees keys below lim: causal and the split's end (padding rows: every key in range)
+    lim = gl.where(rows < q_count, gl.minimum(ctx + q0 + rows + 1, kv_hi), kv_hi)
+    unmasked_end = gl.minimum(ctx + q0 + 1, kv_hi)  # tiles ending at or before it need no mask
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+    mbarrier.wait(q_bar, 0)
+    for j in range(n_tiles):
+        s = j % STAGES
+        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+        qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+        start = kv_lo + j * BLOCK_N
+        if start + BLOCK_N > unmasked_end:
+            keep = gl.expand_dims(cols, 0) < gl.expand_dims(lim - start, 1)
+            qk = gl.where(keep, qk, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
+        alpha = gl.exp2(m_i - m_sub)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        pa = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
+        mbarrier.arrive(empty.index(s), count=1)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _compute(q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
+             n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+             stride_pls, stride_plr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             STAGES: gl.constexpr, WARPS: gl.constexpr):
+    """The compute partition (WARPS warps): the key loop, then the rows' store."""
+    o, m_i, l_i = _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles,
+                            qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS)
+    _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
+           stride_por, stride_poh, stride_pls, stride_plr, BLOCK_M, HEAD_DIM, WARPS)
+
+
+@gluon.jit
+def _unit_row(UNITS, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """This program's row of the plan's unit table (HEAVY_FIRST: read from the end)."""
+    if HEAVY_FIRST:
+        unit = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        unit = gl.program_id(0)
+    return UNITS + unit * UNIT_COLS
+
+
+@gluon.jit
+def _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
+           stride_por, stride_poh, stride_pls, stride_plr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+           num_warps: gl.constexpr):
+    """The normalized output rows, or a split row block's partial output and natural-log LSE."""
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    o = o / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o.type.layout)), 1)
+    o = gl.convert_layout(o, out_layout)
+    offs_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_layout))
+    ok = gl.expand_dims(offs_m < q_count, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
+    if prow < 0:
+        tok = (q_start + offs_m).to(gl.int64)
+        ptr = Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0)
+        gl.store(ptr, o.to(Out.dtype.element_ty), mask=ok)
+    else:
+        prow_m = (prow + offs_m).to(gl.int64)
+        po_ptr = PO + split * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1) \
+            + gl.expand_dims(offs_d, 0)
+        gl.store(po_ptr, o.to(PO.dtype.element_ty), mask=ok)
+        rows = gl.arange(0, BLOCK_M, layout=l_i.type.layout)
+        lse = gl.where(l_i > 0.0, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        gl.store(PL + split * stride_pls + (prow + rows).to(gl.int64) * stride_plr + head, lse, mask=rows < q_count)
+
+
+@gluon.jit
+def prefill_gluon_kernel(
+    q_desc, k_desc, v_desc, Out, PO, PL, BT, UNITS,
+    stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, stride_bt,
+    qk_scale, ROW_HEAD, COL_HEAD,
+    G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+):
+    """Grid: (units, query heads); BLOCK_M tokens of one query head per program."""
+    head = gl.program_id(1)
+    kvh = head // G
+    meta = _unit_row(UNITS, UNIT_COLS, HEAVY_FIRST)
+    req = gl.load(meta + U_REQ)
+    q_start = gl.load(meta + U_QSTART)
+    q_count = gl.load(meta + U_QCOUNT)
+    ctx = gl.load(meta + U_CTX)
+    kv_lo = gl.load(meta + U_KVLO)
+    kv_hi = gl.load(meta + U_KVHI)
+    split = gl.load(meta + U_SPLIT)
+    prow = gl.load(meta + U_PROW)
+    q0 = gl.load(meta + U_Q0)
+    n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+
+    bt_row = BT + req.to(gl.int64) * stride_bt
+    # triton 3.6 builds the default partition outside the kernel's warp context, where a reduction
+    # does not verify: the loader is the default partition (num_warps 4), the math a worker of WARPS
+    gl.warp_specialize([
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, bt_row, q_start,
+                   head * HEAD_DIM, kv_lo, n_tiles, kvh * ROW_HEAD, kvh * COL_HEAD, ROW_PAGE, PAGE, BLOCK_N, STAGES)),
+        (_compute, (q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
+                    n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS)),
+    ], [WARPS], [COMPUTE_REGS])

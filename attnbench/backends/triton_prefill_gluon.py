@@ -1,0 +1,81 @@
+"""Launch of the Gluon prefill kernel (gluon_prefill_kernels.py; issue 33's prefill round 3,
+docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path, off by default.
+
+``fit`` says whether a plan's batch can take it: a Hopper GPU (sm_90: warpgroup MMAs and TMA),
+16-bit data, a head dim of 64 or 128, 64 or 128 tokens per unit of one query head (the plan's
+``block_q``: warpgroups of 64 rows), key tiles inside one page (pages of a multiple of 64 keys;
+128-key tiles where the page allows and no unit starts mid-tile: no split) and caches whose key rows one 2-d TMA view can address (the NHD and HND
+layouts attnbench builds, contiguous). Elsewhere (the CPU interpreter included: Gluon has none)
+the option falls back to the prefill kernel with the other options, so a run never refuses a
+batch for it; ``fit``'s reason is what the caller reports.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import triton_plan as tp
+
+COMPUTE_REGS = 232  # the compute warpgroups' registers (setmaxnreg); the loader's 4 warps keep the rest
+
+
+def _kv_view(t: torch.Tensor):
+    """(2-d rows view, ROW_PAGE, ROW_HEAD, COL_HEAD) of a [pages, page, kv heads, d] cache, or None."""
+    pages, page, heads, d = t.shape
+    s = t.stride()
+    if s == (page * heads * d, heads * d, d, 1):  # NHD: rows = page x slot, columns = head x d
+        return t.view(pages * page, heads * d), page, 0, d
+    if s == (heads * page * d, d, page * d, 1):  # HND: rows = (page x head) x slot
+        return torch.as_strided(t, (pages * heads * page, d), (d, 1)), heads * page, page, 0
+    return None
+
+
+def fit(p) -> str:
+    """'' when the Gluon kernel can run the plan's batch, else why not."""
+    b, cfg = p.batch, p.cfg
+    if b.q.device.type != "cuda" or torch.cuda.get_device_capability(b.q.device) != (9, 0):
+        return "the Gluon prefill kernel needs a Hopper GPU (sm_90)"
+    if b.dtype not in (torch.float16, torch.bfloat16) or b.head_dim not in (64, 128):
+        return "the Gluon prefill kernel takes 16-bit data and head dims 64 or 128"
+    if cfg.block_q not in (64, 128) or cfg.block_n != 64 or b.page_size % 64:
+        return f"the Gluon prefill kernel needs 64/128 tokens a unit and 64-key tiles in one page (block_q " \
+               f"{cfg.block_q}, block_n {cfg.block_n}, page {b.page_size})"
+    q = b.q
+    if q.stride(2) != 1 or q.stride(1) != b.head_dim or any(x.data_ptr() % 16 for x in (q, b.k_cache, b.v_cache)) \
+            or q.stride(0) * q.element_size() % 16:
+        return "the Gluon prefill kernel needs 16-byte aligned q rows of heads x d"
+    if _kv_view(b.k_cache) is None or _kv_view(b.v_cache) is None:
+        return "the Gluon prefill kernel needs contiguous NHD or HND caches"
+    return ""
+
+
+def block_n(p) -> int:
+    """The kernel's key tile: 128 where pages hold whole 128-key tiles and every unit starts at key 0
+    (no split: the plan's split starts are multiples of its 64-key tiles), else 64."""
+    return 128 if p.batch.page_size % 128 == 0 and p.num_merge == 0 else 64
+
+
+def run(p, heavy_first: bool) -> None:
+    """``prefill_gluon_kernel`` over the plan's units x query heads (split rows: partials for the merge)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from . import gluon_prefill_kernels as gk
+
+    b, cfg = p.batch, p.cfg
+    d, bm = b.head_dim, cfg.block_q
+    bn = block_n(p)
+    ty = gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16
+    q2 = b.q.view(b.q.shape[0], b.q.shape[1] * d)
+    qd = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [bm, d], gl.NVMMASharedLayout.get_default_for([bm, d], ty))
+    kv_layout = gl.NVMMASharedLayout.get_default_for([bn, d], ty)
+    (k2, row_page, row_head, col_head), (v2, *_) = _kv_view(b.k_cache), _kv_view(b.v_cache)
+    kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [bn, d], kv_layout) for t in (k2, v2))
+    out, po, pl = p.out, p.po, p.pl
+    gk.prefill_gluon_kernel[(p.units.shape[0], b.num_q_heads)](
+        qd, kd, vd, out, po, pl, b.block_table, p.units,
+        out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
+        b.block_table.stride(0), p.qk_scale, row_head, col_head,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_M=bm, BLOCK_N=bn,
+        STAGES=2, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, WARPS=bm // 16, COMPUTE_REGS=COMPUTE_REGS,
+        num_warps=4,
+    )

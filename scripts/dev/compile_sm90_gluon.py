@@ -1,0 +1,87 @@
+"""compile_sm90_prefill.py for the Gluon prefill kernel (attnbench/backends/gluon_prefill_kernels.py,
+the prefill path's ``gluon`` option): compile it for sm_90 without a GPU and print registers,
+spills, shared memory, the partitions' warps and the TMA / mbarrier / wgmma counts, e.g.
+
+  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon.py [BLOCK_M=128 BLOCK_N=128 STAGES=2 PAGE=256 num_warps=8]
+
+Run it with the device's triton (3.6): docs/triton_notes.md, "Prefill round 3".
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import types
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon import language as gl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compile_sm90 as base  # noqa: E402
+import compile_sm90_prefill as pf  # noqa: E402
+
+PTRS = {"Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32"}
+
+
+def load_kernel():
+    """gluon_prefill_kernels.py's kernel with a stub for its ``from .triton_plan import`` (triton alone)."""
+    pkg = types.ModuleType("sm90gl")
+    pkg.__path__ = [str(base.BACKENDS)]
+    stub = types.ModuleType("sm90gl.triton_plan")
+    stub.UNIT_COLUMNS = base.plan_constant("UNIT_COLUMNS")
+    sys.modules.update({"sm90gl": pkg, "sm90gl.triton_plan": stub})
+    spec = importlib.util.spec_from_file_location("sm90gl.gluon_prefill_kernels",
+                                                  base.BACKENDS / "gluon_prefill_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod.prefill_gluon_kernel
+
+
+def desc(shape: list[int]) -> str:
+    layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
+    return f"tensordesc<bf16[{', '.join(map(str, shape))}],{layout!r}>"
+
+
+def main(argv: list[str]) -> None:
+    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, WARPS=8,
+              COMPUTE_REGS=232, maxnreg=0,
+              UNIT_COLS=base.plan_constant("UNIT_COLS"))
+    for a in argv:
+        k, v = a.split("=")
+        kw[k] = int(v)
+    kw["ROW_PAGE"] = kw["PAGE"]  # NHD
+    fn = load_kernel()
+    d = kw["HEAD_DIM"]
+    descs = {"q_desc": desc([kw["BLOCK_M"], d]), "k_desc": desc([kw["BLOCK_N"], d]), "v_desc": desc([kw["BLOCK_N"], d])}
+    sig, consts = {}, {}
+    for name in fn.arg_names:
+        if name in descs:
+            sig[name] = descs[name]
+        elif name in PTRS:
+            sig[name] = PTRS[name]
+        elif name in kw:
+            sig[name], consts[name] = "constexpr", kw[name]
+        else:
+            sig[name] = "fp32" if name == "qk_scale" else "i32"
+    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **({"maxnreg": kw["maxnreg"]} if kw["maxnreg"] else {})})
+    regs, spills = base.resources(k.asm["cubin"])
+    ptx = k.asm["ptx"]
+    print({s: kw[s] for s in ("BLOCK_M", "BLOCK_N", "STAGES", "PAGE", "WARPS", "COMPUTE_REGS", "maxnreg")}, "regs", regs,
+          "spill bytes", spills, "smem", k.metadata.shared, "warps launched", k.metadata.num_warps,
+          "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "TMA loads", ptx.count("cp.async.bulk.tensor"),
+          "mbarrier", ptx.count("mbarrier."), "setmaxnreg", ptx.count("setmaxnreg"))
+    for row in pf.loops(k.asm["cubin"]):
+        print("  " + row)
+    if os.environ.get("DUMP"):
+        for ext in ("ttgir", "ptx"):
+            with open(f"{os.environ['DUMP']}.{ext}", "w") as f:
+                f.write(k.asm[ext])
+
+
+if __name__ == "__main__":
+    main([a for a in sys.argv[1:] if "=" in a])

@@ -1,0 +1,55 @@
+"""The Gluon prefill kernel (issue 33, prefill round 3; attnbench/backends/gluon_prefill_kernels.py) on
+a Hopper GPU against the reference: odd prefill lengths beside a chunked prefill and a decode,
+pages of 64/128/256 keys, NHD and HND caches, head dims 64 and 128, GQA groups 1/4/8, with and
+without forced splits (partials and the merge). Each case asserts the Gluon kernel launched."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.backends import triton_prefill_gluon as gluon
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+from attnbench.backends.triton_paged import TritonBackend
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+REQS = (Request("prefill", 300, 0), Request("prefill", 77, 200), Request("decode", 1, 150), Request("prefill", 129, 0))
+CASES = [  # page, order, dtype, head dim, q heads, kv heads, splits, rows (block_m: tokens a unit x G)
+    (256, "NHD", "bfloat16", 128, 8, 2, None, 512),  # scripts/dev/triton_variants.py's triton-pf-gl
+    (256, "NHD", "bfloat16", 128, 8, 2, 3, 512),
+    (128, "HND", "float16", 64, 16, 2, None, 512),  # G 8: 64 tokens a unit (one compute warpgroup)
+    (64, "NHD", "bfloat16", 128, 4, 4, None, 128),  # G 1, 64-key tiles
+    (128, "NHD", "float16", 128, 8, 1, 2, 512),
+]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    seen = []
+    real = gluon.run
+
+    def counting(p, heavy_first):
+        seen.append(gluon.block_n(p))
+        return real(p, heavy_first)
+
+    monkeypatch.setattr(gluon, "run", counting)
+    return seen
+
+
+@pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
+def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, launches):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
+    be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
+    spec = BatchSpec(REQS, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
+    batch = materialize(spec, seed=page + d + hq, device="cuda")
+    plan = be.plan(batch)
+    assert gluon.fit(plan) == "", gluon.fit(plan)
+    plan.out.fill_(float("nan"))  # every element must be written
+    out = be.run(plan)
+    torch.cuda.synchronize()
+    rel = compare(out, reference_attention(batch)[0])[0]
+    assert launches and rel < 1e-2, (launches, rel)
+    assert (plan.num_merge > 0) == (splits is not None)

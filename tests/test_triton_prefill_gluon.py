@@ -1,0 +1,41 @@
+"""The Gluon prefill option's host side on the CPU (issue 33, prefill round 3): which batches it
+takes, the 2-d TMA views of the caches (every key row of a page where the kernel's row formula
+puts it), and that the option falls back to the prefill kernel where it cannot run (the CPU:
+Gluon has no interpreter), with the reference's outputs. The kernel itself runs on a GPU:
+tests/test_gluon_prefill_gpu.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.backends import triton_prefill_gluon as gluon
+from attnbench.workload.batch import BatchSpec, Request, materialize
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_kv_view_rows_follow_the_kernels_row_formula(order):
+    spec = BatchSpec((Request("prefill", 40, 300),), 8, 2, 64, dtype="float16", page_size=128, kv_order=order,
+                     layout="shuffled")
+    b = materialize(spec, 3)
+    for cache in (b.k_cache, b.v_cache):
+        view, row_page, row_head, col_head = gluon._kv_view(cache)
+        pages, page, heads, d = cache.shape
+        for pg in (0, pages - 1):
+            for h in range(heads):
+                for slot in (0, 37, page - 1):
+                    row = pg * row_page + h * row_head + slot
+                    assert torch.equal(view[row, h * col_head:h * col_head + d], cache[pg, slot, h]), (order, pg, h)
+
+
+def test_kv_view_refuses_a_strided_cache():
+    b = materialize(BatchSpec((Request("prefill", 9, 0),), 4, 2, 64, dtype="float16", page_size=64), 1)
+    assert gluon._kv_view(b.k_cache[:, :32]) is None
+
+
+def test_fit_names_what_is_missing_on_the_cpu():
+    b = materialize(BatchSpec((Request("prefill", 9, 0),), 4, 2, 64, dtype="float16", page_size=64), 1)
+
+    class P:
+        batch, cfg = b, None
+
+    assert "Hopper" in gluon.fit(P())

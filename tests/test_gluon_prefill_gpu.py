@@ -38,10 +38,13 @@ def launches(monkeypatch):
     return seen
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
-def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, launches):
+def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, overlap, launches,
+                                             monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
+    monkeypatch.setattr(gluon, "OVERLAP", overlap)  # the in-warpgroup overlap (triton-pf-gl-ov)
     be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
     spec = BatchSpec(REQS, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")

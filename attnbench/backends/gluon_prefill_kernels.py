@@ -55,7 +55,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles, qk_scale,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              num_warps: gl.constexpr):
+              num_warps: gl.constexpr, OVERLAP: gl.constexpr):
     """The compute partition: the MMAs and the online softmax (base 2); returns (O unnormalized, m, l)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -72,11 +72,23 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
     mbarrier.wait(q_bar, 0)
+    if OVERLAP:  # S of the first tile before the loop; each iteration issues the next tile's S first
+        mbarrier.wait(ready.index(0), 0)
+        qk = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     for j in range(n_tiles):
         s = j % STAGES
-        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
-        qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+        if OVERLAP:
+            # the next tile's S runs on the tensor cores while this one's softmax runs (the last
+            # iteration recomputes its own tile's S: its slot is still held, nothing waits)
+            nt = gl.minimum(j + 1, n_tiles - 1)
+            mbarrier.wait(ready.index(nt % STAGES), (nt // STAGES) & 1)
+            qk_next = warpgroup_mma(q_smem, k_smem.index(nt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                    is_async=True)
+        else:
+            mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+            qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
         start = kv_lo + j * BLOCK_N
         if start + BLOCK_N > unmasked_end:
             keep = gl.expand_dims(cols, 0) < gl.expand_dims(lim - start, 1)
@@ -89,7 +101,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         pa = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        if OVERLAP:
+            acc, qk = warpgroup_mma_wait(num_outstanding=0, deps=(acc, qk_next))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
         mbarrier.arrive(empty.index(s), count=1)
         m_i = m_new
@@ -100,10 +115,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
 def _compute(q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
              n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
              stride_pls, stride_plr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             STAGES: gl.constexpr, WARPS: gl.constexpr):
+             STAGES: gl.constexpr, WARPS: gl.constexpr, OVERLAP: gl.constexpr):
     """The compute partition (WARPS warps): the key loop, then the rows' store."""
     o, m_i, l_i = _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles,
-                            qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS)
+                            qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, OVERLAP)
     _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
            stride_por, stride_poh, stride_pls, stride_plr, BLOCK_M, HEAD_DIM, WARPS)
 
@@ -151,7 +166,7 @@ def prefill_gluon_kernel(
     qk_scale, ROW_HEAD, COL_HEAD,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr, OVERLAP: gl.constexpr,
 ):
     """Grid: (units, query heads); BLOCK_M tokens of one query head per program."""
     head = gl.program_id(1)
@@ -187,5 +202,5 @@ def prefill_gluon_kernel(
                    head * HEAD_DIM, kv_lo, n_tiles, kvh * ROW_HEAD, kvh * COL_HEAD, ROW_PAGE, PAGE, BLOCK_N, STAGES)),
         (_compute, (q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
                     n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS)),
+                    stride_pls, stride_plr, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, OVERLAP)),
     ], [WARPS], [COMPUTE_REGS])

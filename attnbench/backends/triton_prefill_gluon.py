@@ -15,7 +15,14 @@ import torch
 
 from . import triton_plan as tp
 
-COMPUTE_REGS = 232  # the compute warpgroups' registers (setmaxnreg); the loader's 4 warps keep the rest
+# the compute warpgroups' registers (setmaxnreg; the loader's 4 warps keep the rest): 200 ran 2-4% faster than 232
+# on an H200 (docs/triton_notes.md, prefill round 3)
+COMPUTE_REGS = 200
+STAGES = 2  # K/V slots in shared memory (128-key tiles: 2 x 64 KB beside Q's 32 KB)
+TILE_KEYS = 128  # the key tile where block_n allows it (else 64)
+# issue the next tile's S = Q K^T before this tile's softmax (FlashAttention-3's in-warpgroup overlap): measured
+# 13-19% slower as written (two score tiles live: spills), so off
+OVERLAP = False
 
 
 def _kv_view(t: torch.Tensor):
@@ -51,7 +58,7 @@ def fit(p) -> str:
 def block_n(p) -> int:
     """The kernel's key tile: 128 where pages hold whole 128-key tiles and every unit starts at key 0
     (no split: the plan's split starts are multiples of its 64-key tiles), else 64."""
-    return 128 if p.batch.page_size % 128 == 0 and p.num_merge == 0 else 64
+    return TILE_KEYS if p.batch.page_size % TILE_KEYS == 0 and p.num_merge == 0 else 64
 
 
 def run(p, heavy_first: bool) -> None:
@@ -76,6 +83,6 @@ def run(p, heavy_first: bool) -> None:
         out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
         b.block_table.stride(0), p.qk_scale, row_head, col_head,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_M=bm, BLOCK_N=bn,
-        STAGES=2, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, WARPS=bm // 16, COMPUTE_REGS=COMPUTE_REGS,
-        num_warps=4,
+        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, WARPS=bm // 16, COMPUTE_REGS=COMPUTE_REGS,
+        OVERLAP=OVERLAP, num_warps=4,
     )

@@ -34,6 +34,27 @@ def variant(name: str, waves: int | None = None, **kw):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "plan": plan})
 
 
+def gluon_variant(name: str, **consts):
+    """``triton-pf-gl`` with triton_prefill_gluon's module constants (TILE_KEYS, STAGES,
+    COMPUTE_REGS) set to ``consts`` while it runs."""
+    from attnbench.backends import triton_prefill_gluon as gluon
+
+    def __init__(self):
+        TritonBackend.__init__(self, prefill="lean,fold,heavy,gluon", block_m=512)
+
+    def run(self, p):
+        old = {k: getattr(gluon, k) for k in consts}
+        for k, v in consts.items():
+            setattr(gluon, k, v)
+        try:
+            return TritonBackend.run(self, p)
+        finally:
+            for k, v in old.items():
+                setattr(gluon, k, v)
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
+
+
 def mla_variant(name: str, **mla):
     """The shipped backend with its MLA batches planned by ``mla`` (triton_mla.choose_config's
     overrides: block_m, block_n, num_warps, num_stages, value_chunks, tail_stages, waves,
@@ -155,6 +176,12 @@ VARIANTS = MLA_VARIANTS + [
     # 64 rows with wgmma); 128 tokens of one q head a program (block_m = 128 x G 4), 128-key tiles at pages of
     # 128 or 256 without splits (else 64); pages not a multiple of 64 (16): lean,fold,heavy's kernel instead
     variant("triton-pf-gl", prefill="lean,fold,heavy,gluon", block_m=512, block_n=64),
+    gluon_variant("triton-pf-gl-n64", TILE_KEYS=64),  # 64-key tiles, 2 slots
+    gluon_variant("triton-pf-gl-n64s3", TILE_KEYS=64, STAGES=3),
+    gluon_variant("triton-pf-gl-n64s4", TILE_KEYS=64, STAGES=4),
+    gluon_variant("triton-pf-gl-r232", COMPUTE_REGS=232),  # the round's first build (200 since: 2-4% faster)
+    gluon_variant("triton-pf-gl-ov", OVERLAP=True),  # the next tile's S issued before this tile's softmax
+    gluon_variant("triton-pf-gl-ov-r232", OVERLAP=True, COMPUTE_REGS=232),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

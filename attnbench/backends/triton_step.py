@@ -73,8 +73,7 @@ class Shape:
     slots: int = 0  # larger blocks: programs one SM holds at once (``ctas_per_sm``; the GPU holds SMs x this)
     tok_req: Optional[np.ndarray] = None  # [N] request of each token (positions)
     tok_off: Optional[np.ndarray] = None  # [N] position - ctx (static trees or none)
-    wlo: Optional[np.ndarray] = None  # [nblk] window: min / max of tok_off over the block - window + 1
-    whi: Optional[np.ndarray] = None
+    wlo: Optional[np.ndarray] = None  # [2, nblk] window: min / max of tok_off over the block - window + 1
     layouts: dict = field(default_factory=dict)  # nsplit bytes -> Layout
 
 
@@ -130,8 +129,7 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
         if not t.dynamic:
             sh.tok_off = tf.token_positions(batch) - h.context_lens[sh.tok_req]
             window = tf.window_of(batch)
-            sh.wlo = np.minimum.reduceat(sh.tok_off, qs) - window + 1
-            sh.whi = np.maximum.reduceat(sh.tok_off, qs) - window + 1
+            sh.wlo = np.stack([np.minimum.reduceat(sh.tok_off, qs), np.maximum.reduceat(sh.tok_off, qs)]) - window + 1
     return sh
 
 
@@ -153,7 +151,9 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         if sh.wlo is None:  # dynamic trees with a window: positions rebuilt in full
             win_lo, full_lo = tf.window_bounds(tf.token_positions(batch), sh.qs, window)
         else:
-            win_lo, full_lo = np.maximum(ctx + sh.wlo, 0), np.maximum(ctx + sh.whi, 0)
+            bounds = np.add(ctx, sh.wlo)  # both bounds in one add and one clamp
+            np.maximum(bounds, 0, out=bounds)
+            win_lo, full_lo = bounds
         lo = win_lo - win_lo % bn
         tiles = (ctx + sh.end_pad - lo) // bn
     if splits is not None:

@@ -163,14 +163,14 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         count = np.bincount(tiles)  # row blocks per tile count: the last is the longest's
         longest = len(count) - 1
         chunk = large_chunk(tiles, count, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
-    elif sh.nblk * hkv >= tp.decode_programs(cfg, sms):  # split_counts' first rule: no split
+    elif sh.nblk * hkv >= (programs := tp.decode_programs(cfg, sms)):  # split_counts' first rule: no split
         return ctx, tiles, lo, win_lo, full_lo, None, False
-    else:  # split_counts' decode rule, its floor kept per shape
-        chunk = max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // tp.decode_programs(cfg, sms)))
+    else:  # split_counts' decode rule, its floor kept per shape (ufunc reduces: no Python wrapper)
+        chunk = max(tp.MIN_CHUNK_TILES, -(-int(np.add.reduce(tiles)) * hkv // programs))
         if sh.floor_max > chunk:  # some block's floor is the larger: per block, capped as the rule is
             c = np.maximum(sh.floor, chunk)
             return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (c - 1)) // c, tp.MAX_SPLITS), False
-        longest = int(tiles.max())
+        longest = int(np.maximum.reduce(tiles))
         if -(-longest // chunk) > tp.MAX_SPLITS:
             return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (chunk - 1)) // chunk, tp.MAX_SPLITS), False
     if chunk >= longest:  # every block one split (tiles >= 1: a block has a key)

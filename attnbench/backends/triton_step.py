@@ -26,7 +26,8 @@ Layout of the buffer (int32 elements, each table 16-byte aligned): tree words ``
 int64, the fused merge's counters ``[row blocks, Hkv]`` (zeros), positions ``[N]`` (with a
 window or ALiBi), merge rows ``[R, 2]`` (at least one row), units ``[U, UNIT_COLS]``. The
 first two have the shape's sizes: a cached image of them (static words, zeros) is copied
-in with one call.
+in with one call; the last two, merge rows and the units' constant columns, are one more cached
+image per split pattern (``tail``), copied with one call too.
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class Shape:
     end_pad: np.ndarray  # [nblk] end_off + block_nf - 1 (tiles = (ctx + end_pad - lo) // block_nf)
     rows: np.ndarray  # [nblk] G * qc
     base: np.ndarray  # [nblk, UNIT_COLS] int32: the unsplit units' constant columns (key-side ones 0)
+    tail: np.ndarray  # int32: the buffer's end without a split: a zero merge row, padding, ``base`` (``tail``)
     one_req: bool  # one row block per request, in request order: ctx needs no gather
     image: np.ndarray  # int32: the words and zeroed counters (the buffer's constant prefix)
     sem_at: int  # where the counters start (the words start at 0)
@@ -116,8 +118,8 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
     image = np.zeros(pos_at, np.int32)
     image[: words.size] = words.image
     g = batch.num_q_heads // hkv
-    sh = Shape(nblk, req, qc, qs, end_off, fe_off, end_off + (bn - 1), g * qc, base, bool((nb == 1).all()),
-               image, sem_at, pos_at, n, words)
+    sh = Shape(nblk, req, qc, qs, end_off, fe_off, end_off + (bn - 1), g * qc, base, tail(np.zeros((0, 2)), base),
+               bool((nb == 1).all()), image, sem_at, pos_at, n, words)
     sh.window, sh.bidir = tf.window_of(batch), not h.causal.all()
     if cfg.block_m <= 32:
         sh.floor = -(-tp.PARTIAL_KEYS_PER_ROW * sh.rows // bn)
@@ -220,8 +222,9 @@ class Layout:
 
     k: np.ndarray  # [U] row block of each unit
     sp: np.ndarray  # [U] its split
-    units: np.ndarray  # [U, UNIT_COLS] int32, the key-side columns left 0
-    merge: np.ndarray  # [R, 2] int32
+    r: int  # merge rows
+    tail: np.ndarray  # int32: the buffer's end: the [R, 2] merge rows, padding, the [U, UNIT_COLS] units
+    # with their key-side columns left 0 (``tail``)
     smax: int
     end_k: np.ndarray  # [U] end_off of each unit's row block (kv_end = ctx + end_k)
     fe_k: np.ndarray  # [U] its fe_off (full_end = ctx + fe_k)
@@ -242,7 +245,17 @@ def make_layout(sh: Shape, nsplit: np.ndarray) -> Layout:
         k, sp = k[order], sp[order]
     units = blocks[k]
     units[:, C["split"]] = sp
-    return Layout(k, sp, units, merge, int(nsplit.max()), sh.end_off[k], sh.fe_off[k])
+    return Layout(k, sp, len(merge), tail(merge, units), int(nsplit.max()), sh.end_off[k], sh.fe_off[k])
+
+
+def tail(merge: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """The end of a step's buffer as one int32 image, written by one copy: the merge rows (one
+    zero row when there are none), padded to 16 bytes, then the units' constant columns."""
+    at = al(2 * max(len(merge), 1))
+    out = np.zeros(at + units.size, np.int32)
+    out[: merge.size] = merge.reshape(-1)
+    out[at:] = units.reshape(-1)
+    return out
 
 
 def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], staging: Staging,
@@ -261,12 +274,14 @@ def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], stag
                 if len(sh.layouts) >= SHAPES:
                     sh.layouts.clear()
                 lay = sh.layouts[key] = make_layout(sh, nsplit)
-    r = len(lay.merge) if lay else 0
+    r = lay.r if lay else 0
     nu = len(lay.k) if lay else sh.nblk
     merge_at = sh.pos_at + (al(sh.n) if positions else 0)
     units_at = merge_at + al(2 * max(r, 1))
-    buf = staging.host(units_at + nu * tp.UNIT_COLS, batch.device)
+    end = lay.tail if lay else sh.tail
+    buf = staging.host(merge_at + len(end), batch.device)
     buf[: sh.pos_at] = sh.image
+    buf[merge_at:] = end  # merge rows and units' constant columns, one copy
     if sh.words.dynamic:
         sh.words.write(buf, batch)
     if positions:
@@ -277,15 +292,11 @@ def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], stag
             np.add(batch.host.context_lens[sh.tok_req], sh.tok_off, out=pos, casting="unsafe")
     units = buf[units_at:].reshape(nu, tp.UNIT_COLS)
     if lay is None:  # one unit per row block (column writes: numpy's fastest here, broadcasts over rows are not)
-        buf[merge_at: merge_at + 2] = 0
-        units[:] = sh.base
         units[:, C["ctx"]], units[:, C["kv_hi"]], units[:, C["full_end"]] = ctx, ctx + sh.end_off, ctx + sh.fe_off
         window_cols(units, lo, full_lo, win_lo)
         return buf, merge_at, units_at, 0, 1
-    buf[merge_at: merge_at + 2 * r] = lay.merge.reshape(-1)
     k = lay.k
     ck = ctx[k]
-    units[:] = lay.units
     units[:, C["ctx"]], units[:, C["full_end"]] = ck, ck + lay.fe_k
     step = (per * cfg.block_nf)[k]
     start = lay.sp * step

@@ -180,7 +180,7 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
     return ctx, tiles, lo, win_lo, full_lo, (tiles + (chunk - 1)) // chunk, True
 
 
-DENSE_CELLS = 1 << 15  # candidates x (longest + 1) up to which ``large_chunk`` takes one product
+DENSE_CELLS = 40_000  # candidates x (longest + 1) up to which ``large_chunk`` takes one product (64 x 514: 32k keys in 64-key tiles)
 
 
 def large_chunk(t: np.ndarray, count: np.ndarray, slots: int, hkv: int) -> int:
@@ -203,7 +203,7 @@ def large_chunk(t: np.ndarray, count: np.ndarray, slots: int, hkv: int) -> int:
     return int(chunk[score.argmin()])
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def _work_table(longest: int, slots: int, hkv: int) -> np.ndarray:
     """``[candidates, longest + 1]`` float64 (read-only): the work ``tp.large_chunk`` counts for one
     row block of u key tiles under each candidate chunk c: hkv (u + PROGRAM_TILES ceil(u / c))."""

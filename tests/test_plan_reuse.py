@@ -219,6 +219,21 @@ def test_split_counts_past_the_bincount_range_equal_the_candidate_loop():
         assert np.array_equal(tp.split_counts(tiles, rows, cfg, 128, sms, 8), old.split_counts_loop(tiles, rows, cfg, 128, sms, 8))
 
 
+def test_the_step_split_pick_is_the_reference_pick():
+    """triton_step.large_chunk (one product with a per-(longest, slots, hkv) work table, or the
+    reference past DENSE_CELLS) picks triton_plan.large_chunk's chunk: ragged and equal tile
+    counts, 1 to 3000 tiles, 4 to 1056 program slots, 1 to 8 KV heads."""
+    from attnbench.backends import triton_step as ts
+
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        t = rng.integers(1, int(rng.choice([2, 5, 17, 66, 130, 260, 600, 3000])) + 1, int(rng.integers(1, 200)))
+        if rng.random() < 0.3:
+            t[:] = t.max()
+        slots, hkv = int(rng.choice([4, 8, 132, 264, 396, 1056])), int(rng.choice([1, 2, 4, 8]))
+        assert ts.large_chunk(t, np.bincount(t), slots, hkv) == tp.large_chunk(t, int(t.max()), slots, hkv)
+
+
 def test_the_mla_default_config_is_taken_per_shape(monkeypatch):
     """The backend's MLA overrides (``default_config``: 128 heads, decodes and trees) are part of
     the cached shape: one backend planning a 128-head decode batch, then with a tree (waves 2),

@@ -306,7 +306,7 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, pe
 def large_chunk(t: np.ndarray, longest: int, slots: int, hkv: int) -> int:
     """``split_counts``' pick for larger row blocks: the key tiles per split of the lowest-scoring
     candidate (``t`` int64 tiles per row block, ``longest`` their max; ties to fewer splits)."""
-    chunk, col, span, whole, cost = _candidates(longest, slots)
+    chunk, col, span, whole, cost = candidates(longest, slots)
     if len(chunk) == 1:
         return int(chunk[0])
     if longest <= 1 << 16:  # few distinct tile counts, each with its count (bincount: 1/3 of unique's time)
@@ -323,7 +323,7 @@ def large_chunk(t: np.ndarray, longest: int, slots: int, hkv: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(longest: int, slots: int) -> tuple:
+def candidates(longest: int, slots: int) -> tuple:
     """``(chunk, chunk as a column, span, slots x span, split cost)`` of
     the candidate split counts of a row block of ``longest`` tiles on ``slots`` program slots
     (read-only; a function of those two numbers, kept across plans)."""

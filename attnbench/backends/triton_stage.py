@@ -49,21 +49,26 @@ class Words:
         self.tok = tok
 
     def write(self, buf: np.ndarray, batch) -> None:
-        """A dynamic step's words into ``buf`` (which holds the zero image)."""
+        """A dynamic step's words into ``buf`` (which holds the zero image). The parents' rows are
+        ``max(base + parent, base)`` (a root's -1 is its own row), and the last doubling step ORs
+        straight into the buffer when the tree tokens are one run (no copy of the result)."""
         t = batch.trees
-        up = self.base + np.maximum(t.parents_host, 0).reshape(-1)  # int64 (intp): take's own index type
+        up = np.add(self.base, t.parents_host.reshape(-1))  # int64 (intp): take's own index type
+        np.maximum(up, self.base, out=up)
         if self.real is not None:
             up = up[self.real]  # the real nodes' parents, as compact rows
-        acc = self.acc0.copy()
-        steps = t.max_depth.bit_length()  # 2^steps > the deepest depth
-        for i in range(steps):
-            acc |= acc.take(up, axis=0)
-            if i + 1 < steps:
-                up = up.take(up)
-        words = buf[: self.size].view(np.int64)
+        words = buf[: self.size].view(np.uint64)
         if self.w > 1:
             words = words.reshape(self.nw, self.w)
-        words[self.span if self.span is not None else self.tok] = acc.view(np.int64)
+        acc, steps = self.acc0, t.max_depth.bit_length()  # 2^steps > the deepest depth
+        for i in range(1, steps + 1):
+            if i == steps and self.span is not None:
+                np.bitwise_or(acc, acc.take(up, axis=0, mode="clip"), out=words[self.span])
+                return
+            acc = acc | acc.take(up, axis=0, mode="clip")  # (every row index is in range: clip skips the check)
+            if i < steps:
+                up = up.take(up, mode="clip")
+        words[self.span if self.span is not None else self.tok] = acc
 
 
 class Staging:

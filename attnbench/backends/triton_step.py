@@ -26,10 +26,12 @@ Layout of the buffer (int32 elements, each table 16-byte aligned): tree words ``
 int64, the fused merge's counters ``[row blocks, Hkv]`` (zeros), positions ``[N]`` (with a
 window or ALiBi), merge rows ``[R, 2]`` (at least one row), units ``[U, UNIT_COLS]``. The
 first two have the shape's sizes: a cached image of them (static words, zeros) is copied
-in with one call.
+in with one call; the last two, merge rows and the units' constant columns, are one more cached
+image per split pattern (``tail``), copied with one call too.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -59,6 +61,7 @@ class Shape:
     end_pad: np.ndarray  # [nblk] end_off + block_nf - 1 (tiles = (ctx + end_pad - lo) // block_nf)
     rows: np.ndarray  # [nblk] G * qc
     base: np.ndarray  # [nblk, UNIT_COLS] int32: the unsplit units' constant columns (key-side ones 0)
+    tail: np.ndarray  # int32: the buffer's end without a split: a zero merge row, padding, ``base`` (``tail``)
     one_req: bool  # one row block per request, in request order: ctx needs no gather
     image: np.ndarray  # int32: the words and zeroed counters (the buffer's constant prefix)
     sem_at: int  # where the counters start (the words start at 0)
@@ -72,8 +75,7 @@ class Shape:
     slots: int = 0  # larger blocks: programs one SM holds at once (``ctas_per_sm``; the GPU holds SMs x this)
     tok_req: Optional[np.ndarray] = None  # [N] request of each token (positions)
     tok_off: Optional[np.ndarray] = None  # [N] position - ctx (static trees or none)
-    wlo: Optional[np.ndarray] = None  # [nblk] window: min / max of tok_off over the block - window + 1
-    whi: Optional[np.ndarray] = None
+    wlo: Optional[np.ndarray] = None  # [2, nblk] window: min / max of tok_off over the block - window + 1
     layouts: dict = field(default_factory=dict)  # nsplit bytes -> Layout
 
 
@@ -116,8 +118,8 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
     image = np.zeros(pos_at, np.int32)
     image[: words.size] = words.image
     g = batch.num_q_heads // hkv
-    sh = Shape(nblk, req, qc, qs, end_off, fe_off, end_off + (bn - 1), g * qc, base, bool((nb == 1).all()),
-               image, sem_at, pos_at, n, words)
+    sh = Shape(nblk, req, qc, qs, end_off, fe_off, end_off + (bn - 1), g * qc, base, tail(np.zeros((0, 2)), base),
+               bool((nb == 1).all()), image, sem_at, pos_at, n, words)
     sh.window, sh.bidir = tf.window_of(batch), not h.causal.all()
     if cfg.block_m <= 32:
         sh.floor = -(-tp.PARTIAL_KEYS_PER_ROW * sh.rows // bn)
@@ -129,8 +131,7 @@ def make_shape(batch, cfg: tp.Config, positions: bool) -> Shape:
         if not t.dynamic:
             sh.tok_off = tf.token_positions(batch) - h.context_lens[sh.tok_req]
             window = tf.window_of(batch)
-            sh.wlo = np.minimum.reduceat(sh.tok_off, qs) - window + 1
-            sh.whi = np.maximum.reduceat(sh.tok_off, qs) - window + 1
+            sh.wlo = np.stack([np.minimum.reduceat(sh.tok_off, qs), np.maximum.reduceat(sh.tok_off, qs)]) - window + 1
     return sh
 
 
@@ -152,28 +153,65 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         if sh.wlo is None:  # dynamic trees with a window: positions rebuilt in full
             win_lo, full_lo = tf.window_bounds(tf.token_positions(batch), sh.qs, window)
         else:
-            win_lo, full_lo = np.maximum(ctx + sh.wlo, 0), np.maximum(ctx + sh.whi, 0)
+            bounds = np.add(ctx, sh.wlo)  # both bounds in one add and one clamp
+            np.maximum(bounds, 0, out=bounds)
+            win_lo, full_lo = bounds
         lo = win_lo - win_lo % bn
         tiles = (ctx + sh.end_pad - lo) // bn
     if splits is not None:
         return ctx, tiles, lo, win_lo, full_lo, np.maximum(1, np.minimum(splits, tiles)), False
     hkv = batch.num_kv_heads
     if sh.floor is None:  # split_counts' rule for larger blocks, its chosen chunk
-        longest = int(tiles.max())
-        chunk = tp.large_chunk(tiles, longest, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
-    elif sh.nblk * hkv >= tp.decode_programs(cfg, sms):  # split_counts' first rule: no split
+        count = np.bincount(tiles)  # row blocks per tile count: the last is the longest's
+        longest = len(count) - 1
+        chunk = large_chunk(tiles, count, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
+    elif sh.nblk * hkv >= (programs := tp.decode_programs(cfg, sms)):  # split_counts' first rule: no split
         return ctx, tiles, lo, win_lo, full_lo, None, False
-    else:  # split_counts' decode rule, its floor kept per shape
-        chunk = max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) * hkv // tp.decode_programs(cfg, sms)))
+    else:  # split_counts' decode rule, its floor kept per shape (ufunc reduces: no Python wrapper)
+        chunk = max(tp.MIN_CHUNK_TILES, -(-int(np.add.reduce(tiles)) * hkv // programs))
         if sh.floor_max > chunk:  # some block's floor is the larger: per block, capped as the rule is
             c = np.maximum(sh.floor, chunk)
             return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (c - 1)) // c, tp.MAX_SPLITS), False
-        longest = int(tiles.max())
+        longest = int(np.maximum.reduce(tiles))
         if -(-longest // chunk) > tp.MAX_SPLITS:
             return ctx, tiles, lo, win_lo, full_lo, np.minimum((tiles + (chunk - 1)) // chunk, tp.MAX_SPLITS), False
     if chunk >= longest:  # every block one split (tiles >= 1: a block has a key)
         return ctx, tiles, lo, win_lo, full_lo, None, False
     return ctx, tiles, lo, win_lo, full_lo, (tiles + (chunk - 1)) // chunk, True
+
+
+DENSE_CELLS = 40_000  # candidates x (longest + 1) up to which ``large_chunk`` takes one product (64 x 514: 32k keys in 64-key tiles)
+
+
+def large_chunk(t: np.ndarray, count: np.ndarray, slots: int, hkv: int) -> int:
+    """``tp.large_chunk``'s pick in fewer numpy calls (``count``: ``np.bincount(t)``, so the
+    longest block has ``len(count) - 1`` tiles): every candidate's work is one product of a table
+    kept per (longest, slots, hkv) (``_work_table``) with ``count``, instead of the distinct
+    counts' ceil(u / chunk) built in every call (~7 -> ~4 us). The work values are the same
+    float64 integers (exact: < 2^53), so the scores and the pick are the same."""
+    longest = len(count) - 1
+    chunk, _, span, whole, cost = tp.candidates(longest, slots)
+    if len(chunk) == 1:
+        return int(chunk[0])
+    if len(chunk) * (longest + 1) > DENSE_CELLS:  # a table too large to pay: the distinct counts
+        return tp.large_chunk(t, longest, slots, hkv)
+    score = _work_table(longest, slots, hkv).dot(count)
+    score /= whole
+    np.ceil(score, out=score)  # rounds
+    score *= span
+    score += cost
+    return int(chunk[score.argmin()])
+
+
+@functools.lru_cache(maxsize=16)
+def _work_table(longest: int, slots: int, hkv: int) -> np.ndarray:
+    """``[candidates, longest + 1]`` float64 (read-only): the work ``tp.large_chunk`` counts for one
+    row block of u key tiles under each candidate chunk c: hkv (u + PROGRAM_TILES ceil(u / c))."""
+    chunk = tp.candidates(longest, slots)[0]
+    u = np.arange(longest + 1)
+    table = (hkv * (u + tp.PROGRAM_TILES * -(-u // chunk[:, None]))).astype(np.float64)
+    table.flags.writeable = False
+    return table
 
 
 @dataclass
@@ -184,8 +222,9 @@ class Layout:
 
     k: np.ndarray  # [U] row block of each unit
     sp: np.ndarray  # [U] its split
-    units: np.ndarray  # [U, UNIT_COLS] int32, the key-side columns left 0
-    merge: np.ndarray  # [R, 2] int32
+    r: int  # merge rows
+    tail: np.ndarray  # int32: the buffer's end: the [R, 2] merge rows, padding, the [U, UNIT_COLS] units
+    # with their key-side columns left 0 (``tail``)
     smax: int
     end_k: np.ndarray  # [U] end_off of each unit's row block (kv_end = ctx + end_k)
     fe_k: np.ndarray  # [U] its fe_off (full_end = ctx + fe_k)
@@ -206,7 +245,17 @@ def make_layout(sh: Shape, nsplit: np.ndarray) -> Layout:
         k, sp = k[order], sp[order]
     units = blocks[k]
     units[:, C["split"]] = sp
-    return Layout(k, sp, units, merge, int(nsplit.max()), sh.end_off[k], sh.fe_off[k])
+    return Layout(k, sp, len(merge), tail(merge, units), int(nsplit.max()), sh.end_off[k], sh.fe_off[k])
+
+
+def tail(merge: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """The end of a step's buffer as one int32 image, written by one copy: the merge rows (one
+    zero row when there are none), padded to 16 bytes, then the units' constant columns."""
+    at = al(2 * max(len(merge), 1))
+    out = np.zeros(at + units.size, np.int32)
+    out[: merge.size] = merge.reshape(-1)
+    out[at:] = units.reshape(-1)
+    return out
 
 
 def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], staging: Staging,
@@ -225,12 +274,14 @@ def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], stag
                 if len(sh.layouts) >= SHAPES:
                     sh.layouts.clear()
                 lay = sh.layouts[key] = make_layout(sh, nsplit)
-    r = len(lay.merge) if lay else 0
+    r = lay.r if lay else 0
     nu = len(lay.k) if lay else sh.nblk
     merge_at = sh.pos_at + (al(sh.n) if positions else 0)
     units_at = merge_at + al(2 * max(r, 1))
-    buf = staging.host(units_at + nu * tp.UNIT_COLS, batch.device)
+    end = lay.tail if lay else sh.tail
+    buf = staging.host(merge_at + len(end), batch.device)
     buf[: sh.pos_at] = sh.image
+    buf[merge_at:] = end  # merge rows and units' constant columns, one copy
     if sh.words.dynamic:
         sh.words.write(buf, batch)
     if positions:
@@ -241,15 +292,11 @@ def fill(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[int], stag
             np.add(batch.host.context_lens[sh.tok_req], sh.tok_off, out=pos, casting="unsafe")
     units = buf[units_at:].reshape(nu, tp.UNIT_COLS)
     if lay is None:  # one unit per row block (column writes: numpy's fastest here, broadcasts over rows are not)
-        buf[merge_at: merge_at + 2] = 0
-        units[:] = sh.base
         units[:, C["ctx"]], units[:, C["kv_hi"]], units[:, C["full_end"]] = ctx, ctx + sh.end_off, ctx + sh.fe_off
         window_cols(units, lo, full_lo, win_lo)
         return buf, merge_at, units_at, 0, 1
-    buf[merge_at: merge_at + 2 * r] = lay.merge.reshape(-1)
     k = lay.k
     ck = ctx[k]
-    units[:] = lay.units
     units[:, C["ctx"]], units[:, C["full_end"]] = ck, ck + lay.fe_k
     step = (per * cfg.block_nf)[k]
     start = lay.sp * step

@@ -22,6 +22,7 @@ CASES = [  # page, order, dtype, head dim, q heads, kv heads, splits, rows (bloc
     (128, "HND", "float16", 64, 16, 2, None, 512),  # G 8: 64 tokens a unit (one compute warpgroup)
     (64, "NHD", "bfloat16", 128, 4, 4, None, 128),  # G 1, 64-key tiles
     (128, "NHD", "float16", 128, 8, 1, 2, 512),
+    (256, "NHD", "bfloat16", 128, 32, 8, None, 512),  # 224 items: more than an H100's or H200's SMs
 ]
 
 
@@ -38,13 +39,14 @@ def launches(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("persistent", [False, True, 5])  # 5: five programs, each walking many items
 @pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
-def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, overlap, launches,
+def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, persistent, launches,
                                              monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
-    monkeypatch.setattr(gluon, "OVERLAP", overlap)  # the in-warpgroup overlap (triton-pf-gl-ov)
+    monkeypatch.setattr(gluon, "PERSISTENT", bool(persistent))  # one program per SM walking the items, or one per item
+    monkeypatch.setattr(gluon, "PROGRAMS", 0 if persistent is True else int(persistent))
     be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
     spec = BatchSpec(REQS, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")

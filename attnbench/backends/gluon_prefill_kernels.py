@@ -12,8 +12,11 @@ partitions and their barriers are written out by hand:
   on ``ready``, runs S = Q K^T and O += P V as warpgroup MMAs (P from registers), the online
   softmax between them, and signals ``empty`` when its MMAs on the slot are done.
 
-One program per (row block of BLOCK_M tokens of one query head, unit of the shipped plan); the
-keys of a tile lie in one page (``PAGE % BLOCK_N == 0``), so a tile is one TMA box of the cache
+Work items are (unit of the shipped plan: BLOCK_M tokens, query head), the longest causal units
+first (HEAVY_FIRST); a program walks items pid, pid + programs, ... (the launch picks one program
+per item, or one per SM: persistent, the loader then fetching the next item's Q and first tiles
+while the compute warps finish the current one; the ring's slots and phases run on across items).
+The keys of a tile lie in one page (``PAGE % BLOCK_N == 0``), so a tile is one TMA box of the cache
 viewed as 2-d rows: row = page * ROW_PAGE + kv_head * ROW_HEAD + slot, column kv_head * COL_HEAD
 (NHD: [pages x page, kv heads x d]; HND: [pages x kv heads x page, d]). Keys of the last tile
 past ``kv_hi`` are read and masked (their weight is 0; the cache there must hold finite values,
@@ -34,29 +37,50 @@ from .triton_plan import UNIT_COLUMNS
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, bt_row, q_start, q_col, kv_lo,
-            n_tiles, row_head, col, ROW_PAGE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr):
-    """The loader partition: Q once, then K and V of each tile into slot j % STAGES."""
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_start, q_col], q_bar, q_smem)
-    for j in range(n_tiles):
-        s = j % STAGES
-        # the slot's previous tile must be consumed (the first pass: parity 1 is already complete)
-        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
-        start = kv_lo + j * BLOCK_N
-        page = gl.load(bt_row + start // PAGE)
-        row = page * ROW_PAGE + row_head + start % PAGE
-        mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, col], ready.index(s), k_smem.index(s))
-        tma.async_copy_global_to_shared(v_desc, [row, col], ready.index(s), v_smem.index(s))
+def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """Work item ``w``: (its unit row's pointer, its query head)."""
+    unit = w // n_heads
+    if HEAVY_FIRST:
+        unit = n_units - 1 - unit
+    return UNITS + unit * UNIT_COLS, w % n_heads
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles, qk_scale,
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT, stride_bt,
+            n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
+            PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
+            HEAVY_FIRST: gl.constexpr):
+    """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
+    each tile into ring slot c % STAGES (c counts tiles across items)."""
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    c = 0
+    for it in range(gl.cdiv(n_heads * n_units - pid, nprog)):
+        meta, head = _item(UNITS, pid + it * nprog, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        kvh = head // G
+        kv_lo = gl.load(meta + U_KVLO)
+        n_tiles = gl.cdiv(gl.load(meta + U_KVHI) - kv_lo, BLOCK_N)
+        bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
+        mbarrier.wait(q_empty, (it & 1) ^ 1)  # mbarriers start with phase 1 complete
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [gl.load(meta + U_QSTART), head * HEAD_DIM], q_ready, q_smem)
+        for j in range(n_tiles):
+            s = c % STAGES
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            start = kv_lo + j * BLOCK_N
+            row = gl.load(bt_row + start // PAGE) * ROW_PAGE + kvh * row_head + start % PAGE
+            mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s), k_smem.index(s))
+            tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s), v_smem.index(s))
+            c += 1
+
+
+@gluon.jit
+def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, kv_hi, n_tiles, qk_scale,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              num_warps: gl.constexpr, OVERLAP: gl.constexpr):
-    """The compute partition: the MMAs and the online softmax (base 2); returns (O unnormalized, m, l)."""
+              num_warps: gl.constexpr):
+    """One item's key tiles (ring tiles c, c + 1, ...): the MMAs and the online softmax (base 2);
+    returns (O unnormalized, m, l)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -71,24 +95,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
     l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    mbarrier.wait(q_bar, 0)
-    if OVERLAP:  # S of the first tile before the loop; each iteration issues the next tile's S first
-        mbarrier.wait(ready.index(0), 0)
-        qk = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     for j in range(n_tiles):
-        s = j % STAGES
-        if OVERLAP:
-            # the next tile's S runs on the tensor cores while this one's softmax runs (the last
-            # iteration recomputes its own tile's S: its slot is still held, nothing waits)
-            nt = gl.minimum(j + 1, n_tiles - 1)
-            mbarrier.wait(ready.index(nt % STAGES), (nt // STAGES) & 1)
-            qk_next = warpgroup_mma(q_smem, k_smem.index(nt % STAGES).permute((1, 0)), s_zero, use_acc=False,
-                                    is_async=True)
-        else:
-            mbarrier.wait(ready.index(s), (j // STAGES) & 1)
-            qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+        s = (c + j) % STAGES
+        mbarrier.wait(ready.index(s), ((c + j) // STAGES) & 1)
+        qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
         start = kv_lo + j * BLOCK_N
         if start + BLOCK_N > unmasked_end:
             keep = gl.expand_dims(cols, 0) < gl.expand_dims(lim - start, 1)
@@ -101,10 +112,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         pa = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-        if OVERLAP:
-            acc, qk = warpgroup_mma_wait(num_outstanding=0, deps=(acc, qk_next))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
         mbarrier.arrive(empty.index(s), count=1)
         m_i = m_new
@@ -112,25 +120,30 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_
 
 
 @gluon.jit
-def _compute(q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
-             n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-             stride_pls, stride_plr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             STAGES: gl.constexpr, WARPS: gl.constexpr, OVERLAP: gl.constexpr):
-    """The compute partition (WARPS warps): the key loop, then the rows' store."""
-    o, m_i, l_i = _consumer(q_smem, k_smem, v_smem, q_bar, ready, empty, q_count, ctx, q0, kv_lo, kv_hi, n_tiles,
-                            qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, OVERLAP)
-    _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
-           stride_por, stride_poh, stride_pls, stride_plr, BLOCK_M, HEAD_DIM, WARPS)
-
-
-@gluon.jit
-def _unit_row(UNITS, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """This program's row of the plan's unit table (HEAVY_FIRST: read from the end)."""
-    if HEAVY_FIRST:
-        unit = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        unit = gl.program_id(0)
-    return UNITS + unit * UNIT_COLS
+def _compute(q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units, qk_scale,
+             stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+             WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """The compute partition (WARPS warps): per item its key loop, the Q slot handed back, then its rows' store."""
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    c = 0
+    for it in range(gl.cdiv(n_heads * n_units - pid, nprog)):
+        meta, head = _item(UNITS, pid + it * nprog, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        q_count = gl.load(meta + U_QCOUNT)
+        kv_lo = gl.load(meta + U_KVLO)
+        kv_hi = gl.load(meta + U_KVHI)
+        n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
+        mbarrier.wait(q_ready, it & 1)
+        o, m_i, l_i = _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, gl.load(meta + U_CTX),
+                                gl.load(meta + U_Q0), kv_lo, kv_hi, n_tiles, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                STAGES, WARPS)
+        gl.thread_barrier()  # (an item without tiles) every warp is past Q before it is handed back
+        mbarrier.arrive(q_empty, count=1)
+        c += n_tiles
+        _store(o, m_i, l_i, Out, PO, PL, gl.load(meta + U_QSTART), q_count, head, gl.load(meta + U_SPLIT),
+               gl.load(meta + U_PROW), stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+               stride_plr, BLOCK_M, HEAD_DIM, WARPS)
 
 
 @gluon.jit
@@ -163,44 +176,31 @@ def _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride
 def prefill_gluon_kernel(
     q_desc, k_desc, v_desc, Out, PO, PL, BT, UNITS,
     stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, stride_bt,
-    qk_scale, ROW_HEAD, COL_HEAD,
+    qk_scale, ROW_HEAD, COL_HEAD, n_heads, n_units,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr, OVERLAP: gl.constexpr,
+    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
 ):
-    """Grid: (units, query heads); BLOCK_M tokens of one query head per program."""
-    head = gl.program_id(1)
-    kvh = head // G
-    meta = _unit_row(UNITS, UNIT_COLS, HEAVY_FIRST)
-    req = gl.load(meta + U_REQ)
-    q_start = gl.load(meta + U_QSTART)
-    q_count = gl.load(meta + U_QCOUNT)
-    ctx = gl.load(meta + U_CTX)
-    kv_lo = gl.load(meta + U_KVLO)
-    kv_hi = gl.load(meta + U_KVHI)
-    split = gl.load(meta + U_SPLIT)
-    prow = gl.load(meta + U_PROW)
-    q0 = gl.load(meta + U_Q0)
-    n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
-
+    """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-
-    bt_row = BT + req.to(gl.int64) * stride_bt
-    # triton 3.6 builds the default partition outside the kernel's warp context, where a reduction
-    # does not verify: the loader is the default partition (num_warps 4), the math a worker of WARPS
+    # the loader is the default partition (num_warps 4, one thread issuing), the math a worker of WARPS
+    # warps with its own register budget (setmaxnreg COMPUTE_REGS)
     gl.warp_specialize([
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, bt_row, q_start,
-                   head * HEAD_DIM, kv_lo, n_tiles, kvh * ROW_HEAD, kvh * COL_HEAD, ROW_PAGE, PAGE, BLOCK_N, STAGES)),
-        (_compute, (q_smem, k_smem, v_smem, q_bar, ready, empty, Out, PO, PL, q_start, q_count, ctx, q0, kv_lo, kv_hi,
-                    n_tiles, head, split, prow, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, OVERLAP)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT,
+                   stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
+                   UNIT_COLS, HEAVY_FIRST)),
+        (_compute, (q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
+                    qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+                    BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
     ], [WARPS], [COMPUTE_REGS])

@@ -20,9 +20,10 @@ from . import triton_plan as tp
 COMPUTE_REGS = 200
 STAGES = 2  # K/V slots in shared memory (128-key tiles: 2 x 64 KB beside Q's 32 KB)
 TILE_KEYS = 128  # the key tile where block_n allows it (else 64)
-# issue the next tile's S = Q K^T before this tile's softmax (FlashAttention-3's in-warpgroup overlap): measured
-# 13-19% slower as written (two score tiles live: spills), so off
-OVERLAP = False
+# one program per SM walking the work items (else one program per item); PROGRAMS (> 0): that many
+# programs instead of the SM count (tests: many items a program, the ring's phases across items)
+PERSISTENT = True
+PROGRAMS = 0
 
 
 def _kv_view(t: torch.Tensor):
@@ -78,11 +79,14 @@ def run(p, heavy_first: bool) -> None:
     (k2, row_page, row_head, col_head), (v2, *_) = _kv_view(b.k_cache), _kv_view(b.v_cache)
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [bn, d], kv_layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
-    gk.prefill_gluon_kernel[(p.units.shape[0], b.num_q_heads)](
+    n_units = p.units.shape[0]
+    items = n_units * b.num_q_heads
+    grid = (min(items, PROGRAMS or tp.num_sms(b.q.device)) if PERSISTENT else items,)
+    gk.prefill_gluon_kernel[grid](
         qd, kd, vd, out, po, pl, b.block_table, p.units,
         out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
-        b.block_table.stride(0), p.qk_scale, row_head, col_head,
+        b.block_table.stride(0), p.qk_scale, row_head, col_head, b.num_q_heads, n_units,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_M=bm, BLOCK_N=bn,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, WARPS=bm // 16, COMPUTE_REGS=COMPUTE_REGS,
-        OVERLAP=OVERLAP, num_warps=4,
+        num_warps=4,
     )

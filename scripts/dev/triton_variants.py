@@ -36,7 +36,7 @@ def variant(name: str, waves: int | None = None, **kw):
 
 def gluon_variant(name: str, **consts):
     """``triton-pf-gl`` with triton_prefill_gluon's module constants (TILE_KEYS, STAGES,
-    COMPUTE_REGS) set to ``consts`` while it runs."""
+    COMPUTE_REGS, PERSISTENT) set to ``consts`` while it runs."""
     from attnbench.backends import triton_prefill_gluon as gluon
 
     def __init__(self):
@@ -180,8 +180,8 @@ VARIANTS = MLA_VARIANTS + [
     gluon_variant("triton-pf-gl-n64s3", TILE_KEYS=64, STAGES=3),
     gluon_variant("triton-pf-gl-n64s4", TILE_KEYS=64, STAGES=4),
     gluon_variant("triton-pf-gl-r232", COMPUTE_REGS=232),  # the round's first build (200 since: 2-4% faster)
-    gluon_variant("triton-pf-gl-ov", OVERLAP=True),  # the next tile's S issued before this tile's softmax
-    gluon_variant("triton-pf-gl-ov-r232", OVERLAP=True, COMPUTE_REGS=232),
+    # the next tile's S issued before this tile's softmax (triton-pf-gl-ov): 13-19% slower, removed
+    gluon_variant("triton-pf-gl-np", PERSISTENT=False),  # one program per work item (round 3's first builds)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -20,9 +20,11 @@ from . import triton_plan as tp
 COMPUTE_REGS = 200
 STAGES = 2  # K/V slots in shared memory (128-key tiles: 2 x 64 KB beside Q's 32 KB)
 TILE_KEYS = 128  # the key tile where block_n allows it (else 64)
-# one program per SM walking the work items (else one program per item); PROGRAMS (> 0): that many
-# programs instead of the SM count (tests: many items a program, the ring's phases across items)
-PERSISTENT = True
+# one program per SM walking the work items (else one program per item): measured 9% (bare 1k) and 4%
+# (beside 3k) slower than one per item on an H200, the static round-robin balancing worse than the hardware's
+# block scheduler, so off; PROGRAMS (> 0): that many programs instead of the SM count (tests: many items a
+# program, the ring's phases across items)
+PERSISTENT = False
 PROGRAMS = 0
 
 

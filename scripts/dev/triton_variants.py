@@ -181,7 +181,7 @@ VARIANTS = MLA_VARIANTS + [
     gluon_variant("triton-pf-gl-n64s4", TILE_KEYS=64, STAGES=4),
     gluon_variant("triton-pf-gl-r232", COMPUTE_REGS=232),  # the round's first build (200 since: 2-4% faster)
     # the next tile's S issued before this tile's softmax (triton-pf-gl-ov): 13-19% slower, removed
-    gluon_variant("triton-pf-gl-np", PERSISTENT=False),  # one program per work item (round 3's first builds)
+    gluon_variant("triton-pf-gl-p", PERSISTENT=True),  # one program per SM walking the items (round 4: slower)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -39,3 +39,19 @@ def test_fit_names_what_is_missing_on_the_cpu():
         batch, cfg = b, None
 
     assert "Hopper" in gluon.fit(P())
+
+
+def test_a_row_says_why_the_gluon_kernel_did_not_run():
+    """On the CPU the option falls back (Gluon has no interpreter): the plan's mode, which a row
+    reports as 'ran as', keeps 'interpreted' first and names the reason; a decode-only batch (not
+    the prefill path's) adds nothing."""
+    from attnbench.backends.triton_paged import TritonBackend
+
+    be = TritonBackend(prefill="lean,fold,heavy,gluon")
+    prefill = materialize(BatchSpec((Request("prefill", 9, 0), Request("decode", 1, 20)), 4, 2, 64,
+                                    dtype="float16", page_size=64), 1)
+    mode = be.plan(prefill).mode
+    assert mode.startswith("interpreted") and "not Gluon's" in mode and "Hopper" in mode
+    decode = materialize(BatchSpec((Request("decode", 1, 20),), 4, 2, 64, dtype="float16", page_size=64), 1)
+    assert be.plan(decode).mode == "interpreted (TRITON_INTERPRET=1)"
+    assert TritonBackend().plan(prefill).mode == "interpreted (TRITON_INTERPRET=1)"

@@ -186,7 +186,7 @@ class TritonBackend(Backend):
             pl = torch.empty(s, r, hq, dtype=torch.float32, device=dev)
         else:
             po, pl = self._staging.unread(dev, self._partial_dtype(batch), hq, d), self._staging.unread(dev, torch.float32, hq)
-        return TritonPlan(
+        plan = TritonPlan(
             batch=batch,
             cfg=cfg,
             units=d_buf.as_strided(((buf.size - units_at) // tp.UNIT_COLS, tp.UNIT_COLS), (tp.UNIT_COLS, 1), units_at),
@@ -204,6 +204,10 @@ class TritonBackend(Backend):
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
+        if self.prefill and "gluon" in self.prefill:  # the row says which prefill kernel ran (or why not Gluon's)
+            note = triton_prefill.route_note(plan)
+            plan.mode = "; ".join(m for m in (plan.mode, note) if m)
+        return plan
 
     def forget_shapes(self) -> None:
         """Drop the per-shape caches: the next plan pays what a step with a new query side pays

@@ -44,6 +44,17 @@ def applies(p) -> bool:
             and tp.next_pow2(b.head_dim) == b.head_dim)
 
 
+def route_note(p) -> str:
+    """With the ``gluon`` option, the kernel the plan's batch runs: '' (not the prefill path's),
+    'gluon prefill kernel', or the prefill kernel with triton_prefill_gluon.fit's reason."""
+    if not applies(p):
+        return ""
+    from . import triton_prefill_gluon as gluon
+
+    why = gluon.fit(p)
+    return f"prefill kernel, not Gluon's: {why}" if why else "gluon prefill kernel"
+
+
 def lean_fits(page: int, block_nf: int) -> bool:
     """``LEAN``'s loop-invariant offsets need a tile inside one page or starting on one."""
     return page % block_nf == 0 or block_nf % page == 0

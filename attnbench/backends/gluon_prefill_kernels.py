@@ -5,12 +5,14 @@ Round 2 asked triton 3.6's automatic pass to specialize the prefill loop and it 
 out-of-range shared-memory address in compiler-generated code, compute-sanitizer). Here the
 partitions and their barriers are written out by hand:
 
-- a loader partition of one warp: Q's tile once, then each K/V tile by TMA into a ring of
-  ``STAGES`` shared-memory slots; it waits for a slot's ``empty`` barrier before refilling it and
-  the TMA transaction count completes the slot's ``ready`` barrier;
-- the default partition (``num_warps`` warps: BLOCK_M / 16, two warpgroups at 128 rows) waits
-  on ``ready``, runs S = Q K^T and O += P V as warpgroup MMAs (P from registers), the online
-  softmax between them, and signals ``empty`` when its MMAs on the slot are done.
+- the loader, the default partition (4 warps, one thread issuing): per work item Q's tile, then
+  each K/V tile by TMA into a ring of ``STAGES`` shared-memory slots; it waits for a slot's
+  ``empty`` barrier before refilling it, and the TMA transaction count completes the slot's
+  ``ready`` barrier (Q has its own ready/empty pair);
+- the compute partition, a worker of ``WARPS`` warps (BLOCK_M / 16: two warpgroups at 128 rows,
+  ``setmaxnreg`` COMPUTE_REGS), waits on ``ready``, runs S = Q K^T and O += P V as warpgroup MMAs
+  (P from registers) with the online softmax between them, hands the slot back on ``empty`` once
+  every warp's MMAs on it are done, and stores the item's rows.
 
 Work items are (unit of the shipped plan: BLOCK_M tokens, query head), the longest causal units
 first (HEAVY_FIRST); a program walks items pid, pid + programs, ... (the launch picks one program

@@ -4,10 +4,11 @@ docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path
 ``fit`` says whether a plan's batch can take it: a Hopper GPU (sm_90: warpgroup MMAs and TMA),
 16-bit data, a head dim of 64 or 128, 64 or 128 tokens per unit of one query head (the plan's
 ``block_q``: warpgroups of 64 rows), key tiles inside one page (pages of a multiple of 64 keys;
-128-key tiles where the page allows and no unit starts mid-tile: no split) and caches whose key rows one 2-d TMA view can address (the NHD and HND
-layouts attnbench builds, contiguous). Elsewhere (the CPU interpreter included: Gluon has none)
-the option falls back to the prefill kernel with the other options, so a run never refuses a
-batch for it; ``fit``'s reason is what the caller reports.
+128-key tiles where the page allows and no unit starts mid-tile: no split), and caches whose key
+rows one 2-d TMA view can address (the NHD and HND layouts attnbench builds, contiguous).
+Elsewhere (the CPU interpreter included: Gluon has none) the option falls back to the prefill
+kernel with the other options, so a run never refuses a batch for it; the plan's mode (a row's
+"ran as") names the kernel that ran, with ``fit``'s reason (triton_prefill.route_note).
 """
 from __future__ import annotations
 

@@ -37,18 +37,20 @@ def plan_constant(name: str):
     raise KeyError(name)
 
 
-def load_kernels():
-    """triton_kernels.py as ``sm90pkg.triton_kernels``, its ``from .triton_plan import`` served
-    by a stub holding the plan's literal constants (this runs in a venv with triton alone)."""
+def load_kernels(name: str = "triton_kernels"):
+    """attnbench/backends/``name``.py as ``sm90pkg.<name>``, its ``from .triton_plan import`` served
+    by a stub holding the plan's literal constants (this runs in a venv with triton alone; the
+    prefill and Gluon compile scripts load their kernel modules through it too)."""
     import importlib.util
     import types
 
-    pkg = types.ModuleType("sm90pkg")
-    pkg.__path__ = [str(BACKENDS)]
-    stub = types.ModuleType("sm90pkg.triton_plan")
-    stub.UNIT_COLUMNS, stub.UNIT_COLS = plan_constant("UNIT_COLUMNS"), plan_constant("UNIT_COLS")
-    sys.modules.update({"sm90pkg": pkg, "sm90pkg.triton_plan": stub})
-    spec = importlib.util.spec_from_file_location("sm90pkg.triton_kernels", BACKENDS / "triton_kernels.py")
+    if "sm90pkg" not in sys.modules:
+        pkg = types.ModuleType("sm90pkg")
+        pkg.__path__ = [str(BACKENDS)]
+        stub = types.ModuleType("sm90pkg.triton_plan")
+        stub.UNIT_COLUMNS, stub.UNIT_COLS = plan_constant("UNIT_COLUMNS"), plan_constant("UNIT_COLS")
+        sys.modules.update({"sm90pkg": pkg, "sm90pkg.triton_plan": stub})
+    spec = importlib.util.spec_from_file_location(f"sm90pkg.{name}", BACKENDS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

@@ -8,11 +8,9 @@ Run it with the device's triton (3.6): docs/triton_notes.md, "Prefill round 3".
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
-import types
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -27,18 +25,8 @@ PTRS = {"Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i
 
 
 def load_kernel():
-    """gluon_prefill_kernels.py's kernel with a stub for its ``from .triton_plan import`` (triton alone)."""
-    pkg = types.ModuleType("sm90gl")
-    pkg.__path__ = [str(base.BACKENDS)]
-    stub = types.ModuleType("sm90gl.triton_plan")
-    stub.UNIT_COLUMNS = base.plan_constant("UNIT_COLUMNS")
-    sys.modules.update({"sm90gl": pkg, "sm90gl.triton_plan": stub})
-    spec = importlib.util.spec_from_file_location("sm90gl.gluon_prefill_kernels",
-                                                  base.BACKENDS / "gluon_prefill_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod.prefill_gluon_kernel
+    """gluon_prefill_kernels.py's kernel (compile_sm90.load_kernels: triton alone)."""
+    return base.load_kernels("gluon_prefill_kernels").prefill_gluon_kernel
 
 
 def desc(shape: list[int]) -> str:

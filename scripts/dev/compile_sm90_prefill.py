@@ -11,13 +11,11 @@ says; issue 33's prefill round in docs/triton_notes.md reads its numbers.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import types
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -31,18 +29,8 @@ PTRS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "PO": "*fp32",
 
 
 def load_kernel(name: str = "prefill_attention_kernel"):
-    """triton_prefill_kernels.py's kernel ``name`` with a stub for its ``from .triton_plan import`` (triton alone)."""
-    pkg = types.ModuleType("sm90pf")
-    pkg.__path__ = [str(base.BACKENDS)]
-    stub = types.ModuleType("sm90pf.triton_plan")
-    stub.UNIT_COLUMNS = base.plan_constant("UNIT_COLUMNS")
-    sys.modules.update({"sm90pf": pkg, "sm90pf.triton_plan": stub})
-    spec = importlib.util.spec_from_file_location("sm90pf.triton_prefill_kernels",
-                                                  base.BACKENDS / "triton_prefill_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return getattr(mod, name)
+    """triton_prefill_kernels.py's kernel ``name`` (compile_sm90.load_kernels: triton alone)."""
+    return getattr(base.load_kernels("triton_prefill_kernels"), name)
 
 
 def loops(cubin: bytes) -> list[str]:

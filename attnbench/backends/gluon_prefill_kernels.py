@@ -49,7 +49,7 @@ def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.c
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT, stride_bt,
             n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
             PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr):
+            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr):
     """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
     each tile into ring slot c % STAGES (c counts tiles across items)."""
     pid = gl.program_id(0)
@@ -69,9 +69,14 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, re
                                             q_ready, q_smem.index(h))
         for j in range(n_tiles):
             s = c % STAGES
-            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
             start = kv_lo + j * BLOCK_N
-            row = gl.load(bt_row + start // PAGE) * ROW_PAGE + kvh * row_head + start % PAGE
+            if EARLY_PAGE:  # the block-table read before the slot wait: its latency under the wait
+                page = gl.load(bt_row + start // PAGE)
+                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            else:
+                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+                page = gl.load(bt_row + start // PAGE)
+            row = page * ROW_PAGE + kvh * row_head + start % PAGE
             mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s), k_smem.index(s))
             tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s), v_smem.index(s))
@@ -187,7 +192,7 @@ def prefill_gluon_kernel(
     qk_scale, ROW_HEAD, COL_HEAD, n_heads, n_units,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr,
+    COMPUTE_REGS: gl.constexpr, EARLY_PAGE: gl.constexpr,
 ):
     """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid.
     A unit's BLOCK_M rows are Q_PARTS compute partitions of q_desc's rows (a multiple of 64: 16 per warp)."""
@@ -210,7 +215,7 @@ def prefill_gluon_kernel(
     gl.warp_specialize([
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT,
                    stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
-                   UNIT_COLS, HEAVY_FIRST, Q_PARTS)),
+                   UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE)),
         (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
                     qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
                     BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),

@@ -28,6 +28,8 @@ PERSISTENT = False
 # a unit of 128 rows as two compute partitions of 64 (one warpgroup each, handing slots back on their own)
 # instead of one partition of 8 warps synchronized at every tile
 SPLIT_ROWS = True
+# the loader reads a tile's block-table entry before it waits for the tile's slot (not after)
+EARLY_PAGE = False
 PROGRAMS = 0
 
 
@@ -95,5 +97,6 @@ def run(p, heavy_first: bool) -> None:
         b.block_table.stride(0), p.qk_scale, row_head, col_head, b.num_q_heads, n_units,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, Q_PARTS=parts, COMPUTE_REGS=COMPUTE_REGS,
+        EARLY_PAGE=EARLY_PAGE,
         num_warps=4,
     )

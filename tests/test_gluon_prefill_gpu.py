@@ -39,14 +39,18 @@ def launches(monkeypatch):
     return seen
 
 
+@pytest.mark.parametrize("early_page", [False, True])  # the loader's block-table read before its slot wait
+@pytest.mark.parametrize("split_rows", [True, False])  # 128 rows as 2 partitions of 4 warps, or one of 8
 @pytest.mark.parametrize("persistent", [False, True, 5])  # 5: five programs, each walking many items
 @pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
-def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, persistent, launches,
-                                             monkeypatch):
+def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, persistent, split_rows,
+                                             early_page, launches, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
     monkeypatch.setattr(gluon, "PERSISTENT", bool(persistent))  # one program per SM walking the items, or one per item
     monkeypatch.setattr(gluon, "PROGRAMS", 0 if persistent is True else int(persistent))
+    monkeypatch.setattr(gluon, "SPLIT_ROWS", split_rows)
+    monkeypatch.setattr(gluon, "EARLY_PAGE", early_page)
     be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
     spec = BatchSpec(REQS, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")

@@ -55,3 +55,19 @@ def test_a_row_says_why_the_gluon_kernel_did_not_run():
     decode = materialize(BatchSpec((Request("decode", 1, 20),), 4, 2, 64, dtype="float16", page_size=64), 1)
     assert be.plan(decode).mode == "interpreted (TRITON_INTERPRET=1)"
     assert TritonBackend().plan(prefill).mode == "interpreted (TRITON_INTERPRET=1)"
+
+
+def test_the_gluon_round_script_parses_and_names_existing_variants():
+    """scripts/gpu/gpu_gluon_round.sh (one device call: the GPU tests and the timing rows) is valid bash
+    and its default variants exist in scripts/dev/triton_variants.py."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from .scripts import load_script
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "gpu_gluon_round.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', script.read_text()).group(1).split()
+    names = {cls.name for cls in load_script("scripts/dev/triton_variants.py", "triton_variants_glr").VARIANTS}
+    assert default and set(default) <= names, set(default) - names

@@ -51,7 +51,7 @@ def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.c
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT, stride_bt,
             n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
             PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-            HEAVY_FIRST: gl.constexpr):
+            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr):
     """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
     each tile into ring slot c % STAGES (c counts tiles across items)."""
     pid = gl.program_id(0)
@@ -64,13 +64,21 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, re
         n_tiles = gl.cdiv(gl.load(meta + U_KVHI) - kv_lo, BLOCK_N)
         bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
         mbarrier.wait(q_empty, (it & 1) ^ 1)  # mbarriers start with phase 1 complete
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [gl.load(meta + U_QSTART), head * HEAD_DIM], q_ready, q_smem)
+        mbarrier.expect(q_ready, Q_PARTS * q_desc.block_type.nbytes)
+        q_start = gl.load(meta + U_QSTART)
+        for h in gl.static_range(Q_PARTS):  # one box per compute partition's rows
+            tma.async_copy_global_to_shared(q_desc, [q_start + h * q_desc.block_type.shape[0], head * HEAD_DIM],
+                                            q_ready, q_smem.index(h))
         for j in range(n_tiles):
             s = c % STAGES
-            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
             start = kv_lo + j * BLOCK_N
-            row = gl.load(bt_row + start // PAGE) * ROW_PAGE + kvh * row_head + start % PAGE
+            if EARLY_PAGE:  # the block-table read before the slot wait: its latency under the wait
+                page = gl.load(bt_row + start // PAGE)
+                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            else:
+                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+                page = gl.load(bt_row + start // PAGE)
+            row = page * ROW_PAGE + kvh * row_head + start % PAGE
             mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s), k_smem.index(s))
             tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s), v_smem.index(s))
@@ -122,30 +130,35 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
 
 
 @gluon.jit
-def _compute(q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units, qk_scale,
-             stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
+             qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+             ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """The compute partition (WARPS warps): per item its key loop, the Q slot handed back, then its rows' store."""
+    """A compute partition (WARPS warps): rows part x ROWS .. of each item: its key loop, its share of the
+    Q slot handed back, then its rows' store. Two partitions (Q_PARTS 2) hand each slot back with one
+    arrival each and so run apart: one's softmax beside the other's MMAs."""
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
+    r0 = part * ROWS
     c = 0
     for it in range(gl.cdiv(n_heads * n_units - pid, nprog)):
         meta, head = _item(UNITS, pid + it * nprog, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
-        q_count = gl.load(meta + U_QCOUNT)
+        q_count = gl.load(meta + U_QCOUNT) - r0  # this partition's rows (<= 0: none, the tiles still consumed)
         kv_lo = gl.load(meta + U_KVLO)
         kv_hi = gl.load(meta + U_KVHI)
         n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
         mbarrier.wait(q_ready, it & 1)
-        o, m_i, l_i = _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, gl.load(meta + U_CTX),
-                                gl.load(meta + U_Q0), kv_lo, kv_hi, n_tiles, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
+        o, m_i, l_i = _key_loop(q_smem.index(part), k_smem, v_smem, ready, empty, c, q_count, gl.load(meta + U_CTX),
+                                gl.load(meta + U_Q0) + r0, kv_lo, kv_hi, n_tiles, qk_scale, ROWS, BLOCK_N, HEAD_DIM,
                                 STAGES, WARPS)
         gl.thread_barrier()  # (an item without tiles) every warp is past Q before it is handed back
         mbarrier.arrive(q_empty, count=1)
         c += n_tiles
-        _store(o, m_i, l_i, Out, PO, PL, gl.load(meta + U_QSTART), q_count, head, gl.load(meta + U_SPLIT),
-               gl.load(meta + U_PROW), stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-               stride_plr, BLOCK_M, HEAD_DIM, WARPS)
+        prow = gl.load(meta + U_PROW)
+        prow = prow + r0 * (prow >= 0).to(gl.int32)  # split rows: this partition's; else the -1 sentinel
+        _store(o, m_i, l_i, Out, PO, PL, gl.load(meta + U_QSTART) + r0, q_count, head, gl.load(meta + U_SPLIT),
+               prow, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
+               HEAD_DIM, WARPS)
 
 
 @gluon.jit
@@ -179,12 +192,15 @@ def prefill_gluon_kernel(
     q_desc, k_desc, v_desc, Out, PO, PL, BT, UNITS,
     stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, stride_bt,
     qk_scale, ROW_HEAD, COL_HEAD, n_heads, n_units,
-    G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-    WARPS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+    G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr,
+    COMPUTE_REGS: gl.constexpr, EARLY_PAGE: gl.constexpr,
 ):
-    """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid."""
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid.
+    A unit's BLOCK_M rows are Q_PARTS compute partitions of q_desc's rows (a multiple of 64: 16 per warp)."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    WARPS: gl.constexpr = ROWS // 16
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_PARTS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -192,17 +208,20 @@ def prefill_gluon_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
-    mbarrier.init(q_empty, count=1)
+    mbarrier.init(q_empty, count=Q_PARTS)  # one arrival per compute partition
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    # the loader is the default partition (num_warps 4, one thread issuing), the math a worker of WARPS
-    # warps with its own register budget (setmaxnreg COMPUTE_REGS)
+        mbarrier.init(empty.index(i), count=Q_PARTS)
+    # the loader is the default partition (num_warps 4, one thread issuing), the math Q_PARTS workers of
+    # WARPS warps with their own register budget (setmaxnreg COMPUTE_REGS)
     gl.warp_specialize([
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT,
                    stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
-                   UNIT_COLS, HEAVY_FIRST)),
-        (_compute, (q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
-                    qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-                    BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
-    ], [WARPS], [COMPUTE_REGS])
+                   UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE)),
+        (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
+                    qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
+                    BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
+        (_compute, (Q_PARTS - 1, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads,
+                    n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
+    ][:Q_PARTS + 1], [WARPS] * Q_PARTS, [COMPUTE_REGS] * Q_PARTS)

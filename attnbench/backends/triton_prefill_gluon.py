@@ -26,6 +26,11 @@ TILE_KEYS = 128  # the key tile where block_n allows it (else 64)
 # block scheduler, so off; PROGRAMS (> 0): that many programs instead of the SM count (tests: many items a
 # program, the ring's phases across items)
 PERSISTENT = False
+# a unit of 128 rows as two compute partitions of 64 (one warpgroup each, handing slots back on their own)
+# instead of one partition of 8 warps synchronized at every tile
+SPLIT_ROWS = True
+# the loader reads a tile's block-table entry before it waits for the tile's slot (not after)
+EARLY_PAGE = False
 PROGRAMS = 0
 
 
@@ -77,7 +82,9 @@ def run(p, heavy_first: bool) -> None:
     bn = block_n(p)
     ty = gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16
     q2 = b.q.view(b.q.shape[0], b.q.shape[1] * d)
-    qd = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [bm, d], gl.NVMMASharedLayout.get_default_for([bm, d], ty))
+    parts = 2 if SPLIT_ROWS and bm == 128 else 1
+    qd = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [bm // parts, d],
+                          gl.NVMMASharedLayout.get_default_for([bm // parts, d], ty))
     kv_layout = gl.NVMMASharedLayout.get_default_for([bn, d], ty)
     (k2, row_page, row_head, col_head), (v2, *_) = _kv_view(b.k_cache), _kv_view(b.v_cache)
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [bn, d], kv_layout) for t in (k2, v2))
@@ -89,7 +96,8 @@ def run(p, heavy_first: bool) -> None:
         qd, kd, vd, out, po, pl, b.block_table, p.units,
         out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
         b.block_table.stride(0), p.qk_scale, row_head, col_head, b.num_q_heads, n_units,
-        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_M=bm, BLOCK_N=bn,
-        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, WARPS=bm // 16, COMPUTE_REGS=COMPUTE_REGS,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
+        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, Q_PARTS=parts, COMPUTE_REGS=COMPUTE_REGS,
+        EARLY_PAGE=EARLY_PAGE,
         num_warps=4,
     )

@@ -35,7 +35,7 @@ def desc(shape: list[int]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, WARPS=8,
+    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, Q_PARTS=2, EARLY_PAGE=0,
               COMPUTE_REGS=200, maxnreg=0,
               UNIT_COLS=base.plan_constant("UNIT_COLS"))
     for a in argv:
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
     kw["ROW_PAGE"] = kw["PAGE"]  # NHD
     fn = load_kernel()
     d = kw["HEAD_DIM"]
-    descs = {"q_desc": desc([kw["BLOCK_M"], d]), "k_desc": desc([kw["BLOCK_N"], d]), "v_desc": desc([kw["BLOCK_N"], d])}
+    descs = {"q_desc": desc([kw["BLOCK_M"] // kw["Q_PARTS"], d]), "k_desc": desc([kw["BLOCK_N"], d]), "v_desc": desc([kw["BLOCK_N"], d])}
     sig, consts = {}, {}
     for name in fn.arg_names:
         if name in descs:
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **({"maxnreg": kw["maxnreg"]} if kw["maxnreg"] else {})})
     regs, spills = base.resources(k.asm["cubin"])
     ptx = k.asm["ptx"]
-    print({s: kw[s] for s in ("BLOCK_M", "BLOCK_N", "STAGES", "PAGE", "WARPS", "COMPUTE_REGS", "maxnreg")}, "regs", regs,
+    print({s: kw[s] for s in ("BLOCK_M", "BLOCK_N", "STAGES", "PAGE", "Q_PARTS", "EARLY_PAGE", "COMPUTE_REGS", "maxnreg")}, "regs", regs,
           "spill bytes", spills, "smem", k.metadata.shared, "warps launched", k.metadata.num_warps,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "TMA loads", ptx.count("cp.async.bulk.tensor"),
           "mbarrier", ptx.count("mbarrier."), "setmaxnreg", ptx.count("setmaxnreg"))

@@ -36,7 +36,7 @@ def variant(name: str, waves: int | None = None, **kw):
 
 def gluon_variant(name: str, **consts):
     """``triton-pf-gl`` with triton_prefill_gluon's module constants (TILE_KEYS, STAGES,
-    COMPUTE_REGS, PERSISTENT) set to ``consts`` while it runs."""
+    COMPUTE_REGS, PERSISTENT, SPLIT_ROWS, EARLY_PAGE) set to ``consts`` while it runs."""
     from attnbench.backends import triton_prefill_gluon as gluon
 
     def __init__(self):
@@ -182,6 +182,9 @@ VARIANTS = MLA_VARIANTS + [
     gluon_variant("triton-pf-gl-r232", COMPUTE_REGS=232),  # the round's first build (200 since: 2-4% faster)
     # the next tile's S issued before this tile's softmax (triton-pf-gl-ov): 13-19% slower, removed
     gluon_variant("triton-pf-gl-p", PERSISTENT=True),  # one program per SM walking the items (round 4: slower)
+    gluon_variant("triton-pf-gl-w8", SPLIT_ROWS=False),  # one compute partition of 8 warps (rounds 3-4)
+    gluon_variant("triton-pf-gl-ep", EARLY_PAGE=True),  # the loader's block-table read before the slot wait
+    gluon_variant("triton-pf-gl-w8-ep", SPLIT_ROWS=False, EARLY_PAGE=True),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -185,6 +185,10 @@ VARIANTS = MLA_VARIANTS + [
     gluon_variant("triton-pf-gl-w8", SPLIT_ROWS=False),  # one compute partition of 8 warps (rounds 3-4)
     gluon_variant("triton-pf-gl-ep", EARLY_PAGE=True),  # the loader's block-table read before the slot wait
     gluon_variant("triton-pf-gl-w8-ep", SPLIT_ROWS=False, EARLY_PAGE=True),
+    # rounds 6-7 (H200, docs/triton_notes.md "Prefill rounds 6 and 7"), all slower than triton-pf-gl's 97.0 / 395.9
+    # us and removed: tile j's P V waited for with tile j + 1's S (106.9 / 467.1), 232 registers (98.2 / 413.6),
+    # the output stored from the MMA's registers (109.7 / 419.2), which makes room for 3 slots (111.0 / 420.7;
+    # with the deferred P V 118.9 / 462.0)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

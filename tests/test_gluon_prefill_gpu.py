@@ -41,14 +41,17 @@ def launches(monkeypatch):
 
 @pytest.mark.parametrize("early_page", [False, True])  # the loader's block-table read before its slot wait
 @pytest.mark.parametrize("split_rows", [True, False])  # 128 rows as 2 partitions of 4 warps, or one of 8
-@pytest.mark.parametrize("persistent", [False, True, 5])  # 5: five programs, each walking many items
+# 5: five programs, each walking many items; dyn: the persistent grid drawing items from a counter (dyn5: 5 programs)
+@pytest.mark.parametrize("persistent", [False, True, 5, "dyn", "dyn5"])
 @pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
 def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, persistent, split_rows,
                                              early_page, launches, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
+    dynamic = isinstance(persistent, str)
     monkeypatch.setattr(gluon, "PERSISTENT", bool(persistent))  # one program per SM walking the items, or one per item
-    monkeypatch.setattr(gluon, "PROGRAMS", 0 if persistent is True else int(persistent))
+    monkeypatch.setattr(gluon, "PROGRAMS", 5 if persistent in (5, "dyn5") else 0)
+    monkeypatch.setattr(gluon, "DYNAMIC", dynamic)
     monkeypatch.setattr(gluon, "SPLIT_ROWS", split_rows)
     monkeypatch.setattr(gluon, "EARLY_PAGE", early_page)
     be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
@@ -56,9 +59,44 @@ def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, spl
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = be.plan(batch)
     assert gluon.fit(plan) == "", gluon.fit(plan)
-    plan.out.fill_(float("nan"))  # every element must be written
+    ref = reference_attention(batch)[0]
+    for _ in range(2 if dynamic else 1):  # dynamic: the launch must leave its counter at 0 for the next one
+        plan.out.fill_(float("nan"))  # every element must be written
+        out = be.run(plan)
+        torch.cuda.synchronize()
+        rel = compare(out, ref)[0]
+        assert launches and rel < 1e-2, (launches, rel)
+    if dynamic:
+        assert int(gluon._sched(out.device, 1)[0]) == 0
+    assert (plan.num_merge > 0) == (splits is not None)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_default_triton_backend_runs_random_prefill_batches_through_the_gluon_kernel(seed, launches):
+    """The default TritonBackend (the gluon option on since prefill round 8) on random batches the
+    default plan shapes for the Gluon kernel: 1-6 causal prefills of 64-1500 tokens beside contexts of
+    0-3000, GQA groups 1-8, head dims 64/128, pages of 64-512 keys in every layout, NHD or HND, fp16 or
+    bf16, the output NaN-filled first; the row's mode must name the Gluon kernel."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
+    import random
+
+    from attnbench.workload.spec import LAYOUTS
+
+    rng = random.Random(1000 + seed)
+    hkv = rng.choice([1, 2, 4, 8])
+    reqs = tuple(Request("prefill", rng.randint(64, 1500), rng.choice([0, 0, rng.randint(1, 3000)]))
+                 for _ in range(rng.randint(1, 6)))
+    spec = BatchSpec(reqs, hkv * rng.choice([1, 2, 4, 8]), hkv, rng.choice([64, 128]),
+                     dtype=rng.choice(["float16", "bfloat16"]), page_size=rng.choice([64, 128, 256, 512]),
+                     kv_order=rng.choice(["NHD", "HND"]), layout=rng.choice(LAYOUTS))
+    batch = materialize(spec, seed=seed, device="cuda")
+    assert gluon.wanted(batch), spec
+    be = TritonBackend()
+    plan = be.plan(batch)
+    assert plan.mode == "gluon prefill kernel", (plan.mode, spec)
+    plan.out.fill_(float("nan"))
     out = be.run(plan)
     torch.cuda.synchronize()
     rel = compare(out, reference_attention(batch)[0])[0]
-    assert launches and rel < 1e-2, (launches, rel)
-    assert (plan.num_merge > 0) == (splits is not None)
+    assert launches and rel < 1e-2, (rel, spec)

@@ -41,20 +41,63 @@ def test_fit_names_what_is_missing_on_the_cpu():
     assert "Hopper" in gluon.fit(P())
 
 
-def test_a_row_says_why_the_gluon_kernel_did_not_run():
-    """On the CPU the option falls back (Gluon has no interpreter): the plan's mode, which a row
-    reports as 'ran as', keeps 'interpreted' first and names the reason; a decode-only batch (not
-    the prefill path's) adds nothing."""
+def test_off_hopper_the_rows_mode_is_the_shipped_kernels():
+    """Off Hopper (here the CPU: Gluon has no interpreter) the Gluon kernel is never a candidate: the
+    default plan keeps the shipped config and the plan's mode (a row's 'ran as') stays 'interpreted'."""
     from attnbench.backends.triton_paged import TritonBackend
 
-    be = TritonBackend(prefill="lean,fold,heavy,gluon")
-    prefill = materialize(BatchSpec((Request("prefill", 9, 0), Request("decode", 1, 20)), 4, 2, 64,
+    prefill = materialize(BatchSpec((Request("prefill", 70, 0), Request("prefill", 90, 20)), 4, 2, 64,
                                     dtype="float16", page_size=64), 1)
-    mode = be.plan(prefill).mode
-    assert mode.startswith("interpreted") and "not Gluon's" in mode and "Hopper" in mode
-    decode = materialize(BatchSpec((Request("decode", 1, 20),), 4, 2, 64, dtype="float16", page_size=64), 1)
-    assert be.plan(decode).mode == "interpreted (TRITON_INTERPRET=1)"
-    assert TritonBackend().plan(prefill).mode == "interpreted (TRITON_INTERPRET=1)"
+    for be in (TritonBackend(), TritonBackend(prefill="lean,fold,heavy,gluon")):
+        p = be.plan(prefill)
+        assert p.mode == "interpreted (TRITON_INTERPRET=1)" and p.cfg.block_q != 128
+
+
+def _prefills(*lens, **kw):
+    spec = dict(dtype="float16", page_size=64) | kw
+    return materialize(BatchSpec(tuple(Request("prefill", n, 10) for n in lens), 8, 2, 128, **spec), 1)
+
+
+def test_wanted_takes_causal_prefills_of_64_tokens_or_more_and_nothing_else(monkeypatch):
+    """The default plan's gate (on a Hopper GPU, patched in here): plain causal prefills of >= 64 tokens
+    each with 16-bit caches, head dim 64/128 and pages of a multiple of 64; each thing the kernel does
+    not measure or take turns it off."""
+    monkeypatch.setattr(gluon, "hopper", lambda device: True)
+    assert gluon.wanted(_prefills(64, 300))
+    assert not gluon.wanted(_prefills(63, 300))  # a short chunk
+    assert not gluon.wanted(materialize(BatchSpec((Request("prefill", 300, 0), Request("decode", 1, 50)), 8, 2, 128,
+                                                  dtype="float16", page_size=64), 1))
+    assert not gluon.wanted(materialize(BatchSpec((Request("prefill", 300, 0), Request("tree", 3, 50, (-1, 0, 0))),
+                                                  8, 2, 128, dtype="float16", page_size=64), 1))
+    assert not gluon.wanted(_prefills(64, 300, page_size=16))
+    assert not gluon.wanted(materialize(BatchSpec((Request("prefill", 80, 0, causal=False),), 8, 2, 128,
+                                                  dtype="float16", page_size=64), 1))  # bidirectional
+    assert not gluon.wanted(materialize(BatchSpec((Request("prefill", 80, 0),), 8, 2, 96, dtype="float16",
+                                                  page_size=64), 1))
+    for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True),
+                    dict(kv_dtype="fp8_e4m3")):
+        assert not gluon.wanted(_prefills(80, 100, **variant)), variant
+    monkeypatch.setattr(gluon, "hopper", lambda device: False)
+    assert not gluon.wanted(_prefills(64, 300))
+
+
+@pytest.mark.parametrize("hq,hkv,block_q", [(8, 2, 128), (32, 8, 128), (16, 2, 64), (4, 4, 128)])
+def test_the_default_plan_shapes_its_units_for_the_gluon_kernel_where_wanted(monkeypatch, hq, hkv, block_q):
+    """Where ``wanted`` (patched here), the default plan's units are 128 (G <= 4) or 64 tokens of one
+    KV head's G query heads with 64-key tiles, which ``fit`` takes; a config the caller sets wins; the
+    plan still runs (here the shipped prefill kernel, Gluon having no interpreter) and matches the
+    reference."""
+    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.workload.reference import compare, reference_attention
+
+    monkeypatch.setattr(gluon, "wanted", lambda batch: True)
+    b = materialize(BatchSpec((Request("prefill", 150, 0), Request("prefill", 77, 40)), hq, hkv, 64,
+                              dtype="float32", page_size=64), 2)
+    p = TritonBackend().plan(b)
+    assert (p.cfg.block_q, p.cfg.block_n) == (block_q, 64)
+    assert "block_q" not in gluon.fit(p)  # (the CPU's reason: no Hopper)
+    assert TritonBackend(block_m=64).plan(b).cfg.block_m == 64
+    assert compare(TritonBackend().run(p), reference_attention(b)[0])[0] < 1e-4
 
 
 def test_the_gluon_round_script_parses_and_names_existing_variants():

@@ -48,22 +48,48 @@ def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.c
 
 
 @gluon.jit
+def _first_item(SCHED, pid, DYNAMIC: gl.constexpr):
+    """A program's first item: drawn from the launch's counter, or its program id."""
+    if DYNAMIC:
+        return gl.atomic_add(SCHED, 1)
+    else:
+        return pid
+
+
+@gluon.jit
+def _next_item(SCHED, w, nprog, DYNAMIC: gl.constexpr):
+    """The item after ``w``: the next draw, or ``w`` + the grid (a static round-robin)."""
+    if DYNAMIC:
+        return gl.atomic_add(SCHED, 1)
+    else:
+        return w + nprog
+
+
+@gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT, stride_bt,
             n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
             PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr):
+            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr, SCHED,
+            DYNAMIC: gl.constexpr):
     """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
-    each tile into ring slot c % STAGES (c counts tiles across items)."""
+    each tile into ring slot c % STAGES (c counts tiles across items). DYNAMIC: items are drawn from the
+    counter SCHED[0] and told to the compute partitions through SCHED[1 + pid] (-1: the end)."""
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
+    total = n_heads * n_units
     c = 0
-    for it in range(gl.cdiv(n_heads * n_units - pid, nprog)):
-        meta, head = _item(UNITS, pid + it * nprog, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+    it = 0
+    w = _first_item(SCHED, pid, DYNAMIC)
+    while w < total:
+        meta, head = _item(UNITS, w, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
         kvh = head // G
         kv_lo = gl.load(meta + U_KVLO)
         n_tiles = gl.cdiv(gl.load(meta + U_KVHI) - kv_lo, BLOCK_N)
         bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
         mbarrier.wait(q_empty, (it & 1) ^ 1)  # mbarriers start with phase 1 complete
+        if DYNAMIC:  # the compute partitions have read the previous item's number (they handed its Q back)
+            gl.store(SCHED + 1 + pid, w)
+            gl.thread_barrier()  # the storing thread's write ordered before the arriving thread's release
         mbarrier.expect(q_ready, Q_PARTS * q_desc.block_type.nbytes)
         q_start = gl.load(meta + U_QSTART)
         for h in gl.static_range(Q_PARTS):  # one box per compute partition's rows
@@ -83,6 +109,15 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, re
             tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s), k_smem.index(s))
             tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s), v_smem.index(s))
             c += 1
+        it += 1
+        w = _next_item(SCHED, w, nprog, DYNAMIC)
+    if DYNAMIC:  # the last draw of the launch (every program has drawn its end) sets the counter back to 0
+        if w == total + nprog - 1:
+            gl.atomic_xchg(SCHED, 0)
+        mbarrier.wait(q_empty, (it & 1) ^ 1)
+        gl.store(SCHED + 1 + pid, -1)  # the compute partitions' end
+        gl.thread_barrier()
+        mbarrier.arrive(q_ready, count=1)
 
 
 @gluon.jit
@@ -133,7 +168,7 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
 def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
              qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-             WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+             WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED, DYNAMIC: gl.constexpr):
     """A compute partition (WARPS warps): rows part x ROWS .. of each item: its key loop, its share of the
     Q slot handed back, then its rows' store. Two partitions (Q_PARTS 2) hand each slot back with one
     arrival each and so run apart: one's softmax beside the other's MMAs."""
@@ -141,13 +176,20 @@ def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, 
     nprog = gl.num_programs(0)
     r0 = part * ROWS
     c = 0
-    for it in range(gl.cdiv(n_heads * n_units - pid, nprog)):
-        meta, head = _item(UNITS, pid + it * nprog, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+    it = 0
+    if DYNAMIC:  # the loader's draw, told once Q's barrier completes (-1: the end)
+        mbarrier.wait(q_ready, 0)
+        w = gl.load(SCHED + 1 + pid, volatile=True)
+    else:
+        w = pid
+    while (w >= 0) & (w < n_heads * n_units):
+        meta, head = _item(UNITS, w, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
         q_count = gl.load(meta + U_QCOUNT) - r0  # this partition's rows (<= 0: none, the tiles still consumed)
         kv_lo = gl.load(meta + U_KVLO)
         kv_hi = gl.load(meta + U_KVHI)
         n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
-        mbarrier.wait(q_ready, it & 1)
+        if not DYNAMIC:
+            mbarrier.wait(q_ready, it & 1)
         o, m_i, l_i = _key_loop(q_smem.index(part), k_smem, v_smem, ready, empty, c, q_count, gl.load(meta + U_CTX),
                                 gl.load(meta + U_Q0) + r0, kv_lo, kv_hi, n_tiles, qk_scale, ROWS, BLOCK_N, HEAD_DIM,
                                 STAGES, WARPS)
@@ -159,6 +201,12 @@ def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, 
         _store(o, m_i, l_i, Out, PO, PL, gl.load(meta + U_QSTART) + r0, q_count, head, gl.load(meta + U_SPLIT),
                prow, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
                HEAD_DIM, WARPS)
+        it += 1
+        if DYNAMIC:
+            mbarrier.wait(q_ready, it & 1)
+            w = gl.load(SCHED + 1 + pid, volatile=True)
+        else:
+            w += nprog
 
 
 @gluon.jit
@@ -189,12 +237,12 @@ def _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride
 
 @gluon.jit
 def prefill_gluon_kernel(
-    q_desc, k_desc, v_desc, Out, PO, PL, BT, UNITS,
+    q_desc, k_desc, v_desc, Out, PO, PL, BT, UNITS, SCHED,
     stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, stride_bt,
     qk_scale, ROW_HEAD, COL_HEAD, n_heads, n_units,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr, EARLY_PAGE: gl.constexpr,
+    COMPUTE_REGS: gl.constexpr, EARLY_PAGE: gl.constexpr, DYNAMIC: gl.constexpr,
 ):
     """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid.
     A unit's BLOCK_M rows are Q_PARTS compute partitions of q_desc's rows (a multiple of 64: 16 per warp)."""
@@ -217,11 +265,13 @@ def prefill_gluon_kernel(
     gl.warp_specialize([
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT,
                    stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
-                   UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE)),
+                   UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE, SCHED, DYNAMIC)),
         (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
                     qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
-                    BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
+                    BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
+                    DYNAMIC)),
         (_compute, (Q_PARTS - 1, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads,
                     n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST)),
+                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
+                    DYNAMIC)),
     ][:Q_PARTS + 1], [WARPS] * Q_PARTS, [COMPUTE_REGS] * Q_PARTS)

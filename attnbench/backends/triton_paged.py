@@ -38,10 +38,12 @@ from . import triton_mla
 from . import triton_launch
 from . import triton_plan as tp
 from . import triton_prefill
+from . import triton_prefill_gluon
 from . import triton_step as ts
 
 _KERNELS = "attnbench.backends.triton_kernels"
-PREFILL = "lean,fold,heavy"  # the prefill kernel's default options (issue 33's prefill round)
+# the prefill path's default options (issue 33's prefill rounds): gluon where triton_prefill_gluon.wanted
+PREFILL = "lean,fold,heavy,gluon"
 LOG2E = math.log2(math.e)
 
 
@@ -118,9 +120,11 @@ class TritonBackend(Backend):
         default): on for decode configs (row blocks <= 32 rows, mma.sync; H200 8 x 16k: 124.9 ->
         111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill).
         ``prefill``: batches with a prefill and without trees or variants run
-        triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy": 4 x 1k
-        prefills 5-14% faster on an H200, issue 33's prefill round; "": none, the control; None:
-        the one-launch kernel for every batch, as before issue 33).
+        triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy,gluon":
+        lean/fold/heavy made 4 x 1k prefills 5-14% faster on an H200, issue 33's prefill round;
+        gluon: on a Hopper GPU, batches ``triton_prefill_gluon.wanted`` takes get units shaped for
+        gluon_prefill_kernels.py's warp-specialized kernel and run it; "": none, the control;
+        None: the one-launch kernel for every batch, as before issue 33).
         ``kv_a`` (FP8 caches, the tree config: row blocks of >= 64 rows, wgmma): "k" computes the
         scores as S^T = K Q^T, so K's converted tile is the dot's A operand, read from shared memory
         straight into registers (no second trip through shared memory, P's 4 KB takes one
@@ -225,7 +229,11 @@ class TritonBackend(Backend):
         if hit is None:
             if len(self._shapes) >= ts.SHAPES:
                 self._shapes.clear()
-            cfg = tp.choose_config(batch, **self.config)
+            kw = self.config
+            if self.prefill and "gluon" in self.prefill and not {"block_m", "block_n"} & kw.keys() \
+                    and triton_prefill_gluon.wanted(batch):  # units shaped for the Gluon prefill kernel
+                kw = {**kw, **triton_prefill_gluon.config_args(batch)}
+            cfg = tp.choose_config(batch, **kw)
             hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos))
         return hit
 

@@ -52,6 +52,8 @@ def route_note(p) -> str:
     from . import triton_prefill_gluon as gluon
 
     why = gluon.fit(p)
+    if why and not gluon.hopper(p.batch.device):  # never a candidate off Hopper: the prefill kernel, as ever
+        return ""
     return f"prefill kernel, not Gluon's: {why}" if why else "gluon prefill kernel"
 
 

@@ -1,5 +1,6 @@
 """Launch of the Gluon prefill kernel (gluon_prefill_kernels.py; issue 33's prefill round 3,
-docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path, off by default.
+docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path, on by default since
+round 8 (the default plan shapes its units for the kernel where ``wanted``: config_args).
 
 ``fit`` says whether a plan's batch can take it: a Hopper GPU (sm_90: warpgroup MMAs and TMA),
 16-bit data, a head dim of 64 or 128, 64 or 128 tokens per unit of one query head (the plan's
@@ -21,17 +22,35 @@ from . import triton_plan as tp
 COMPUTE_REGS = 200
 STAGES = 2  # K/V slots in shared memory (128-key tiles: 2 x 64 KB beside Q's 32 KB)
 TILE_KEYS = 128  # the key tile where block_n allows it (else 64)
-# one program per SM walking the work items (else one program per item): measured 9% (bare 1k) and 4%
-# (beside 3k) slower than one per item on an H200, the static round-robin balancing worse than the hardware's
-# block scheduler, so off; PROGRAMS (> 0): that many programs instead of the SM count (tests: many items a
-# program, the ring's phases across items)
-PERSISTENT = False
+# one program per SM walking the work items (else one program per item). Static round-robin (DYNAMIC off):
+# 9% (bare 1k) and 4% (beside 3k) slower than one per item on an H200 (round 4), balancing worse than the
+# hardware's block scheduler; drawing items from a counter (DYNAMIC, round 8): 87.4 / 383.2 us against one per
+# item's 95.0 / 387.6 (H200), the loader fetching the next item's Q and first tiles while the compute
+# partitions finish the current one. PROGRAMS (> 0): that many programs instead of the SM count (tests: many
+# items a program, the ring's phases across items)
+PERSISTENT = True
 # a unit of 128 rows as two compute partitions of 64 (one warpgroup each, handing slots back on their own)
 # instead of one partition of 8 warps synchronized at every tile
 SPLIT_ROWS = True
 # the loader reads a tile's block-table entry before it waits for the tile's slot (not after)
 EARLY_PAGE = False
 PROGRAMS = 0
+# with PERSISTENT: each program's loader draws its next item from an atomic counter (longest first, as the
+# items are ordered), telling the compute partitions which one through a word of global memory; the launch's
+# last draw sets the counter back to 0 (no reset launch, CUDA-graph safe)
+DYNAMIC = True
+_SCHED: dict = {}  # device -> int32 [1 + programs]: the counter, then one word a program
+
+
+def _sched(device, programs: int) -> torch.Tensor:
+    """The dynamic scheduler's words on ``device`` (zeroed once; each launch leaves the counter at 0)."""
+    t = _SCHED.get(device)
+    if t is None or t.numel() < 1 + programs:
+        if torch.cuda.is_current_stream_capturing():  # a graph's memory must not outlive the graph
+            raise RuntimeError("the Gluon prefill kernel's scheduler words are made on its first run: run it "
+                               "once before capturing a CUDA graph")
+        t = _SCHED[device] = torch.zeros(1 + max(programs, 1024), dtype=torch.int32, device=device)
+    return t
 
 
 def _kv_view(t: torch.Tensor):
@@ -45,10 +64,43 @@ def _kv_view(t: torch.Tensor):
     return None
 
 
+MIN_QUERY = 64  # the default plan shapes its units for the kernel only when every request brings this many tokens
+
+
+def hopper(device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def wanted(batch) -> bool:
+    """Whether the triton backend's default plan shapes its units for this kernel (``config_args``): a
+    Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64 keys, causal prefills
+    of at least MIN_QUERY tokens each, no tree and no attention variant. Measured on such batches only
+    (docs/triton_notes.md, prefill rounds 3-8); a decode beside them would fill a 64-row partition per
+    query head with one row, where the shipped kernel folds a KV head's G query heads into its rows."""
+    from . import triton_features as tf
+
+    if not hopper(batch.device) or batch.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if batch.k_cache.dtype != batch.dtype or batch.head_dim not in (64, 128) or batch.page_size % 64:
+        return False
+    if batch.trees.tmax or tf.window_of(batch) or getattr(batch, "softcap", None) or any(
+            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes", "k_scale")):
+        return False
+    h = batch.host
+    return len(h.query_lens) > 0 and bool(h.causal.all()) and int(h.query_lens.min()) >= MIN_QUERY
+
+
+def config_args(batch) -> dict:
+    """``choose_config``'s arguments for the kernel: units of 128 tokens (G <= 4) or 64 (64 rows of one
+    query head each a compute partition), 64-key tiles in the plan (the kernel takes 128 where it can)."""
+    g = batch.num_q_heads // batch.num_kv_heads
+    return dict(block_m=(128 if g <= 4 else 64) * g, block_n=64)
+
+
 def fit(p) -> str:
     """'' when the Gluon kernel can run the plan's batch, else why not."""
     b, cfg = p.batch, p.cfg
-    if b.q.device.type != "cuda" or torch.cuda.get_device_capability(b.q.device) != (9, 0):
+    if not hopper(b.q.device):
         return "the Gluon prefill kernel needs a Hopper GPU (sm_90)"
     if b.dtype not in (torch.float16, torch.bfloat16) or b.head_dim not in (64, 128):
         return "the Gluon prefill kernel takes 16-bit data and head dims 64 or 128"
@@ -92,12 +144,14 @@ def run(p, heavy_first: bool) -> None:
     n_units = p.units.shape[0]
     items = n_units * b.num_q_heads
     grid = (min(items, PROGRAMS or tp.num_sms(b.q.device)) if PERSISTENT else items,)
+    dynamic = PERSISTENT and DYNAMIC
+    sched = _sched(b.q.device, grid[0]) if dynamic else p.units  # (the static grid never reads it)
     gk.prefill_gluon_kernel[grid](
-        qd, kd, vd, out, po, pl, b.block_table, p.units,
+        qd, kd, vd, out, po, pl, b.block_table, p.units, sched,
         out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
         b.block_table.stride(0), p.qk_scale, row_head, col_head, b.num_q_heads, n_units,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=heavy_first, Q_PARTS=parts, COMPUTE_REGS=COMPUTE_REGS,
-        EARLY_PAGE=EARLY_PAGE,
+        EARLY_PAGE=EARLY_PAGE, DYNAMIC=dynamic,
         num_warps=4,
     )

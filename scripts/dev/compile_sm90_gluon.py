@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compile_sm90 as base  # noqa: E402
 import compile_sm90_prefill as pf  # noqa: E402
 
-PTRS = {"Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32"}
+PTRS = {"Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "SCHED": "*i32"}
 
 
 def load_kernel():
@@ -35,7 +35,7 @@ def desc(shape: list[int]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, Q_PARTS=2, EARLY_PAGE=0,
+    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, Q_PARTS=2, EARLY_PAGE=0, DYNAMIC=0,
               COMPUTE_REGS=200, maxnreg=0,
               UNIT_COLS=base.plan_constant("UNIT_COLS"))
     for a in argv:

@@ -181,7 +181,10 @@ VARIANTS = MLA_VARIANTS + [
     gluon_variant("triton-pf-gl-n64s4", TILE_KEYS=64, STAGES=4),
     gluon_variant("triton-pf-gl-r232", COMPUTE_REGS=232),  # the round's first build (200 since: 2-4% faster)
     # the next tile's S issued before this tile's softmax (triton-pf-gl-ov): 13-19% slower, removed
-    gluon_variant("triton-pf-gl-p", PERSISTENT=True),  # one program per SM walking the items (round 4: slower)
+    # one program per item (rounds 3-5), and per SM with a static round-robin (round 4: slower than per item); the
+    # option's default since round 8: per SM, drawing items from a counter
+    gluon_variant("triton-pf-gl-item", PERSISTENT=False),
+    gluon_variant("triton-pf-gl-p", PERSISTENT=True, DYNAMIC=False),
     gluon_variant("triton-pf-gl-w8", SPLIT_ROWS=False),  # one compute partition of 8 warps (rounds 3-4)
     gluon_variant("triton-pf-gl-ep", EARLY_PAGE=True),  # the loader's block-table read before the slot wait
     gluon_variant("triton-pf-gl-w8-ep", SPLIT_ROWS=False, EARLY_PAGE=True),

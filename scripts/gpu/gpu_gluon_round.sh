@@ -13,9 +13,9 @@ cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gluon_round}; mkdir -p "$OUTDIR"
 source scripts/gpu/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache
-VARIANTS=${VARIANTS:-"triton-pf-gl triton-pf-gl-w8 triton-pf-gl-ep triton-pf-gl-w8-ep"}
+VARIANTS=${VARIANTS:-"triton-pf-gl triton-pf-gl-item triton-pf-gl-p"}
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-timeout "${TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gluon_prefill_gpu.py \
+timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gluon_prefill_gpu.py \
   > "$OUTDIR/gluon_tests.log" 2>&1
 echo "gluon GPU tests rc=$?"; tail -n 5 "$OUTDIR/gluon_tests.log"
 args=(-b sdpa -b triton); for v in $VARIANTS; do args+=(-b "$v"); done

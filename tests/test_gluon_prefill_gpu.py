@@ -41,8 +41,9 @@ def launches(monkeypatch):
 
 @pytest.mark.parametrize("early_page", [False, True])  # the loader's block-table read before its slot wait
 @pytest.mark.parametrize("split_rows", [True, False])  # 128 rows as 2 partitions of 4 warps, or one of 8
-# 5: five programs, each walking many items; dyn: the persistent grid drawing items from a counter (dyn5: 5 programs)
-@pytest.mark.parametrize("persistent", [False, True, 5, "dyn", "dyn5"])
+# 5: five programs, each walking many items; dyn: the persistent grid drawing items from a counter (dyn5: 5 programs),
+# told with Q's barrier (DYNAMIC 1) or an item barrier (d2: DYNAMIC 2)
+@pytest.mark.parametrize("persistent", [False, True, 5, "dyn", "dyn5", "d2", "d2-5"])
 @pytest.mark.parametrize("page,order,dtype,d,hq,hkv,splits,rows", CASES)
 def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, splits, rows, persistent, split_rows,
                                              early_page, launches, monkeypatch):
@@ -50,8 +51,8 @@ def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, spl
         pytest.skip("the Gluon prefill kernel is written for Hopper (sm_90)")
     dynamic = isinstance(persistent, str)
     monkeypatch.setattr(gluon, "PERSISTENT", bool(persistent))  # one program per SM walking the items, or one per item
-    monkeypatch.setattr(gluon, "PROGRAMS", 5 if persistent in (5, "dyn5") else 0)
-    monkeypatch.setattr(gluon, "DYNAMIC", dynamic)
+    monkeypatch.setattr(gluon, "PROGRAMS", 5 if persistent in (5, "dyn5", "d2-5") else 0)
+    monkeypatch.setattr(gluon, "DYNAMIC", (2 if persistent.startswith("d2") else 1) if dynamic else 0)
     monkeypatch.setattr(gluon, "SPLIT_ROWS", split_rows)
     monkeypatch.setattr(gluon, "EARLY_PAGE", early_page)
     be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)

@@ -1,5 +1,6 @@
 """A warp-specialized prefill kernel written in Gluon for Hopper (issue 33, prefill round 3;
-docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path, off by default.
+docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path (on by default since
+round 8, for the batches triton_prefill_gluon.wanted takes on a Hopper GPU).
 
 Round 2 asked triton 3.6's automatic pass to specialize the prefill loop and it crashed (an
 out-of-range shared-memory address in compiler-generated code, compute-sanitizer). Here the
@@ -9,15 +10,19 @@ partitions and their barriers are written out by hand:
   each K/V tile by TMA into a ring of ``STAGES`` shared-memory slots; it waits for a slot's
   ``empty`` barrier before refilling it, and the TMA transaction count completes the slot's
   ``ready`` barrier (Q has its own ready/empty pair);
-- the compute partition, a worker of ``WARPS`` warps (BLOCK_M / 16: two warpgroups at 128 rows,
-  ``setmaxnreg`` COMPUTE_REGS), waits on ``ready``, runs S = Q K^T and O += P V as warpgroup MMAs
-  (P from registers) with the online softmax between them, hands the slot back on ``empty`` once
-  every warp's MMAs on it are done, and stores the item's rows.
+- the compute partitions, Q_PARTS workers (at 128 rows: two of one warpgroup each, each with its
+  own Q box and rows, or one of two warpgroups; ``setmaxnreg`` COMPUTE_REGS), each wait on ``ready``,
+  run S = Q K^T and O += P V as warpgroup MMAs (P from registers) with the online softmax between
+  them, hand the slot back on ``empty`` (one arrival each) once their MMAs on it are done, and store
+  their rows of the item.
 
 Work items are (unit of the shipped plan: BLOCK_M tokens, query head), the longest causal units
-first (HEAVY_FIRST); a program walks items pid, pid + programs, ... (the launch picks one program
-per item, or one per SM: persistent, the loader then fetching the next item's Q and first tiles
-while the compute warps finish the current one; the ring's slots and phases run on across items).
+first (HEAVY_FIRST). A program walks items pid, pid + programs, ... (DYNAMIC 0: one program per item,
+or a static round-robin), or, with a persistent grid, its loader draws them from an atomic counter
+and tells the compute partitions each item's number through a word of global memory (DYNAMIC 1:
+with Q's barrier; 2: with an item barrier of its own, so they read the next item before storing the
+current one). The loader fetches the next item's Q and first tiles while the compute warps finish the
+current one; the ring's slots and phases run on across items.
 The keys of a tile lie in one page (``PAGE % BLOCK_N == 0``), so a tile is one TMA box of the cache
 viewed as 2-d rows: row = page * ROW_PAGE + kv_head * ROW_HEAD + slot, column kv_head * COL_HEAD
 (NHD: [pages x page, kv heads x d]; HND: [pages x kv heads x page, d]). Keys of the last tile
@@ -66,14 +71,16 @@ def _next_item(SCHED, w, nprog, DYNAMIC: gl.constexpr):
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT, stride_bt,
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, UNITS, BT,
+            stride_bt,
             n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
             PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
             HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr, SCHED,
             DYNAMIC: gl.constexpr):
     """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
     each tile into ring slot c % STAGES (c counts tiles across items). DYNAMIC: items are drawn from the
-    counter SCHED[0] and told to the compute partitions through SCHED[1 + pid] (-1: the end)."""
+    counter SCHED[0] and told to the compute partitions through SCHED[1 + pid] (-1: the end), with Q's barrier
+    (1) or, once the previous item's Q is handed back, with the item barrier of its own (2)."""
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     total = n_heads * n_units
@@ -90,6 +97,8 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, re
         if DYNAMIC:  # the compute partitions have read the previous item's number (they handed its Q back)
             gl.store(SCHED + 1 + pid, w)
             gl.thread_barrier()  # the storing thread's write ordered before the arriving thread's release
+            if DYNAMIC == 2:
+                mbarrier.arrive(item_ready, count=1)
         mbarrier.expect(q_ready, Q_PARTS * q_desc.block_type.nbytes)
         q_start = gl.load(meta + U_QSTART)
         for h in gl.static_range(Q_PARTS):  # one box per compute partition's rows
@@ -117,7 +126,10 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, re
         mbarrier.wait(q_empty, (it & 1) ^ 1)
         gl.store(SCHED + 1 + pid, -1)  # the compute partitions' end
         gl.thread_barrier()
-        mbarrier.arrive(q_ready, count=1)
+        if DYNAMIC == 2:
+            mbarrier.arrive(item_ready, count=1)
+        else:
+            mbarrier.arrive(q_ready, count=1)
 
 
 @gluon.jit
@@ -165,48 +177,67 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
 
 
 @gluon.jit
-def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
-             qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+def _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """Item w's (query head, this partition's rows, kv_lo, kv_hi, ctx, q0, first token, split, partial row);
+    w is clamped into range (past the end: values never used)."""
+    meta, head = _item(UNITS, gl.minimum(gl.maximum(w, 0), total - 1), n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+    prow = gl.load(meta + U_PROW)
+    # rows <= 0: none (the tiles still consumed); split rows: this partition's, else the -1 sentinel
+    return (head, gl.load(meta + U_QCOUNT) - r0, gl.load(meta + U_KVLO), gl.load(meta + U_KVHI),
+            gl.load(meta + U_CTX), gl.load(meta + U_Q0) + r0, gl.load(meta + U_QSTART) + r0,
+            gl.load(meta + U_SPLIT), prow + r0 * (prow >= 0).to(gl.int32))
+
+
+@gluon.jit
+def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL, UNITS, n_heads,
+             n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED, DYNAMIC: gl.constexpr):
     """A compute partition (WARPS warps): rows part x ROWS .. of each item: its key loop, its share of the
     Q slot handed back, then its rows' store. Two partitions (Q_PARTS 2) hand each slot back with one
-    arrival each and so run apart: one's softmax beside the other's MMAs."""
+    arrival each and so run apart: one's softmax beside the other's MMAs. The next item's number and unit
+    row are read before this item's store (their latency under it), except with DYNAMIC 1, where the
+    number comes with Q's barrier."""
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
+    total = n_heads * n_units
     r0 = part * ROWS
     c = 0
     it = 0
-    if DYNAMIC:  # the loader's draw, told once Q's barrier completes (-1: the end)
+    if DYNAMIC == 2:  # the loader's draw, told by the item barrier (-1: the end)
+        mbarrier.wait(item_ready, 0)
+        w = gl.load(SCHED + 1 + pid, volatile=True)
+    elif DYNAMIC == 1:  # told once Q's barrier completes
         mbarrier.wait(q_ready, 0)
         w = gl.load(SCHED + 1 + pid, volatile=True)
     else:
         w = pid
-    while (w >= 0) & (w < n_heads * n_units):
-        meta, head = _item(UNITS, w, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
-        q_count = gl.load(meta + U_QCOUNT) - r0  # this partition's rows (<= 0: none, the tiles still consumed)
-        kv_lo = gl.load(meta + U_KVLO)
-        kv_hi = gl.load(meta + U_KVHI)
+    head, q_count, kv_lo, kv_hi, ctx, q0, q_start, split, prow = _meta(UNITS, w, total, r0, n_heads, n_units,
+                                                                      UNIT_COLS, HEAVY_FIRST)
+    while (w >= 0) & (w < total):
         n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
-        if not DYNAMIC:
+        if DYNAMIC != 1:
             mbarrier.wait(q_ready, it & 1)
-        o, m_i, l_i = _key_loop(q_smem.index(part), k_smem, v_smem, ready, empty, c, q_count, gl.load(meta + U_CTX),
-                                gl.load(meta + U_Q0) + r0, kv_lo, kv_hi, n_tiles, qk_scale, ROWS, BLOCK_N, HEAD_DIM,
-                                STAGES, WARPS)
+        o, m_i, l_i = _key_loop(q_smem.index(part), k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, kv_hi,
+                                n_tiles, qk_scale, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS)
         gl.thread_barrier()  # (an item without tiles) every warp is past Q before it is handed back
         mbarrier.arrive(q_empty, count=1)
         c += n_tiles
-        prow = gl.load(meta + U_PROW)
-        prow = prow + r0 * (prow >= 0).to(gl.int32)  # split rows: this partition's; else the -1 sentinel
-        _store(o, m_i, l_i, Out, PO, PL, gl.load(meta + U_QSTART) + r0, q_count, head, gl.load(meta + U_SPLIT),
-               prow, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
-               HEAD_DIM, WARPS)
         it += 1
-        if DYNAMIC:
+        if DYNAMIC == 2:
+            mbarrier.wait(item_ready, it & 1)
+            w = gl.load(SCHED + 1 + pid, volatile=True)
+        elif DYNAMIC == 0:
+            w += nprog
+        if DYNAMIC != 1:
+            nxt = _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
+               stride_por, stride_poh, stride_pls, stride_plr, ROWS, HEAD_DIM, WARPS)
+        if DYNAMIC == 1:
             mbarrier.wait(q_ready, it & 1)
             w = gl.load(SCHED + 1 + pid, volatile=True)
-        else:
-            w += nprog
+            nxt = _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        head, q_count, kv_lo, kv_hi, ctx, q0, q_start, split, prow = nxt
 
 
 @gluon.jit
@@ -253,25 +284,26 @@ def prefill_gluon_kernel(
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    item_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=Q_PARTS)  # one arrival per compute partition
+    mbarrier.init(item_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=Q_PARTS)
     # the loader is the default partition (num_warps 4, one thread issuing), the math Q_PARTS workers of
     # WARPS warps with their own register budget (setmaxnreg COMPUTE_REGS)
     gl.warp_specialize([
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, UNITS, BT,
-                   stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, UNITS,
+                   BT, stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
                    UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE, SCHED, DYNAMIC)),
-        (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads, n_units,
-                    qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, ROWS,
-                    BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
-                    DYNAMIC)),
-        (_compute, (Q_PARTS - 1, q_smem, k_smem, v_smem, q_ready, q_empty, ready, empty, Out, PO, PL, UNITS, n_heads,
-                    n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
+        (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL, UNITS,
+                    n_heads, n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED, DYNAMIC)),
+        (_compute, (Q_PARTS - 1, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL,
+                    UNITS, n_heads, n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
                     DYNAMIC)),
     ][:Q_PARTS + 1], [WARPS] * Q_PARTS, [COMPUTE_REGS] * Q_PARTS)

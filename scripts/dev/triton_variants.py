@@ -184,7 +184,8 @@ VARIANTS = MLA_VARIANTS + [
     # one program per item (rounds 3-5), and per SM with a static round-robin (round 4: slower than per item); the
     # option's default since round 8: per SM, drawing items from a counter
     gluon_variant("triton-pf-gl-item", PERSISTENT=False),
-    gluon_variant("triton-pf-gl-p", PERSISTENT=True, DYNAMIC=False),
+    gluon_variant("triton-pf-gl-p", PERSISTENT=True, DYNAMIC=0),
+    gluon_variant("triton-pf-gl-d1", DYNAMIC=1),  # round 8: the next item told with Q's barrier (2 since round 9)
     gluon_variant("triton-pf-gl-w8", SPLIT_ROWS=False),  # one compute partition of 8 warps (rounds 3-4)
     gluon_variant("triton-pf-gl-ep", EARLY_PAGE=True),  # the loader's block-table read before the slot wait
     gluon_variant("triton-pf-gl-w8-ep", SPLIT_ROWS=False, EARLY_PAGE=True),

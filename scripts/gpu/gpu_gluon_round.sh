@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gluon_round}; mkdir -p "$OUTDIR"
 source scripts/gpu/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache
-VARIANTS=${VARIANTS:-"triton-pf-gl triton-pf-gl-item triton-pf-gl-p"}
+VARIANTS=${VARIANTS:-"triton-pf-gl triton-pf-gl-d1 triton-pf-gl-item"}
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gluon_prefill_gpu.py \
   > "$OUTDIR/gluon_tests.log" 2>&1

@@ -4,7 +4,9 @@ float64 reference on random batches (decodes, trees, prefills, chunked prefills,
 shuffled pages of 1-256 slots, float16/float32, FP8 e4m3/e5m2 caches with per-tensor and
 per-head scales):
 
-- prefill batches without trees or variants run the prefill kernel with "lean,fold,heavy";
+- prefill batches without trees or variants run the prefill kernel with "lean,fold,heavy,gluon" (gluon:
+  on a Hopper GPU, the batches triton_prefill_gluon.wanted takes run the Gluon kernel; elsewhere it is
+  inert, so here, on the CPU, these batches run the prefill kernel with the other three);
   decode-only batches, trees and variants keep the one-launch kernel;
 - FP8 decode configs (row blocks <= 32 rows) read V as int16 words (``v_words``); the tree
   config does not;
@@ -71,7 +73,7 @@ def run(be, batch):
 
 def test_the_defaults_and_the_old_ones_by_name():
     be = TritonBackend()
-    assert be.prefill == {"lean", "fold", "heavy"} and be.v_words is None and be.mla_wide and be.config == {}
+    assert be.prefill == {"lean", "fold", "heavy", "gluon"} and be.v_words is None and be.mla_wide and be.config == {}
     r3 = VARIANTS["triton-r3"]()
     assert r3.prefill is None and r3.v_words is False and not r3.mla_wide and r3.config == {"fp8_split": 1}
     assert VARIANTS["triton-nopf"]().prefill is None and VARIANTS["triton-f8-nvw"]().v_words is False
@@ -167,7 +169,7 @@ def test_defaults_on_random_batches(seed, kind, kv_dtype, prefill_calls):
     rel, plan = run(be, materialize(spec, seed))
     assert rel < (FP8_TOL if kv_dtype else TOL[dtype]), f"{kind} {kv_dtype} {dtype} page {page}: rel err {rel}"
     prefill = any(r.kind == "prefill" for r in reqs) and not plan.has_tree and not kv_dtype
-    assert prefill_calls == ([{"lean", "fold", "heavy"}] if prefill else [])
+    assert prefill_calls == ([{"lean", "fold", "heavy", "gluon"}] if prefill else [])
     assert be._v_words(plan.cfg) == (plan.cfg.block_m <= 32)
 
 
@@ -196,12 +198,12 @@ def test_fp8_decodes_take_v_words_and_more_splits(kv_dtype, kv_scale, page):
 @pytest.mark.parametrize("page", [16, 256])
 def test_prefills_run_the_prefill_kernel_and_r3_does_not(page, prefill_calls):
     """A fresh and a chunked prefill (odd lengths) and a decode beside them: the default runs
-    the prefill kernel with lean,fold,heavy; triton-r3 (and triton-nopf) the one-launch kernel;
+    the prefill kernel with lean,fold,heavy,gluon (on the CPU: the prefill kernel); triton-r3 (and triton-nopf) the one-launch kernel;
     a decode-only batch never goes to the prefill kernel."""
     need_interpreter()
     reqs = (Request("prefill", 45, 0), Request("prefill", 19, 37), Request("decode", 1, 70))
     batch = materialize(BatchSpec(reqs, 8, 2, 32, dtype="float16", page_size=page, layout="shuffled"), page)
-    for be, want in ((TritonBackend(), [{"lean", "fold", "heavy"}]), (VARIANTS["triton-r3"](), []),
+    for be, want in ((TritonBackend(), [{"lean", "fold", "heavy", "gluon"}]), (VARIANTS["triton-r3"](), []),
                      (VARIANTS["triton-nopf"](), [])):
         prefill_calls.clear()
         rel, _ = run(be, batch)
@@ -288,7 +290,7 @@ GPU_SCRIPT = textwrap.dedent(
             ran.clear()
             reqs = (Request("prefill", 1024, ctx), Request("prefill", 333, ctx + 17), Request("decode", 1, 500))
             check("prefill", BatchSpec(reqs, 32, 8, 128, "bfloat16", page), 1e-2)
-            assert ran == [{"lean", "fold", "heavy"}], ran
+            assert ran == [{"lean", "fold", "heavy", "gluon"}], ran
     for hq in (128, 16):
         for reqs in ([Request("decode", 1, c) for c in (16384, 5000, 77)],
                      [Request("tree", 3, c, tuple(chain(2))) for c in (16384, 3000)] + [Request("tree", len(t40), 2000, t40)]):

@@ -1,6 +1,6 @@
 """Launch of the triton backend's prefill kernel (triton_prefill_kernels.py; issue 33's prefill
 round, docs/triton_notes.md), an option of ``TritonBackend`` (``prefill=``), on by default
-with "lean,fold,heavy" (``prefill=None``: off, the one-launch kernel for every batch).
+with "lean,fold,heavy,gluon" (``prefill=None``: off, the one-launch kernel for every batch).
 
 ``TritonBackend(prefill="lean,fold,heavy")`` runs batches the prefill kernel covers (a prefill,
 no tree, no attention variant, a power-of-two head dim: ``applies``) through it with those
@@ -10,7 +10,7 @@ The plan (units, splits, the merge rows) is the shipped one: split row blocks ar
 ``triton_kernels.merge_kernel``.
 
 ``ws`` (issue 33's prefill round 2: triton's automatic warp specialization) was rejected on the GPU
-and removed: docs/triton_notes.md, "Prefill round 2". ``gluon`` (round 3, off by default): the
+and removed: docs/triton_notes.md, "Prefill round 2". ``gluon`` (round 3, on by default since round 8): the
 batches ``triton_prefill_gluon.fit`` takes run gluon_prefill_kernels.py's hand-specialized Hopper
 kernel instead; the others run this kernel with the remaining options.
 """

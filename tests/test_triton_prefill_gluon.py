@@ -81,6 +81,20 @@ def test_wanted_takes_causal_prefills_of_64_tokens_or_more_and_nothing_else(monk
     assert not gluon.wanted(_prefills(64, 300))
 
 
+def test_on_hopper_a_mixed_batchs_row_says_why_not_gluons(monkeypatch):
+    """On a Hopper GPU (patched in) a prefill beside a decode keeps the shipped config and kernel, and the
+    row's 'ran as' gives ``unwanted``'s reason (the decode), not fit's complaint about the unit size."""
+    from attnbench.backends.triton_paged import TritonBackend
+
+    monkeypatch.setattr(gluon, "hopper", lambda device: True)
+    b = materialize(BatchSpec((Request("prefill", 300, 0), Request("decode", 1, 50)), 8, 2, 128,
+                              dtype="float16", page_size=64), 1)
+    assert gluon.unwanted(b).startswith("a request of 1 query tokens")
+    p = TritonBackend().plan(b)
+    assert p.cfg.block_q != 128 and "not Gluon's: a request of 1 query tokens" in p.mode, p.mode
+    assert gluon.unwanted(_prefills(64, 300)) == ""
+
+
 @pytest.mark.parametrize("hq,hkv,block_q", [(8, 2, 128), (32, 8, 128), (16, 2, 64), (4, 4, 128)])
 def test_the_default_plan_shapes_its_units_for_the_gluon_kernel_where_wanted(monkeypatch, hq, hkv, block_q):
     """Where ``wanted`` (patched here), the default plan's units are 128 (G <= 4) or 64 tokens of one

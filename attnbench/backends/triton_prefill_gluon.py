@@ -74,23 +74,36 @@ def hopper(device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def wanted(batch) -> bool:
-    """Whether the triton backend's default plan shapes its units for this kernel (``config_args``): a
-    Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64 keys, causal prefills
-    of at least MIN_QUERY tokens each, no tree and no attention variant. Measured on such batches only
-    (docs/triton_notes.md, prefill rounds 3-8); a decode beside them would fill a 64-row partition per
-    query head with one row, where the shipped kernel folds a KV head's G query heads into its rows."""
+def unwanted(batch) -> str:
+    """'' when the triton backend's default plan shapes its units for this kernel (``config_args``), else
+    why not: it takes a Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64
+    keys, causal prefills of at least MIN_QUERY tokens each, no tree and no attention variant. A decode
+    or a short chunk beside prefills fills a 64-row partition per query head with a few rows, where the
+    shipped kernel folds a KV head's G query heads into its rows: gpu/ragged-prefill at page 256 (four
+    decodes, chunks of 8 and 17 tokens) ran 127.6 us through this kernel against the shipped 82.9 (H200,
+    docs/triton_notes.md, "Prefill rounds 8 and 9")."""
     from . import triton_features as tf
 
-    if not hopper(batch.device) or batch.dtype not in (torch.float16, torch.bfloat16):
-        return False
-    if batch.k_cache.dtype != batch.dtype or batch.head_dim not in (64, 128) or batch.page_size % 64:
-        return False
+    if not hopper(batch.device):
+        return "not a Hopper GPU"
+    if batch.dtype not in (torch.float16, torch.bfloat16) or batch.k_cache.dtype != batch.dtype:
+        return "not a 16-bit q and cache"
+    if batch.head_dim not in (64, 128) or batch.page_size % 64:
+        return f"head dim {batch.head_dim}, page {batch.page_size} (it takes 64/128 and pages of a multiple of 64)"
     if batch.trees.tmax or tf.window_of(batch) or getattr(batch, "softcap", None) or any(
             getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes", "k_scale")):
-        return False
+        return "a tree or an attention variant"
     h = batch.host
-    return len(h.query_lens) > 0 and bool(h.causal.all()) and int(h.query_lens.min()) >= MIN_QUERY
+    if len(h.query_lens) == 0 or not h.causal.all():
+        return "a bidirectional prefill"
+    if int(h.query_lens.min()) < MIN_QUERY:
+        return f"a request of {int(h.query_lens.min())} query tokens (it takes batches whose every request " \
+               f"brings >= {MIN_QUERY}: a decode or short chunk beside prefills ran slower through it)"
+    return ""
+
+
+def wanted(batch) -> bool:
+    return not unwanted(batch)
 
 
 def config_args(batch) -> dict:

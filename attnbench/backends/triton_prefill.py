@@ -54,8 +54,8 @@ def route_note(p) -> str:
     why = gluon.fit(p)
     if why and not gluon.hopper(p.batch.device):  # never a candidate off Hopper: the prefill kernel, as ever
         return ""
-    if why and gluon.unwanted(p.batch):  # the default plan did not shape the batch for it: say why not
-        why = gluon.unwanted(p.batch)
+    if why:  # where the default plan did not shape the batch for it, that is the reason to give
+        why = gluon.unwanted(p.batch) or why
     return f"prefill kernel, not Gluon's: {why}" if why else "gluon prefill kernel"
 
 

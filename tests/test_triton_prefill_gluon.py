@@ -81,6 +81,21 @@ def test_wanted_takes_causal_prefills_of_64_tokens_or_more_and_nothing_else(monk
     assert not gluon.wanted(_prefills(64, 300))
 
 
+def test_one_backend_shapes_each_page_size_for_itself(monkeypatch):
+    """The per-shape cache keys on the page size (and the variants): one backend that plans the same
+    query lengths at page 16 and then at page 256 (a page-size sweep) shapes the second for the Gluon
+    kernel (Hopper patched in), and the first again as before."""
+    from attnbench.backends.triton_paged import TritonBackend
+
+    monkeypatch.setattr(gluon, "hopper", lambda device: True)
+    be = TritonBackend()
+    small, big = (_prefills(96, 300, page_size=page) for page in (16, 256))
+    assert be.plan(small).cfg.block_q != 128
+    assert be.plan(big).cfg.block_q == 128
+    assert be.plan(small).cfg.block_q != 128
+    assert be.plan(_prefills(96, 300, page_size=256, sinks=True)).cfg.block_q != 128
+
+
 def test_on_hopper_a_mixed_batchs_row_says_why_not_gluons(monkeypatch):
     """On a Hopper GPU (patched in) a prefill beside a decode keeps the shipped config and kernel, and the
     row's 'ran as' gives ``unwanted``'s reason (the decode), not fit's complaint about the unit size."""

@@ -94,8 +94,10 @@ def unwanted(batch) -> str:
             getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes", "k_scale")):
         return "a tree or an attention variant"
     h = batch.host
-    if len(h.query_lens) == 0 or not h.causal.all():
+    if not h.causal.all():
         return "a bidirectional prefill"
+    if len(h.query_lens) == 0:
+        return "no request"
     if int(h.query_lens.min()) < MIN_QUERY:
         return f"a request of {int(h.query_lens.min())} query tokens (it takes batches whose every request " \
                f"brings >= {MIN_QUERY}: a decode or short chunk beside prefills ran slower through it)"

@@ -82,10 +82,15 @@ class Shape:
 def shape_key(batch, positions: bool, long: bool, window: Optional[int] = None) -> tuple:
     """What a shape (and the config) depends on: dims, dtype, the cache's dtype (FP8: the split
     rule), window, positions, long keys, the query lengths, tree and causal flags, and a static
-    tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step)."""
+    tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step);
+    also the page size and the sink, soft-cap and ALiBi inputs, which decide whether the default
+    plan shapes a prefill's units for the Gluon kernel (triton_prefill_gluon.unwanted)."""
     h, q = batch.host, batch.q
+    variants = (getattr(batch, "softcap", None), getattr(batch, "sinks", None) is not None,
+                getattr(batch, "alibi_slopes", None) is not None)
     return (q.shape, q.dtype, batch.k_cache.dtype, batch.num_kv_heads, tf.window_of(batch) if window is None else window,
-            positions, long, h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees))
+            positions, long, h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), tree_key(batch.trees),
+            batch.page_size, variants)
 
 
 def tree_key(t) -> tuple:

@@ -18,7 +18,7 @@ def test_kv_view_rows_follow_the_kernels_row_formula(order):
                      layout="shuffled")
     b = materialize(spec, 3)
     for cache in (b.k_cache, b.v_cache):
-        view, row_page, row_head, col_head = gluon._kv_view(cache)
+        view, row_page, row_head, col_head = gluon.kv_view(cache)
         pages, page, heads, d = cache.shape
         for pg in (0, pages - 1):
             for h in range(heads):
@@ -29,7 +29,7 @@ def test_kv_view_rows_follow_the_kernels_row_formula(order):
 
 def test_kv_view_refuses_a_strided_cache():
     b = materialize(BatchSpec((Request("prefill", 9, 0),), 4, 2, 64, dtype="float16", page_size=64), 1)
-    assert gluon._kv_view(b.k_cache[:, :32]) is None
+    assert gluon.kv_view(b.k_cache[:, :32]) is None
 
 
 def test_fit_names_what_is_missing_on_the_cpu():

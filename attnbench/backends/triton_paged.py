@@ -40,6 +40,7 @@ from . import triton_plan as tp
 from . import triton_prefill
 from . import triton_prefill_gluon
 from . import triton_step as ts
+from . import triton_tree_gluon
 
 _KERNELS = "attnbench.backends.triton_kernels"
 # the prefill path's default options (issue 33's prefill rounds): gluon where triton_prefill_gluon.wanted
@@ -99,7 +100,7 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 kv_a: str = "", **config: Any) -> None:
+                 kv_a: str = "", tree: str = "", **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -130,6 +131,9 @@ class TritonBackend(Backend):
         straight into registers (no second trip through shared memory, P's 4 KB takes one
         instead); "v": O^T = V^T P^T the same for V; "kv" both; "" (default) off, as before
         (docs/triton_notes.md, issue 33's FP8 trees round 1).
+        ``tree`` ("gluon" or ""): on a Hopper GPU, tree batches ``triton_tree_gluon.wanted`` takes get one
+        row block a request and 64-key tiles and run gluon_tree_kernels.py's warp-specialized kernel (issue
+        33's tree round 1); "" (default): the one-launch kernel.
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
         value halves); False: round 1's config for every MLA batch.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
@@ -146,6 +150,9 @@ class TritonBackend(Backend):
         if set(kv_a) - {"k", "v"}:
             raise ValueError(f"kv_a {kv_a!r}: '', 'k', 'v' or 'kv'")
         self.kv_a = kv_a
+        if tree not in ("", "gluon"):
+            raise ValueError(f"tree {tree!r}: '' or 'gluon'")
+        self.tree = tree
         self.config = config
         self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
         self._staging = ts.Staging()
@@ -211,6 +218,9 @@ class TritonBackend(Backend):
         if self.prefill and "gluon" in self.prefill:  # the row says which prefill kernel ran (or why not Gluon's)
             note = triton_prefill.route_note(plan)
             plan.mode = "; ".join(m for m in (plan.mode, note) if m)
+        if self.tree == "gluon":  # the same for the tree kernel
+            note = triton_tree_gluon.route_note(plan)
+            plan.mode = "; ".join(m for m in (plan.mode, note) if m)
         return plan
 
     def forget_shapes(self) -> None:
@@ -233,6 +243,8 @@ class TritonBackend(Backend):
             if self.prefill and "gluon" in self.prefill and not {"block_m", "block_n"} & kw.keys() \
                     and triton_prefill_gluon.wanted(batch):  # units shaped for the Gluon prefill kernel
                 kw = {**kw, **triton_prefill_gluon.config_args(batch)}
+            elif self.tree == "gluon" and not {"block_m", "block_n"} & kw.keys() and triton_tree_gluon.wanted(batch):
+                kw = {**kw, **triton_tree_gluon.config_args(batch)}  # one row block a request, 64-key tiles
             cfg = tp.choose_config(batch, **kw)
             hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos))
         return hit
@@ -249,6 +261,9 @@ class TritonBackend(Backend):
             return triton_mla.run(p)
         if self.prefill is not None and triton_prefill.applies(p):
             return triton_prefill.run(p, self.prefill)
+        if self.tree == "gluon" and p.has_tree and not triton_tree_gluon.fit(p):
+            triton_tree_gluon.run(p)
+            return triton_launch.merge(p)
         from . import triton_kernels as tk
 
         b, cfg, f = p.batch, p.cfg, p.feat

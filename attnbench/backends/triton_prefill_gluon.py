@@ -56,7 +56,7 @@ def _sched(device, programs: int) -> torch.Tensor:
     return t
 
 
-def _kv_view(t: torch.Tensor):
+def kv_view(t: torch.Tensor):
     """(2-d rows view, ROW_PAGE, ROW_HEAD, COL_HEAD) of a [pages, page, kv heads, d] cache, or None."""
     pages, page, heads, d = t.shape
     s = t.stride()
@@ -129,7 +129,7 @@ def fit(p) -> str:
     if q.stride(2) != 1 or q.stride(1) != b.head_dim or any(x.data_ptr() % 16 for x in (q, b.k_cache, b.v_cache)) \
             or q.stride(0) * q.element_size() % 16:
         return "the Gluon prefill kernel needs 16-byte aligned q rows of heads x d"
-    if _kv_view(b.k_cache) is None or _kv_view(b.v_cache) is None:
+    if kv_view(b.k_cache) is None or kv_view(b.v_cache) is None:
         return "the Gluon prefill kernel needs contiguous NHD or HND caches"
     return ""
 
@@ -156,7 +156,7 @@ def run(p, heavy_first: bool) -> None:
     qd = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [bm // parts, d],
                           gl.NVMMASharedLayout.get_default_for([bm // parts, d], ty))
     kv_layout = gl.NVMMASharedLayout.get_default_for([bn, d], ty)
-    (k2, row_page, row_head, col_head), (v2, *_) = _kv_view(b.k_cache), _kv_view(b.v_cache)
+    (k2, row_page, row_head, col_head), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [bn, d], kv_layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
     n_units = p.units.shape[0]

@@ -55,6 +55,27 @@ def gluon_variant(name: str, **consts):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
 
 
+def tree_variant(name: str, **consts):
+    """``TritonBackend(tree="gluon")`` with triton_tree_gluon's module constants (STAGES, COMPUTE_REGS) set
+    to ``consts`` while it runs."""
+    from attnbench.backends import triton_tree_gluon as tree
+
+    def __init__(self):
+        TritonBackend.__init__(self, tree="gluon")
+
+    def run(self, p):
+        old = {k: getattr(tree, k) for k in consts}
+        for k, v in consts.items():
+            setattr(tree, k, v)
+        try:
+            return TritonBackend.run(self, p)
+        finally:
+            for k, v in old.items():
+                setattr(tree, k, v)
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
+
+
 def mla_variant(name: str, **mla):
     """The shipped backend with its MLA batches planned by ``mla`` (triton_mla.choose_config's
     overrides: block_m, block_n, num_warps, num_stages, value_chunks, tail_stages, waves,
@@ -193,6 +214,10 @@ VARIANTS = MLA_VARIANTS + [
     # us and removed: tile j's P V waited for with tile j + 1's S (106.9 / 467.1), 232 registers (98.2 / 413.6),
     # the output stored from the MMA's registers (109.7 / 419.2), which makes room for 3 slots (111.0 / 420.7;
     # with the deferred P V 118.9 / 462.0)
+    # issue 33's tree round 1 (docs/triton_notes.md): the Gluon tree kernel, its ring depth and register budget
+    tree_variant("triton-tr-gl"),
+    tree_variant("triton-tr-gl-s3", STAGES=3),
+    tree_variant("triton-tr-gl-r152", COMPUTE_REGS=152),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

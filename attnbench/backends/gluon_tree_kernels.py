@@ -1,0 +1,239 @@
+"""A warp-specialized tree kernel written in Gluon for Hopper (issue 33, tree round 1;
+docs/triton_notes.md): the ``gluon`` option of the triton backend's tree path
+(triton_tree_gluon.py says which batches take it).
+
+The prefill kernel's design (gluon_prefill_kernels.py) applied to a speculative-decoding batch,
+where a request brings a few dozen query tokens (a draft tree) over a long context:
+
+- one program per work item (a unit of the plan: one request's query tokens and one split of its
+  keys; times the KV heads), all G query heads of the KV head in its rows (row m: token m // G,
+  head m % G, as the shipped kernel), so K and V are read once per KV head and split;
+- the loader, the default partition (4 warps, one thread issuing), streams the item's 64-key
+  tiles by TMA into a ring of ``STAGES`` slots. A tile lies in one page (pages of 64 keys or
+  more) or spans 64 / PAGE pages, one box each (pages of 8-32 keys), each box's block-table
+  entry read before the slot wait (a box past the request's last key reads its last page: its
+  keys are masked);
+- ``WGS`` compute partitions of one warpgroup (64 rows each: a 40-node tree with G 4 is 160 rows,
+  3 partitions) load their rows of Q themselves (gathered over tokens and heads, then stored to
+  shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
+  warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
+  run apart. A partition without rows (a decode's unit) only hands the slots back.
+
+Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
+a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
+node 64 w + k), any other row the keys up to its own position; every row only keys below the
+unit's ``kv_hi``. Keys read past ``kv_hi`` must hold finite values (attnbench's caches do).
+Split units write float32 partial outputs and natural-log LSEs for triton_merge's kernel.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+
+from .triton_plan import UNIT_COLUMNS
+
+(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
+    gl.constexpr(UNIT_COLUMNS.index(name)) for name in (
+        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0"))
+
+
+@gluon.jit
+def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, n_kv, row_head, col_head,
+            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            UNIT_COLS: gl.constexpr):
+    """The item's key tiles into ring slot j % STAGES: BLOCK_N // BOX boxes of BOX rows per operand."""
+    BOX: gl.constexpr = k_desc.block_type.shape[0]
+    w = gl.program_id(0)
+    meta = UNITS + (w // n_kv) * UNIT_COLS
+    kvh = w % n_kv
+    kv_lo = gl.load(meta + U_KVLO)
+    kv_hi = gl.load(meta + U_KVHI)
+    last = (kv_hi - 1) // PAGE  # the request's last page holding a key of the unit
+    bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
+    for j in range(gl.cdiv(kv_hi - kv_lo, BLOCK_N)):
+        s = j % STAGES
+        start = kv_lo + j * BLOCK_N
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # mbarriers start with phase 1 complete
+        mbarrier.expect(ready.index(s), 2 * (BLOCK_N // BOX) * k_desc.block_type.nbytes)
+        for b in gl.static_range(BLOCK_N // BOX):
+            slot = start + b * BOX
+            page = gl.load(bt_row + gl.minimum(slot // PAGE, last))
+            row = page * ROW_PAGE + kvh * row_head + slot % PAGE
+            tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s),
+                                            k_smem.index(s).slice(b * BOX, BOX))
+            tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s),
+                                            v_smem.index(s).slice(b * BOX, BOX))
+
+
+@gluon.jit
+def _allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+    """[rows, keys] mask of a tile from ``start``: tree rows the context and their ancestors, other rows
+    keys up to their position, every row keys below kv_hi (padding rows: every key below it)."""
+    keys = start + cols
+    if is_tree != 0:
+        rel = keys - ctx
+        w0 = gl.maximum(start - ctx, 0) // 64  # a 64-key tile spans at most two 64-node words
+        wa = gl.load(ANC + tok * stride_anc + w0, mask=row_ok & (w0 < stride_anc), other=0)
+        wb = gl.load(ANC + tok * stride_anc + w0 + 1, mask=row_ok & (w0 + 1 < stride_anc), other=0)
+        relc = gl.maximum(rel, 0)
+        word = gl.where(gl.expand_dims(relc // 64 == w0, 0), gl.expand_dims(wa, 1), gl.expand_dims(wb, 1))
+        bit = ((word >> gl.expand_dims((relc % 64).to(gl.int64), 0)) & 1) != 0
+        ok = gl.expand_dims(rel < 0, 0) | bit
+    else:
+        ok = gl.expand_dims(keys, 0) <= gl.expand_dims(ctx + q0 + t, 1)
+    ok = ok | gl.expand_dims(~row_ok, 1)
+    return ok & gl.expand_dims(keys < kv_hi, 0)
+
+
+@gluon.jit
+def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
+          o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, kv_lo, cols, t,
+          tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+    """Ring tile j: S = Q K^T, the online softmax (base 2; MASKED: ``_allowed``'s mask), O += P V, the slot
+    handed back."""
+    s = j % STAGES
+    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+    s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+    if MASKED:
+        keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+        qk = gl.where(keep, qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+    m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
+    alpha = gl.exp2(m_i - m_sub)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    pa = gl.convert_layout(p.to(v_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
+    mbarrier.arrive(empty.index(s), count=1)
+    return acc, m_new, l_i
+
+
+@gluon.jit
+def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
+             stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+             stride_anc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+             UNIT_COLS: gl.constexpr):
+    """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item."""
+    ROWS: gl.constexpr = 64
+    w = gl.program_id(0)
+    meta = UNITS + (w // n_kv) * UNIT_COLS
+    kvh = w % n_kv
+    q_start = gl.load(meta + U_QSTART)
+    q_count = gl.load(meta + U_QCOUNT)
+    kv_lo = gl.load(meta + U_KVLO)
+    kv_hi = gl.load(meta + U_KVHI)
+    n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
+    if part * ROWS < q_count * G:
+        ctx = gl.load(meta + U_CTX)
+        full_end = gl.load(meta + U_FULL)
+        q0 = gl.load(meta + U_Q0)
+        is_tree = gl.load(meta + U_TREE)
+        # Q's rows, gathered over tokens and heads, into this partition's shared-memory tile
+        ld_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        m_ld = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld_layout))
+        d_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+        tok_ld = (q_start + m_ld // G).to(gl.int64)
+        q_ptr = Q + gl.expand_dims(tok_ld * stride_qt + (kvh * G + m_ld % G) * stride_qh, 1) + gl.expand_dims(d_ld, 0)
+        q_ok = gl.expand_dims(m_ld // G < q_count, 1) & gl.expand_dims(d_ld < HEAD_DIM, 0)
+        q_smem.store(gl.load(q_ptr, mask=q_ok, other=0.0))
+        fence_async_shared()
+        gl.thread_barrier()  # every warp's rows stored before the MMAs read them
+
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        m_s = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        t = m_s // G
+        row_ok = t < q_count
+        tok = (q_start + t).to(gl.int64)
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+        # tiles every row sees in full (the context), then the masked ones (the tree's nodes, the split's end)
+        n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
+        for j in range(n_full):
+            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                  BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+                                  stride_anc)
+        for j in range(n_full, n_tiles):
+            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                  BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+                                  stride_anc)
+        _store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
+               stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
+    else:  # no rows here (a decode's unit): the slots handed back as they come
+        for j in range(n_tiles):
+            s = j % STAGES
+            mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+            mbarrier.arrive(empty.index(s), count=1)
+
+
+@gluon.jit
+def _store(o, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
+           stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """The normalized output rows, or a split unit's partial output and natural-log LSE."""
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    o = o / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o.type.layout)), 1)
+    o = gl.convert_layout(o, out_layout)
+    m_o = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_layout))
+    t = m_o // G
+    head = kvh * G + m_o % G
+    ok = gl.expand_dims(t < q_count, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
+    prow = gl.load(meta + U_PROW)
+    if prow < 0:
+        tok = (gl.load(meta + U_QSTART) + t).to(gl.int64)
+        ptr = Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0)
+        gl.store(ptr, o.to(Out.dtype.element_ty), mask=ok)
+    else:
+        split = gl.load(meta + U_SPLIT)
+        prow_m = (prow + t).to(gl.int64)
+        po_ptr = PO + split * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1) \
+            + gl.expand_dims(offs_d, 0)
+        gl.store(po_ptr, o.to(PO.dtype.element_ty), mask=ok)
+        m_l = part * ROWS + gl.arange(0, ROWS, layout=l_i.type.layout)
+        lse = gl.where(l_i > 0.0, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        gl.store(PL + split * stride_pls + (prow + m_l // G).to(gl.int64) * stride_plr + kvh * G + m_l % G, lse,
+                 mask=m_l // G < q_count)
+
+
+@gluon.jit
+def tree_gluon_kernel(
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
+    stride_bt, stride_anc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
+    G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+):
+    """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3)."""
+    q_smem = gl.allocate_shared_memory(k_desc.dtype, [WGS, 64, HEAD_DIM], k_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=WGS)  # one arrival per compute partition
+    gl.warp_specialize([
+        (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, n_kv, ROW_HEAD, COL_HEAD, PAGE,
+                   ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS)),
+        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
+        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
+        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
+                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
+    ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

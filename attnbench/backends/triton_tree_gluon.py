@@ -1,0 +1,127 @@
+"""Launch of the Gluon tree kernel (gluon_tree_kernels.py; issue 33's tree round 1, docs/triton_notes.md):
+the ``tree="gluon"`` option of the triton backend.
+
+``unwanted`` says why the option's plan does not shape a batch for the kernel ('' when it does): it
+takes a Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64 keys or of 8-32
+keys (one TMA box a page inside a 64-key tile), a tree in the batch and no attention variant, and at most
+192 rows a request (query tokens x G: three compute warpgroups of 64). ``config_args`` then makes one row
+block of every request (``block_m`` = G x the longest request, rounded up to a power of two) and 64-key
+tiles, so the plan's units are (request, split) and a work item of the kernel is one unit and KV head.
+``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the option falls back to
+the shipped kernel, and the plan's mode (a row's "ran as") names the kernel that ran (``route_note``).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import triton_plan as tp
+from .triton_prefill_gluon import kv_view, hopper
+
+COMPUTE_REGS = 160  # the compute warpgroups' registers (setmaxnreg; the loader keeps 56 of 3 x 160 + 4 x 128 x 56)
+STAGES = 4  # 64-key K/V slots in shared memory (4 x 32 KB beside Q's 3 x 16 KB)
+BLOCK_N = 64
+MAX_ROWS = 192  # three compute warpgroups
+
+
+def _page_ok(page: int) -> bool:
+    return page % BLOCK_N == 0 or (BLOCK_N % page == 0 and page >= 8)
+
+
+def unwanted(batch) -> str:
+    """'' when the option's plan shapes this batch for the kernel (``config_args``), else why not."""
+    from . import triton_features as tf
+
+    if not hopper(batch.device):
+        return "not a Hopper GPU"
+    if batch.dtype not in (torch.float16, torch.bfloat16) or batch.k_cache.dtype != batch.dtype:
+        return "not a 16-bit q and cache"
+    if batch.head_dim not in (64, 128) or not _page_ok(batch.page_size):
+        return f"head dim {batch.head_dim}, page {batch.page_size} (it takes 64/128 and pages of a multiple of " \
+               f"64 keys or of 8, 16 or 32)"
+    if not batch.trees.tmax:
+        return "no tree"
+    if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
+            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes", "k_scale")):
+        return "an attention variant"
+    h = batch.host
+    if not h.causal.all():
+        return "a bidirectional prefill"
+    rows = int(h.query_lens.max()) * (batch.num_q_heads // batch.num_kv_heads)
+    if rows > MAX_ROWS:
+        return f"{rows} rows a request (query tokens x G; it takes <= {MAX_ROWS}: three warpgroups of 64)"
+    return ""
+
+
+def wanted(batch) -> bool:
+    return not unwanted(batch)
+
+
+def config_args(batch) -> dict:
+    """``choose_config``'s arguments: one row block a request, 64-key tiles (splits start on them)."""
+    g = batch.num_q_heads // batch.num_kv_heads
+    return dict(block_m=max(16, tp.next_pow2(g * int(batch.host.query_lens.max()))), block_n=BLOCK_N)
+
+
+def warpgroups(p) -> int:
+    """Compute warpgroups: the rows of the plan's largest unit, in 64s."""
+    b = p.batch
+    g = b.num_q_heads // b.num_kv_heads
+    return -(-g * min(p.cfg.block_q, int(b.host.query_lens.max())) // 64)
+
+
+def fit(p) -> str:
+    """'' when the Gluon tree kernel can run the plan's batch, else why not."""
+    b, cfg = p.batch, p.cfg
+    if not hopper(b.q.device):
+        return "the Gluon tree kernel needs a Hopper GPU (sm_90)"
+    if b.dtype not in (torch.float16, torch.bfloat16) or b.k_cache.dtype != b.dtype or b.head_dim not in (64, 128):
+        return "the Gluon tree kernel takes 16-bit data and head dims 64 or 128"
+    if any(p.feat.constexprs().values()):
+        return "the Gluon tree kernel takes no attention variant"
+    if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not _page_ok(b.page_size) or warpgroups(p) > 3:
+        return f"the Gluon tree kernel needs 64-key tiles, pages of a multiple of 64 keys or of 8-32 and <= " \
+               f"{MAX_ROWS} rows a unit (block_n {cfg.block_n}, page {b.page_size}, {warpgroups(p)} warpgroups)"
+    q = b.q
+    if q.stride(2) != 1 or any(x.data_ptr() % 16 for x in (b.k_cache, b.v_cache)):
+        return "the Gluon tree kernel needs q's last dimension contiguous and 16-byte aligned caches"
+    if kv_view(b.k_cache) is None or kv_view(b.v_cache) is None:
+        return "the Gluon tree kernel needs contiguous NHD or HND caches"
+    return ""
+
+
+def route_note(p) -> str:
+    """The kernel a tree batch runs with the option: 'gluon tree kernel', or the shipped one and why."""
+    if not p.has_tree:
+        return ""
+    why = fit(p)
+    if why and not hopper(p.batch.device):  # never a candidate off Hopper: the shipped kernel, as ever
+        return ""
+    if why:
+        why = unwanted(p.batch) or why
+    return f"shipped kernel, not Gluon's tree kernel: {why}" if why else "gluon tree kernel"
+
+
+def run(p) -> None:
+    """``tree_gluon_kernel`` over the plan's units x KV heads (split units: partials for the merge)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from . import gluon_tree_kernels as gk
+
+    b = p.batch
+    d = b.head_dim
+    ty = gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16
+    box = min(b.page_size, BLOCK_N)
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty)  # the slots' (a box writes BOX of their rows)
+    (k2, row_page, row_head, col_head), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
+    kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [box, d], layout) for t in (k2, v2))
+    out, po, pl = p.out, p.po, p.pl
+    gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc,
+        b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.qk_scale, row_head, col_head,
+        b.num_kv_heads,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
+        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=warpgroups(p), COMPUTE_REGS=COMPUTE_REGS,
+        num_warps=4,
+    )

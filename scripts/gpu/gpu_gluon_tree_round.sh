@@ -1,0 +1,32 @@
+#!/bin/bash
+# Issue 33's Gluon tree rounds in one device call (docs/triton_notes.md, "Tree round 1"), from the repo root
+# (carry .whl):
+#
+#   bash scripts/gpu/gpu_gluon_tree_round.sh
+#
+# 1. the Gluon tree kernel's GPU tests (tests/test_gluon_tree_gpu.py: every launch shape against the reference);
+# 2. attnbench rows of the 8 x 40-node trees (tree-verify-llama3-8b: 1k/4k/16k, pages 16 and 256) and of
+#    gpu/tree-shapes: the shipped triton and the tree variants of scripts/dev/triton_variants.py (VARIANTS,
+#    default below), with the summary tables.
+# Output in $OUT: tree_tests.log, tree_run.log, shapes_run.log, the run folders tr/ and shapes/, summary.txt.
+set -u
+cd "$(dirname "$0")/../.."
+OUTDIR=${OUT:-/tmp/gluon_tree_round}; mkdir -p "$OUTDIR"
+source scripts/gpu/device_setup.sh
+export TRITON_CACHE_DIR=/tmp/triton-cache
+VARIANTS=${VARIANTS:-"triton-tr-gl triton-tr-gl-s3 triton-tr-gl-r152"}
+nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
+timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_gluon_tree_gpu.py ${TEST_K:+-k "$TEST_K"} \
+  > "$OUTDIR/tree_tests.log" 2>&1
+echo "gluon tree GPU tests rc=$?"; tail -n 25 "$OUTDIR/tree_tests.log"
+args=(-b triton); for v in $VARIANTS; do args+=(-b "$v"); done
+timeout "${RUN_S:-200}" python3 -m attnbench run attnbench/scenarios/tree-verify-llama3-8b.yaml ${ROWS_K:+-k "$ROWS_K"} \
+  "${args[@]}" --backend-file scripts/dev/triton_variants.py --out "$OUTDIR/tr" -q --warmup-ms 10 --measure-ms 60 \
+  > "$OUTDIR/tree_run.log" 2>&1
+echo "run rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/tree_run.log" | head -n 8
+python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$OUTDIR/tr" | tee "$OUTDIR/summary.txt"
+timeout "${SHAPES_S:-90}" python3 -m attnbench run attnbench/scenarios/gpu/tree-shapes.yaml -b triton -b triton-tr-gl \
+  --backend-file scripts/dev/triton_variants.py --out "$OUTDIR/shapes" -q --warmup-ms 10 --measure-ms 40 \
+  > "$OUTDIR/shapes_run.log" 2>&1
+echo "shapes rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/shapes_run.log" | head -n 8
+python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$OUTDIR/shapes" | tee -a "$OUTDIR/summary.txt"

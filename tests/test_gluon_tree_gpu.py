@@ -1,0 +1,120 @@
+"""The Gluon tree kernel (issue 33, tree round 1; attnbench/backends/gluon_tree_kernels.py) on a Hopper GPU
+against the reference: full, random and chain trees over contexts of odd lengths (none included), beside
+decodes and a short causal chunk, pages of 8 to 256 keys in every layout, NHD and HND caches, head dims 64
+and 128, GQA groups 1/4/8, with and without forced splits (partials and the merge), the output NaN-filled
+first. Each case asserts the Gluon kernel launched."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attnbench.backends import triton_tree_gluon as tree
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def full_tree(depth: int, branching: int) -> tuple:
+    parents, level = [-1], [0]
+    for _ in range(depth):
+        nxt = []
+        for p in level:
+            for _ in range(branching):
+                parents.append(p)
+                nxt.append(len(parents) - 1)
+        level = nxt
+    return tuple(parents)
+
+
+def random_tree(nodes: int, rng: random.Random) -> tuple:
+    return (-1,) + tuple(rng.randrange(i) for i in range(1, nodes))
+
+
+FULL40 = full_tree(3, 3)
+TREES40 = tuple(Request("tree", 40, ctx, FULL40) for ctx in (1000, 4095, 64, 0, 2049))
+MIXED = (Request("tree", 13, 777, full_tree(2, 3)), Request("decode", 1, 1500), Request("tree", 8, 3000, tuple(range(-1, 7))),
+         Request("prefill", 10, 300), Request("tree", 40, 0, FULL40), Request("decode", 1, 0))
+SMALL = (Request("tree", 24, 1999, random_tree(24, random.Random(3))), Request("tree", 13, 513, full_tree(2, 3)),
+         Request("decode", 1, 700))
+CASES = [  # requests, page, order, dtype, head dim, q heads, kv heads, splits
+    (TREES40, 16, "NHD", "bfloat16", 128, 8, 2, None),  # 8 x 40 at page 16: 4 boxes a tile
+    (TREES40, 16, "NHD", "bfloat16", 128, 8, 2, 3),
+    (TREES40, 256, "HND", "float16", 128, 8, 2, None),
+    (TREES40, 64, "NHD", "bfloat16", 64, 8, 2, 2),
+    (TREES40, 8, "HND", "bfloat16", 128, 4, 1, None),
+    (TREES40, 32, "NHD", "float16", 64, 4, 4, 4),  # G 1: one warpgroup
+    (MIXED, 16, "NHD", "bfloat16", 128, 32, 8, None),
+    (MIXED, 128, "HND", "bfloat16", 128, 32, 8, 5),
+    (SMALL, 16, "NHD", "bfloat16", 128, 16, 2, None),  # G 8: 24 nodes = 192 rows
+    (SMALL, 512, "NHD", "float16", 64, 16, 2, 3),
+]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    seen = []
+    real = tree.run
+
+    def counting(p):
+        seen.append(tree.warpgroups(p))
+        return real(p)
+
+    monkeypatch.setattr(tree, "run", counting)
+    return seen
+
+
+def _check(be, batch, launches, runs: int = 1):
+    plan = be.plan(batch)
+    assert tree.fit(plan) == "", tree.fit(plan)
+    assert "gluon tree kernel" in plan.mode, plan.mode
+    ref = reference_attention(batch)[0]
+    for _ in range(runs):
+        plan.out.fill_(float("nan"))  # every element must be written
+        out = be.run(plan)
+        torch.cuda.synchronize()
+        rel = compare(out, ref)[0]
+        assert launches and rel < 1e-2, (launches, rel)
+    return plan
+
+
+@pytest.mark.parametrize("stages", [4, 2])
+@pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
+def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, launches, monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    monkeypatch.setattr(tree, "STAGES", stages)
+    spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
+    batch = materialize(spec, seed=page + d + hq, device="cuda")
+    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
+    assert (plan.num_merge > 0) == (splits is not None and splits > 1)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
+    """TritonBackend(tree="gluon") on random tree batches its plan shapes for the Gluon kernel: 1-9 random
+    trees of 2-48 nodes (<= 192 rows with G) beside decodes, contexts of 0-5000, GQA groups 1-8, head dims
+    64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    rng = random.Random(seed)
+    hkv = rng.choice([1, 2, 8])
+    g = rng.choice([1, 2, 4, 8])
+    most = min(48, 192 // g)
+    reqs = []
+    for _ in range(rng.randint(1, 9)):
+        ctx = rng.choice([0, rng.randint(1, 200), rng.randint(1, 5000)])
+        if rng.random() < 0.25:
+            reqs.append(Request("decode", 1, ctx))
+        else:
+            n = rng.randint(2, most)
+            reqs.append(Request("tree", n, ctx, random_tree(n, rng)))
+    if all(r.kind == "decode" for r in reqs):
+        reqs.append(Request("tree", 3, 10, (-1, 0, 0)))
+    spec = BatchSpec(tuple(reqs), hkv * g, hkv, rng.choice([64, 128]), dtype=rng.choice(["float16", "bfloat16"]),
+                     page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
+                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]))
+    _check(TritonBackend(tree="gluon"), materialize(spec, seed=seed, device="cuda"), launches)

@@ -1,0 +1,103 @@
+"""The Gluon tree option's host side on the CPU (issue 33, tree round 1): which batches its plan shapes for
+the kernel, the plan it makes (one unit a request and split, 64-key tiles) and that the option falls back
+to the shipped kernel where the Gluon kernel cannot run (the CPU: Gluon has no interpreter), with the
+reference's outputs. The kernel itself runs on a GPU: tests/test_gluon_tree_gpu.py."""
+from __future__ import annotations
+
+import pytest
+
+from attnbench.backends import triton_tree_gluon as tree
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+FULL13 = (-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3)
+
+
+def _trees(*ctxs, hq=8, hkv=2, d=128, dtype="float16", page_size=16, nodes=13, **kw):
+    parents = FULL13 if nodes == 13 else (-1,) + tuple(range(nodes - 1))
+    reqs = tuple(Request("tree", nodes, c, parents) for c in ctxs)
+    return materialize(BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page_size, **kw), 1)
+
+
+def test_wanted_takes_tree_batches_up_to_three_warpgroups_and_nothing_else(monkeypatch):
+    """On a Hopper GPU (patched in): 16-bit tree batches of head dim 64/128, pages of 8-32 keys or a multiple
+    of 64, no variant, at most 192 rows a request (query tokens x G); each thing it does not take says so."""
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+    assert tree.wanted(_trees(100, 0))
+    assert tree.wanted(_trees(100, page_size=256, d=64))
+    assert tree.wanted(_trees(100, page_size=8, nodes=48))  # 48 x 4 = 192 rows
+    assert tree.unwanted(_trees(100, nodes=49)).startswith("196 rows a request")
+    assert tree.unwanted(_trees(100, hq=16, nodes=25)).startswith("200 rows")  # G 8
+    for kw in (dict(page_size=4), dict(page_size=48), dict(d=96)):
+        assert tree.unwanted(_trees(100, **kw)).startswith("head dim"), kw
+    assert tree.unwanted(_trees(100, dtype="float32")) == "not a 16-bit q and cache"
+    for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True)):
+        assert tree.unwanted(_trees(100, **variant)) == "an attention variant", variant
+    assert tree.unwanted(_trees(100, kv_dtype="fp8_e4m3")) == "not a 16-bit q and cache"
+    no_tree = materialize(BatchSpec((Request("decode", 1, 40),), 8, 2, 128, dtype="float16", page_size=16), 1)
+    assert tree.unwanted(no_tree) == "no tree"
+    monkeypatch.setattr(tree, "hopper", lambda device: False)
+    assert tree.unwanted(_trees(100)) == "not a Hopper GPU"
+
+
+@pytest.mark.parametrize("hq,hkv,nodes,block_m,warpgroups", [(8, 2, 13, 64, 1), (8, 2, 40, 256, 3),
+                                                             (16, 2, 24, 256, 3), (4, 4, 33, 64, 1)])
+def test_the_option_plans_one_unit_a_request_and_split_and_matches_the_reference(monkeypatch, hq, hkv, nodes,
+                                                                                 block_m, warpgroups):
+    """Where wanted (patched here) the plan's row block holds a whole request (block_m = G x the longest
+    request, rounded up to a power of two; ``warpgroups`` = its rows in 64s) with 64-key tiles, so its units
+    are (request, split); forced splits start on 64-key tiles. The CPU runs the plan through the shipped
+    kernel (Gluon has no interpreter) and matches the reference; a config the caller sets wins."""
+    monkeypatch.setattr(tree, "wanted", lambda batch: True)
+    b = materialize(BatchSpec((Request("tree", nodes, 150, (-1,) + tuple(range(nodes - 1))), Request("decode", 1, 77),
+                               Request("tree", 3, 0, (-1, 0, 0))), hq, hkv, 32, dtype="float32", page_size=16), 2)
+    for splits in (None, 3):
+        p = TritonBackend(tree="gluon", splits=splits).plan(b)
+        assert (p.cfg.block_m, p.cfg.block_n, p.cfg.block_nf) == (block_m, 64, 64)
+        assert tree.warpgroups(p) == warpgroups
+        units = p.units.cpu().numpy()
+        per_request = {(int(u[0]), int(u[7])) for u in units}
+        assert len(per_request) == len(units)  # one unit a (request, split)
+        assert all(int(u[4]) % 64 == 0 for u in units)  # kv_lo on a 64-key tile
+        assert compare(TritonBackend(tree="gluon", splits=splits).run(p), reference_attention(b)[0])[0] < 1e-4
+    assert TritonBackend(tree="gluon", block_m=16).plan(b).cfg.block_m == 16
+
+
+def test_off_hopper_the_option_changes_nothing():
+    """Off Hopper (the CPU here) the plan keeps the shipped config and the row's mode says nothing more."""
+    b = _trees(100, 0, dtype="float32", d=32)
+    shipped, gluon = TritonBackend().plan(b), TritonBackend(tree="gluon").plan(b)
+    assert shipped.cfg == gluon.cfg and gluon.mode == "interpreted (TRITON_INTERPRET=1)"
+    assert "Hopper" in tree.fit(gluon)
+
+
+def test_on_hopper_a_refused_tree_batchs_row_says_why(monkeypatch):
+    """On a Hopper GPU (patched in) a tree batch the option does not take keeps the shipped kernel, and the
+    row's 'ran as' gives unwanted's reason."""
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+    p = TritonBackend(tree="gluon").plan(_trees(100, page_size=48))
+    assert "shipped kernel, not Gluon's tree kernel: head dim 128, page 48" in p.mode, p.mode
+    assert TritonBackend(tree="gluon").plan(materialize(BatchSpec((Request("decode", 1, 40),), 8, 2, 32), 1)).mode \
+        == "interpreted (TRITON_INTERPRET=1)"
+
+
+def test_the_option_is_checked():
+    with pytest.raises(ValueError, match="tree 'gl'"):
+        TritonBackend(tree="gl")
+
+
+def test_the_tree_round_script_parses_and_names_existing_variants():
+    """scripts/gpu/gpu_gluon_tree_round.sh (one device call: the GPU tests and the timing rows) is valid bash
+    and its default variants exist in scripts/dev/triton_variants.py."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from .scripts import load_script
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "gpu_gluon_tree_round.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', script.read_text()).group(1).split()
+    names = {cls.name for cls in load_script("scripts/dev/triton_variants.py", "triton_variants_gtr").VARIANTS}
+    assert default and set(default) <= names, set(default) - names

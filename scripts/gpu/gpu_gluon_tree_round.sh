@@ -16,7 +16,7 @@ source scripts/gpu/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache
 VARIANTS=${VARIANTS:-"triton-tr-gl triton-tr-gl-s3 triton-tr-gl-r152"}
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_gluon_tree_gpu.py ${TEST_K:+-k "$TEST_K"} \
+timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --maxfail=6 -m gpu tests/test_gluon_tree_gpu.py ${TEST_K:+-k "$TEST_K"} \
   > "$OUTDIR/tree_tests.log" 2>&1
 echo "gluon tree GPU tests rc=$?"; tail -n 25 "$OUTDIR/tree_tests.log"
 args=(-b triton); for v in $VARIANTS; do args+=(-b "$v"); done

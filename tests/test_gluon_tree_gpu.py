@@ -90,7 +90,8 @@ def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, 
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
-    assert (plan.num_merge > 0) == (splits is not None and splits > 1)
+    if splits:  # forced splits: partials and the merge (the plan may split on its own without)
+        assert plan.num_merge > 0
 
 
 @pytest.mark.parametrize("seed", range(30))

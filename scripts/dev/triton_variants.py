@@ -55,13 +55,13 @@ def gluon_variant(name: str, **consts):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
 
 
-def tree_variant(name: str, **consts):
-    """``TritonBackend(tree="gluon")`` with triton_tree_gluon's module constants (STAGES, COMPUTE_REGS) set
-    to ``consts`` while it runs."""
+def tree_variant(name: str, backend: dict | None = None, **consts):
+    """``TritonBackend(tree="gluon", **backend)`` with triton_tree_gluon's module constants (STAGES,
+    COMPUTE_REGS) set to ``consts`` while it runs."""
     from attnbench.backends import triton_tree_gluon as tree
 
     def __init__(self):
-        TritonBackend.__init__(self, tree="gluon")
+        TritonBackend.__init__(self, tree="gluon", **(backend or {}))
 
     def run(self, p):
         old = {k: getattr(tree, k) for k in consts}
@@ -218,6 +218,8 @@ VARIANTS = MLA_VARIANTS + [
     tree_variant("triton-tr-gl"),
     tree_variant("triton-tr-gl-s3", STAGES=3),
     tree_variant("triton-tr-gl-r152", COMPUTE_REGS=152),
+    tree_variant("triton-tr-gl-sp1", dict(splits=1)),  # the plan's key splits forced (its own: 2 at 1k-16k)
+    tree_variant("triton-tr-gl-sp3", dict(splits=3)),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -74,8 +74,10 @@ def run(be, batch):
 def test_the_defaults_and_the_old_ones_by_name():
     be = TritonBackend()
     assert be.prefill == {"lean", "fold", "heavy", "gluon"} and be.v_words is None and be.mla_wide and be.config == {}
+    assert be.tree == "gluon" and VARIANTS["triton-tr-r0"]().tree == ""
     r3 = VARIANTS["triton-r3"]()
     assert r3.prefill is None and r3.v_words is False and not r3.mla_wide and r3.config == {"fp8_split": 1}
+    assert r3.tree == ""
     assert VARIANTS["triton-nopf"]().prefill is None and VARIANTS["triton-f8-nvw"]().v_words is False
     assert [VARIANTS[f"triton-f8s-{x}"]().config["fp8_split"] for x in ("x05", "x15", "x2")] == [1, 3, 4]
     assert TritonBackend(prefill="").prefill == frozenset()  # the control: the prefill kernel, no option

@@ -18,6 +18,14 @@ def io_strides(p) -> tuple[int, ...]:
             b.block_table.stride(0))
 
 
+MERGE_ELEMENTS = 2048  # partial elements a merge program reads (splits x heads x d): 16 a thread
+
+
+def merge_heads(heads: int, splits_p2: int, d_pad: int) -> int:
+    """The merge's heads a program: as many as keep its partial tile within MERGE_ELEMENTS (a power of two)."""
+    return max(1, min(tp.next_pow2(heads), MERGE_ELEMENTS // (splits_p2 * d_pad)))
+
+
 def merge(p) -> torch.Tensor:
     """``merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch)."""
     if p.num_merge:
@@ -25,9 +33,11 @@ def merge(p) -> torch.Tensor:
 
         b, out, po, pl = p.batch, p.out, p.po, p.pl
         d_pad = tp.next_pow2(b.head_dim)
-        tk.merge_kernel[(p.num_merge, b.num_q_heads)](
+        bh = merge_heads(b.num_q_heads, p.splits_p2, d_pad)
+        tk.merge_kernel[(p.num_merge, -(-b.num_q_heads // bh))](
             out, po, pl, p.merge,
             out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
-            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, num_warps=4,
+            b.num_q_heads,
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, num_warps=4,
         )
     return p.out

@@ -45,6 +45,8 @@ from . import triton_tree_gluon
 _KERNELS = "attnbench.backends.triton_kernels"
 # the prefill path's default options (issue 33's prefill rounds): gluon where triton_prefill_gluon.wanted
 PREFILL = "lean,fold,heavy,gluon"
+# the tree path's default (issue 33's tree round 1): gluon where triton_tree_gluon.wanted
+TREE = "gluon"
 LOG2E = math.log2(math.e)
 
 
@@ -100,7 +102,7 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 kv_a: str = "", tree: str = "", **config: Any) -> None:
+                 kv_a: str = "", tree: str = TREE, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -131,9 +133,10 @@ class TritonBackend(Backend):
         straight into registers (no second trip through shared memory, P's 4 KB takes one
         instead); "v": O^T = V^T P^T the same for V; "kv" both; "" (default) off, as before
         (docs/triton_notes.md, issue 33's FP8 trees round 1).
-        ``tree`` ("gluon" or ""): on a Hopper GPU, tree batches ``triton_tree_gluon.wanted`` takes get one
-        row block a request and 64-key tiles and run gluon_tree_kernels.py's warp-specialized kernel (issue
-        33's tree round 1); "" (default): the one-launch kernel.
+        ``tree`` ("gluon", the default, or ""): on a Hopper GPU, tree batches ``triton_tree_gluon.wanted``
+        takes get one row block a request and 64-key tiles and run gluon_tree_kernels.py's warp-specialized
+        kernel (issue 33's tree round 1: 8 x 40-node trees at 4k / 16k, H200, 69.7 / 204.9 us against the
+        one-launch kernel's 104.9 / 348.3); "": the one-launch kernel for every tree batch.
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
         value halves); False: round 1's config for every MLA batch.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /

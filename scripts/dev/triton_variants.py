@@ -97,7 +97,7 @@ def mla_variant(name: str, **mla):
 #: programs per SM (rounded down); h = 16-bit partials; st3 = 3 stages
 M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
 #: the backend's defaults before issue 33's defaults round (the 2026-11-27 third session's main)
-R3 = dict(prefill=None, v_words=False, mla_wide=False, fp8_split=1)
+R3 = dict(prefill=None, v_words=False, mla_wide=False, fp8_split=1, tree="")
 MLA_VARIANTS = [
     mla_variant("triton-mla-r1"),  # round 1's config on every MLA batch (the default before mla_wide)
     mla_variant("triton-mla-v2", value_chunks=2),
@@ -215,7 +215,8 @@ VARIANTS = MLA_VARIANTS + [
     # the output stored from the MMA's registers (109.7 / 419.2), which makes room for 3 slots (111.0 / 420.7;
     # with the deferred P V 118.9 / 462.0)
     # issue 33's tree round 1 (docs/triton_notes.md): the Gluon tree kernel, its ring depth and register budget
-    tree_variant("triton-tr-gl"),
+    tree_variant("triton-tr-gl"),  # the default since the round
+    variant("triton-tr-r0", tree=""),  # the one-launch kernel for trees (the default before the round)
     tree_variant("triton-tr-gl-s3", STAGES=3),
     tree_variant("triton-tr-gl-r152", COMPUTE_REGS=152),
     tree_variant("triton-tr-gl-sp1", dict(splits=1)),  # the plan's key splits forced (its own: 2 at 1k-16k)

@@ -6,7 +6,8 @@
 #
 # 1. the Gluon tree kernel's GPU tests (tests/test_gluon_tree_gpu.py: every launch shape against the reference);
 # 2. attnbench rows of the 8 x 40-node trees (tree-verify-llama3-8b: 1k/4k/16k, pages 16 and 256) and of
-#    gpu/tree-shapes: the shipped triton and the tree variants of scripts/dev/triton_variants.py (VARIANTS,
+#    gpu/tree-shapes: the default triton (the Gluon tree kernel since round 1) and the variants of
+#    scripts/dev/triton_variants.py (VARIANTS, triton-tr-r0: the one-launch kernel;
 #    default below), with the summary tables.
 # Output in $OUT: tree_tests.log, tree_run.log, shapes_run.log, the run folders tr/ and shapes/, summary.txt.
 set -u
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gluon_tree_round}; mkdir -p "$OUTDIR"
 source scripts/gpu/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache
-VARIANTS=${VARIANTS:-"triton-tr-gl triton-tr-gl-s3 triton-tr-gl-r152"}
+VARIANTS=${VARIANTS:-"triton-tr-r0"}
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --maxfail=6 -m gpu tests/test_gluon_tree_gpu.py ${TEST_K:+-k "$TEST_K"} \
   > "$OUTDIR/tree_tests.log" 2>&1
@@ -25,7 +26,7 @@ timeout "${RUN_S:-200}" python3 -m attnbench run attnbench/scenarios/tree-verify
   > "$OUTDIR/tree_run.log" 2>&1
 echo "run rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/tree_run.log" | head -n 8
 python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$OUTDIR/tr" | tee "$OUTDIR/summary.txt"
-timeout "${SHAPES_S:-90}" python3 -m attnbench run attnbench/scenarios/gpu/tree-shapes.yaml -b triton -b triton-tr-gl \
+timeout "${SHAPES_S:-90}" python3 -m attnbench run attnbench/scenarios/gpu/tree-shapes.yaml -b triton -b triton-tr-r0 \
   --backend-file scripts/dev/triton_variants.py --out "$OUTDIR/shapes" -q --warmup-ms 10 --measure-ms 40 \
   > "$OUTDIR/shapes_run.log" 2>&1
 echo "shapes rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/shapes_run.log" | head -n 8

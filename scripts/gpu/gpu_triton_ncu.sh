@@ -21,7 +21,7 @@ source scripts/gpu/common.sh
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache TRITON_CACHE_DIR=/tmp/triton-cache
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 [ -n "$NCU" ] || { el "no ncu on this machine"; exit 2; }
-MAIN="paged_attention_kernel|prefill_attention_kernel|prefill_gluon_kernel|mla_attention_kernel"
+MAIN="paged_attention_kernel|prefill_attention_kernel|prefill_gluon_kernel|tree_gluon_kernel|mla_attention_kernel"
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(
   "fp8-decode-8x16k|gpu/fp8-decode-16k|fp8|triton|$MAIN"

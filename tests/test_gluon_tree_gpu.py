@@ -81,15 +81,18 @@ def _check(be, batch, launches, runs: int = 1):
     return plan
 
 
-@pytest.mark.parametrize("stages", [4, 2])
+@pytest.mark.parametrize("stages,fused", [(4, False), (2, False), (4, True)])  # fused: the merge in the kernel
 @pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
-def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, launches, monkeypatch):
+def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, launches,
+                                          monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
     monkeypatch.setattr(tree, "STAGES", stages)
+    monkeypatch.setattr(tree, "FUSED_MERGE", fused)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
-    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
+    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
+    assert not plan.sem.any()
     if splits:  # forced splits: partials and the merge (the plan may split on its own without)
         assert plan.num_merge > 0
 

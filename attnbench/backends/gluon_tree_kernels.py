@@ -23,7 +23,8 @@ Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) t
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
 unit's ``kv_hi``. Keys read past ``kv_hi`` must hold finite values (attnbench's caches do).
-Split units write float32 partial outputs and natural-log LSEs for triton_merge's kernel.
+Split units write float32 partial outputs and natural-log LSEs for triton_merge's kernel, or, with
+``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (``_merge_rows``).
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .triton_plan import UNIT_COLUMNS
 
-(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
+(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0, U_NSPLIT, U_BLOCK) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in (
-        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0"))
+        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0", "nsplit",
+        "block"))
 
 
 @gluon.jit
@@ -116,10 +118,10 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
 
 
 @gluon.jit
-def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
+def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-             stride_anc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-             UNIT_COLS: gl.constexpr):
+             stride_anc, stride_sem, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item."""
     ROWS: gl.constexpr = 64
     w = gl.program_id(0)
@@ -170,6 +172,10 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
                                   stride_anc)
         _store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
                stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
+        if FUSED_MERGE:
+            if gl.load(meta + U_PROW) >= 0:
+                _merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
+                            stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
     else:  # no rows here (a decode's unit): the slots handed back as they come
         for j in range(n_tiles):
             s = j % STAGES
@@ -208,12 +214,55 @@ def _store(o, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride
 
 
 @gluon.jit
+def _merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos, stride_por,
+                stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """The fused merge of a split unit's rows: each partition counts its arrivals in its own byte of the
+    (row block, KV head) word, and the last split's partition to store its partials merges them (read
+    past L1) into the output, then takes its count back out (the word returns to 0 for the next launch)."""
+    nsplit = gl.load(meta + U_NSPLIT)
+    sem = SEM + gl.load(meta + U_BLOCK) * stride_sem + kvh
+    gl.thread_barrier()  # every warp's partials stored before the release
+    old = gl.atomic_add(sem, 1 << (8 * part), sem="acq_rel")
+    if ((old >> (8 * part)) & 255) == nsplit - 1:
+        gl.thread_barrier()
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        m_o = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        t = m_o // G
+        head = kvh * G + m_o % G
+        row_ok = t < q_count
+        prow_m = (gl.load(meta + U_PROW) + t).to(gl.int64)
+        ok = gl.expand_dims(row_ok, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
+        m_all = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, layout))
+        w_sum = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, layout))
+        o_sum = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=layout)
+        for sp in range(nsplit):
+            lse = gl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok, other=float("-inf"),
+                          cache_modifier=".cg")
+            o_s = gl.load(PO + sp * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1)
+                          + gl.expand_dims(offs_d, 0), mask=ok, other=0.0, cache_modifier=".cg").to(gl.float32)
+            m_new = gl.maximum(m_all, lse)
+            m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
+            scale_old = gl.exp(m_all - m_sub)
+            w = gl.exp(lse - m_sub)
+            w_sum = w_sum * scale_old + w
+            o_sum = o_sum * gl.expand_dims(scale_old, 1) + gl.expand_dims(w, 1) * o_s
+            m_all = m_new
+        w_sum = gl.where(w_sum > 0.0, w_sum, 1.0)
+        tok = (gl.load(meta + U_QSTART) + t).to(gl.int64)
+        gl.store(Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0),
+                 (o_sum / gl.expand_dims(w_sum, 1)).to(Out.dtype.element_ty), mask=ok)
+        gl.atomic_add(sem, -(nsplit << (8 * part)))
+
+
+@gluon.jit
 def tree_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC,
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-    stride_bt, stride_anc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
+    stride_bt, stride_anc, stride_sem, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+    FUSED_MERGE: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3)."""
     q_smem = gl.allocate_shared_memory(k_desc.dtype, [WGS, 64, HEAD_DIM], k_desc.layout)
@@ -227,13 +276,16 @@ def tree_gluon_kernel(
     gl.warp_specialize([
         (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, n_kv, ROW_HEAD, COL_HEAD, PAGE,
                    ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS)),
-        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
-                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
-        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
-                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
-        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, n_kv, qk_scale,
-                    stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, stride_anc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS)),
+        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
+                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE)),
+        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
+                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE)),
+        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
+                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

@@ -265,8 +265,7 @@ class TritonBackend(Backend):
         if self.prefill is not None and triton_prefill.applies(p):
             return triton_prefill.run(p, self.prefill)
         if self.tree == "gluon" and p.has_tree and not triton_tree_gluon.fit(p):
-            triton_tree_gluon.run(p)
-            return triton_launch.merge(p)
+            return p.out if triton_tree_gluon.run(p) else triton_launch.merge(p)
         from . import triton_kernels as tk
 
         b, cfg, f = p.batch, p.cfg, p.feat

@@ -21,6 +21,8 @@ COMPUTE_REGS = 160  # the compute warpgroups' registers (setmaxnreg; the loader 
 STAGES = 4  # 64-key K/V slots in shared memory (4 x 32 KB beside Q's 3 x 16 KB)
 BLOCK_N = 64
 MAX_ROWS = 192  # three compute warpgroups
+# the last split of a (row block, KV head) merges its rows in the kernel (no merge launch)
+FUSED_MERGE = False
 
 
 def _page_ok(page: int) -> bool:
@@ -101,8 +103,9 @@ def route_note(p) -> str:
     return f"shipped kernel, not Gluon's tree kernel: {why}" if why else "gluon tree kernel"
 
 
-def run(p) -> None:
-    """``tree_gluon_kernel`` over the plan's units x KV heads (split units: partials for the merge)."""
+def run(p) -> bool:
+    """``tree_gluon_kernel`` over the plan's units x KV heads (split units: partials for the merge); whether
+    the kernel merged them itself (FUSED_MERGE), else triton_launch.merge must."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -117,11 +120,12 @@ def run(p) -> None:
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [box, d], layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
     gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc,
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.qk_scale, row_head, col_head,
-        b.num_kv_heads,
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0), p.qk_scale, row_head,
+        col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=warpgroups(p), COMPUTE_REGS=COMPUTE_REGS,
-        num_warps=4,
+        FUSED_MERGE=FUSED_MERGE, num_warps=4,
     )
+    return FUSED_MERGE

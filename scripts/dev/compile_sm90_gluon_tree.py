@@ -21,11 +21,11 @@ import compile_sm90 as base  # noqa: E402
 import compile_sm90_gluon as gluon_pf  # noqa: E402
 import compile_sm90_prefill as pf  # noqa: E402
 
-PTRS = {"Q": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "ANC": "*i64"}
+PTRS = {"Q": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "ANC": "*i64", "SEM": "*i32"}
 
 
 def main(argv: list[str]) -> None:
-    kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=152, num_warps=4,
+    kw = dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160, FUSED_MERGE=0, num_warps=4,
               UNIT_COLS=base.plan_constant("UNIT_COLS"))
     for a in argv:
         k, v = a.split("=")

@@ -219,6 +219,8 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-tr-r0", tree=""),  # the one-launch kernel for trees (the default before the round)
     tree_variant("triton-tr-gl-s3", STAGES=3),
     tree_variant("triton-tr-gl-r152", COMPUTE_REGS=152),
+    tree_variant("triton-tr-gl-fm", FUSED_MERGE=True),  # the last split merges in the kernel
+    tree_variant("triton-tr-gl-hp", dict(half_partials=True)),  # 16-bit partial outputs
     tree_variant("triton-tr-gl-sp1", dict(splits=1)),  # the plan's key splits forced (its own: 2 at 1k-16k)
     tree_variant("triton-tr-gl-sp3", dict(splits=3)),
 ]

@@ -118,6 +118,21 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
 
 
 @gluon.jit
+def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.constexpr, ROWS: gl.constexpr,
+            HEAD_DIM: gl.constexpr):
+    """The partition's rows of Q, gathered over tokens and heads, into its shared-memory tile."""
+    ld_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    m_ld = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld_layout))
+    d_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+    tok_ld = (q_start + m_ld // G).to(gl.int64)
+    q_ptr = Q + gl.expand_dims(tok_ld * stride_qt + (kvh * G + m_ld % G) * stride_qh, 1) + gl.expand_dims(d_ld, 0)
+    q_ok = gl.expand_dims(m_ld // G < q_count, 1) & gl.expand_dims(d_ld < HEAD_DIM, 0)
+    q_smem.store(gl.load(q_ptr, mask=q_ok, other=0.0))
+    fence_async_shared()
+    gl.thread_barrier()  # every warp's rows stored before the MMAs read them
+
+
+@gluon.jit
 def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              stride_anc, stride_sem, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
@@ -137,16 +152,7 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         full_end = gl.load(meta + U_FULL)
         q0 = gl.load(meta + U_Q0)
         is_tree = gl.load(meta + U_TREE)
-        # Q's rows, gathered over tokens and heads, into this partition's shared-memory tile
-        ld_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        m_ld = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld_layout))
-        d_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
-        tok_ld = (q_start + m_ld // G).to(gl.int64)
-        q_ptr = Q + gl.expand_dims(tok_ld * stride_qt + (kvh * G + m_ld % G) * stride_qh, 1) + gl.expand_dims(d_ld, 0)
-        q_ok = gl.expand_dims(m_ld // G < q_count, 1) & gl.expand_dims(d_ld < HEAD_DIM, 0)
-        q_smem.store(gl.load(q_ptr, mask=q_ok, other=0.0))
-        fence_async_shared()
-        gl.thread_barrier()  # every warp's rows stored before the MMAs read them
+        _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
 
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])

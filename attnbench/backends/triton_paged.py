@@ -190,16 +190,16 @@ class TritonBackend(Backend):
                                    staging=self._staging, wide=self.mla_wide)
         hkv, window = batch.num_kv_heads, tf.window_of(batch)
         want_pos = window > 0 or getattr(batch, "alibi_slopes", None) is not None  # tf.needs_positions
-        cfg, sh = self._shape(batch, want_pos, window)
+        cfg, sh, half = self._shape(batch, want_pos, window)
         buf, merge_at, units_at, r, s = ts.fill(sh, batch, cfg, tp.num_sms(dev), self.splits, self._staging, want_pos)
         d_buf = self._staging.send(buf, dev)
         n, hq, d = batch.q.shape
         w = sh.words
         if r:
-            po = torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch), device=dev)
+            po = torch.empty(s, r, hq, d, dtype=self._partial_dtype(batch, half), device=dev)
             pl = torch.empty(s, r, hq, dtype=torch.float32, device=dev)
         else:
-            po, pl = self._staging.unread(dev, self._partial_dtype(batch), hq, d), self._staging.unread(dev, torch.float32, hq)
+            po, pl = self._staging.unread(dev, self._partial_dtype(batch, half), hq, d), self._staging.unread(dev, torch.float32, hq)
         plan = TritonPlan(
             batch=batch,
             cfg=cfg,
@@ -231,10 +231,11 @@ class TritonBackend(Backend):
         (scripts/dev/triton_plan_time.py's new-shape column)."""
         self._shapes.clear()
 
-    def _shape(self, batch: Batch, want_pos: bool, window: int) -> tuple[tp.Config, ts.Shape]:
+    def _shape(self, batch: Batch, want_pos: bool, window: int) -> tuple[tp.Config, ts.Shape, bool]:
         """``choose_config`` and the step's query side (``triton_step.Shape``), once per shape:
         the dims, the query lengths, tree and causal flags, static topologies, and whether the
-        longest key range reaches ``LONG_KEYS`` (the one key-side input of the config)."""
+        longest key range reaches ``LONG_KEYS`` (the one key-side input of the config); and whether
+        its split partials are 16-bit (shaped for the Gluon tree kernel: triton_tree_gluon.HALF_PARTIALS)."""
         h = batch.host
         keys = int((np.minimum(h.kv_lens, window + h.query_lens) if window else h.kv_lens).max(initial=0))
         key = ts.shape_key(batch, want_pos, keys >= tp.LONG_KEYS, window)
@@ -243,21 +244,23 @@ class TritonBackend(Backend):
             if len(self._shapes) >= ts.SHAPES:
                 self._shapes.clear()
             kw = self.config
+            half = False
             if self.prefill and "gluon" in self.prefill and not {"block_m", "block_n"} & kw.keys() \
                     and triton_prefill_gluon.wanted(batch):  # units shaped for the Gluon prefill kernel
                 kw = {**kw, **triton_prefill_gluon.config_args(batch)}
             elif self.tree == "gluon" and not {"block_m", "block_n"} & kw.keys() and triton_tree_gluon.wanted(batch):
                 kw = {**kw, **triton_tree_gluon.config_args(batch)}  # one row block a request, 64-key tiles
+                half = triton_tree_gluon.HALF_PARTIALS
             cfg = tp.choose_config(batch, **kw)
-            hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos))
+            hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos), half)
         return hit
 
     def _v_words(self, cfg: tp.Config) -> bool:
         """``v_words`` as set, or by default on for decode configs (<= 32-row blocks) without ``v_pairs``."""
         return self.v_words if self.v_words is not None else cfg.block_m <= 32 and not self.v_pairs
 
-    def _partial_dtype(self, batch: Batch) -> torch.dtype:
-        return batch.dtype if self.half_partials and batch.q.element_size() == 2 else torch.float32
+    def _partial_dtype(self, batch: Batch, half: bool = False) -> torch.dtype:
+        return batch.dtype if (self.half_partials or half) and batch.q.element_size() == 2 else torch.float32
 
     def run(self, p: TritonPlan) -> torch.Tensor:
         if isinstance(p, triton_mla.MlaPlan):

@@ -57,23 +57,27 @@ def gluon_variant(name: str, **consts):
 
 def tree_variant(name: str, backend: dict | None = None, **consts):
     """``TritonBackend(tree="gluon", **backend)`` with triton_tree_gluon's module constants (STAGES,
-    COMPUTE_REGS) set to ``consts`` while it runs."""
+    COMPUTE_REGS, FUSED_MERGE, HALF_PARTIALS) set to ``consts`` while it plans and runs."""
     from attnbench.backends import triton_tree_gluon as tree
+
+    def patched(fn):
+        def call(self, arg):
+            old = {k: getattr(tree, k) for k in consts}
+            for k, v in consts.items():
+                setattr(tree, k, v)
+            try:
+                return fn(self, arg)
+            finally:
+                for k, v in old.items():
+                    setattr(tree, k, v)
+        return call
 
     def __init__(self):
         TritonBackend.__init__(self, tree="gluon", **(backend or {}))
 
-    def run(self, p):
-        old = {k: getattr(tree, k) for k in consts}
-        for k, v in consts.items():
-            setattr(tree, k, v)
-        try:
-            return TritonBackend.run(self, p)
-        finally:
-            for k, v in old.items():
-                setattr(tree, k, v)
-
-    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
+                                                            "plan": patched(TritonBackend.plan),
+                                                            "run": patched(TritonBackend.run)})
 
 
 def mla_variant(name: str, **mla):
@@ -220,7 +224,9 @@ VARIANTS = MLA_VARIANTS + [
     tree_variant("triton-tr-gl-s3", STAGES=3),
     tree_variant("triton-tr-gl-r152", COMPUTE_REGS=152),
     tree_variant("triton-tr-gl-fm", FUSED_MERGE=True),  # the last split merges in the kernel
-    tree_variant("triton-tr-gl-hp", dict(half_partials=True)),  # 16-bit partial outputs
+    tree_variant("triton-tr-gl-hp", dict(half_partials=True)),  # 16-bit partial outputs (the default since)
+    tree_variant("triton-tr-gl-f32", HALF_PARTIALS=False),  # float32 partial outputs (round 1's first build)
+    tree_variant("triton-tr-gl-fmhp", FUSED_MERGE=True),  # 16-bit partials merged in the kernel
     tree_variant("triton-tr-gl-sp1", dict(splits=1)),  # the plan's key splits forced (its own: 2 at 1k-16k)
     tree_variant("triton-tr-gl-sp3", dict(splits=3)),
 ]

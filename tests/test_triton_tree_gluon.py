@@ -117,3 +117,26 @@ def test_the_option_keeps_its_split_partials_16_bit(monkeypatch):
     assert TritonBackend(tree="", splits=2).plan(b).po.dtype == torch.float32
     monkeypatch.setattr(tree, "HALF_PARTIALS", False)
     assert TritonBackend(tree="gluon", splits=2).plan(b).po.dtype == torch.float32
+
+
+def test_the_gluon_tree_plan_counts_its_splits_in_waves(monkeypatch):
+    """The Gluon tree kernel runs one program an SM at a time, so its plan's splits keep the programs within
+    one wave where that is cheaper: gpu/ragged-trees' contexts (4096, 100, 2000, 3000, 777, 1, 2048 under
+    40-node trees, 8 KV heads) on 132 SMs take chunks of 17 tiles (112 programs), where counting work took 13
+    (144 programs: a second wave); 8 x 40 trees at 4k keep 2 splits (128 programs)."""
+    import numpy as np
+
+    from attnbench.backends import triton_plan as tp
+    from attnbench.backends import triton_step as ts
+
+    ragged = np.array([65, 3, 33, 48, 13, 1, 33])
+    assert tp.large_chunk(ragged, 65, 132, 8) == 13 and ts.wave_chunk(ragged, 65, 132, 8) == 17
+    assert ts.wave_chunk(np.array([65] * 8), 65, 132, 8) == 33
+    monkeypatch.setattr(tree, "wanted", lambda batch: True)
+    monkeypatch.setattr(tp, "num_sms", lambda device: 132)
+    parents = (-1,) + tuple(range(39))
+    b = materialize(BatchSpec(tuple(Request("tree", 40, c, parents) for c in (4096, 100, 2000, 3000, 777, 1, 2048)),
+                              32, 8, 128, dtype="float16", page_size=16), 1)
+    p = TritonBackend(tree="gluon").plan(b)
+    assert p.units.shape[0] * 8 == 112
+    assert TritonBackend(tree="").plan(b).units.shape[0] > 14  # the one-launch kernel's rule, unchanged

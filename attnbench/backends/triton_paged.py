@@ -244,15 +244,17 @@ class TritonBackend(Backend):
             if len(self._shapes) >= ts.SHAPES:
                 self._shapes.clear()
             kw = self.config
-            half = False
+            tree = False
             if self.prefill and "gluon" in self.prefill and not {"block_m", "block_n"} & kw.keys() \
                     and triton_prefill_gluon.wanted(batch):  # units shaped for the Gluon prefill kernel
                 kw = {**kw, **triton_prefill_gluon.config_args(batch)}
             elif self.tree == "gluon" and not {"block_m", "block_n"} & kw.keys() and triton_tree_gluon.wanted(batch):
                 kw = {**kw, **triton_tree_gluon.config_args(batch)}  # one row block a request, 64-key tiles
-                half = triton_tree_gluon.HALF_PARTIALS
+                tree = True
             cfg = tp.choose_config(batch, **kw)
-            hit = self._shapes[key] = (cfg, ts.make_shape(batch, cfg, want_pos), half)
+            sh = ts.make_shape(batch, cfg, want_pos)
+            sh.waves = tree  # one program an SM: splits counted in waves
+            hit = self._shapes[key] = (cfg, sh, tree and triton_tree_gluon.HALF_PARTIALS)
         return hit
 
     def _v_words(self, cfg: tp.Config) -> bool:

@@ -73,6 +73,7 @@ class Shape:
     floor: Optional[np.ndarray] = None  # [nblk] decode-sized blocks: the split heuristic's partial-row floor
     floor_max: int = 0  # its largest value
     slots: int = 0  # larger blocks: programs one SM holds at once (``ctas_per_sm``; the GPU holds SMs x this)
+    waves: bool = False  # larger blocks: the split rule counts waves of programs (``wave_chunk``), not work
     tok_req: Optional[np.ndarray] = None  # [N] request of each token (positions)
     tok_off: Optional[np.ndarray] = None  # [N] position - ctx (static trees or none)
     wlo: Optional[np.ndarray] = None  # [2, nblk] window: min / max of tok_off over the block - window + 1
@@ -169,7 +170,10 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
     if sh.floor is None:  # split_counts' rule for larger blocks, its chosen chunk
         count = np.bincount(tiles)  # row blocks per tile count: the last is the longest's
         longest = len(count) - 1
-        chunk = large_chunk(tiles, count, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
+        if sh.waves:  # a kernel of one program an SM at a time (the Gluon tree kernel)
+            chunk = wave_chunk(tiles, longest, sms * sh.slots, hkv)
+        else:
+            chunk = large_chunk(tiles, count, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
     elif sh.nblk * hkv >= (programs := tp.decode_programs(cfg, sms)):  # split_counts' first rule: no split
         return ctx, tiles, lo, win_lo, full_lo, None, False
     else:  # split_counts' decode rule, its floor kept per shape (ufunc reduces: no Python wrapper)
@@ -183,6 +187,22 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
     if chunk >= longest:  # every block one split (tiles >= 1: a block has a key)
         return ctx, tiles, lo, win_lo, full_lo, None, False
     return ctx, tiles, lo, win_lo, full_lo, (tiles + (chunk - 1)) // chunk, True
+
+
+def wave_chunk(t: np.ndarray, longest: int, slots: int, hkv: int) -> int:
+    """``large_chunk`` for a kernel whose programs fill the SMs in waves (one program an SM at a time:
+    the Gluon tree kernel): each candidate scores ceil(programs / slots) waves x its longest program
+    (+ start-up) + the split cost; counting work instead let 144 programs of 13 tiles through for
+    gpu/ragged-trees, a second wave for 12 of them on 132 SMs (72.7 us against 66.4 for the one-launch
+    kernel, H200, issue 33's tree round 1)."""
+    chunk, col, span, _, cost = tp.candidates(longest, slots)
+    if len(chunk) == 1:
+        return int(chunk[0])
+    count = np.bincount(t)
+    tu = count.nonzero()[0]
+    programs = np.ceil(tu / col).dot(count[tu]) * float(hkv)
+    score = np.ceil(programs / slots) * span + cost
+    return int(chunk[score.argmin()])
 
 
 DENSE_CELLS = 40_000  # candidates x (longest + 1) up to which ``large_chunk`` takes one product (64 x 514: 32k keys in 64-key tiles)

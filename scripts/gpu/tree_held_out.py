@@ -1,0 +1,83 @@
+"""Held-out batches for the Gluon tree kernel (issue 33, tree round 1), on the GPU machine from the repo root:
+random scenarios nobody wrote by hand (scripts/gpu/random_scenarios.py, FlashInfer's profile: 16-bit, head
+dims 64/128), kept where triton_tree_gluon takes every case, each run through the default triton backend
+(every row checked against the exact reference); one line a row: status, error, what ran.
+
+    python3 scripts/gpu/tree_held_out.py --seeds 912 913 914 915 916 917 --budget-s 150 --out /tmp/held
+
+Exit 1 when a row is not ok (a mismatch or an error)."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def eligible(files: list[Path]) -> list[Path]:
+    """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
+    from attnbench.backends import triton_tree_gluon as tree
+    from attnbench.workload import scenario as sc
+    from attnbench.workload.batch import materialize
+
+    tree.hopper = lambda device: True  # (the CPU too: the gate's other rules)
+    keep = []
+    for f in files:
+        try:
+            cases = sc.load(f).cases
+            if all(tree.unwanted(materialize(c.scenario.batch_spec(), 0)) == "" for c in cases):
+                keep.append(f)
+        except Exception as e:  # a draw the tool refuses is not this check's business
+            print(f"{f.name}: not loaded ({type(e).__name__})", file=sys.stderr)
+    return keep
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[912, 913, 914, 915, 916, 917])
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/held"))
+    ap.add_argument("--list", action="store_true", help="only list the eligible scenarios")
+    a = ap.parse_args()
+    t0 = time.time()
+    files = []
+    for s in a.seeds:
+        d = a.out / "scenarios" / str(s)
+        subprocess.run([sys.executable, "scripts/gpu/random_scenarios.py", "--n", str(a.n), "--seed", str(s), "--out",
+                        str(d), "--profile", "flashinfer"], check=True, stdout=subprocess.DEVNULL)
+        files += sorted(d.glob("*.yaml"))
+    keep = eligible(files)
+    print(f"{len(keep)} of {len(files)} scenarios take the Gluon tree kernel")
+    if a.list:
+        print("\n".join(str(f) for f in keep))
+        return 0
+    bad = ran = 0
+    for f in keep:
+        left = a.budget_s - (time.time() - t0)
+        if left < 15:
+            print(f"{f.name}: not run (budget)")
+            continue
+        out = a.out / "runs" / f.stem
+        subprocess.run([sys.executable, "-m", "attnbench", "run", str(f), "-b", "triton", "-q", "--warmup-ms", "1",
+                        "--measure-ms", "3", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=left)
+        rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()] \
+            if (out / "rows.jsonl").exists() else []
+        if not rows:
+            bad += 1
+            print(f"{f.name}: no row")
+        for r in rows:
+            ran += 1
+            ok = r.get("status") == "ok"
+            bad += not ok
+            print(f"{f.name} {r.get('case_id')}: {r.get('status')} rel err {r.get('rel_err')} "
+                  f"(tolerance {r.get('tolerance')}), ran as '{r.get('mode') or ''}'")
+    print(f"{ran} rows, {bad} not ok")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,9 +3,10 @@ row block was split and the merge is not fused): one program per (split row, blo
 query heads), out = sum_s w_s o_s / sum_s w_s with w_s = exp(lse_s - max). Moved out of
 triton_kernels.py (issue 33, FP8 round 2) to keep that module under the 400-line rule; imported there.
 
-One head a program (issue 33 up to the tree round) made 10240 programs of 2 x 128 elements for 8 x 40-node
-trees with 32 heads, five waves of three dependent loads: 8.8-9.5 us at 2 splits, 30 us at 3 (H200,
-``--profile``); a block of heads a program is one wave (triton_launch.merge_heads picks ``BLOCK_H``).
+One head a program made 10240 programs of 256 elements for 8 x 40-node trees with 32 heads; a block of
+heads a program (``BLOCK_H``, triton_launch.merge_heads) makes one wave of them, but the launch took the
+same 9.5-11 us (H200, ``--profile``): its cost there was reading float32 partials, 3.3 us in 16 bits
+(docs/triton_notes.md, "tree round 1").
 """
 from __future__ import annotations
 

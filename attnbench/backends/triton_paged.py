@@ -133,10 +133,9 @@ class TritonBackend(Backend):
         straight into registers (no second trip through shared memory, P's 4 KB takes one
         instead); "v": O^T = V^T P^T the same for V; "kv" both; "" (default) off, as before
         (docs/triton_notes.md, issue 33's FP8 trees round 1).
-        ``tree`` ("gluon", the default, or ""): on a Hopper GPU, tree batches ``triton_tree_gluon.wanted``
-        takes get one row block a request and 64-key tiles and run gluon_tree_kernels.py's warp-specialized
-        kernel (issue 33's tree round 1: 8 x 40-node trees at 4k / 16k, H200, 69.7 / 204.9 us against the
-        one-launch kernel's 104.9 / 348.3); "": the one-launch kernel for every tree batch.
+        ``tree`` ("gluon", the default, or ""): on a Hopper GPU, tree batches ``triton_tree_gluon.wanted`` takes
+        run gluon_tree_kernels.py's warp-specialized kernel (issue 33's tree round 1: 8 x 40-node trees at
+        4k / 16k, page 16, H200, 61.5 / 199.6 us against 106.0 / 350.0); "": the one-launch kernel.
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
         value halves); False: round 1's config for every MLA batch.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /

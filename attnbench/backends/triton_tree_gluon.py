@@ -1,12 +1,14 @@
 """Launch of the Gluon tree kernel (gluon_tree_kernels.py; issue 33's tree round 1, docs/triton_notes.md):
-the ``tree="gluon"`` option of the triton backend.
+the ``tree="gluon"`` option of the triton backend, on by default since the round.
 
 ``unwanted`` says why the option's plan does not shape a batch for the kernel ('' when it does): it
 takes a Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64 keys or of 8-32
 keys (one TMA box a page inside a 64-key tile), a tree in the batch and no attention variant, and at most
 192 rows a request (query tokens x G: three compute warpgroups of 64). ``config_args`` then makes one row
 block of every request (``block_m`` = G x the longest request, rounded up to a power of two) and 64-key
-tiles, so the plan's units are (request, split) and a work item of the kernel is one unit and KV head.
+tiles, so the plan's units are (request, split) and a work item of the kernel is one unit and KV head;
+such plans keep their split partials in 16 bits (``HALF_PARTIALS``) and count their splits in waves of one
+program an SM (triton_step.wave_chunk).
 ``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the option falls back to
 the shipped kernel, and the plan's mode (a row's "ran as") names the kernel that ran (``route_note``).
 """
@@ -17,8 +19,8 @@ import torch
 from . import triton_plan as tp
 from .triton_prefill_gluon import kv_view, hopper
 
-COMPUTE_REGS = 160  # the compute warpgroups' registers (setmaxnreg; the loader keeps 56 of 3 x 160 + 4 x 128 x 56)
-STAGES = 4  # 64-key K/V slots in shared memory (4 x 32 KB beside Q's 3 x 16 KB)
+COMPUTE_REGS = 160  # the compute warpgroups' registers (setmaxnreg): 152 ran as fast (H200, tree round 1)
+STAGES = 4  # 64-key K/V slots in shared memory (4 x 32 KB beside Q's 3 x 16 KB); 3 ran as fast (H200, tree round 1)
 BLOCK_N = 64
 MAX_ROWS = 192  # three compute warpgroups
 # the last split of a (row block, KV head) merges its rows in the kernel (no merge launch): 8 x 40-node trees at

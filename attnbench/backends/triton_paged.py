@@ -67,6 +67,7 @@ class TritonPlan:
     qk_scale: float
     feat: tf.Features  # the variants' inputs (window, sinks, soft-cap, ALiBi, FP8 scales, positions)
     mode: str = ""  # "interpreted (...)" under TRITON_INTERPRET=1: rows say so (hundreds of times slower)
+    gluon_tree: bool = False  # the Gluon tree kernel runs it (triton_tree_gluon.fit passed at plan time)
 
 
 def _interpret_wanted() -> bool:
@@ -220,8 +221,9 @@ class TritonBackend(Backend):
         if self.prefill and "gluon" in self.prefill:  # the row says which prefill kernel ran (or why not Gluon's)
             note = triton_prefill.route_note(plan)
             plan.mode = "; ".join(m for m in (plan.mode, note) if m)
-        if self.tree == "gluon":  # the same for the tree kernel
+        if self.tree == "gluon":  # the same for the tree kernel (fit once: run reads the answer)
             note = triton_tree_gluon.route_note(plan)
+            plan.gluon_tree = note == triton_tree_gluon.RAN
             plan.mode = "; ".join(m for m in (plan.mode, note) if m)
         return plan
 
@@ -268,7 +270,7 @@ class TritonBackend(Backend):
             return triton_mla.run(p)
         if self.prefill is not None and triton_prefill.applies(p):
             return triton_prefill.run(p, self.prefill)
-        if self.tree == "gluon" and p.has_tree and not triton_tree_gluon.fit(p):
+        if p.gluon_tree:
             return p.out if triton_tree_gluon.run(p) else triton_launch.merge(p)
         from . import triton_kernels as tk
 

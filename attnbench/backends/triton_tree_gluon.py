@@ -98,6 +98,9 @@ def fit(p) -> str:
     return ""
 
 
+RAN = "gluon tree kernel"  # route_note when the kernel runs the plan
+
+
 def route_note(p) -> str:
     """The kernel a tree batch runs with the option: 'gluon tree kernel', or the shipped one and why."""
     if not p.has_tree:
@@ -107,7 +110,7 @@ def route_note(p) -> str:
         return ""
     if why:
         why = unwanted(p.batch) or why
-    return f"shipped kernel, not Gluon's tree kernel: {why}" if why else "gluon tree kernel"
+    return f"shipped kernel, not Gluon's tree kernel: {why}" if why else RAN
 
 
 def run(p) -> bool:

@@ -140,3 +140,22 @@ def test_the_gluon_tree_plan_counts_its_splits_in_waves(monkeypatch):
     p = TritonBackend(tree="gluon").plan(b)
     assert p.units.shape[0] * 8 == 112
     assert TritonBackend(tree="").plan(b).units.shape[0] > 14  # the one-launch kernel's rule, unchanged
+
+
+def test_a_plan_the_kernel_fits_is_run_by_it(monkeypatch):
+    """The plan decides once whether the Gluon tree kernel runs it (fit passing: the row's 'ran as' names the
+    kernel) and run launches it then, not the one-launch kernel (here fit and the launch are stand-ins: Gluon
+    has no interpreter); a plan fit refuses runs the one-launch kernel and matches the reference."""
+    calls = []
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+    b = _trees(300, 0, dtype="float32", d=32)
+    monkeypatch.setattr(tree, "fit", lambda p: "")
+    monkeypatch.setattr(tree, "run", lambda p: calls.append(p) or True)
+    be = TritonBackend(tree="gluon")
+    p = be.plan(b)
+    assert p.gluon_tree and p.mode.endswith("gluon tree kernel")
+    assert be.run(p) is p.out and calls == [p]
+    monkeypatch.setattr(tree, "fit", lambda p: "not here")
+    p = be.plan(b)
+    assert not p.gluon_tree and "shipped kernel, not Gluon's tree kernel" in p.mode
+    assert compare(be.run(p), reference_attention(b)[0])[0] < 1e-4 and len(calls) == 1

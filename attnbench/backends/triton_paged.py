@@ -157,7 +157,7 @@ class TritonBackend(Backend):
             raise ValueError(f"tree {tree!r}: '' or 'gluon'")
         self.tree = tree
         self.config = config
-        self._shapes: dict = {}  # (Config, triton_step.Shape) per step shape (query side and options)
+        self._shapes: dict = {}  # (Config, triton_step.Shape, 16-bit partials) per step shape (query side, options)
         self._staging = ts.Staging()
 
     def unsupported(self, batch: Batch) -> list[str]:

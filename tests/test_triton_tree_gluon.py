@@ -130,8 +130,8 @@ def test_the_gluon_tree_plan_counts_its_splits_in_waves(monkeypatch):
     from attnbench.backends import triton_step as ts
 
     ragged = np.array([65, 3, 33, 48, 13, 1, 33])
-    assert tp.large_chunk(ragged, 65, 132, 8) == 13 and ts.wave_chunk(ragged, 65, 132, 8) == 17
-    assert ts.wave_chunk(np.array([65] * 8), 65, 132, 8) == 33
+    assert tp.large_chunk(ragged, 65, 132, 8) == 13 and ts.wave_chunk(np.bincount(ragged), 132, 8) == 17
+    assert ts.wave_chunk(np.bincount([65] * 8), 132, 8) == 33
     monkeypatch.setattr(tree, "wanted", lambda batch: True)
     monkeypatch.setattr(tp, "num_sms", lambda device: 132)
     parents = (-1,) + tuple(range(39))
@@ -159,3 +159,14 @@ def test_a_plan_the_kernel_fits_is_run_by_it(monkeypatch):
     p = be.plan(b)
     assert not p.gluon_tree and "shipped kernel, not Gluon's tree kernel" in p.mode
     assert compare(be.run(p), reference_attention(b)[0])[0] < 1e-4 and len(calls) == 1
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_fits_cache_check_agrees_with_the_launchs_view(order):
+    """fit's stride check (no view made at plan time) takes exactly the caches the launch's 2-d view takes."""
+    from attnbench.backends.triton_prefill_gluon import kv_view
+
+    b = _trees(100, kv_order=order, page_size=64)
+    for t in (b.k_cache, b.v_cache, b.k_cache[:, :32], b.v_cache[..., :64]):
+        assert tree._kv_ok(t) == (kv_view(t) is not None)
+    assert tree._kv_ok(b.k_cache)

@@ -171,7 +171,7 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
         count = np.bincount(tiles)  # row blocks per tile count: the last is the longest's
         longest = len(count) - 1
         if sh.waves:  # a kernel of one program an SM at a time (the Gluon tree kernel)
-            chunk = wave_chunk(tiles, longest, sms * sh.slots, hkv)
+            chunk = wave_chunk(count, sms * sh.slots, hkv)
         else:
             chunk = large_chunk(tiles, count, sms * sh.slots, hkv)  # the GPU's slots: SMs x programs per SM
     elif sh.nblk * hkv >= (programs := tp.decode_programs(cfg, sms)):  # split_counts' first rule: no split
@@ -189,20 +189,29 @@ def _blocks_step(sh: Shape, batch, cfg: tp.Config, sms: int, splits: Optional[in
     return ctx, tiles, lo, win_lo, full_lo, (tiles + (chunk - 1)) // chunk, True
 
 
-def wave_chunk(t: np.ndarray, longest: int, slots: int, hkv: int) -> int:
+def wave_chunk(count: np.ndarray, slots: int, hkv: int) -> int:
     """``large_chunk`` for a kernel whose programs fill the SMs in waves (one program an SM at a time:
-    the Gluon tree kernel): each candidate scores ceil(programs / slots) waves x its longest program
-    (+ start-up) + the split cost; counting work instead let 144 programs of 13 tiles through for
-    gpu/ragged-trees, a second wave for 12 of them on 132 SMs (72.7 us against 66.4 for the one-launch
-    kernel, H200, issue 33's tree round 1)."""
-    chunk, col, span, _, cost = tp.candidates(longest, slots)
+    the Gluon tree kernel; ``count``: ``np.bincount`` of the row blocks' tiles): each candidate scores
+    ceil(programs / slots) waves x its longest program (+ start-up) + the split cost; counting work instead
+    let 144 programs of 13 tiles through for gpu/ragged-trees, a second wave for 12 of them on 132 SMs
+    (72.7 us against 66.4 for the one-launch kernel, H200, issue 33's tree round 1)."""
+    longest = len(count) - 1
+    chunk, _, span, _, cost = tp.candidates(longest, slots)
     if len(chunk) == 1:
         return int(chunk[0])
-    count = np.bincount(t)
-    tu = count.nonzero()[0]
-    programs = np.ceil(tu / col).dot(count[tu]) * float(hkv)
+    programs = _wave_table(longest, slots).dot(count) * float(hkv)
     score = np.ceil(programs / slots) * span + cost
     return int(chunk[score.argmin()])
+
+
+@functools.lru_cache(maxsize=16)
+def _wave_table(longest: int, slots: int) -> np.ndarray:
+    """``[candidates, longest + 1]`` float64 (read-only): the programs of a row block of u key tiles under
+    each candidate chunk c, ceil(u / c) (``wave_chunk``'s, as ``_work_table`` is ``large_chunk``'s)."""
+    chunk = tp.candidates(longest, slots)[0]
+    table = (-(-np.arange(longest + 1) // chunk[:, None])).astype(np.float64)
+    table.flags.writeable = False
+    return table
 
 
 DENSE_CELLS = 40_000  # candidates x (longest + 1) up to which ``large_chunk`` takes one product (64 x 514: 32k keys in 64-key tiles)

@@ -78,6 +78,12 @@ def warpgroups(p) -> int:
     return -(-g * min(p.cfg.block_q, int(b.host.query_lens.max())) // 64)
 
 
+def _kv_ok(t: torch.Tensor) -> bool:
+    """Whether ``kv_view`` takes the cache (NHD or HND, contiguous), from its strides alone."""
+    pages, page, heads, d = t.shape
+    return t.stride() in ((page * heads * d, heads * d, d, 1), (heads * page * d, d, page * d, 1))
+
+
 def fit(p) -> str:
     """'' when the Gluon tree kernel can run the plan's batch, else why not."""
     b, cfg = p.batch, p.cfg
@@ -87,13 +93,13 @@ def fit(p) -> str:
         return "the Gluon tree kernel takes 16-bit data and head dims 64 or 128"
     if any(p.feat.constexprs().values()):
         return "the Gluon tree kernel takes no attention variant"
-    if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not _page_ok(b.page_size) or warpgroups(p) > 3:
+    wgs = warpgroups(p)
+    if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not _page_ok(b.page_size) or wgs > 3:
         return f"the Gluon tree kernel needs 64-key tiles, pages of a multiple of 64 keys or of 8-32 and <= " \
-               f"{MAX_ROWS} rows a unit (block_n {cfg.block_n}, page {b.page_size}, {warpgroups(p)} warpgroups)"
-    q = b.q
-    if q.stride(2) != 1 or any(x.data_ptr() % 16 for x in (b.k_cache, b.v_cache)):
+               f"{MAX_ROWS} rows a unit (block_n {cfg.block_n}, page {b.page_size}, {wgs} warpgroups)"
+    if b.q.stride(2) != 1 or b.k_cache.data_ptr() % 16 or b.v_cache.data_ptr() % 16:
         return "the Gluon tree kernel needs q's last dimension contiguous and 16-byte aligned caches"
-    if kv_view(b.k_cache) is None or kv_view(b.v_cache) is None:
+    if not (_kv_ok(b.k_cache) and _kv_ok(b.v_cache)):
         return "the Gluon tree kernel needs contiguous NHD or HND caches"
     return ""
 

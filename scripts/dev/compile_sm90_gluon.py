@@ -34,41 +34,55 @@ def desc(shape: list[int]) -> str:
     return f"tensordesc<bf16[{', '.join(map(str, shape))}],{layout!r}>"
 
 
-def main(argv: list[str]) -> None:
-    kw = dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4, Q_PARTS=2, EARLY_PAGE=0, DYNAMIC=0,
-              COMPUTE_REGS=200, maxnreg=0,
-              UNIT_COLS=base.plan_constant("UNIT_COLS"))
+def settings(argv: list[str], kw: dict) -> dict:
+    """``kw`` with the command line's NAME=int settings applied (an NHD cache: ROW_PAGE = PAGE)."""
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
-    kw["ROW_PAGE"] = kw["PAGE"]  # NHD
-    fn = load_kernel()
-    d = kw["HEAD_DIM"]
-    descs = {"q_desc": desc([kw["BLOCK_M"] // kw["Q_PARTS"], d]), "k_desc": desc([kw["BLOCK_N"], d]), "v_desc": desc([kw["BLOCK_N"], d])}
+    kw["ROW_PAGE"] = kw["PAGE"]
+    return kw
+
+
+def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, **options) -> None:
+    """Compile the Gluon kernel ``fn`` for sm_90 (arguments: ``descs`` tensor descriptors, ``ptrs`` pointers,
+    ``kw``'s names constexprs, the rest i32 but qk_scale) and print the ``shown`` settings, registers,
+    spills, shared memory, warps, the wgmma / TMA / mbarrier / setmaxnreg counts (with setmaxnreg's values)
+    and each loop's instructions; DUMP=PREFIX writes the TTGIR and PTX."""
     sig, consts = {}, {}
     for name in fn.arg_names:
         if name in descs:
             sig[name] = descs[name]
-        elif name in PTRS:
-            sig[name] = PTRS[name]
+        elif name in ptrs:
+            sig[name] = ptrs[name]
         elif name in kw:
             sig[name], consts[name] = "constexpr", kw[name]
         else:
             sig[name] = "fp32" if name == "qk_scale" else "i32"
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **({"maxnreg": kw["maxnreg"]} if kw["maxnreg"] else {})})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **options})
     regs, spills = base.resources(k.asm["cubin"])
     ptx = k.asm["ptx"]
-    print({s: kw[s] for s in ("BLOCK_M", "BLOCK_N", "STAGES", "PAGE", "Q_PARTS", "EARLY_PAGE", "COMPUTE_REGS", "maxnreg")}, "regs", regs,
-          "spill bytes", spills, "smem", k.metadata.shared, "warps launched", k.metadata.num_warps,
-          "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "TMA loads", ptx.count("cp.async.bulk.tensor"),
-          "mbarrier", ptx.count("mbarrier."), "setmaxnreg", ptx.count("setmaxnreg"))
+    print({s: kw[s] for s in shown}, "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
+          "warps launched", k.metadata.num_warps, "wgmma", len(re.findall(r"wgmma.mma_async", ptx)),
+          "TMA loads", ptx.count("cp.async.bulk.tensor"), "mbarrier", ptx.count("mbarrier."),
+          "setmaxnreg", ptx.count("setmaxnreg"), re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx))
     for row in pf.loops(k.asm["cubin"]):
         print("  " + row)
     if os.environ.get("DUMP"):
         for ext in ("ttgir", "ptx"):
             with open(f"{os.environ['DUMP']}.{ext}", "w") as f:
                 f.write(k.asm[ext])
+
+
+def main(argv: list[str]) -> None:
+    kw = settings(argv, dict(G=4, HEAD_DIM=128, PAGE=256, BLOCK_M=128, BLOCK_N=128, STAGES=2, HEAVY_FIRST=1, num_warps=4,
+                             Q_PARTS=2, EARLY_PAGE=0, DYNAMIC=0, COMPUTE_REGS=200, maxnreg=0,
+                             UNIT_COLS=base.plan_constant("UNIT_COLS")))
+    d = kw["HEAD_DIM"]
+    descs = {"q_desc": desc([kw["BLOCK_M"] // kw["Q_PARTS"], d]), "k_desc": desc([kw["BLOCK_N"], d]), "v_desc": desc([kw["BLOCK_N"], d])}
+    compile_and_report(load_kernel(), kw, descs, PTRS,
+                       ("BLOCK_M", "BLOCK_N", "STAGES", "PAGE", "Q_PARTS", "EARLY_PAGE", "COMPUTE_REGS", "maxnreg"),
+                       **({"maxnreg": kw["maxnreg"]} if kw["maxnreg"] else {}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 
 from attnbench.backends import triton_tree_gluon as tree
 from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
@@ -19,15 +20,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def full_tree(depth: int, branching: int) -> tuple:
-    parents, level = [-1], [0]
-    for _ in range(depth):
-        nxt = []
-        for p in level:
-            for _ in range(branching):
-                parents.append(p)
-                nxt.append(len(parents) - 1)
-        level = nxt
-    return tuple(parents)
+    return tuple(trees.full({"depth": depth, "branching": branching}))
 
 
 def random_tree(nodes: int, rng: random.Random) -> tuple:

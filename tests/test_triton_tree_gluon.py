@@ -8,10 +8,11 @@ import pytest
 
 from attnbench.backends import triton_tree_gluon as tree
 from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
-FULL13 = (-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3)
+FULL13 = tuple(trees.full({"depth": 2, "branching": 3}))
 
 
 def _trees(*ctxs, hq=8, hkv=2, d=128, dtype="float16", page_size=16, nodes=13, **kw):

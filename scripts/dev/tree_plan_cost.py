@@ -11,9 +11,10 @@ import timeit
 
 from attnbench.backends import triton_tree_gluon as tg
 from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 
-PARENTS = (-1,) + tuple(i // 3 for i in range(39))  # a full 3-ary tree of 40 nodes
+PARENTS = tuple(trees.full({"depth": 3, "branching": 3}))  # 40 nodes
 BATCH = materialize(BatchSpec(tuple(Request("tree", 40, 4096, PARENTS) for _ in range(8)), 32, 8, 128,
                               dtype="float16", page_size=16), 0)
 

@@ -34,6 +34,22 @@ def variant(name: str, waves: int | None = None, **kw):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "plan": plan})
 
 
+def with_constants(module, consts: dict, fn):
+    """``fn`` (a backend method of one argument) run with ``module``'s constants set to ``consts``, then restored."""
+
+    def call(self, arg):
+        old = {k: getattr(module, k) for k in consts}
+        for k, v in consts.items():
+            setattr(module, k, v)
+        try:
+            return fn(self, arg)
+        finally:
+            for k, v in old.items():
+                setattr(module, k, v)
+
+    return call
+
+
 def gluon_variant(name: str, **consts):
     """``triton-pf-gl`` with triton_prefill_gluon's module constants (TILE_KEYS, STAGES,
     COMPUTE_REGS, PERSISTENT, SPLIT_ROWS, EARLY_PAGE) set to ``consts`` while it runs."""
@@ -42,17 +58,8 @@ def gluon_variant(name: str, **consts):
     def __init__(self):
         TritonBackend.__init__(self, prefill="lean,fold,heavy,gluon", block_m=512)
 
-    def run(self, p):
-        old = {k: getattr(gluon, k) for k in consts}
-        for k, v in consts.items():
-            setattr(gluon, k, v)
-        try:
-            return TritonBackend.run(self, p)
-        finally:
-            for k, v in old.items():
-                setattr(gluon, k, v)
-
-    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__, "run": run})
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
+                                                            "run": with_constants(gluon, consts, TritonBackend.run)})
 
 
 def tree_variant(name: str, backend: dict | None = None, **consts):
@@ -60,24 +67,12 @@ def tree_variant(name: str, backend: dict | None = None, **consts):
     COMPUTE_REGS, FUSED_MERGE, HALF_PARTIALS) set to ``consts`` while it plans and runs."""
     from attnbench.backends import triton_tree_gluon as tree
 
-    def patched(fn):
-        def call(self, arg):
-            old = {k: getattr(tree, k) for k in consts}
-            for k, v in consts.items():
-                setattr(tree, k, v)
-            try:
-                return fn(self, arg)
-            finally:
-                for k, v in old.items():
-                    setattr(tree, k, v)
-        return call
-
     def __init__(self):
         TritonBackend.__init__(self, tree="gluon", **(backend or {}))
 
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
-                                                            "plan": patched(TritonBackend.plan),
-                                                            "run": patched(TritonBackend.run)})
+                                                            "plan": with_constants(tree, consts, TritonBackend.plan),
+                                                            "run": with_constants(tree, consts, TritonBackend.run)})
 
 
 def mla_variant(name: str, **mla):

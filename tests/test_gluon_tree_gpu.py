@@ -2,7 +2,8 @@
 against the reference: full, random and chain trees over contexts of odd lengths (none included), beside
 decodes and a short causal chunk, pages of 8 to 256 keys in every layout, NHD and HND caches, head dims 64
 and 128, GQA groups 1/4/8, with and without forced splits (partials and the merge), the output NaN-filled
-first. Each case asserts the Gluon kernel launched."""
+first; and FP8 caches (tree round 2: e4m3 / e5m2, scales per tensor or per head, widened by the loader).
+Each case asserts the Gluon kernel launched."""
 from __future__ import annotations
 
 import random
@@ -90,11 +91,38 @@ def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, 
         assert plan.num_merge > 0
 
 
-@pytest.mark.parametrize("seed", range(30))
+FP8_CASES = [  # requests, page, order, kv dtype, scale, head dim, q heads, kv heads, splits
+    (TREES40, 16, "NHD", "fp8_e4m3", "per-tensor", 128, 8, 2, None),
+    (TREES40, 256, "HND", "fp8_e5m2", "per-head", 128, 8, 2, 3),
+    (TREES40, 8, "NHD", "fp8_e4m3", "per-head", 64, 8, 2, None),
+    (MIXED, 16, "HND", "fp8_e4m3", "per-head", 128, 32, 8, 5),
+    (MIXED, 64, "NHD", "fp8_e5m2", "per-tensor", 64, 32, 8, None),
+    (SMALL, 32, "NHD", "fp8_e4m3", "per-tensor", 128, 16, 2, 2),  # G 8: 192 rows
+    (SMALL, 512, "HND", "fp8_e5m2", "per-head", 128, 16, 2, None),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("reqs,page,order,kv,scale,d,hq,hkv,splits", FP8_CASES)
+def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, launches):
+    """FP8 caches: TMA into staging slots, widened to float16 by the loader, q to float16, the scales folded
+    into the scores and the output; the reference dequantizes in float32."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
+                     kv_scale=scale)
+    batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")
+    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
+    assert plan.feat.fp8
+    if splits:
+        assert plan.num_merge > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
 def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
     """TritonBackend(tree="gluon") on random tree batches its plan shapes for the Gluon kernel: 1-9 random
     trees of 2-48 nodes (<= 192 rows with G) beside decodes, contexts of 0-5000, GQA groups 1-8, head dims
-    64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16."""
+    64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16; seeds 30-39 with FP8 caches."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
     rng = random.Random(seed)
@@ -111,7 +139,9 @@ def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
             reqs.append(Request("tree", n, ctx, random_tree(n, rng)))
     if all(r.kind == "decode" for r in reqs):
         reqs.append(Request("tree", 3, 10, (-1, 0, 0)))
+    fp8 = dict(kv_dtype=rng.choice(["fp8_e4m3", "fp8_e5m2"]), kv_scale=rng.choice(["per-tensor", "per-head"])) \
+        if seed >= 30 else {}  # seeds 30-39: FP8 caches (tree round 2)
     spec = BatchSpec(tuple(reqs), hkv * g, hkv, rng.choice([64, 128]), dtype=rng.choice(["float16", "bfloat16"]),
                      page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
-                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]))
+                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
     _check(TritonBackend(tree="gluon"), materialize(spec, seed=seed, device="cuda"), launches)

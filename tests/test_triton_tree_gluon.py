@@ -32,10 +32,16 @@ def test_wanted_takes_tree_batches_up_to_three_warpgroups_and_nothing_else(monke
     assert tree.unwanted(_trees(100, hq=16, nodes=25)).startswith("200 rows")  # G 8
     for kw in (dict(page_size=4), dict(page_size=48), dict(d=96)):
         assert tree.unwanted(_trees(100, **kw)).startswith("head dim"), kw
-    assert tree.unwanted(_trees(100, dtype="float32")) == "not a 16-bit q and cache"
+    assert tree.unwanted(_trees(100, dtype="float32")) == "not a 16-bit q with a 16-bit or FP8 (e4m3 / e5m2) cache"
     for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True)):
         assert tree.unwanted(_trees(100, **variant)) == "an attention variant", variant
-    assert tree.unwanted(_trees(100, kv_dtype="fp8_e4m3")) == "not a 16-bit q and cache"
+    for kv in ("fp8_e4m3", "fp8_e5m2"):  # tree round 2: FP8 caches, their scales per tensor or per head
+        for scale in ("per-tensor", "per-head"):
+            assert tree.wanted(_trees(100, kv_dtype=kv, kv_scale=scale, dtype="bfloat16")), (kv, scale)
+    fp8 = _trees(100, kv_dtype="fp8_e4m3")
+    fp8.k_scale = None  # an FP8 cache without its scales
+    assert tree.unwanted(fp8).startswith("not a 16-bit q with")
+    assert tree.unwanted(_trees(100, kv_dtype="fp8_e4m3", window=32)) == "an attention variant"
     no_tree = materialize(BatchSpec((Request("decode", 1, 40),), 8, 2, 128, dtype="float16", page_size=16), 1)
     assert tree.unwanted(no_tree) == "no tree"
     monkeypatch.setattr(tree, "hopper", lambda device: False)
@@ -160,6 +166,21 @@ def test_a_plan_the_kernel_fits_is_run_by_it(monkeypatch):
     p = be.plan(b)
     assert not p.gluon_tree and "shipped kernel, not Gluon's tree kernel" in p.mode
     assert compare(be.run(p), reference_attention(b)[0])[0] < 1e-4 and len(calls) == 1
+
+
+@pytest.mark.parametrize("kv", ["fp8_e4m3", "fp8_e5m2"])
+def test_fit_takes_an_fp8_plan_and_refuses_its_variants(monkeypatch, kv):
+    """FP8 caches (tree round 2): fit passes an FP8 plan of a tree batch (the FP8 flag is no variant) and still
+    refuses one with a window; the CPU fallback of the shaped plan matches the reference."""
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+    b = _trees(300, 77, kv_dtype=kv, dtype="bfloat16")
+    p = TritonBackend(tree="gluon").plan(b)
+    assert p.feat.fp8 and tree.fit(p) == ""
+    assert (p.cfg.block_m, p.cfg.block_n) == (64, 64)
+    assert "no attention variant" in tree.fit(TritonBackend(tree="gluon").plan(_trees(300, kv_dtype=kv, window=40)))
+    monkeypatch.setattr(tree, "hopper", lambda device: False)  # the run below: the one-launch kernel on the CPU
+    assert compare(TritonBackend(tree="gluon").run(TritonBackend(tree="gluon").plan(b)),
+                   reference_attention(b)[0])[0] < 3e-2
 
 
 @pytest.mark.parametrize("order", ["NHD", "HND"])

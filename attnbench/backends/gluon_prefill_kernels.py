@@ -36,6 +36,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from .gluon_steps import softmax_pv
+
 from .triton_plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_SPLIT, U_PROW, U_Q0) = (
@@ -142,7 +144,6 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     # a row sees keys below lim: causal and the split's end (padding rows: every key in range)
@@ -161,18 +162,7 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
         if start + BLOCK_N > unmasked_end:
             keep = gl.expand_dims(cols, 0) < gl.expand_dims(lim - start, 1)
             qk = gl.where(keep, qk, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
-        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
-        alpha = gl.exp2(m_i - m_sub)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        pa = gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
-        mbarrier.arrive(empty.index(s), count=1)
-        m_i = m_new
+        acc, m_i, l_i = softmax_pv(qk, m_i, l_i, acc, qk_scale, v_smem.index(s), empty.index(s), o_layout)
     return acc, m_i, l_i
 
 

@@ -33,6 +33,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from .gluon_steps import softmax_pv
+
 from .triton_plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0, U_NSPLIT, U_BLOCK) = (
@@ -42,11 +44,36 @@ from .triton_plan import UNIT_COLUMNS
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, n_kv, row_head, col_head,
-            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            UNIT_COLS: gl.constexpr):
-    """The item's key tiles into ring slot j % STAGES: BLOCK_N // BOX boxes of BOX rows per operand."""
+def _issue(k_desc, v_desc, k_dst, v_dst, bar, start, bt_row, last, kvh, row_head, col_head, PAGE: gl.constexpr,
+           ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The TMA boxes of the key tile from ``start`` into ``k_dst`` / ``v_dst``, arriving on ``bar``."""
     BOX: gl.constexpr = k_desc.block_type.shape[0]
+    mbarrier.expect(bar, 2 * (BLOCK_N // BOX) * k_desc.block_type.nbytes)
+    for b in gl.static_range(BLOCK_N // BOX):
+        slot = start + b * BOX
+        page = gl.load(bt_row + gl.minimum(slot // PAGE, last))
+        row = page * ROW_PAGE + kvh * row_head + slot % PAGE
+        tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], bar, k_dst.slice(b * BOX, BOX))
+        tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], bar, v_dst.slice(b * BOX, BOX))
+
+
+@gluon.jit
+def _widen(src, dst, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """An FP8 tile in shared memory to 16 bits in another, 16 bytes a thread in chunks of rows."""
+    TC: gl.constexpr = HEAD_DIM // 16  # threads across a row
+    CHUNK: gl.constexpr = 4 * (32 // TC)
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // TC, TC], [4, 1], [1, 0])
+    for c in gl.static_range(BLOCK_N // CHUNK):
+        dst.slice(c * CHUNK, CHUNK).store(src.slice(c * CHUNK, CHUNK).load(layout).to(dst.dtype))
+
+
+@gluon.jit
+def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, row_head,
+            col_head, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            UNIT_COLS: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr):
+    """The item's key tiles into ring slot j % STAGES. FP8: TMA into staging slot j % STAGES8 (``landed``),
+    then this partition's 128 threads widen it into the ring slot (float16) and arrive on ``ready``."""
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     w = gl.program_id(0)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
@@ -54,19 +81,28 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, 
     kv_hi = gl.load(meta + U_KVHI)
     last = (kv_hi - 1) // PAGE  # the request's last page holding a key of the unit
     bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
-    for j in range(gl.cdiv(kv_hi - kv_lo, BLOCK_N)):
+    n = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
+    if FP8:
+        for j in range(gl.minimum(n, STAGES8)):
+            _issue(k_desc, v_desc, k8.index(j), v8.index(j), landed.index(j), kv_lo + j * BLOCK_N, bt_row, last,
+                   kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+    for j in range(n):
         s = j % STAGES
-        start = kv_lo + j * BLOCK_N
         mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # mbarriers start with phase 1 complete
-        mbarrier.expect(ready.index(s), 2 * (BLOCK_N // BOX) * k_desc.block_type.nbytes)
-        for b in gl.static_range(BLOCK_N // BOX):
-            slot = start + b * BOX
-            page = gl.load(bt_row + gl.minimum(slot // PAGE, last))
-            row = page * ROW_PAGE + kvh * row_head + slot % PAGE
-            tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s),
-                                            k_smem.index(s).slice(b * BOX, BOX))
-            tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s),
-                                            v_smem.index(s).slice(b * BOX, BOX))
+        if FP8:
+            f = j % STAGES8
+            mbarrier.wait(landed.index(f), (j // STAGES8) & 1)
+            _widen(k8.index(f), k_smem.index(s), BLOCK_N, HEAD_DIM)
+            _widen(v8.index(f), v_smem.index(s), BLOCK_N, HEAD_DIM)
+            fence_async_shared()  # the stores before the MMAs' (async proxy) reads, the reads before TMA's writes
+            gl.thread_barrier()
+            mbarrier.arrive(ready.index(s), count=1)
+            if j + STAGES8 < n:
+                _issue(k_desc, v_desc, k8.index(f), v8.index(f), landed.index(f), kv_lo + (j + STAGES8) * BLOCK_N,
+                       bt_row, last, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+        else:
+            _issue(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, bt_row,
+                   last, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
 
 
 @gluon.jit
@@ -103,18 +139,7 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
     if MASKED:
         keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
         qk = gl.where(keep, qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-    m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
-    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
-    alpha = gl.exp2(m_i - m_sub)
-    l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    pa = gl.convert_layout(p.to(v_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    acc = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
-    mbarrier.arrive(empty.index(s), count=1)
-    return acc, m_new, l_i
+    return softmax_pv(qk, m_i, l_i, acc, qk_scale, v_smem.index(s), empty.index(s), o_layout)
 
 
 @gluon.jit
@@ -127,17 +152,18 @@ def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.
     tok_ld = (q_start + m_ld // G).to(gl.int64)
     q_ptr = Q + gl.expand_dims(tok_ld * stride_qt + (kvh * G + m_ld % G) * stride_qh, 1) + gl.expand_dims(d_ld, 0)
     q_ok = gl.expand_dims(m_ld // G < q_count, 1) & gl.expand_dims(d_ld < HEAD_DIM, 0)
-    q_smem.store(gl.load(q_ptr, mask=q_ok, other=0.0))
+    q_smem.store(gl.load(q_ptr, mask=q_ok, other=0.0).to(q_smem.dtype))  # FP8 caches: bf16 q -> float16
     fence_async_shared()
     gl.thread_barrier()  # every warp's rows stored before the MMAs read them
 
 
 @gluon.jit
-def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv, qk_scale,
+def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-             stride_anc, stride_sem, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr):
-    """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item."""
+             stride_anc, stride_sem, stride_sc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr):
+    """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
+    folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
     w = gl.program_id(0)
     meta = UNITS + (w // n_kv) * UNIT_COLS
@@ -153,6 +179,8 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         q0 = gl.load(meta + U_Q0)
         is_tree = gl.load(meta + U_TREE)
         _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
+        if FP8:
+            qk_scale = qk_scale * gl.load(KSC + kvh * stride_sc)
 
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -176,6 +204,8 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
                                   BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
                                   stride_anc)
+        if FP8:
+            acc = acc * gl.load(VSC + kvh * stride_sc)
         _store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
                stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
         if FUSED_MERGE:
@@ -263,35 +293,48 @@ def _merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_o
 
 @gluon.jit
 def tree_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM,
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM, KSC, VSC,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-    stride_bt, stride_anc, stride_sem, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
+    stride_bt, stride_anc, stride_sem, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
-    FUSED_MERGE: gl.constexpr,
+    FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
+    STAGES8: gl.constexpr,
 ):
-    """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3)."""
-    q_smem = gl.allocate_shared_memory(k_desc.dtype, [WGS, 64, HEAD_DIM], k_desc.layout)
-    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
+    tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
+    the TMA writes into STAGES8 staging slots of their own (the loader widens them)."""
+    q_smem = gl.allocate_shared_memory(SLOT_TY, [WGS, 64, HEAD_DIM], SLOT_LAYOUT)
+    k_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)
+    v_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=WGS)  # one arrival per compute partition
+    if FP8:
+        k8 = gl.allocate_shared_memory(k_desc.dtype, [STAGES8, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v8 = gl.allocate_shared_memory(v_desc.dtype, [STAGES8, BLOCK_N, HEAD_DIM], v_desc.layout)
+        landed = gl.allocate_shared_memory(gl.int64, [STAGES8, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES8):
+            mbarrier.init(landed.index(i), count=1)
+    else:  # not read
+        k8 = k_smem
+        v8 = v_smem
+        landed = ready
     gl.warp_specialize([
-        (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, UNITS, BT, stride_bt, n_kv, ROW_HEAD, COL_HEAD, PAGE,
-                   ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS)),
-        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
+        (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, ROW_HEAD,
+                   COL_HEAD, PAGE, ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS, FP8, STAGES8)),
+        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE)),
-        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
-                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE)),
-        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, n_kv,
-                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE)),
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE, FP8)),
+        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
+                    n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE, FP8)),
+        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
+                    n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
+                    FUSED_MERGE, FP8)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

@@ -30,6 +30,13 @@ FUSED_MERGE = False
 # half_partials for these batches): 62.8 / 197.6 us against 71.2 / 206.6 (the merge launch 3.3 us instead of
 # 9.5), the error against the reference 2.8e-3 instead of 2.2e-3 (H200, tree round 1)
 HALF_PARTIALS = True
+# FP8 caches (issue 33, tree round 2): the TMA fills STAGES8 FP8 staging slots, the loader's warpgroup widens
+# each into a float16 ring slot (q converted to float16 too, the scales folded into qk_scale and the output);
+# shared memory: Q 48 KB + STAGES_FP8 x 32 KB + STAGES8 x 16 KB (head dim 128)
+STAGES_FP8 = 3
+STAGES8 = 3
+COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
+FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _page_ok(page: int) -> bool:
@@ -42,15 +49,15 @@ def unwanted(batch) -> str:
 
     if not hopper(batch.device):
         return "not a Hopper GPU"
-    if batch.dtype not in (torch.float16, torch.bfloat16) or batch.k_cache.dtype != batch.dtype:
-        return "not a 16-bit q and cache"
+    if batch.dtype not in (torch.float16, torch.bfloat16) or not _cache_ok(batch):
+        return "not a 16-bit q with a 16-bit or FP8 (e4m3 / e5m2) cache"
     if batch.head_dim not in (64, 128) or not _page_ok(batch.page_size):
         return f"head dim {batch.head_dim}, page {batch.page_size} (it takes 64/128 and pages of a multiple of " \
                f"64 keys or of 8, 16 or 32)"
     if not batch.trees.tmax:
         return "no tree"
     if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
-            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes", "k_scale")):
+            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes")):
         return "an attention variant"
     h = batch.host
     if not h.causal.all():
@@ -59,6 +66,14 @@ def unwanted(batch) -> str:
     if rows > MAX_ROWS:
         return f"{rows} rows a request (query tokens x G; it takes <= {MAX_ROWS}: three warpgroups of 64)"
     return ""
+
+
+def _cache_ok(batch) -> bool:
+    """A 16-bit cache of q's dtype, or an FP8 one (its scales in ``k_scale`` / ``v_scale``)."""
+    kd = batch.k_cache.dtype
+    if kd in FP8_TYPES:
+        return getattr(batch, "k_scale", None) is not None and batch.v_cache.dtype == kd
+    return kd == batch.dtype and getattr(batch, "k_scale", None) is None
 
 
 def wanted(batch) -> bool:
@@ -89,9 +104,9 @@ def fit(p) -> str:
     b, cfg = p.batch, p.cfg
     if not hopper(b.q.device):
         return "the Gluon tree kernel needs a Hopper GPU (sm_90)"
-    if b.dtype not in (torch.float16, torch.bfloat16) or b.k_cache.dtype != b.dtype or b.head_dim not in (64, 128):
-        return "the Gluon tree kernel takes 16-bit data and head dims 64 or 128"
-    if any(p.feat.constexprs().values()):
+    if b.dtype not in (torch.float16, torch.bfloat16) or not _cache_ok(b) or b.head_dim not in (64, 128):
+        return "the Gluon tree kernel takes 16-bit queries, 16-bit or FP8 caches and head dims 64 or 128"
+    if any(v for k, v in p.feat.constexprs().items() if k != "FP8"):
         return "the Gluon tree kernel takes no attention variant"
     wgs = warpgroups(p)
     if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not _page_ok(b.page_size) or wgs > 3:
@@ -127,21 +142,26 @@ def run(p) -> bool:
 
     from . import gluon_tree_kernels as gk
 
-    b = p.batch
+    b, f = p.batch, p.feat
     d = b.head_dim
-    ty = gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16
+    fp8 = b.k_cache.dtype in FP8_TYPES
+    ty = gl.float16 if fp8 or b.dtype == torch.float16 else gl.bfloat16  # the slots' (FP8: widened to float16)
+    cache_ty = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}.get(b.k_cache.dtype, ty)
     box = min(b.page_size, BLOCK_N)
-    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty)  # the slots' (a box writes BOX of their rows)
+    # the TMA's destinations (a box writes BOX of their rows): the ring's slots, or FP8's staging slots
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], cache_ty)
     (k2, row_page, row_head, col_head), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [box, d], layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
+    ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
     gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem,
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem, ksc, vsc,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0), p.qk_scale, row_head,
-        col_head, b.num_kv_heads,
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
+        1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
-        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=warpgroups(p), COMPUTE_REGS=COMPUTE_REGS,
-        FUSED_MERGE=FUSED_MERGE, num_warps=4,
+        STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=warpgroups(p),
+        COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
+        SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8, STAGES8=STAGES8, num_warps=4,
     )
     return FUSED_MERGE

@@ -29,9 +29,11 @@ def load_kernel():
     return base.load_kernels("gluon_prefill_kernels").prefill_gluon_kernel
 
 
-def desc(shape: list[int]) -> str:
-    layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
-    return f"tensordesc<bf16[{', '.join(map(str, shape))}],{layout!r}>"
+def desc(shape: list[int], ty: str = "bf16") -> str:
+    """A tensor descriptor's signature: ``ty`` bf16, fp16, fp8e4nv or fp8e5 blocks of ``shape``."""
+    gty = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp8e4nv": gl.float8e4nv, "fp8e5": gl.float8e5}[ty]
+    layout = gl.NVMMASharedLayout.get_default_for(shape, gty)
+    return f"tensordesc<{ty}[{', '.join(map(str, shape))}],{layout!r}>"
 
 
 def settings(argv: list[str], kw: dict) -> dict:

@@ -224,6 +224,10 @@ VARIANTS = MLA_VARIANTS + [
     tree_variant("triton-tr-gl-fmhp", FUSED_MERGE=True),  # 16-bit partials merged in the kernel
     tree_variant("triton-tr-gl-sp1", dict(splits=1)),  # the plan's key splits forced (its own: 2 at 1k-16k)
     tree_variant("triton-tr-gl-sp3", dict(splits=3)),
+    # tree round 2, FP8 caches (the loader widens each TMA'd FP8 tile): ring / staging slots and registers
+    tree_variant("triton-tr-f8-s32", STAGES8=2),  # 3 float16 slots, 2 FP8 staging slots
+    tree_variant("triton-tr-f8-s24", STAGES_FP8=2, STAGES8=4),
+    tree_variant("triton-tr-f8-r160", COMPUTE_REGS_FP8=160),  # the loader's warps at 32 registers
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

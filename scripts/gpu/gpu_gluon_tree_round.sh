@@ -4,12 +4,16 @@
 #
 #   bash scripts/gpu/gpu_gluon_tree_round.sh
 #
-# 1. the Gluon tree kernel's GPU tests (tests/test_gluon_tree_gpu.py: every launch shape against the reference);
+# 1. the Gluon tree kernel's GPU tests (TESTS, default tests/test_gluon_tree_gpu.py: every launch shape against
+#    the reference, FP8 caches included);
 # 2. attnbench rows of the 8 x 40-node trees (tree-verify-llama3-8b: 1k/4k/16k, pages 16 and 256) and of
 #    gpu/tree-shapes: the default triton (the Gluon tree kernel since round 1) and the variants of
 #    scripts/dev/triton_variants.py (VARIANTS, triton-tr-r0: the one-launch kernel;
-#    default below), with the summary tables.
-# Output in $OUT: tree_tests.log, tree_run.log, shapes_run.log, the run folders tr/ and shapes/, summary.txt.
+#    default below), with the summary tables;
+# 3. FP8 trees (tree round 2): gpu/fp8-tree40 (8 x 40 trees at 4k / 16k on a bf16 and an FP8 e4m3 cache) through
+#    the default triton, triton-tr-r0 and FP8_VARIANTS (FP8_S seconds; 0 skips it).
+# Output in $OUT: tree_tests.log, tree_run.log, shapes_run.log, fp8_run.log, the run folders tr/, shapes/ and
+# fp8/, summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-/tmp/gluon_tree_round}; mkdir -p "$OUTDIR"
@@ -17,7 +21,8 @@ source scripts/gpu/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache
 VARIANTS=${VARIANTS:-"triton-tr-r0"}
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --maxfail=6 -m gpu tests/test_gluon_tree_gpu.py ${TEST_K:+-k "$TEST_K"} \
+timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider --maxfail=6 -m gpu ${TESTS:-tests/test_gluon_tree_gpu.py} \
+  ${TEST_N:+-n "$TEST_N"} ${TEST_K:+-k "$TEST_K"} \
   > "$OUTDIR/tree_tests.log" 2>&1
 echo "gluon tree GPU tests rc=$?"; tail -n 25 "$OUTDIR/tree_tests.log"
 args=(-b triton); for v in $VARIANTS; do args+=(-b "$v"); done
@@ -31,3 +36,11 @@ timeout "${SHAPES_S:-90}" python3 -m attnbench run attnbench/scenarios/gpu/tree-
   > "$OUTDIR/shapes_run.log" 2>&1
 echo "shapes rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/shapes_run.log" | head -n 8
 python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$OUTDIR/shapes" | tee -a "$OUTDIR/summary.txt"
+if [ "${FP8_S:-120}" != 0 ]; then
+  args=(-b triton -b triton-tr-r0); for v in ${FP8_VARIANTS:-}; do args+=(-b "$v"); done
+  timeout "${FP8_S:-120}" python3 -m attnbench run attnbench/scenarios/gpu/fp8-tree40.yaml "${args[@]}" \
+    --backend-file scripts/dev/triton_variants.py --out "$OUTDIR/fp8" -q --warmup-ms 10 --measure-ms 60 \
+    > "$OUTDIR/fp8_run.log" 2>&1
+  echo "fp8 rc=$?"; grep -iE "error|skipped|wrong|mismatch" "$OUTDIR/fp8_run.log" | head -n 8
+  python3 scripts/report/triton_summary.py /tmp/attnbench-cache/ceilings.json "$OUTDIR/fp8" | tee -a "$OUTDIR/summary.txt"
+fi

@@ -192,3 +192,23 @@ def test_fits_cache_check_agrees_with_the_launchs_view(order):
     for t in (b.k_cache, b.v_cache, b.k_cache[:, :32], b.v_cache[..., :64]):
         assert tree._kv_ok(t) == (kv_view(t) is not None)
     assert tree._kv_ok(b.k_cache)
+
+
+def test_decodes_alone_are_taken_only_as_the_decodes_setting_says(monkeypatch):
+    """DECODES (variants triton-dec-f8 / triton-dec-gl, tree round 2): batches of decodes alone stay with the
+    one-launch kernel by default ("no tree"); "fp8" takes them on FP8 caches, "all" on any; a batch with a
+    longer query never."""
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+
+    def decodes(kv=None, q=1):
+        kind = "decode" if q == 1 else "prefill"
+        return materialize(BatchSpec(tuple(Request(kind, q, c) for c in (4000, 17)), 32, 8, 128, dtype="bfloat16",
+                                     page_size=16, kv_dtype=kv), 1)
+
+    assert tree.unwanted(decodes("fp8_e4m3")) == "no tree"
+    monkeypatch.setattr(tree, "DECODES", "fp8")
+    assert tree.wanted(decodes("fp8_e4m3")) and tree.unwanted(decodes()) == "no tree"
+    monkeypatch.setattr(tree, "DECODES", "all")
+    assert tree.wanted(decodes()) and tree.unwanted(decodes("fp8_e4m3", q=5)) == "no tree"
+    p = TritonBackend(tree="gluon").plan(decodes())
+    assert tree.warpgroups(p) == 1 and (p.cfg.block_m, p.cfg.block_n) == (16, 64)

@@ -37,6 +37,16 @@ STAGES_FP8 = 3
 STAGES8 = 3
 COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# batches of decodes alone (no tree) the option takes too: "" none, "fp8" on FP8 caches, "all" (variants
+# triton-dec-f8 / triton-dec-gl, tree round 2)
+DECODES = ""
+
+
+def decodes_taken(batch) -> bool:
+    """Whether the option takes this batch as one of decodes alone (``DECODES``)."""
+    if not DECODES or int(batch.host.query_lens.max(initial=0)) > 1:
+        return False
+    return DECODES == "all" or batch.k_cache.dtype in FP8_TYPES
 
 
 def _page_ok(page: int) -> bool:
@@ -54,7 +64,7 @@ def unwanted(batch) -> str:
     if batch.head_dim not in (64, 128) or not _page_ok(batch.page_size):
         return f"head dim {batch.head_dim}, page {batch.page_size} (it takes 64/128 and pages of a multiple of " \
                f"64 keys or of 8, 16 or 32)"
-    if not batch.trees.tmax:
+    if not batch.trees.tmax and not decodes_taken(batch):
         return "no tree"
     if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
             getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes")):
@@ -124,7 +134,7 @@ RAN = "gluon tree kernel"  # route_note when the kernel runs the plan
 
 def route_note(p) -> str:
     """The kernel a tree batch runs with the option: 'gluon tree kernel', or the shipped one and why."""
-    if not p.has_tree:
+    if not p.has_tree and not decodes_taken(p.batch):
         return ""
     why = fit(p)
     if why and not hopper(p.batch.device):  # never a candidate off Hopper: the shipped kernel, as ever

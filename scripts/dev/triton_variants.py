@@ -228,6 +228,8 @@ VARIANTS = MLA_VARIANTS + [
     tree_variant("triton-tr-f8-s32", STAGES8=2),  # 3 float16 slots, 2 FP8 staging slots
     tree_variant("triton-tr-f8-s24", STAGES_FP8=2, STAGES8=4),
     tree_variant("triton-tr-f8-r160", COMPUTE_REGS_FP8=160),  # the loader's warps at 32 registers
+    tree_variant("triton-dec-f8", DECODES="fp8"),  # FP8 decodes alone through the Gluon tree kernel too
+    tree_variant("triton-dec-gl", DECODES="all"),  # any decodes alone
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -212,3 +212,15 @@ def test_decodes_alone_are_taken_only_as_the_decodes_setting_says(monkeypatch):
     assert tree.wanted(decodes()) and tree.unwanted(decodes("fp8_e4m3", q=5)) == "no tree"
     p = TritonBackend(tree="gluon").plan(decodes())
     assert tree.warpgroups(p) == 1 and (p.cfg.block_m, p.cfg.block_n) == (16, 64)
+
+
+def test_fp8_staging_slots_fill_the_shared_memory_budget(monkeypatch):
+    """FP8 launches get as many 16 KB staging slots (head dim 128) as FP8_SMEM holds beside Q (16 KB a
+    warpgroup) and the ring (32 KB a slot): 3 for a 3-warpgroup tree with 3 ring slots (192 KB in all; the
+    sm_90 build, with its scratch, 221 KB of 227), 5 with 2 ring slots, 7 for one warpgroup, 15 (8 KB each) at
+    head dim 64; a set STAGES8 wins."""
+    assert tree.staging_slots(3, 128) == 3 and tree.staging_slots(1, 128) == 5 and tree.staging_slots(3, 64) == 15
+    monkeypatch.setattr(tree, "STAGES_FP8", 2)
+    assert tree.staging_slots(3, 128) == 5 and tree.staging_slots(1, 128) == 7
+    monkeypatch.setattr(tree, "STAGES8", 4)
+    assert tree.staging_slots(1, 128) == 4

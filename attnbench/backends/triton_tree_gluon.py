@@ -32,14 +32,23 @@ FUSED_MERGE = False
 HALF_PARTIALS = True
 # FP8 caches (issue 33, tree round 2): the TMA fills STAGES8 FP8 staging slots, the loader's warpgroup widens
 # each into a float16 ring slot (q converted to float16 too, the scales folded into qk_scale and the output);
-# shared memory: Q 48 KB + STAGES_FP8 x 32 KB + STAGES8 x 16 KB (head dim 128)
+# shared memory: Q (16 KB a warpgroup) + STAGES_FP8 x 32 KB + the staging slots, 16 KB each (head dim 128)
 STAGES_FP8 = 3
-STAGES8 = 3
+# FP8 staging slots: 0 = as many as FP8_SMEM holds beside Q and the ring (their bytes are what the SM has in
+# flight from DRAM: with 3 of them (48 KB) FP8 decodes alone took 1.5 us a tile, bf16's 4 x 32 KB 1.2; H200)
+STAGES8 = 0
+FP8_SMEM = 196 * 1024  # the compiler adds ~24 KB of scratch (sm_90 builds, triton 3.6): 227 KB is the limit
 COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # batches of decodes alone (no tree) the option takes too: "" none, "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2)
 DECODES = ""
+
+
+def staging_slots(wgs: int, d: int) -> int:
+    """The FP8 staging slots of a launch with ``wgs`` compute warpgroups and head dim ``d`` (STAGES8)."""
+    tile = 2 * BLOCK_N * d  # an FP8 K and V tile
+    return STAGES8 or max(2, (FP8_SMEM - wgs * 64 * d * 2 - STAGES_FP8 * 2 * tile) // tile)
 
 
 def decodes_taken(batch) -> bool:
@@ -164,14 +173,16 @@ def run(p) -> bool:
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), [box, d], layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
+    wgs = warpgroups(p)
     gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
         kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem, ksc, vsc,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
         pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
         1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
-        STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=warpgroups(p),
+        STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=wgs,
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
-        SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8, STAGES8=STAGES8, num_warps=4,
+        SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
+        STAGES8=staging_slots(wgs, d) if fp8 else 1, num_warps=4,
     )
     return FUSED_MERGE

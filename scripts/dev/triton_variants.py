@@ -227,8 +227,12 @@ VARIANTS = MLA_VARIANTS + [
     # tree round 2, FP8 caches (the loader widens each TMA'd FP8 tile): ring / staging slots and registers
     tree_variant("triton-tr-f8-s32", STAGES8=2),  # 3 float16 slots, 2 FP8 staging slots
     tree_variant("triton-tr-f8-s24", STAGES_FP8=2, STAGES8=4),
+    tree_variant("triton-tr-f8-s33", STAGES8=3),  # round 2's first build (trees: what the default gives)
+    tree_variant("triton-tr-f8-r2", STAGES_FP8=2),  # 2 float16 slots, the staging slots filling the rest
     tree_variant("triton-tr-f8-r160", COMPUTE_REGS_FP8=160),  # the loader's warps at 32 registers
     tree_variant("triton-dec-f8", DECODES="fp8"),  # FP8 decodes alone through the Gluon tree kernel too
+    tree_variant("triton-dec-f8-r2", DECODES="fp8", STAGES_FP8=2),
+    tree_variant("triton-dec-f8-s3", DECODES="fp8", STAGES8=3),  # the first build's 3 staging slots
     tree_variant("triton-dec-gl", DECODES="all"),  # any decodes alone
 ]
 for _cls in VARIANTS:

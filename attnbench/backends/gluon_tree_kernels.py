@@ -44,14 +44,23 @@ from .triton_plan import UNIT_COLUMNS
 
 
 @gluon.jit
-def _issue(k_desc, v_desc, k_dst, v_dst, bar, start, bt_row, last, kvh, row_head, col_head, PAGE: gl.constexpr,
+def _pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, NB: gl.constexpr):
+    """The block-table entries of the NB boxes of the key tile from ``start``, in one load (every thread holds
+    all NB: the loop asks for them a tile ahead, so the load's latency is not on the TMA's path)."""
+    offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [4], [0]))
+    return gl.load(bt_row + gl.minimum((start + offs * BOX) // PAGE, last))
+
+
+@gluon.jit
+def _issue(k_desc, v_desc, k_dst, v_dst, bar, start, pages, kvh, row_head, col_head, PAGE: gl.constexpr,
            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The TMA boxes of the key tile from ``start`` into ``k_dst`` / ``v_dst``, arriving on ``bar``."""
+    """The TMA boxes of the key tile from ``start`` (its ``_pages``) into ``k_dst`` / ``v_dst``, arriving on ``bar``."""
     BOX: gl.constexpr = k_desc.block_type.shape[0]
+    offs = gl.arange(0, BLOCK_N // BOX, layout=pages.type.layout)
     mbarrier.expect(bar, 2 * (BLOCK_N // BOX) * k_desc.block_type.nbytes)
     for b in gl.static_range(BLOCK_N // BOX):
+        page = gl.sum(gl.where(offs == b, pages, 0), axis=0)  # (in-thread: each thread holds every entry)
         slot = start + b * BOX
-        page = gl.load(bt_row + gl.minimum(slot // PAGE, last))
         row = page * ROW_PAGE + kvh * row_head + slot % PAGE
         tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], bar, k_dst.slice(b * BOX, BOX))
         tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], bar, v_dst.slice(b * BOX, BOX))
@@ -82,12 +91,19 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
     last = (kv_hi - 1) // PAGE  # the request's last page holding a key of the unit
     bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
     n = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
+    BOX: gl.constexpr = k_desc.block_type.shape[0]
+    NB: gl.constexpr = BLOCK_N // BOX
+    AHEAD: gl.constexpr = STAGES8 * FP8  # the tile iteration j issues: j + AHEAD
     if FP8:
         for j in range(gl.minimum(n, STAGES8)):
-            _issue(k_desc, v_desc, k8.index(j), v8.index(j), landed.index(j), kv_lo + j * BLOCK_N, bt_row, last,
-                   kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+            start = kv_lo + j * BLOCK_N
+            _issue(k_desc, v_desc, k8.index(j), v8.index(j), landed.index(j), start,
+                   _pages(bt_row, start, last, PAGE, BOX, NB), kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+    nxt = _pages(bt_row, kv_lo + AHEAD * BLOCK_N, last, PAGE, BOX, NB)
     for j in range(n):
         s = j % STAGES
+        pages = nxt
+        nxt = _pages(bt_row, kv_lo + (j + AHEAD + 1) * BLOCK_N, last, PAGE, BOX, NB)  # the next iteration's
         mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # mbarriers start with phase 1 complete
         if FP8:
             f = j % STAGES8
@@ -97,12 +113,12 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
             fence_async_shared()  # the stores before the MMAs' (async proxy) reads, the reads before TMA's writes
             gl.thread_barrier()
             mbarrier.arrive(ready.index(s), count=1)
-            if j + STAGES8 < n:
-                _issue(k_desc, v_desc, k8.index(f), v8.index(f), landed.index(f), kv_lo + (j + STAGES8) * BLOCK_N,
-                       bt_row, last, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+            if j + AHEAD < n:
+                _issue(k_desc, v_desc, k8.index(f), v8.index(f), landed.index(f), kv_lo + (j + AHEAD) * BLOCK_N,
+                       pages, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
         else:
-            _issue(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, bt_row,
-                   last, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+            _issue(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
+                   kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
 
 
 @gluon.jit

@@ -12,7 +12,12 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   tiles by TMA into a ring of ``STAGES`` slots. A tile lies in one page (pages of 64 keys or
   more) or spans 64 / PAGE pages, one box each (pages of 8-32 keys), each box's block-table
   entry read before the slot wait (a box past the request's last key reads its last page: its
-  keys are masked);
+  keys are masked); the block-table entries of a tile come in one load an iteration ahead (``_pages``);
+- FP8 caches (tree round 2): the TMA writes each tile into one of ``STAGES8`` FP8 staging slots, and the
+  loader's 128 threads widen it into the ring slot as float16 (exact for e4m3 and e5m2), fence it for the
+  MMAs and arrive on ``ready``; the compute partitions convert q to float16 (|q| below 65504, as the
+  one-launch kernel's ``fp8_f16``) and fold the KV head's K scale
+  into ``qk_scale`` and its V scale into the output;
 - ``WGS`` compute partitions of one warpgroup (64 rows each: a 40-node tree with G 4 is 160 rows,
   3 partitions) load their rows of Q themselves (gathered over tokens and heads, then stored to
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
@@ -23,7 +28,7 @@ Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) t
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
 unit's ``kv_hi``. Keys read past ``kv_hi`` must hold finite values (attnbench's caches do).
-Split units write float32 partial outputs and natural-log LSEs for triton_merge's kernel, or, with
+Split units write partial outputs (the plan's dtype) and natural-log LSEs for triton_merge's kernel, or, with
 ``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (``_merge_rows``).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the ``tree="gluon"`` option of the triton backend, on by default since the round.
 
 ``unwanted`` says why the option's plan does not shape a batch for the kernel ('' when it does): it
-takes a Hopper GPU, 16-bit q and cache, head dim 64 or 128, pages of a multiple of 64 keys or of 8-32
+takes a Hopper GPU, 16-bit q and a 16-bit or FP8 cache (tree round 2), head dim 64 or 128, pages of a multiple of 64 keys or of 8-32
 keys (one TMA box a page inside a 64-key tile), a tree in the batch and no attention variant, and at most
 192 rows a request (query tokens x G: three compute warpgroups of 64). ``config_args`` then makes one row
 block of every request (``block_m`` = G x the longest request, rounded up to a power of two) and 64-key
@@ -34,14 +34,17 @@ HALF_PARTIALS = True
 # each into a float16 ring slot (q converted to float16 too, the scales folded into qk_scale and the output);
 # shared memory: Q (16 KB a warpgroup) + STAGES_FP8 x 32 KB + the staging slots, 16 KB each (head dim 128)
 STAGES_FP8 = 3
-# FP8 staging slots: 0 = as many as FP8_SMEM holds beside Q and the ring (their bytes are what the SM has in
-# flight from DRAM: with 3 of them (48 KB) FP8 decodes alone took 1.5 us a tile, bf16's 4 x 32 KB 1.2; H200)
+# FP8 staging slots: 0 = as many as FP8_SMEM holds beside Q and the ring. Their number changed nothing measured
+# (H200, tree round 2: FP8 decodes alone 185.9 / 186.9 / 186.9 us with 5 / 7 / 3 of them, FP8 trees at 4k 73.5-74.5
+# us with 3 or 5), against this constant's first reason (reads in flight); the block-table loads on the TMA's path
+# were the limit (gluon_tree_kernels._pages: 186 -> 171 us, trees 74.7 -> 69.8 us)
 STAGES8 = 0
 FP8_SMEM = 196 * 1024  # the compiler adds ~24 KB of scratch (sm_90 builds, triton 3.6): 227 KB is the limit
 COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# batches of decodes alone (no tree) the option takes too: "" none, "fp8" on FP8 caches, "all" (variants
-# triton-dec-f8 / triton-dec-gl, tree round 2)
+# batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
+# triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16
+# there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode kernel
 DECODES = ""
 
 

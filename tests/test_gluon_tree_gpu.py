@@ -75,14 +75,18 @@ def _check(be, batch, launches, runs: int = 1):
     return plan
 
 
-@pytest.mark.parametrize("stages,fused", [(4, False), (2, False), (4, True)])  # fused: the merge in the kernel
+# fused: the merge in the kernel; pipe: PIPE_S (each tile's S issued behind the P V before; 2 slots its least)
+@pytest.mark.parametrize("stages,fused,pipe", [(4, False, False), (2, False, False), (4, True, False),
+                                               (4, False, True), (2, False, True)],
+                         ids=["s4", "s2", "s4-fused", "s4-pipe", "s2-pipe"])
 @pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
-def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, launches,
+def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, pipe, launches,
                                           monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
     monkeypatch.setattr(tree, "STAGES", stages)
     monkeypatch.setattr(tree, "FUSED_MERGE", fused)
+    monkeypatch.setattr(tree, "PIPE_S", pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
@@ -102,13 +106,16 @@ FP8_CASES = [  # requests, page, order, kv dtype, scale, head dim, q heads, kv h
 ]
 
 
+@pytest.mark.parametrize("pipe", [False, True], ids=["plain", "pipe"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("reqs,page,order,kv,scale,d,hq,hkv,splits", FP8_CASES)
-def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, launches):
+def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, pipe, launches,
+                                              monkeypatch):
     """FP8 caches: TMA into staging slots, widened to float16 by the loader, q to float16, the scales folded
-    into the scores and the output; the reference dequantizes in float32."""
+    into the scores and the output; the reference dequantizes in float32 (pipe: PIPE_S)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    monkeypatch.setattr(tree, "PIPE_S", pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
                      kv_scale=scale)
     batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")

@@ -22,14 +22,15 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   3 partitions) load their rows of Q themselves (gathered over tokens and heads, then stored to
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
   warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
-  run apart. A partition without rows (a decode's unit) only hands the slots back.
+  run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (off, not yet
+  run on a GPU): each tile's S issued right behind the tile before's P V, one wait for both (``_tile_piped``).
 
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
 unit's ``kv_hi``. Keys read past ``kv_hi`` must hold finite values (attnbench's caches do).
 Split units write partial outputs (the plan's dtype) and natural-log LSEs for triton_merge's kernel, or, with
-``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (``_merge_rows``).
+``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (gluon_tree_epilogue.py).
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .gluon_steps import softmax_pv
+from .gluon_steps import softmax_p, softmax_pv
+from .gluon_tree_epilogue import merge_rows, store
 
 from .triton_plan import UNIT_COLUMNS
 
@@ -164,6 +166,70 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
 
 
 @gluon.jit
+def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
+                o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, kv_lo, cols, t, tok, ctx, q0, kv_hi,
+                row_ok, is_tree, ANC, stride_anc):
+    """``PIPE_S``: ring tile j, its S (``qk``) issued by the tile before: the mask and softmax, O += P V, and
+    behind it S of tile j + 1 (the two MMAs back to back), both waited before slot j is handed back (a
+    partition holds two slots at once: STAGES >= 2); returns (O, m, l, the next S)."""
+    s = j % STAGES
+    if MASKED:
+        keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+        qk = gl.where(keep, qk, float("-inf"))
+    pa, acc, m_i, l_i = softmax_p(qk, m_i, l_i, acc, qk_scale, v_smem.dtype, o_layout)
+    pv = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
+    nxt = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    if j + 1 < n_tiles:
+        s1 = (j + 1) % STAGES
+        mbarrier.wait(ready.index(s1), ((j + 1) // STAGES) & 1)
+        qk1 = warpgroup_mma(q_smem, k_smem.index(s1).permute((1, 0)), nxt, use_acc=False, is_async=True)
+        acc, nxt = warpgroup_mma_wait(num_outstanding=0, deps=(pv, qk1))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv, ))
+    gl.thread_barrier()  # every warp's MMAs on slot j are done before it is handed back
+    mbarrier.arrive(empty.index(s), count=1)
+    return acc, m_i, l_i, nxt
+
+
+@gluon.jit
+def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
+               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+    """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
+    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S: each tile's S issued behind the P V before."""
+    ROWS: gl.constexpr = 64
+    HEAD_DIM: gl.constexpr = v_smem.shape[2]
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
+    if PIPE_S:
+        qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        if n_tiles > 0:
+            mbarrier.wait(ready.index(0), 0)
+            qk = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), qk, use_acc=False, is_async=True)
+            qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+        for j in range(n_full):
+            acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0,
+                                            kv_hi, row_ok, is_tree, ANC, stride_anc)
+        for j in range(n_full, n_tiles):
+            acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0,
+                                            kv_hi, row_ok, is_tree, ANC, stride_anc)
+    else:
+        for j in range(n_full):
+            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                  BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+                                  stride_anc)
+        for j in range(n_full, n_tiles):
+            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                  BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+                                  stride_anc)
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.constexpr, ROWS: gl.constexpr,
             HEAD_DIM: gl.constexpr):
     """The partition's rows of Q, gathered over tokens and heads, into its shared-memory tile."""
@@ -182,7 +248,8 @@ def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.
 def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              stride_anc, stride_sem, stride_sc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr):
+             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr,
+             PIPE_S: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
     folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
@@ -212,104 +279,22 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         row_ok = t < q_count
         tok = (q_start + t).to(gl.int64)
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-        # tiles every row sees in full (the context), then the masked ones (the tree's nodes, the split's end)
-        n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
-        for j in range(n_full):
-            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                  stride_anc)
-        for j in range(n_full, n_tiles):
-            acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                  stride_anc)
+        acc, m_i, l_i = _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout, o_layout, BLOCK_N, STAGES,
+                                   PIPE_S, full_end, kv_lo, n_tiles, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+                                   stride_anc)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
-        _store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
+        store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
                stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
         if FUSED_MERGE:
             if gl.load(meta + U_PROW) >= 0:
-                _merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
+                merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
                             stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
     else:  # no rows here (a decode's unit): the slots handed back as they come
         for j in range(n_tiles):
             s = j % STAGES
             mbarrier.wait(ready.index(s), (j // STAGES) & 1)
             mbarrier.arrive(empty.index(s), count=1)
-
-
-@gluon.jit
-def _store(o, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
-           stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """The normalized output rows, or a split unit's partial output and natural-log LSE."""
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-    o = o / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o.type.layout)), 1)
-    o = gl.convert_layout(o, out_layout)
-    m_o = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
-    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_layout))
-    t = m_o // G
-    head = kvh * G + m_o % G
-    ok = gl.expand_dims(t < q_count, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
-    prow = gl.load(meta + U_PROW)
-    if prow < 0:
-        tok = (gl.load(meta + U_QSTART) + t).to(gl.int64)
-        ptr = Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0)
-        gl.store(ptr, o.to(Out.dtype.element_ty), mask=ok)
-    else:
-        split = gl.load(meta + U_SPLIT)
-        prow_m = (prow + t).to(gl.int64)
-        po_ptr = PO + split * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1) \
-            + gl.expand_dims(offs_d, 0)
-        gl.store(po_ptr, o.to(PO.dtype.element_ty), mask=ok)
-        m_l = part * ROWS + gl.arange(0, ROWS, layout=l_i.type.layout)
-        lse = gl.where(l_i > 0.0, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-        gl.store(PL + split * stride_pls + (prow + m_l // G).to(gl.int64) * stride_plr + kvh * G + m_l % G, lse,
-                 mask=m_l // G < q_count)
-
-
-@gluon.jit
-def _merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos, stride_por,
-                stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """The fused merge of a split unit's rows: each partition counts its arrivals in its own byte of the
-    (row block, KV head) word, and the last split's partition to store its partials merges them (read
-    past L1) into the output, then takes its count back out (the word returns to 0 for the next launch)."""
-    nsplit = gl.load(meta + U_NSPLIT)
-    sem = SEM + gl.load(meta + U_BLOCK) * stride_sem + kvh
-    gl.thread_barrier()  # every warp's partials stored before the release
-    old = gl.atomic_add(sem, 1 << (8 * part), sem="acq_rel")
-    if ((old >> (8 * part)) & 255) == nsplit - 1:
-        gl.thread_barrier()
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        m_o = part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-        t = m_o // G
-        head = kvh * G + m_o % G
-        row_ok = t < q_count
-        prow_m = (gl.load(meta + U_PROW) + t).to(gl.int64)
-        ok = gl.expand_dims(row_ok, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
-        m_all = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, layout))
-        w_sum = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, layout))
-        o_sum = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=layout)
-        for sp in range(nsplit):
-            lse = gl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok, other=float("-inf"),
-                          cache_modifier=".cg")
-            o_s = gl.load(PO + sp * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1)
-                          + gl.expand_dims(offs_d, 0), mask=ok, other=0.0, cache_modifier=".cg").to(gl.float32)
-            m_new = gl.maximum(m_all, lse)
-            m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
-            scale_old = gl.exp(m_all - m_sub)
-            w = gl.exp(lse - m_sub)
-            w_sum = w_sum * scale_old + w
-            o_sum = o_sum * gl.expand_dims(scale_old, 1) + gl.expand_dims(w, 1) * o_s
-            m_all = m_new
-        w_sum = gl.where(w_sum > 0.0, w_sum, 1.0)
-        tok = (gl.load(meta + U_QSTART) + t).to(gl.int64)
-        gl.store(Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0),
-                 (o_sum / gl.expand_dims(w_sum, 1)).to(Out.dtype.element_ty), mask=ok)
-        gl.atomic_add(sem, -(nsplit << (8 * part)))
 
 
 @gluon.jit
@@ -320,7 +305,7 @@ def tree_gluon_kernel(
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
     FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-    STAGES8: gl.constexpr,
+    STAGES8: gl.constexpr, PIPE_S: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
@@ -349,13 +334,13 @@ def tree_gluon_kernel(
         (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8)),
+                    FUSED_MERGE, FP8, PIPE_S)),
         (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8)),
+                    FUSED_MERGE, FP8, PIPE_S)),
         (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8)),
+                    FUSED_MERGE, FP8, PIPE_S)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

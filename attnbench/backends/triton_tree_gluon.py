@@ -42,6 +42,10 @@ STAGES8 = 0
 FP8_SMEM = 196 * 1024  # the compiler adds ~24 KB of scratch (sm_90 builds, triton 3.6): 227 KB is the limit
 COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# each tile's S = Q K^T issued right behind the tile before's P V (the two MMAs back to back, one wait; a
+# partition holds two ring slots): prepared for the per-tile time of the 4k trees, compiled for sm_90 offline,
+# not yet run on a GPU (tenth session: variant triton-tr-ps, tests/test_gluon_tree_gpu.py's pipe cases)
+PIPE_S = False
 # batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode kernel
@@ -186,6 +190,6 @@ def run(p) -> bool:
         STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=wgs,
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
-        STAGES8=staging_slots(wgs, d) if fp8 else 1, num_warps=4,
+        STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S, num_warps=4,
     )
     return FUSED_MERGE

@@ -4,6 +4,7 @@ warps and the TMA / mbarrier / wgmma counts, e.g.
 
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py [PAGE=16 WGS=3 STAGES=4 COMPUTE_REGS=152]
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py FP8=1 STAGES=3 STAGES8=3 COMPUTE_REGS=152
+  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py PIPE_S=1
 
 Run it with the device's triton (3.6): docs/triton_notes.md, "Tree round 1".
 """
@@ -25,15 +26,15 @@ def main(argv: list[str]) -> None:
 
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
-                                      STAGES8=3))
-    kw["FP8"] = bool(kw["FP8"])
+                                      STAGES8=3, PIPE_S=0))
+    kw["FP8"], kw["PIPE_S"] = bool(kw["FP8"]), bool(kw["PIPE_S"])
     kw["SLOT_TY"] = gl.float16 if kw["FP8"] else gl.bfloat16
     kw["SLOT_LAYOUT"] = gl.NVMMASharedLayout.get_default_for([kw["BLOCK_N"], kw["HEAD_DIM"]], kw["SLOT_TY"])
     # a page's box (pages under 64 keys), of the cache's dtype
     box = gluon_pf.desc([min(kw["PAGE"], kw["BLOCK_N"]), kw["HEAD_DIM"]], "fp8e4nv" if kw["FP8"] else "bf16")
     gluon_pf.compile_and_report(base.load_kernels("gluon_tree_kernels").tree_gluon_kernel, kw,
                                 {"k_desc": box, "v_desc": box}, PTRS,
-                                ("PAGE", "WGS", "STAGES", "BLOCK_N", "COMPUTE_REGS", "FP8", "STAGES8"))
+                                ("PAGE", "WGS", "STAGES", "BLOCK_N", "COMPUTE_REGS", "FP8", "STAGES8", "PIPE_S"))
 
 
 if __name__ == "__main__":

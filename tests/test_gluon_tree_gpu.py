@@ -75,10 +75,10 @@ def _check(be, batch, launches, runs: int = 1):
     return plan
 
 
-# fused: the merge in the kernel; pipe: PIPE_S (each tile's S issued behind the P V before; 2 slots its least)
-@pytest.mark.parametrize("stages,fused,pipe", [(4, False, False), (2, False, False), (4, True, False),
-                                               (4, False, True), (2, False, True)],
-                         ids=["s4", "s2", "s4-fused", "s4-pipe", "s2-pipe"])
+# fused: the merge in the kernel; pipe: PIPE_S (the next tile's S issued early; 2 slots its least)
+@pytest.mark.parametrize("stages,fused,pipe", [(4, False, 0), (2, False, 0), (4, True, 0), (4, False, 1), (2, False, 1),
+                                               (4, False, 2), (2, False, 2)],
+                         ids=["s4", "s2", "s4-fused", "s4-pipe1", "s2-pipe1", "s4-pipe2", "s2-pipe2"])
 @pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
 def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, pipe, launches,
                                           monkeypatch):
@@ -106,7 +106,7 @@ FP8_CASES = [  # requests, page, order, kv dtype, scale, head dim, q heads, kv h
 ]
 
 
-@pytest.mark.parametrize("pipe", [False, True], ids=["plain", "pipe"])
+@pytest.mark.parametrize("pipe", [0, 1, 2], ids=["plain", "pipe1", "pipe2"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("reqs,page,order,kv,scale,d,hq,hkv,splits", FP8_CASES)
 def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, pipe, launches,

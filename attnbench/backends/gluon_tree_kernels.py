@@ -23,7 +23,8 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
   warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
   run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (off, not yet
-  run on a GPU): each tile's S issued right behind the tile before's P V, one wait for both (``_tile_piped``).
+  run on a GPU): the next tile's S issued behind this tile's P V (1) or before its softmax (2), one wait for
+  both (``_tile_piped``).
 
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
@@ -167,19 +168,27 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
 
 @gluon.jit
 def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
-                o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, kv_lo, cols, t, tok, ctx, q0, kv_hi,
-                row_ok, is_tree, ANC, stride_anc):
+                o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
+                EARLY: gl.constexpr, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
     """``PIPE_S``: ring tile j, its S (``qk``) issued by the tile before: the mask and softmax, O += P V, and
-    behind it S of tile j + 1 (the two MMAs back to back), both waited before slot j is handed back (a
+    S of tile j + 1 issued behind the P V (the two MMAs back to back) or, EARLY (PIPE_S 2), before the softmax
+    (the MMA under it; the last tile's S again, discarded), one wait for both before slot j is handed back (a
     partition holds two slots at once: STAGES >= 2); returns (O, m, l, the next S)."""
     s = j % STAGES
+    nxt = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    if EARLY:
+        jn = gl.minimum(j + 1, n_tiles - 1)
+        if j + 1 < n_tiles:
+            mbarrier.wait(ready.index(jn % STAGES), (jn // STAGES) & 1)
+        qk1 = warpgroup_mma(q_smem, k_smem.index(jn % STAGES).permute((1, 0)), nxt, use_acc=False, is_async=True)
     if MASKED:
         keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
         qk = gl.where(keep, qk, float("-inf"))
     pa, acc, m_i, l_i = softmax_p(qk, m_i, l_i, acc, qk_scale, v_smem.dtype, o_layout)
     pv = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-    nxt = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
-    if j + 1 < n_tiles:
+    if EARLY:
+        acc, nxt = warpgroup_mma_wait(num_outstanding=0, deps=(pv, qk1))
+    elif j + 1 < n_tiles:
         s1 = (j + 1) % STAGES
         mbarrier.wait(ready.index(s1), ((j + 1) // STAGES) & 1)
         qk1 = warpgroup_mma(q_smem, k_smem.index(s1).permute((1, 0)), nxt, use_acc=False, is_async=True)
@@ -196,7 +205,7 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
                tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
     """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
-    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S: each tile's S issued behind the P V before."""
+    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``."""
     ROWS: gl.constexpr = 64
     HEAD_DIM: gl.constexpr = v_smem.shape[2]
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -211,12 +220,12 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
             qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
         for j in range(n_full):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0,
-                                            kv_hi, row_ok, is_tree, ANC, stride_anc)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, kv_lo,
+                                            cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
         for j in range(n_full, n_tiles):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0,
-                                            kv_hi, row_ok, is_tree, ANC, stride_anc)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, kv_lo,
+                                            cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
     else:
         for j in range(n_full):
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,

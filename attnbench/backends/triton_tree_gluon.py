@@ -42,10 +42,12 @@ STAGES8 = 0
 FP8_SMEM = 196 * 1024  # the compiler adds ~24 KB of scratch (sm_90 builds, triton 3.6): 227 KB is the limit
 COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening (32 at 160)
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# each tile's S = Q K^T issued right behind the tile before's P V (the two MMAs back to back, one wait; a
-# partition holds two ring slots): prepared for the per-tile time of the 4k trees, compiled for sm_90 offline,
-# not yet run on a GPU (tenth session: variant triton-tr-ps, tests/test_gluon_tree_gpu.py's pipe cases)
-PIPE_S = False
+# the next tile's S = Q K^T issued early, one wait for it and this tile's P V (a partition holds two ring slots):
+# 0 off; 1 right behind this tile's P V (the two MMAs back to back); 2 before this tile's softmax (FA3's overlap:
+# the S MMA under the softmax; 256 spill bytes at 160 registers, in the masked tiles). Prepared for the per-tile
+# time of the 4k trees, compiled for sm_90 offline, not yet run on a GPU (tenth session: variants triton-tr-ps
+# and triton-tr-ps2, tests/test_gluon_tree_gpu.py's pipe cases)
+PIPE_S = 0
 # batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode kernel

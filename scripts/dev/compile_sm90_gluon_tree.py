@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
                                       STAGES8=3, PIPE_S=0))
-    kw["FP8"], kw["PIPE_S"] = bool(kw["FP8"]), bool(kw["PIPE_S"])
+    kw["FP8"] = bool(kw["FP8"])
     kw["SLOT_TY"] = gl.float16 if kw["FP8"] else gl.bfloat16
     kw["SLOT_LAYOUT"] = gl.NVMMASharedLayout.get_default_for([kw["BLOCK_N"], kw["HEAD_DIM"]], kw["SLOT_TY"])
     # a page's box (pages under 64 keys), of the cache's dtype

@@ -2,9 +2,10 @@
 the ``tree="gluon"`` option of the triton backend, on by default since the round.
 
 ``unwanted`` says why the option's plan does not shape a batch for the kernel ('' when it does): it
-takes a Hopper GPU, 16-bit q and a 16-bit or FP8 cache (tree round 2), head dim 64 or 128, pages of a multiple of 64 keys or of 8-32
-keys (one TMA box a page inside a 64-key tile), a tree in the batch and no attention variant, and at most
-192 rows a request (query tokens x G: three compute warpgroups of 64). ``config_args`` then makes one row
+takes a Hopper GPU, 16-bit q and a 16-bit or FP8 cache (tree round 2), head dim 64 or 128, pages of a
+multiple of 64 keys or of 8-32 keys (one TMA box a page inside a 64-key tile), a tree in the batch and no
+attention variant, and at most 192 rows a request (query tokens x G: three compute warpgroups of 64).
+``config_args`` then makes one row
 block of every request (``block_m`` = G x the longest request, rounded up to a power of two) and 64-key
 tiles, so the plan's units are (request, split) and a work item of the kernel is one unit and KV head;
 such plans keep their split partials in 16 bits (``HALF_PARTIALS``) and count their splits in waves of one
@@ -50,7 +51,8 @@ FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 PIPE_S = 0
 # batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16
-# there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode kernel
+# there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode
+# kernel
 DECODES = ""
 
 

@@ -42,7 +42,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gluon_steps import softmax_p, softmax_pv
 from .gluon_tree_epilogue import merge_rows, store
-
 from .triton_plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0, U_NSPLIT, U_BLOCK) = (

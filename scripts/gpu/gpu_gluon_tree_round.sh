@@ -5,7 +5,8 @@
 #   bash scripts/gpu/gpu_gluon_tree_round.sh
 #
 # 1. the Gluon tree kernel's GPU tests (TESTS, default tests/test_gluon_tree_gpu.py: every launch shape against
-#    the reference, FP8 caches included);
+#    the reference, FP8 caches included; TEST_K selects: on a fresh H200 the file compiled and ran 53 tests in
+#    170 s, so its 152 take more than one call: TEST_K=pipe (68), then TEST_K="not pipe" (84));
 # 2. attnbench rows of the 8 x 40-node trees (tree-verify-llama3-8b: 1k/4k/16k, pages 16 and 256) and of
 #    gpu/tree-shapes: the default triton (the Gluon tree kernel since round 1) and the variants of
 #    scripts/dev/triton_variants.py (VARIANTS, triton-tr-r0: the one-launch kernel;

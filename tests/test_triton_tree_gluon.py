@@ -97,16 +97,10 @@ def test_the_option_is_checked():
 def test_the_tree_round_script_parses_and_names_existing_variants():
     """scripts/gpu/gpu_gluon_tree_round.sh (one device call: the GPU tests and the timing rows) is valid bash
     and its default variants exist in scripts/dev/triton_variants.py."""
-    import re
-    import subprocess
-    from pathlib import Path
+    from .scripts import round_script_variants
 
-    from .scripts import load_script
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "gpu_gluon_tree_round.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', script.read_text()).group(1).split()
-    names = {cls.name for cls in load_script("scripts/dev/triton_variants.py", "triton_variants_gtr").VARIANTS}
+    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_tree_round.sh")
+    assert rc == 0
     assert default and set(default) <= names, set(default) - names
 
 

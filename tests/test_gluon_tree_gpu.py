@@ -87,6 +87,7 @@ def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, 
     monkeypatch.setattr(tree, "STAGES", stages)
     monkeypatch.setattr(tree, "FUSED_MERGE", fused)
     monkeypatch.setattr(tree, "PIPE_S", pipe)
+    monkeypatch.setattr(tree, "PIPE_S_FP8", pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
@@ -116,6 +117,7 @@ def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, h
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
     monkeypatch.setattr(tree, "PIPE_S", pipe)
+    monkeypatch.setattr(tree, "PIPE_S_FP8", pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
                      kv_scale=scale)
     batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")

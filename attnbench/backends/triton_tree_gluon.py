@@ -45,10 +45,14 @@ COMPUTE_REGS_FP8 = 152  # the loader's warps keep 56 registers for the widening 
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # the next tile's S = Q K^T issued early, one wait for it and this tile's P V (a partition holds two ring slots):
 # 0 off; 1 right behind this tile's P V (the two MMAs back to back); 2 before this tile's softmax (FA3's overlap:
-# the S MMA under the softmax; 256 spill bytes at 160 registers, in the masked tiles). Prepared for the per-tile
-# time of the 4k trees, compiled for sm_90 offline, not yet run on a GPU (tenth session: variants triton-tr-ps
-# and triton-tr-ps2, tests/test_gluon_tree_gpu.py's pipe cases)
-PIPE_S = 0
+# the S MMA under the softmax; 256 spill bytes at 160 registers, in the masked tiles). 8 x 40-node trees, page
+# 16 / 256 (H200, eleventh session, variants triton-tr-ps / -ps2): 16k 188.0 / 186.2 us with 1 against 201.4 /
+# 198.8 off and 201.3 / 197.2 with 2; 4k 62.0 / 61.6 against 61.7 / 62.0 (alike)
+PIPE_S = 1
+# the same on FP8 caches, slower there (fp8-tree40: 4k 72.9 us with 1 and 136.1 with 2 against 70.0 off; 16k
+# 223.7 / 489.5 against 209.4). A guess, not measured: the ring holds STAGES_FP8 = 3 slots, and a partition holding
+# two leaves the loader one to fill (a fourth does not fit beside 3 warpgroups' Q and 2 staging slots)
+PIPE_S_FP8 = 0
 # batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode
@@ -194,6 +198,6 @@ def run(p) -> bool:
         STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=wgs,
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
-        STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S, num_warps=4,
+        STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, num_warps=4,
     )
     return FUSED_MERGE

@@ -230,8 +230,9 @@ VARIANTS = MLA_VARIANTS + [
     tree_variant("triton-tr-f8-s33", STAGES8=3),  # round 2's first build (trees: what the default gives)
     tree_variant("triton-tr-f8-r2", STAGES_FP8=2),  # 2 float16 slots, the staging slots filling the rest
     tree_variant("triton-tr-f8-r160", COMPUTE_REGS_FP8=160),  # the loader's warps at 32 registers
-    tree_variant("triton-tr-ps", PIPE_S=1),  # S of each tile issued behind the tile before's P V
-    tree_variant("triton-tr-ps2", PIPE_S=2),  # S of the next tile issued before this tile's softmax
+    tree_variant("triton-tr-p0", PIPE_S=0),  # S of each tile issued after its softmax (the default before PIPE_S)
+    tree_variant("triton-tr-ps", PIPE_S=1, PIPE_S_FP8=1),  # S behind the tile before's P V (16-bit: the default)
+    tree_variant("triton-tr-ps2", PIPE_S=2, PIPE_S_FP8=2),  # S of the next tile issued before this tile's softmax
     tree_variant("triton-dec-f8", DECODES="fp8"),  # FP8 decodes alone through the Gluon tree kernel too
     tree_variant("triton-dec-f8-r2", DECODES="fp8", STAGES_FP8=2),
     tree_variant("triton-dec-f8-s3", DECODES="fp8", STAGES8=3),  # the first build's 3 staging slots

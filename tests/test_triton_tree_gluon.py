@@ -4,7 +4,10 @@ to the shipped kernel where the Gluon kernel cannot run (the CPU: Gluon has no i
 reference's outputs. The kernel itself runs on a GPU: tests/test_gluon_tree_gpu.py."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import torch
 
 from attnbench.backends import triton_tree_gluon as tree
 from attnbench.backends.triton_paged import TritonBackend
@@ -157,9 +160,35 @@ def test_a_plan_the_kernel_fits_is_run_by_it(monkeypatch):
     assert p.gluon_tree and p.mode.endswith("gluon tree kernel")
     assert be.run(p) is p.out and calls == [p]
     monkeypatch.setattr(tree, "fit", lambda p: "not here")
+    be.forget_shapes()  # (the route is worked out once per step shape: test_the_route_is_worked_out_once_...)
     p = be.plan(b)
     assert not p.gluon_tree and "shipped kernel, not Gluon's tree kernel" in p.mode
     assert compare(be.run(p), reference_attention(b)[0])[0] < 1e-4 and len(calls) == 1
+
+
+def test_the_route_is_worked_out_once_per_step_shape_and_cache_layout(monkeypatch):
+    """The route notes (which kernel runs the plan, or why not Gluon's) are the step shape's and the cache
+    layout's: later steps of the shape (other tensors, the same layout) reuse them and run what the first
+    ran; a q of other strides works them out again, and so does a new shape."""
+    monkeypatch.setattr(tree, "hopper", lambda device: True)
+    monkeypatch.setattr(tree, "run", lambda p: True)
+    real, seen = tree.route_note, []
+    monkeypatch.setattr(tree, "route_note", lambda p: seen.append(p) or real(p))
+    be = TritonBackend(tree="gluon")
+    b = _trees(300, 0, dtype="bfloat16", d=64)
+    first = be.plan(b)
+    assert first.gluon_tree and first.mode.endswith(tree.RAN)
+    for seed in (2, 3):
+        p = be.plan(materialize(b.spec, seed))
+        assert (p.gluon_tree, p.mode) == (first.gluon_tree, first.mode)
+    assert len(seen) == 1
+    strided = torch.empty(b.q.shape[0], b.q.shape[2], b.q.shape[1], dtype=b.q.dtype).transpose(1, 2)
+    strided.copy_(b.q)  # the same values, its head dim not contiguous: fit refuses it
+    p = be.plan(dataclasses.replace(b, q=strided))
+    assert len(seen) == 2 and not p.gluon_tree and "last dimension contiguous" in p.mode
+    assert be.plan(b).gluon_tree and len(seen) == 2
+    be.plan(_trees(300, 20, dtype="bfloat16", d=64))  # another shape (two requests)
+    assert len(seen) == 3
 
 
 @pytest.mark.parametrize("kv", ["fp8_e4m3", "fp8_e5m2"])

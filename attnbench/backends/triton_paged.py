@@ -158,7 +158,7 @@ class TritonBackend(Backend):
             raise ValueError(f"tree {tree!r}: '' or 'gluon'")
         self.tree = tree
         self.config = config
-        self._shapes: dict = {}  # (Config, triton_step.Shape, 16-bit partials) per step shape (query side, options)
+        self._shapes: dict = {}  # (Config, Shape, 16-bit partials, route notes) per step shape (query side, options)
         self._staging = ts.Staging()
 
     def unsupported(self, batch: Batch) -> list[str]:
@@ -191,7 +191,7 @@ class TritonBackend(Backend):
                                    staging=self._staging, wide=self.mla_wide)
         hkv, window = batch.num_kv_heads, tf.window_of(batch)
         want_pos = window > 0 or getattr(batch, "alibi_slopes", None) is not None  # tf.needs_positions
-        cfg, sh, half = self._shape(batch, want_pos, window)
+        cfg, sh, half, notes = self._shape(batch, want_pos, window)
         buf, merge_at, units_at, r, s = ts.fill(sh, batch, cfg, tp.num_sms(dev), self.splits, self._staging, want_pos)
         d_buf = self._staging.send(buf, dev)
         n, hq, d = batch.q.shape
@@ -219,25 +219,40 @@ class TritonBackend(Backend):
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
-        if self.prefill and "gluon" in self.prefill:  # the row says which prefill kernel ran (or why not Gluon's)
-            note = triton_prefill.route_note(plan)
-            plan.mode = "; ".join(m for m in (plan.mode, note) if m)
-        if self.tree == "gluon":  # the same for the tree kernel (fit once: run reads the answer)
-            note = triton_tree_gluon.route_note(plan)
-            plan.gluon_tree = note == triton_tree_gluon.RAN
-            plan.mode = "; ".join(m for m in (plan.mode, note) if m)
+        pre, tree = self._routes(plan, notes)
+        plan.gluon_tree = tree == triton_tree_gluon.RAN  # (fit once: run reads the answer)
+        if pre or tree:
+            plan.mode = "; ".join(m for m in (plan.mode, pre, tree) if m)
         return plan
+
+    def _routes(self, plan: TritonPlan, notes: dict) -> tuple[str, str]:
+        """The kernels the plan's batch runs with the gluon options (the row says which, or why not Gluon's):
+        triton_prefill.route_note and triton_tree_gluon.route_note, once per step shape (``notes``: the shape's)
+        and cache layout. Each step paid them before: 12-22 us of a tree plan on the CPU machine, more on the
+        GPU host (issue 33, eleventh session: the plan table 1.29x dee312b's per case)."""
+        b = plan.batch
+        q, k, v = b.q, b.k_cache, b.v_cache
+        key = (b.device, q.stride(), q.data_ptr() % 16, k.shape, k.stride(), v.stride(), k.data_ptr() % 16,
+               v.data_ptr() % 16, getattr(b, "k_scale", None) is None)
+        hit = notes.get(key)
+        if hit is None:
+            if len(notes) >= ts.SHAPES:
+                notes.clear()
+            hit = notes[key] = (triton_prefill.route_note(plan) if self.prefill and "gluon" in self.prefill else "",
+                                triton_tree_gluon.route_note(plan) if self.tree == "gluon" else "")
+        return hit
 
     def forget_shapes(self) -> None:
         """Drop the per-shape caches: the next plan pays what a step with a new query side pays
         (scripts/dev/triton_plan_time.py's new-shape column)."""
         self._shapes.clear()
 
-    def _shape(self, batch: Batch, want_pos: bool, window: int) -> tuple[tp.Config, ts.Shape, bool]:
+    def _shape(self, batch: Batch, want_pos: bool, window: int) -> tuple[tp.Config, ts.Shape, bool, dict]:
         """``choose_config`` and the step's query side (``triton_step.Shape``), once per shape:
         the dims, the query lengths, tree and causal flags, static topologies, and whether the
         longest key range reaches ``LONG_KEYS`` (the one key-side input of the config); and whether
-        its split partials are 16-bit (shaped for the Gluon tree kernel: triton_tree_gluon.HALF_PARTIALS)."""
+        its split partials are 16-bit (shaped for the Gluon tree kernel: triton_tree_gluon.HALF_PARTIALS); and
+        the shape's route notes (``_routes``)."""
         h = batch.host
         keys = int((np.minimum(h.kv_lens, window + h.query_lens) if window else h.kv_lens).max(initial=0))
         key = ts.shape_key(batch, want_pos, keys >= tp.LONG_KEYS, window)
@@ -256,7 +271,7 @@ class TritonBackend(Backend):
             cfg = tp.choose_config(batch, **kw)
             sh = ts.make_shape(batch, cfg, want_pos)
             sh.waves = tree  # one program an SM: splits counted in waves
-            hit = self._shapes[key] = (cfg, sh, tree and triton_tree_gluon.HALF_PARTIALS)
+            hit = self._shapes[key] = (cfg, sh, tree and triton_tree_gluon.HALF_PARTIALS, {})
         return hit
 
     def _v_words(self, cfg: tp.Config) -> bool:

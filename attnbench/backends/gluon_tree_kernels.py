@@ -22,9 +22,9 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   3 partitions) load their rows of Q themselves (gathered over tokens and heads, then stored to
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
   warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
-  run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (off, not yet
-  run on a GPU): the next tile's S issued behind this tile's P V (1) or before its softmax (2), one wait for
-  both (``_tile_piped``).
+  run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (1 on 16-bit
+  caches since tree round 3, 0 on FP8 ones: triton_tree_gluon): the next tile's S issued behind this tile's
+  P V (1) or before its softmax (2), one wait for both (``_tile_piped``).
 
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for

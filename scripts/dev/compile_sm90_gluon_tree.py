@@ -4,7 +4,9 @@ warps and the TMA / mbarrier / wgmma counts, e.g.
 
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py [PAGE=16 WGS=3 STAGES=4 COMPUTE_REGS=152]
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py FP8=1 STAGES=3 STAGES8=3 COMPUTE_REGS=152
-  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py PIPE_S=1
+  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py PIPE_S=0
+
+PIPE_S defaults to the shipped build's: 1 for 16-bit slots, 0 with FP8=1 (triton_tree_gluon).
 
 Run it with the device's triton (3.6): docs/triton_notes.md, "Tree round 1".
 """
@@ -26,8 +28,10 @@ def main(argv: list[str]) -> None:
 
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
-                                      STAGES8=3, PIPE_S=0))
+                                      STAGES8=3, PIPE_S=-1))
     kw["FP8"] = bool(kw["FP8"])
+    if kw["PIPE_S"] < 0:
+        kw["PIPE_S"] = 0 if kw["FP8"] else 1
     kw["SLOT_TY"] = gl.float16 if kw["FP8"] else gl.bfloat16
     kw["SLOT_LAYOUT"] = gl.NVMMASharedLayout.get_default_for([kw["BLOCK_N"], kw["HEAD_DIM"]], kw["SLOT_TY"])
     # a page's box (pages under 64 keys), of the cache's dtype

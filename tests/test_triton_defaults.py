@@ -175,6 +175,35 @@ def test_defaults_on_random_batches(seed, kind, kv_dtype, prefill_calls):
     assert be._v_words(plan.cfg) == (plan.cfg.block_m <= 32)
 
 
+def test_v_words_cvt_takes_float16_dots_on_compiled_builds_only():
+    """``v_words="cvt"``: the kernel's V_WORDS is 2 (one cvt.rn.f16x2 a word) on a compiled build with float16
+    dots, 1 (the shifts) under the interpreter, which runs no PTX, or with ``fp8_f16`` off, and
+    0 without an FP8 cache or a decode config; other values are refused, naming the choices."""
+    reqs = (Request("decode", 1, 1000), Request("decode", 1, 5))
+    fp8 = materialize(BatchSpec(reqs, 4, 2, 32, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3"), 1)
+    be = TritonBackend(v_words="cvt")
+    cfg = be.plan(fp8).cfg
+    assert be._v_words_flag(cfg, fp8, True, False) == 2 and be._v_words_flag(cfg, fp8, True, True) == 1
+    assert TritonBackend(v_words="cvt", fp8_f16=False)._v_words_flag(cfg, fp8, True, False) == 1
+    assert TritonBackend()._v_words_flag(cfg, fp8, True, False) == 1 and be._v_words_flag(cfg, fp8, False, False) == 0
+    assert TritonBackend(v_words=False)._v_words_flag(cfg, fp8, True, False) == 0
+    with pytest.raises(ValueError, match="v_words 'words': None, True, False or 'cvt'"):
+        TritonBackend(v_words="words")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_v_words_cvt_falls_back_to_the_shifts_in_the_interpreter_and_matches(kv_dtype):
+    """On the CPU (the interpreter) ``v_words="cvt"`` runs the shift-split words and matches the reference at odd
+    lengths on shuffled pages (the PTX path itself runs in test_gpu_triton_defaults)."""
+    need_interpreter()
+    reqs = (Request("decode", 1, 1000), Request("decode", 1, 333), Request("decode", 1, 5))
+    spec = BatchSpec(reqs, 4, 2, 32, dtype="float16", page_size=16, layout="shuffled", kv_dtype=kv_dtype,
+                     kv_scale="per-head")
+    rel, plan = run(TritonBackend(v_words="cvt"), materialize(spec, 7))
+    assert rel < FP8_TOL and plan.cfg.block_m <= 32
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype,kv_scale,page", [("fp8_e4m3", "per-head", 16), ("fp8_e5m2", "per-tensor", 3)])
 def test_fp8_decodes_take_v_words_and_more_splits(kv_dtype, kv_scale, page):
@@ -265,9 +294,9 @@ GPU_SCRIPT = textwrap.dedent(
     real = triton_prefill.run
     triton_prefill.run = lambda p, o: ran.append(o) or real(p, o)
     worst = {}
-    def check(name, spec, tol):
+    def check(name, spec, tol, **kw):
         b = materialize(spec, 1, "cuda")
-        be = TritonBackend()
+        be = TritonBackend(**kw)
         assert be.reasons(b) == [], be.reasons(b)
         plan = be.plan(b)
         rel = compare(be.run(plan), reference_attention(b)[0])[0]
@@ -284,6 +313,12 @@ GPU_SCRIPT = textwrap.dedent(
         be, plan = check("fp8 tree", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv, kv_scale=tree_scale),
                          3e-2)
         assert not be._v_words(plan.cfg)
+        for d, page, cap in ((128, 16, None), (64, 1, 96), (256, 256, 128)):  # v_words "cvt" (not yet a default)
+            reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
+            be, plan = check("fp8 decode cvt", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv,
+                                                         kv_scale="per-head"), 3e-2,
+                             v_words="cvt", **({"maxnreg": cap} if cap else {}))
+            assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 2
     for d in (64, 96, 256):
         check("fp8 head dims", BatchSpec((Request("decode", 1, 3333), Request("decode", 1, 70)), 16, 4, d,
                                          "float16", 16, kv_dtype="fp8_e4m3", kv_scale="per-head"), 3e-2)
@@ -306,9 +341,9 @@ GPU_SCRIPT = textwrap.dedent(
 
 @pytest.mark.gpu
 def test_gpu_triton_defaults():
-    """The defaults compiled on a GPU (~18 kernels to compile): FP8 decodes (v_words, the FP8
+    """The defaults compiled on a GPU (~24 kernels to compile): FP8 decodes (v_words, the FP8
     split rule; e4m3/e5m2, per-tensor/per-head scales, pages 1/16/256, a window, head dims
-    64/96/256), FP8 trees, the
+    64/96/256; v_words "cvt" at 96, 128 and uncapped registers), FP8 trees, the
     prefill kernel on 4 x 1k-like prefills at pages 1/16/256 with and without context, MLA
     decodes and trees at 128 heads (128-row units) and 16 (unchanged)."""
     if not torch.cuda.is_available():

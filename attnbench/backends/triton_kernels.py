@@ -23,9 +23,9 @@ Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V 
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
 queries; off by default: ``V_PAIRS`` V's tile converted before its transpose, ``V_WORDS`` V read
-as int16 words of two FP8 dims and P.V as two half-width dots joined back, ``KV_A`` bit 1/2: K/V the
-A operand from registers, S^T = K Q^T / O^T = V^T P^T; docs/triton_notes.md, issue 33's FP8
-rounds); ``SINK``: split 0
+as int16 words of two FP8 dims and P.V as two half-width dots joined back (2: each word converted by one
+cvt.rn.f16x2, triton_fp8_words), ``KV_A`` bit 1/2: K/V the A operand from registers, S^T = K Q^T /
+O^T = V^T P^T; docs/triton_notes.md, issue 33's FP8 rounds); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below
 every row's window (``full_lo``), slots below ``win_lo`` never read; ``BIDIR``: bidirectional
@@ -47,6 +47,7 @@ except AttributeError:  # pragma: no cover
 
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
+from .triton_fp8_words import split_words
 from .triton_merge import merge_kernel  # noqa: F401  (the split merge: triton_paged runs tk.merge_kernel)
 from .triton_plan import UNIT_COLUMNS
 
@@ -120,8 +121,7 @@ def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: 
                   V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0):
     v2 = None
     if V_WORDS:  # int16 words of two FP8 dims: the low bytes (even dims) and the high ones (odd)
-        v2 = (v >> 8).to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
-        v = v.to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
+        v, v2 = split_words(v, k, q, V_WORDS == 2)
     if FP8:  # dequantize: the scales are folded into qk_scale (K) and the output (V)
         k = k.to(q.dtype)
         v = v.to(q.dtype)

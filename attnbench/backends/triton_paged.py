@@ -74,6 +74,15 @@ def _interpret_wanted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _check_options(kv_a: str, tree: str, v_words) -> None:
+    if set(kv_a) - {"k", "v"}:
+        raise ValueError(f"kv_a {kv_a!r}: '', 'k', 'v' or 'kv'")
+    if tree not in ("", "gluon"):
+        raise ValueError(f"tree {tree!r}: '' or 'gluon'")
+    if v_words not in (None, True, False, "cvt"):
+        raise ValueError(f"v_words {v_words!r}: None, True, False or 'cvt'")
+
+
 def triton_mode() -> Optional[str]:
     """How this process imported triton: "interpreted", "compiled", or None (not yet).
 
@@ -102,7 +111,7 @@ class TritonBackend(Backend):
 
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
-                 v_words: Optional[bool] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
+                 v_words: Optional[bool | str] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
                  kv_a: str = "", tree: str = TREE, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
@@ -122,7 +131,9 @@ class TritonBackend(Backend):
         caches, even head dims): V read as int16 words of two FP8 dims, transposed by 16-bit
         ldmatrix, and P.V as two dots (even dims, odd dims) joined back in registers; None (the
         default): on for decode configs (row blocks <= 32 rows, mma.sync; H200 8 x 16k: 124.9 ->
-        111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill).
+        111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill);
+        "cvt": on, each word converted by one PTX cvt.rn.f16x2 (with ``fp8_f16``, compiled builds; not yet
+        timed: variants triton-f8-cvt*).
         ``prefill``: batches with a prefill and without trees or variants run
         triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy,gluon":
         lean/fold/heavy made 4 x 1k prefills 5-14% faster on an H200, issue 33's prefill round;
@@ -151,11 +162,8 @@ class TritonBackend(Backend):
         self.v_words = v_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
         self.mla_wide = mla_wide
-        if set(kv_a) - {"k", "v"}:
-            raise ValueError(f"kv_a {kv_a!r}: '', 'k', 'v' or 'kv'")
+        _check_options(kv_a, tree, v_words)
         self.kv_a = kv_a
-        if tree not in ("", "gluon"):
-            raise ValueError(f"tree {tree!r}: '' or 'gluon'")
         self.tree = tree
         self.config = config
         self._shapes: dict = {}  # (Config, Shape, 16-bit partials, route notes) per step shape (query side, options)
@@ -278,6 +286,14 @@ class TritonBackend(Backend):
         """``v_words`` as set, or by default on for decode configs (<= 32-row blocks) without ``v_pairs``."""
         return self.v_words if self.v_words is not None else cfg.block_m <= 32 and not self.v_pairs
 
+    def _v_words_flag(self, cfg: tp.Config, b: Batch, fp8: bool, interpreted: bool) -> int:
+        """The kernel's V_WORDS (FP8 caches, even head dims): 0 off, 1 words split by shifts, 2 words converted
+        by cvt.rn.f16x2 (``v_words`` "cvt" with float16 dots; the interpreter runs no PTX: 1 there)."""
+        if not (fp8 and b.head_dim % 2 == 0 and self._v_words(cfg)):
+            return 0
+        f16 = self.fp8_f16 and b.q.element_size() == 2  # the kernel's FP8_F16
+        return 2 if self.v_words == "cvt" and f16 and not interpreted else 1
+
     def _partial_dtype(self, batch: Batch, half: bool = False) -> torch.dtype:
         return batch.dtype if (self.half_partials or half) and batch.q.element_size() == 2 else torch.float32
 
@@ -308,7 +324,7 @@ class TritonBackend(Backend):
             TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
             KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
             **f.constexprs(), FP8_F16=self.fp8_f16 and f.fp8 and q.element_size() == 2, V_PAIRS=self.v_pairs and f.fp8,
-            V_WORDS=self._v_words(cfg) and f.fp8 and b.head_dim % 2 == 0,
+            V_WORDS=self._v_words_flag(cfg, b, f.fp8, tk.INTERPRETED),
             KV_A=("k" in self.kv_a) + 2 * ("v" in self.kv_a) if f.fp8 and cfg.block_m >= 64 else 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),

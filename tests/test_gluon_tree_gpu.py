@@ -61,6 +61,14 @@ def launches(monkeypatch):
     return seen
 
 
+def _on_hopper(monkeypatch=None, **consts):
+    """Skip off Hopper (the kernel is written for sm_90), then set triton_tree_gluon's constants ``consts``."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    for name, value in consts.items():
+        monkeypatch.setattr(tree, name, value)
+
+
 def _check(be, batch, launches, runs: int = 1):
     plan = be.plan(batch)
     assert tree.fit(plan) == "", tree.fit(plan)
@@ -82,12 +90,7 @@ def _check(be, batch, launches, runs: int = 1):
 @pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
 def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, pipe, launches,
                                           monkeypatch):
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
-    monkeypatch.setattr(tree, "STAGES", stages)
-    monkeypatch.setattr(tree, "FUSED_MERGE", fused)
-    monkeypatch.setattr(tree, "PIPE_S", pipe)
-    monkeypatch.setattr(tree, "PIPE_S_FP8", pipe)
+    _on_hopper(monkeypatch, STAGES=stages, FUSED_MERGE=fused, PIPE_S=pipe, PIPE_S_FP8=pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
@@ -117,12 +120,7 @@ def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, h
                                               staging, launches, monkeypatch):
     """FP8 caches: TMA into staging slots, widened to float16 by the loader, q to float16, the scales folded
     into the scores and the output; the reference dequantizes in float32."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
-    monkeypatch.setattr(tree, "PIPE_S", pipe)
-    monkeypatch.setattr(tree, "PIPE_S_FP8", pipe)
-    monkeypatch.setattr(tree, "STAGES_FP8", ring)
-    monkeypatch.setattr(tree, "STAGES8", staging)
+    _on_hopper(monkeypatch, PIPE_S=pipe, PIPE_S_FP8=pipe, STAGES_FP8=ring, STAGES8=staging)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
                      kv_scale=scale)
     batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")
@@ -137,8 +135,7 @@ def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
     """TritonBackend(tree="gluon") on random tree batches its plan shapes for the Gluon kernel: 1-9 random
     trees of 2-48 nodes (<= 192 rows with G) beside decodes, contexts of 0-5000, GQA groups 1-8, head dims
     64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16; seeds 30-39 with FP8 caches."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
+    _on_hopper()
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 8])
     g = rng.choice([1, 2, 4, 8])

@@ -26,6 +26,7 @@ import runpy
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ from attnbench.backends import triton_mla, triton_prefill  # noqa: E402
 
 VARIANTS = {c.name: c for c in runpy.run_path(str(ROOT / "scripts/dev/triton_variants.py"))["VARIANTS"]}
 FP8_TOL = 3e-3
+CVT_MAXNREG = sys.modules[TritonBackend.__module__].CVT_MAXNREG
 
 
 @pytest.fixture(autouse=True)
@@ -176,17 +178,23 @@ def test_defaults_on_random_batches(seed, kind, kv_dtype, prefill_calls):
 
 
 def test_v_words_cvt_takes_float16_dots_on_compiled_builds_only():
-    """``v_words="cvt"``: the kernel's V_WORDS is 2 (one cvt.rn.f16x2 a word) on a compiled build with float16
-    dots, 1 (the shifts) under the interpreter, which runs no PTX, or with ``fp8_f16`` off, and
-    0 without an FP8 cache or a decode config; other values are refused, naming the choices."""
+    """``v_words="cvt"`` and the default: the kernel's V_WORDS is 2 (one cvt.rn.f16x2 a word) on a compiled build
+    with float16 dots, 1 (the shifts) under the interpreter, which runs no PTX, with ``fp8_f16`` off or with
+    ``v_words=True``, and 0 without an FP8 cache or a decode config; other values are refused, naming the
+    choices. The cvt words launch with a 128-register cap unless the config names one."""
     reqs = (Request("decode", 1, 1000), Request("decode", 1, 5))
     fp8 = materialize(BatchSpec(reqs, 4, 2, 32, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3"), 1)
     be = TritonBackend(v_words="cvt")
     cfg = be.plan(fp8).cfg
     assert be._v_words_flag(cfg, fp8, True, False) == 2 and be._v_words_flag(cfg, fp8, True, True) == 1
     assert TritonBackend(v_words="cvt", fp8_f16=False)._v_words_flag(cfg, fp8, True, False) == 1
-    assert TritonBackend()._v_words_flag(cfg, fp8, True, False) == 1 and be._v_words_flag(cfg, fp8, False, False) == 0
+    assert TritonBackend()._v_words_flag(cfg, fp8, True, False) == 2 and be._v_words_flag(cfg, fp8, False, False) == 0
+    assert TritonBackend(v_words=True)._v_words_flag(cfg, fp8, True, False) == 1
     assert TritonBackend(v_words=False)._v_words_flag(cfg, fp8, True, False) == 0
+    # the cvt words launch at CVT_MAXNREG registers unless the config names a cap (0: none)
+    assert TritonBackend._maxnreg(cfg, 2) == CVT_MAXNREG and TritonBackend._maxnreg(cfg, 1) == 0
+    assert TritonBackend(maxnreg=0).plan(fp8).cfg.maxnreg == 0 and TritonBackend._maxnreg(replace(cfg, maxnreg=0), 2) == 0
+    assert TritonBackend._maxnreg(replace(cfg, maxnreg=96), 2) == 96
     with pytest.raises(ValueError, match="v_words 'words': None, True, False or 'cvt'"):
         TritonBackend(v_words="words")
 
@@ -313,12 +321,15 @@ GPU_SCRIPT = textwrap.dedent(
         be, plan = check("fp8 tree", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv, kv_scale=tree_scale),
                          3e-2)
         assert not be._v_words(plan.cfg)
-        for d, page, cap in ((128, 16, None), (64, 1, 96), (256, 256, 128)):  # v_words "cvt" (not yet a default)
+        for d, page, cap in ((128, 16, 0), (64, 1, 96), (256, 256, None)):  # the cvt words: uncapped, 96, default
             reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
             be, plan = check("fp8 decode cvt", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv,
                                                          kv_scale="per-head"), 3e-2,
-                             v_words="cvt", **({"maxnreg": cap} if cap else {}))
+                             **({} if cap is None else {"maxnreg": cap}))
             assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 2
+        be, plan = check("fp8 decode shifts", BatchSpec(reqs, 32, 8, 128, "float16", 16, kv_dtype=kv), 3e-2,
+                         v_words=True)
+        assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 1
     for d in (64, 96, 256):
         check("fp8 head dims", BatchSpec((Request("decode", 1, 3333), Request("decode", 1, 70)), 16, 4, d,
                                          "float16", 16, kv_dtype="fp8_e4m3", kv_scale="per-head"), 3e-2)
@@ -343,7 +354,7 @@ GPU_SCRIPT = textwrap.dedent(
 def test_gpu_triton_defaults():
     """The defaults compiled on a GPU (~24 kernels to compile): FP8 decodes (v_words, the FP8
     split rule; e4m3/e5m2, per-tensor/per-head scales, pages 1/16/256, a window, head dims
-    64/96/256; v_words "cvt" at 96, 128 and uncapped registers), FP8 trees, the
+    64/96/256; the cvt words at 96, 128 and uncapped registers, the shift-split words), FP8 trees, the
     prefill kernel on 4 x 1k-like prefills at pages 1/16/256 with and without context, MLA
     decodes and trees at 128 heads (128-row units) and 16 (unchanged)."""
     if not torch.cuda.is_available():

@@ -47,6 +47,10 @@ _KERNELS = "attnbench.backends.triton_kernels"
 PREFILL = "lean,fold,heavy,gluon"
 # the tree path's default (issue 33's tree round 1): gluon where triton_tree_gluon.wanted
 TREE = "gluon"
+# the register cap of FP8 decodes whose V words take one cvt.rn.f16x2 each (V_WORDS 2): 116 registers, 4 programs
+# an SM; H200 8 x 16k e4m3: 86.9 us against 129.1 uncapped (168 registers, 3 an SM) and 93.5 for the shift-split
+# words (issue 33, twelfth session)
+CVT_MAXNREG = 128
 LOG2E = math.log2(math.e)
 
 
@@ -131,9 +135,10 @@ class TritonBackend(Backend):
         caches, even head dims): V read as int16 words of two FP8 dims, transposed by 16-bit
         ldmatrix, and P.V as two dots (even dims, odd dims) joined back in registers; None (the
         default): on for decode configs (row blocks <= 32 rows, mma.sync; H200 8 x 16k: 124.9 ->
-        111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill);
-        "cvt": on, each word converted by one PTX cvt.rn.f16x2 (with ``fp8_f16``, compiled builds; not yet
-        timed: variants triton-f8-cvt*).
+        111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill), each
+        word converted by one PTX cvt.rn.f16x2 at ``CVT_MAXNREG`` registers (with ``fp8_f16``, compiled
+        builds; H200 8 x 16k e4m3: 86.9 against 93.5 us); True: on, each word split by shifts and a
+        conversion a byte (the interpreter's way); "cvt": the default's words on every config.
         ``prefill``: batches with a prefill and without trees or variants run
         triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy,gluon":
         lean/fold/heavy made 4 x 1k prefills 5-14% faster on an H200, issue 33's prefill round;
@@ -292,7 +297,12 @@ class TritonBackend(Backend):
         if not (fp8 and b.head_dim % 2 == 0 and self._v_words(cfg)):
             return 0
         f16 = self.fp8_f16 and b.q.element_size() == 2  # the kernel's FP8_F16
-        return 2 if self.v_words == "cvt" and f16 and not interpreted else 1
+        return 2 if self.v_words in (None, "cvt") and f16 and not interpreted else 1
+
+    @staticmethod
+    def _maxnreg(cfg: tp.Config, v_words: int) -> int:
+        """The launch's register cap: the config's (0: none), else ``CVT_MAXNREG`` on the cvt words (V_WORDS 2)."""
+        return cfg.maxnreg if cfg.maxnreg is not None else CVT_MAXNREG if v_words == 2 else 0
 
     def _partial_dtype(self, batch: Batch, half: bool = False) -> torch.dtype:
         return batch.dtype if (self.half_partials or half) and batch.q.element_size() == 2 else torch.float32
@@ -312,6 +322,8 @@ class TritonBackend(Backend):
         dummy = p.units  # the pointer of an input its variant is off for (never read)
         g = b.num_q_heads // b.num_kv_heads
         grid = (p.units.shape[0] * b.num_kv_heads,) if self.kv_major else (p.units.shape[0], b.num_kv_heads)
+        vw = self._v_words_flag(cfg, b, f.fp8, tk.INTERPRETED)
+        regs = self._maxnreg(cfg, vw)
         tk.paged_attention_kernel[grid](
             q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
             *(dummy if t is None else t for t in (f.positions, f.sinks, f.slopes, f.k_scale, f.v_scale)),
@@ -324,9 +336,9 @@ class TritonBackend(Backend):
             TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
             KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
             **f.constexprs(), FP8_F16=self.fp8_f16 and f.fp8 and q.element_size() == 2, V_PAIRS=self.v_pairs and f.fp8,
-            V_WORDS=self._v_words_flag(cfg, b, f.fp8, tk.INTERPRETED),
+            V_WORDS=vw,
             KV_A=("k" in self.kv_a) + 2 * ("v" in self.kv_a) if f.fp8 and cfg.block_m >= 64 else 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
+            **({"maxnreg": regs} if regs and not tk.INTERPRETED else {}),
         )
         return out if self.fused_merge else triton_launch.merge(p)

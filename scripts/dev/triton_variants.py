@@ -163,14 +163,20 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-r1", **R3, fp8_f16=False, block_nf=0),  # round 1's shipped kernel, both dtypes
     variant("triton-f8h-nf32", fp8_f16=True, block_nf=0),  # round 1's f8h (decode: 32-key unmasked tiles)
     variant("triton-f8h-nf64", fp8_f16=True, block_nf=64),  # the new decode default, named
-    # eleventh session (prepared, not yet timed): V's words converted by one cvt.rn.f16x2 each (offline sm_90,
-    # 8 x 16k decode config: 2128 -> 1888 SASS instructions at 168 registers, 2000 at a 128 cap (116, 4 programs an
-    # SM), 2040 at 96 (16 B spill, 5 an SM, 20 warps: the fifth session's ncu asked for more warps); r96 alone: 96)
-    variant("triton-f8-cvt", v_words="cvt"),
+    # eleventh session: V's words converted by one cvt.rn.f16x2 each (offline sm_90, 8 x 16k decode config: 2128 ->
+    # 1888 SASS instructions at 168 registers, 2000 at a 128 cap (116, 4 programs an SM), 2040 at 96 (16 B spill, 5
+    # an SM, 20 warps); r96 alone: 96). Twelfth session, H200 e4m3: 129.1 / 86.9 / 90.8 / 86.8 (s10) us against
+    # 93.5 for the shift words; the cvt words at 128 registers became the default (triton-f8w: the old one)
+    variant("triton-f8-cvt", v_words="cvt", maxnreg=0),  # uncapped
     variant("triton-f8-cvt-r128", v_words="cvt", maxnreg=128),
     variant("triton-f8-cvt-r96", v_words="cvt", maxnreg=96),
     variant("triton-f8-cvt-r96-s10", v_words="cvt", maxnreg=96, splits=10),  # 640 programs: one wave of 5 an SM
-    variant("triton-f8-r96", maxnreg=96),  # the shift-split words at 96 registers (the control)
+    variant("triton-f8-r96", v_words=True, maxnreg=96),  # the shift-split words at 96 registers (the control)
+    # twelfth session, the cvt default's neighbours: a fourth K/V stage; the FP8 split scale (1.9) either side
+    variant("triton-f8-st4", num_stages=4),
+    variant("triton-f8-x15", fp8_split=1.5),
+    variant("triton-f8-x25", fp8_split=2.5),
+    variant("triton-f8-r112", maxnreg=112),
     variant("triton-f8w", v_words=True),  # V as int16 words: 16-bit ldmatrix.trans, no LDS.U8, 123 regs
     variant("triton-f8w-nf32", v_words=True, block_nf=0),  # 96 regs: 5 programs per SM
     variant("triton-f8w-s8", v_words=True, splits=8),  # decode 8x16k: 512 programs, one wave of 4 per SM

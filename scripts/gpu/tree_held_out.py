@@ -5,7 +5,10 @@ dims 64/128), kept where triton_tree_gluon takes every case, each run through th
 
     python3 scripts/gpu/tree_held_out.py --seeds 912 913 914 915 916 917 --budget-s 150 --out /tmp/held
 
-Exit 1 when a row is not ok (a mismatch or an error)."""
+``--route fp8``: the FP8 decode kernel's held-out batches instead: ``--profile all`` draws (head dims 64 to 256, the
+attention variants) keeping the scenarios with an FP8 cache and no MLA, whatever route each case then takes.
+``--only STEM ...``: only those scenario files (e.g. the ones a budget left unrun). Exit 1 when a row is not ok (a
+mismatch or an error)."""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +37,22 @@ def eligible(files: list[Path]) -> list[Path]:
     return keep
 
 
+def with_fp8(files: list[Path]) -> list[Path]:
+    """The scenarios with an FP8 cache in some case and no MLA case (the paged kernel's FP8 words)."""
+    from attnbench.workload import scenario as sc
+
+    keep = []
+    for f in files:
+        try:
+            specs = [c.scenario.batch_spec() for c in sc.load(f).cases]
+        except Exception as e:  # a draw the tool refuses is not this check's business
+            print(f"{f.name}: not loaded ({type(e).__name__})", file=sys.stderr)
+            continue
+        if any(str(s.kv_dtype or "").startswith("fp8") for s in specs) and all(s.attention != "mla" for s in specs):
+            keep.append(f)
+    return keep
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[912, 913, 914, 915, 916, 917])
@@ -41,16 +60,22 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=150.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/held"))
     ap.add_argument("--list", action="store_true", help="only list the eligible scenarios")
+    ap.add_argument("--route", choices=("tree", "fp8"), default="tree")
+    ap.add_argument("--only", nargs="+", default=None, help="scenario file stems to run (default: all eligible)")
     a = ap.parse_args()
     t0 = time.time()
     files = []
     for s in a.seeds:
         d = a.out / "scenarios" / str(s)
         subprocess.run([sys.executable, "scripts/gpu/random_scenarios.py", "--n", str(a.n), "--seed", str(s), "--out",
-                        str(d), "--profile", "flashinfer"], check=True, stdout=subprocess.DEVNULL)
+                        str(d), "--profile", "flashinfer" if a.route == "tree" else "all"], check=True,
+                       stdout=subprocess.DEVNULL)
         files += sorted(d.glob("*.yaml"))
-    keep = eligible(files)
-    print(f"{len(keep)} of {len(files)} scenarios take the Gluon tree kernel")
+    keep = eligible(files) if a.route == "tree" else with_fp8(files)
+    print(f"{len(keep)} of {len(files)} scenarios " + ("take the Gluon tree kernel" if a.route == "tree" else
+                                                     "have an FP8 cache"))
+    if a.only:
+        keep = [f for f in keep if f.stem in a.only]
     if a.list:
         print("\n".join(str(f) for f in keep))
         return 0

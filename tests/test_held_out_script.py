@@ -29,6 +29,10 @@ def test_the_fp8_route_keeps_fp8_caches_without_mla(tmp_path):
 
 def test_the_tree_route_keeps_16_bit_trees(tmp_path):
     files = draw(tmp_path, 918, "flashinfer")
+    from attnbench.backends import triton_tree_gluon
+
+    hopper = triton_tree_gluon.hopper
     keep = held.eligible(files)
+    assert triton_tree_gluon.hopper is hopper, "the Hopper check is the real one again after the selection"
     assert keep and len(keep) < len(files)
     assert all("tree" in f.read_text() and "fp8_e" not in f.read_text() for f in keep)

@@ -142,3 +142,41 @@ def test_a_backend_with_its_own_pool_gets_process_clock_rows_in_every_round(tmp_
     assert set(df[df.backend == "sdpa"].timing_method) == {"cpu-thread"}
     pooled = df[df.backend == "sdpa-pooled"]
     assert set(pooled.timing_method) == {"cpu-process"} and pooled.timing_note.str.contains("other threads").all()
+
+
+def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monkeypatch):
+    """A call of real work once read 0.0 ms on the thread clock (a CI run of the gate, twelfth session), and the
+    run folder it wrote was then refused as damaged. Such a call is no sample: left out, the row's note says how
+    many; a clock that never moves leaves the wall clock's samples."""
+    import time
+
+    from attnbench.measure import timing
+    from attnbench.measure.timing import TimingConfig, time_run
+
+    state = {"calls": 0, "frozen": False, "stuck": {5}}
+
+    def stuck(real):
+        last = [0]
+
+        def clock():
+            if not state["frozen"]:
+                last[0] = real()
+            return last[0]
+        return clock
+
+    def work():
+        state["calls"] += 1
+        state["frozen"] = state["calls"] in state["stuck"]  # this call's end reads its start
+        x = torch.randn(64, 64)
+        return x @ x
+
+    monkeypatch.setattr(timing.time, "thread_time_ns", stuck(time.thread_time_ns))
+    cfg = TimingConfig(cpu_clock="thread", warmup_ms=0, measure_ms=1, min_runs=8, max_runs=8)
+    res = time_run(work, torch.device("cpu"), cfg)
+    assert res.method == "cpu-thread" and len(res.samples_ms) == 7 and min(res.samples_ms) > 0
+    assert "1 of 8 calls read 0 ms on the thread CPU clock" in res.note
+    state.update(calls=0, stuck=set(range(1, 100)))  # neither CPU clock moves (the thread's alone: the process's)
+    monkeypatch.setattr(timing.time, "process_time_ns", stuck(time.process_time_ns))
+    res = time_run(work, torch.device("cpu"), cfg)
+    assert res.method == "cpu" and len(res.samples_ms) == 8 and min(res.samples_ms) > 0
+    assert "8 of 8 calls read 0 ms" in res.note and "wall clock" in res.note

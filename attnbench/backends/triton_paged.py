@@ -292,8 +292,9 @@ class TritonBackend(Backend):
         return self.v_words if self.v_words is not None else cfg.block_m <= 32 and not self.v_pairs
 
     def _v_words_flag(self, cfg: tp.Config, b: Batch, fp8: bool, interpreted: bool) -> int:
-        """The kernel's V_WORDS (FP8 caches, even head dims): 0 off, 1 words split by shifts, 2 words converted
-        by cvt.rn.f16x2 (``v_words`` "cvt" with float16 dots; the interpreter runs no PTX: 1 there)."""
+        """The kernel's V_WORDS (FP8 caches, even head dims): 0 off, 1 words split by shifts (``v_words=True``),
+        2 words converted by cvt.rn.f16x2 (the default and "cvt", with float16 dots; the interpreter runs no PTX:
+        1 there)."""
         if not (fp8 and b.head_dim % 2 == 0 and self._v_words(cfg)):
             return 0
         f16 = self.fp8_f16 and b.q.element_size() == 2  # the kernel's FP8_F16

@@ -50,8 +50,8 @@ FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # 198.8 off and 201.3 / 197.2 with 2; 4k 62.0 / 61.6 against 61.7 / 62.0 (alike)
 PIPE_S = 1
 # the same on FP8 caches, slower there (fp8-tree40: 4k 72.9 us with 1 and 136.1 with 2 against 70.0 off; 16k
-# 223.7 / 489.5 against 209.4). A guess, not measured: the ring holds STAGES_FP8 = 3 slots, and a partition holding
-# two leaves the loader one to fill (a fourth does not fit beside 3 warpgroups' Q and 2 staging slots)
+# 223.7 / 489.5 against 209.4). Why is not measured: a fourth ring slot, which leaves one staging slot, ran slower
+# still with PIPE_S 1 or 0 (twelfth session: 79.4 / 78.4 us at 4k, 241.8 / 242.4 at 16k)
 PIPE_S_FP8 = 0
 # batches of decodes alone (no tree) the option takes too: "" none (default), "fp8" on FP8 caches, "all" (variants
 # triton-dec-f8 / triton-dec-gl, tree round 2). Off: 8 x 16k decodes, page 16, ran 170.8 us on FP8 and 149.4 on bf16

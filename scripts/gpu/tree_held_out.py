@@ -19,41 +19,36 @@ import time
 from pathlib import Path
 
 
-def eligible(files: list[Path]) -> list[Path]:
-    """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
-    from attnbench.backends import triton_tree_gluon as tree
-    from attnbench.workload import scenario as sc
-    from attnbench.workload.batch import materialize
-
-    hopper, tree.hopper = tree.hopper, lambda device: True  # (the CPU too: the gate's other rules)
-    keep = []
-    try:
-        for f in files:
-            try:
-                cases = sc.load(f).cases
-                if all(tree.unwanted(materialize(c.scenario.batch_spec(), 0)) == "" for c in cases):
-                    keep.append(f)
-            except Exception as e:  # a draw the tool refuses is not this check's business
-                print(f"{f.name}: not loaded ({type(e).__name__})", file=sys.stderr)
-    finally:
-        tree.hopper = hopper  # the runs after see the real device
-    return keep
-
-
-def with_fp8(files: list[Path]) -> list[Path]:
-    """The scenarios with an FP8 cache in some case and no MLA case (the paged kernel's FP8 words)."""
+def _select(files: list[Path], wanted) -> list[Path]:
+    """The files whose cases' batch specs ``wanted`` takes; a draw the tool refuses is said and left out."""
     from attnbench.workload import scenario as sc
 
     keep = []
     for f in files:
         try:
-            specs = [c.scenario.batch_spec() for c in sc.load(f).cases]
+            if wanted([c.scenario.batch_spec() for c in sc.load(f).cases]):
+                keep.append(f)
         except Exception as e:  # a draw the tool refuses is not this check's business
             print(f"{f.name}: not loaded ({type(e).__name__})", file=sys.stderr)
-            continue
-        if any(str(s.kv_dtype or "").startswith("fp8") for s in specs) and all(s.attention != "mla" for s in specs):
-            keep.append(f)
     return keep
+
+
+def eligible(files: list[Path]) -> list[Path]:
+    """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
+    from attnbench.backends import triton_tree_gluon as tree
+    from attnbench.workload.batch import materialize
+
+    hopper, tree.hopper = tree.hopper, lambda device: True  # (the CPU too: the gate's other rules)
+    try:
+        return _select(files, lambda specs: all(tree.unwanted(materialize(s, 0)) == "" for s in specs))
+    finally:
+        tree.hopper = hopper  # the runs after see the real device
+
+
+def with_fp8(files: list[Path]) -> list[Path]:
+    """The scenarios with an FP8 cache in some case and no MLA case (the paged kernel's FP8 words)."""
+    return _select(files, lambda specs: any(str(s.kv_dtype or "").startswith("fp8") for s in specs)
+                   and all(s.attention != "mla" for s in specs))
 
 
 def main() -> int:

@@ -50,13 +50,9 @@ def route_note(p) -> str:
     if not applies(p):
         return ""
     from . import triton_prefill_gluon as gluon
+    from .gluon_route import note
 
-    why = gluon.fit(p)
-    if why and not gluon.hopper(p.batch.device):  # never a candidate off Hopper: the prefill kernel, as ever
-        return ""
-    if why:  # where the default plan did not shape the batch for it, that is the reason to give
-        why = gluon.unwanted(p.batch) or why
-    return f"prefill kernel, not Gluon's: {why}" if why else "gluon prefill kernel"
+    return note(p, gluon.fit, gluon.unwanted, gluon.hopper, "gluon prefill kernel", "prefill kernel, not Gluon's")
 
 
 def lean_fits(page: int, block_nf: int) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import triton_plan as tp
+from .gluon_route import note
 from .triton_prefill_gluon import kv_view, hopper
 
 COMPUTE_REGS = 160  # the compute warpgroups' registers (setmaxnreg): 152 ran as fast (H200, tree round 1)
@@ -160,12 +161,7 @@ def route_note(p) -> str:
     """The kernel a tree batch runs with the option: 'gluon tree kernel', or the shipped one and why."""
     if not p.has_tree and not decodes_taken(p.batch):
         return ""
-    why = fit(p)
-    if why and not hopper(p.batch.device):  # never a candidate off Hopper: the shipped kernel, as ever
-        return ""
-    if why:
-        why = unwanted(p.batch) or why
-    return f"shipped kernel, not Gluon's tree kernel: {why}" if why else RAN
+    return note(p, fit, unwanted, hopper, RAN, "shipped kernel, not Gluon's tree kernel")
 
 
 def run(p) -> bool:

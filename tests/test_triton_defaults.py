@@ -329,6 +329,14 @@ GPU_SCRIPT = textwrap.dedent(
             assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 2
         be, plan = check("fp8 decode shifts", BatchSpec(reqs, 32, 8, 128, "float16", 16, kv_dtype=kv), 3e-2,
                          v_words=True)
+        for d, page, win, cap in ((128, 16, None, None), (64, 1, 700, 96), (96, 256, None, 0)):  # K's words too
+            reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
+            check("fp8 decode k words", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv, kv_scale="per-head",
+                                                  window=win), 3e-2, k_words=True,
+                  **({} if cap is None else {"maxnreg": cap}))
+        reqs = tuple(Request("tree", len(t40), c, t40) for c in (1000, 333)) + (Request("decode", 1, 5000),)
+        check("fp8 tree k words", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv), 3e-2, tree="",
+              v_words="cvt", k_words=True)  # the one-launch kernel's tree config (wgmma) with both words
         assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 1
     for d in (64, 96, 256):
         check("fp8 head dims", BatchSpec((Request("decode", 1, 3333), Request("decode", 1, 70)), 16, 4, d,
@@ -354,7 +362,7 @@ GPU_SCRIPT = textwrap.dedent(
 def test_gpu_triton_defaults():
     """The defaults compiled on a GPU (~24 kernels to compile): FP8 decodes (v_words, the FP8
     split rule; e4m3/e5m2, per-tensor/per-head scales, pages 1/16/256, a window, head dims
-    64/96/256; the cvt words at 96, 128 and uncapped registers, the shift-split words), FP8 trees, the
+    64/96/256; the cvt words at 96, 128 and uncapped registers, the shift-split words, K's words too), FP8 trees, the
     prefill kernel on 4 x 1k-like prefills at pages 1/16/256 with and without context, MLA
     decodes and trees at 128 heads (128-row units) and 16 (unchanged)."""
     if not torch.cuda.is_available():

@@ -107,15 +107,18 @@ def test_fp8_options_with_every_feature(page, config):
 
     run_variant("all", page=page, seed=page, fp8_f16=True, v_pairs=True, **config)
     run_variant("all", page=page, seed=page + 1, v_words=True, **config)
+    run_variant("all", page=page, seed=page + 2, v_words=True, k_words=True, **config)
 
 
 @pytest.mark.parametrize("d", [64, 96])
 @pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8_e4m3", "per-head"), ("fp8_e5m2", "per-tensor")])
-@pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16), dict(block_m=16, block_n=16, block_nf=32)])
+@pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16), dict(block_m=16, block_n=16, block_nf=32),
+                                    dict(k_words=True), dict(k_words=True, splits=3, block_m=16, block_n=16, block_nf=32)])
 def test_v_words_head_dims_and_odd_lengths(d, kv_dtype, kv_scale, config):
     """``v_words``: V read as int16 words (two FP8 dims each), P.V as two dots joined back; head
     dim 96 reads 48 of 64 word lanes (padded), 64 all of them; odd context and query lengths (the
-    masked tail, a page boundary inside a tile), a tree, split and unsplit, 16-row blocks."""
+    masked tail, a page boundary inside a tile), a tree, split and unsplit, 16-row blocks. ``k_words``:
+    K too, the scores as two half-width dots (q's even and odd dims), in both loops."""
     need_interpreter()
     reqs = (Request("decode", 1, 97), tree(from_choices(CHOICES), 33), Request("prefill", 5, 19),
             Request("decode", 1, 1))

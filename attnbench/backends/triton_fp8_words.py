@@ -7,20 +7,20 @@ import triton.language as tl
 
 
 @triton.jit
-def split_words(w, k, q, CVT: tl.constexpr):
-    """(the low bytes, the high bytes) of the int16 words ``w`` as ``q``'s dtype, the bytes of ``k``'s FP8 dtype.
+def split_words(w, F8: tl.constexpr, q, CVT: tl.constexpr):
+    """(the low bytes, the high bytes) of the int16 words ``w`` as ``q``'s dtype, the bytes of FP8 dtype ``F8``.
     ``CVT`` (compiled builds, float16 ``q``): one PTX cvt.rn.f16x2 a word, both bytes at once, no shift or mask
     (offline sm_90, the 8 x 16k decode config: 2128 -> 1888 SASS instructions); else a shift, a mask and a
     conversion each (the interpreter runs no PTX)."""
     if CVT:
         tl.static_assert(q.dtype == tl.float16)
-        if k.dtype == tl.float8e5:
+        if F8 == tl.float8e5:
             lo, hi = tl.inline_asm_elementwise("{ .reg .b32 t; cvt.rn.f16x2.e5m2x2 t, $2; mov.b32 {$0, $1}, t; }",
                                                "=h,=h,h", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
         else:
             lo, hi = tl.inline_asm_elementwise("{ .reg .b32 t; cvt.rn.f16x2.e4m3x2 t, $2; mov.b32 {$0, $1}, t; }",
                                                "=h,=h,h", [w], dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
     else:
-        hi = (w >> 8).to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
-        lo = w.to(tl.uint8).to(k.dtype, bitcast=True).to(q.dtype)
+        hi = (w >> 8).to(tl.uint8).to(F8, bitcast=True).to(q.dtype)
+        lo = w.to(tl.uint8).to(F8, bitcast=True).to(q.dtype)
     return lo, hi

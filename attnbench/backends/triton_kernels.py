@@ -47,9 +47,9 @@ except AttributeError:  # pragma: no cover
 
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
-from .triton_fp8_words import split_words
 from .triton_merge import merge_kernel  # noqa: F401  (the split merge: triton_paged runs tk.merge_kernel)
 from .triton_plan import UNIT_COLUMNS
+from .triton_tile_math import softmax_step
 
 # the unit table's column offsets, named by the plan that writes them (one source of truth)
 (C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK,
@@ -59,77 +59,6 @@ from .triton_plan import UNIT_COLUMNS
         "nsplit", "block", "full_lo", "bidir", "win_lo",
     )
 )
-
-
-@triton.jit
-def _tanh(x):
-    # tanh(x) = 1 - 2 / (exp(2x) + 1): exp2 overflowing to inf gives 1, underflowing to 0 gives -1
-    return 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)
-
-
-@triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    return tl.dot(a, b, input_precision="ieee" if IEEE else None)
-
-
-@triton.jit
-def _scores(q, k, qk_scale, bias, cap, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-            KV_A: tl.constexpr = 0):
-    """Base-2 scores of one tile: log2(e) (softcap(q.k scale) + ALiBi). ``qk_scale`` = scale
-    log2(e) (times the FP8 K scale), ``cap`` = c log2(e) (c tanh(x / c) scales linearly),
-    ``bias`` = slope log2(e) (key position - query position), [BLOCK_M, keys]."""
-    if (KV_A & 1) != 0:  # S^T = K Q^T: K (converted in registers) the A operand, Q^T the B one
-        s = tl.trans(_dot(k, tl.trans(q), IEEE))
-    else:
-        s = _dot(q, tl.trans(k), IEEE)
-    s = s * qk_scale
-    if SOFTCAP:
-        s = cap * _tanh(s * (1.0 / cap))
-    if ALIBI:
-        s = s + bias
-    return s
-
-
-@triton.jit
-def _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr, v2=None,
-                    V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0):
-    if MASKED:
-        s = tl.where(allowed, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    if MASKED:
-        # a row that has seen no key yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0)
-        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_sub = m_new
-    p = tl.math.exp2(s - m_sub[:, None])
-    alpha = tl.math.exp2(m_i - m_sub)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if (KV_A & 2) != 0:  # O^T = V^T P^T: V (converted in registers) the A operand, P^T the B one
-        pv = tl.trans(_dot(tl.trans(v), tl.trans(p.to(v.dtype)), IEEE))
-    else:
-        pv = _dot(p.to(v.dtype), v, IEEE)
-    if V_WORDS:  # v: the even dims, v2: the odd ones; interleaved back (in-thread join)
-        pv2 = _dot(p.to(v2.dtype), v2, IEEE)
-        pv = tl.reshape(tl.join(pv, pv2), [pv.shape[0], 2 * pv.shape[1]])
-    acc = acc * alpha[:, None] + pv
-    return m_new, l_i, acc
-
-
-@triton.jit
-def _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, MASKED: tl.constexpr, IEEE: tl.constexpr,
-                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, FP8: tl.constexpr, V_PAIRS: tl.constexpr,
-                  V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0):
-    v2 = None
-    if V_WORDS:  # int16 words of two FP8 dims: the low bytes (even dims) and the high ones (odd)
-        v, v2 = split_words(v, k, q, V_WORDS == 2)
-    if FP8:  # dequantize: the scales are folded into qk_scale (K) and the output (V)
-        k = k.to(q.dtype)
-        v = v.to(q.dtype)
-        if V_PAIRS:  # identity split/join: V converted in its load layout, transposed as 16-bit
-            lo, hi = tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
-            v = tl.reshape(tl.join(lo, hi), [v.shape[0], v.shape[1]])
-    s = _scores(q, k, qk_scale, bias, cap, IEEE, SOFTCAP, ALIBI, KV_A)
-    return _online_softmax(s, v, m_i, l_i, acc, allowed, MASKED, IEEE, v2, V_WORDS, KV_A)
 
 
 @triton.jit
@@ -184,7 +113,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                  stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d, HAS_TREE: tl.constexpr,
                  IEEE: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                  WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr,
-                 V_WORDS: tl.constexpr, KV_A: tl.constexpr):
+                 V_WORDS: tl.constexpr, KV_A: tl.constexpr, K_WORDS: tl.constexpr = False, q2=None, F8: tl.constexpr = None):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
     sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
@@ -193,7 +122,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
         in_range = in_range & (slots >= kv_lo)
     page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
     within = slots % PAGE
-    k = _load_rows(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True)
+    k = _load_v(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True, K_WORDS)
     v = _load_v(v_base, page * stride_vp + within * stride_vs, offs_d, in_range, HEAD_DIM, PAD_D, True, V_WORDS)
     allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
     if BIDIR:  # (scalar conditions broadcast by hand: the interpreter rejects tensor | scalar-bool)
@@ -224,8 +153,8 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     bias = None
     if ALIBI:
         bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
-    return _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
-                         V_PAIRS, V_WORDS, KV_A)
+    return softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
+                        V_PAIRS, V_WORDS, KV_A, K_WORDS, q2, F8)
 
 
 @triton.jit
@@ -246,6 +175,7 @@ def paged_attention_kernel(
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
     FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0,
+    K_WORDS: tl.constexpr = False,
 ):
     if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
         # position (every KV head of the same pages) are launched side by side
@@ -278,6 +208,9 @@ def paged_attention_kernel(
     q = _load_rows(Q, tok * stride_qt + head * stride_qh, offs_d, row_ok, HEAD_DIM, PAD_D, True)
     if FP8_F16:  # both dots in float16: FP8 -> f16 is one cvt per 2 elements (bf16: 2 more each)
         q = q.to(tl.float16)
+    q2 = None
+    if K_WORDS:  # K read as words too: q's even dims against the low bytes, its odd dims against the high ones
+        q, q2 = tl.split(tl.reshape(q, [BLOCK_M, BLOCK_D // 2, 2]))
 
     if SINK:  # the sink is a key without a value: split 0 starts from it (m = sink, l = 1), so
         # the output, the LSE and the split merge count it exactly once
@@ -296,6 +229,10 @@ def paged_attention_kernel(
         v_base = v_base.to(tl.pointer_type(tl.int16))
         stride_vp = stride_vp // 2
         stride_vs = stride_vs // 2
+    if K_WORDS:
+        k_base = k_base.to(tl.pointer_type(tl.int16))
+        stride_kp = stride_kp // 2
+        stride_ks = stride_ks // 2
     if FP8:  # one K/V scale per program (per tensor, or this program's KV head)
         qk_scale = qk_scale * tl.load(KSC + kvh * stride_scale)
     qpos = qi
@@ -321,7 +258,8 @@ def paged_attention_kernel(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                 win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-                HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A)
+                HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2,
+                K.dtype.element_ty)
 
     # 1) tiles every row sees in full, BLOCK_NF keys each: no mask. Tile i+1's block-table read is
     # issued in iteration i (loop-carried offsets), so the pipeliner can prefetch K/V stages
@@ -334,13 +272,13 @@ def paged_attention_kernel(
         voff = voff_n
         koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_NF, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp,
                                        stride_vs, PAGE, TILE_IN_PAGE)
-        k = _load_rows(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False)
+        k = _load_v(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False, K_WORDS)
         v = _load_v(v_base, voff, offs_d, None, HEAD_DIM, PAD_D, False, V_WORDS)
         bias = None
         if ALIBI:
             bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
-        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
-                                      FP8, V_PAIRS, V_WORDS, KV_A)
+        m_i, l_i, acc = softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
+                                     FP8, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2, K.dtype.element_ty)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
@@ -348,7 +286,8 @@ def paged_attention_kernel(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
             kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-            HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A)
+            HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2,
+                K.dtype.element_ty)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     if FP8:

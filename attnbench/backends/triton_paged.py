@@ -116,7 +116,7 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool | str] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 kv_a: str = "", tree: str = TREE, **config: Any) -> None:
+                 kv_a: str = "", tree: str = TREE, k_words: bool = False, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -138,7 +138,8 @@ class TritonBackend(Backend):
         111.7 us) without ``v_pairs``, off for the tree config (wgmma: more instructions, a spill), each
         word converted by one PTX cvt.rn.f16x2 at ``CVT_MAXNREG`` registers (with ``fp8_f16``, compiled
         builds; H200 8 x 16k e4m3: 86.9 against 93.5 us); True: on, each word split by shifts and a
-        conversion a byte (the interpreter's way); "cvt": the default's words on every config.
+        conversion a byte (the interpreter's way); "cvt": the default's words on every config. ``k_words`` (off
+        until timed): with V's words, K's too (scores as two half-width dots; one load layout for K and V).
         ``prefill``: batches with a prefill and without trees or variants run
         triton_prefill_kernels.py's kernel with these options (default "lean,fold,heavy,gluon":
         lean/fold/heavy made 4 x 1k prefills 5-14% faster on an H200, issue 33's prefill round;
@@ -164,12 +165,11 @@ class TritonBackend(Backend):
         self.half_partials = half_partials
         self.fp8_f16 = fp8_f16
         self.v_pairs = v_pairs
-        self.v_words = v_words
+        self.v_words, self.k_words = v_words, k_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
         self.mla_wide = mla_wide
         _check_options(kv_a, tree, v_words)
-        self.kv_a = kv_a
-        self.tree = tree
+        self.kv_a, self.tree = kv_a, tree
         self.config = config
         self._shapes: dict = {}  # (Config, Shape, 16-bit partials, route notes) per step shape (query side, options)
         self._staging = ts.Staging()
@@ -337,7 +337,7 @@ class TritonBackend(Backend):
             TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=self.fused_merge,
             KV_MAJOR=self.kv_major, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
             **f.constexprs(), FP8_F16=self.fp8_f16 and f.fp8 and q.element_size() == 2, V_PAIRS=self.v_pairs and f.fp8,
-            V_WORDS=vw,
+            V_WORDS=vw, K_WORDS=bool(self.k_words and vw and not ("k" in self.kv_a and cfg.block_m >= 64)),
             KV_A=("k" in self.kv_a) + 2 * ("v" in self.kv_a) if f.fp8 and cfg.block_m >= 64 else 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": regs} if regs and not tk.INTERPRETED else {}),

@@ -96,7 +96,7 @@ def main(argv: list[str]) -> None:
               UNIT_COLS=plan_constant("UNIT_COLS"),
               HAS_TREE=1, IEEE=0, TILE_IN_PAGE=0, FUSED_MERGE=0, KV_MAJOR=0, NUM_KV=8, num_warps=4, num_stages=3,
               BLOCK_D=0, PAD_D=0, FP8=0, SINK=0, SOFTCAP=0, ALIBI=0, WINDOW=0, BIDIR=0, POSITIONS=0,
-              FP8_F16=0, V_PAIRS=0, V_WORDS=0, KV_A=0)
+              FP8_F16=0, V_PAIRS=0, V_WORDS=0, KV_A=0, K_WORDS=0)
     for a in argv:
         k, v = a.split("=")
         kw[k] = int(v)
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> None:
     ptx = k.asm["ptx"]
     regs, spills = resources(k.asm["cubin"])
     shown = ("BLOCK_M", "BLOCK_N", "BLOCK_NF", "PAGE", "HAS_TREE", "num_warps", "num_stages", "HEAD_DIM", "FP8", "SINK",
-             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR", "FP8_F16", "V_PAIRS", "V_WORDS", "KV_A")
+             "SOFTCAP", "ALIBI", "WINDOW", "BIDIR", "FP8_F16", "V_PAIRS", "V_WORDS", "KV_A", "K_WORDS")
     print({k2: kw[k2] for k2 in shown if kw[k2] or k2 in ("HAS_TREE", "PAGE")},
           "regs", regs, "spill bytes", spills, "smem", k.metadata.shared,
           "wgmma", len(re.findall(r"wgmma.mma_async", ptx)), "mma.sync", len(re.findall(r"mma.sync", ptx)),

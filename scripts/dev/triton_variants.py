@@ -177,6 +177,12 @@ VARIANTS = MLA_VARIANTS + [
     variant("triton-f8-x15", fp8_split=1.5),
     variant("triton-f8-x25", fp8_split=2.5),
     variant("triton-f8-r112", maxnreg=112),
+    # thirteenth session: K read as words too (one load layout for K and V: page 16's block-table reads once, not
+    # twice; offline sm_90, the decode config: 560 -> 537 SASS instructions a 64-key tile at page 16, 504 -> 477 at 64)
+    variant("triton-f8-kw", k_words=True),
+    variant("triton-f8-kw-r112", k_words=True, maxnreg=112),
+    variant("triton-f8-kw-r96-s10", k_words=True, maxnreg=96, splits=10),
+    variant("triton-f8w-kw", v_words=True, k_words=True),  # the shift words for both (what the interpreter runs)
     variant("triton-f8w", v_words=True),  # V as int16 words: 16-bit ldmatrix.trans, no LDS.U8, 123 regs
     variant("triton-f8w-nf32", v_words=True, block_nf=0),  # 96 regs: 5 programs per SM
     variant("triton-f8w-s8", v_words=True, splits=8),  # decode 8x16k: 512 programs, one wave of 4 per SM

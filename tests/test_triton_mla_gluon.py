@@ -5,7 +5,6 @@ it is off by default and changes nothing off Hopper, and that its plan, run by t
 has no interpreter), matches the reference. The kernel itself runs on a GPU: tests/test_gluon_mla_gpu.py."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -120,9 +119,11 @@ def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hop
         assert (p.num_merge > 0) == (splits == 3)
 
 
-def test_the_mla_gluon_variants_exist():
-    from .scripts import load_script
+def test_the_round_script_parses_and_names_existing_variants():
+    """scripts/gpu/gpu_gluon_mla_round.sh (one device call: the GPU tests and the timing rows) is valid bash and
+    its default variants exist in scripts/dev/triton_variants.py (the -f32 one too)."""
+    from .scripts import round_script_variants
 
-    names = {c.name for c in load_script("scripts/dev/triton_variants.py", "triton_variants_mg").VARIANTS}
-    assert {"triton-mla-gluon", "triton-mla-gluon-n32s4"} <= names
-    assert np.all([n in names for n in ("triton-mla-gluon-w2", "triton-mla-gluon-f32")])
+    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_mla_round.sh")
+    assert rc == 0 and "triton-mla-gluon" in default
+    assert set(default) <= names and "triton-mla-gluon-f32" in names, set(default) - names

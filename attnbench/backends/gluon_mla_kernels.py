@@ -86,11 +86,23 @@ def _loader(q_desc, qr_desc, kv_desc, kr_desc, q_smem, qr_smem, kv_smem, kr_smem
 
 
 @gluon.jit
+def _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j):
+    """Tile j's P and rescale factors to the value partition, once it is done with tile j - 1's."""
+    mbarrier.wait(p_free, (j & 1) ^ 1)
+    p_smem.store(p)
+    a_smem.store(alpha)
+    fence_async_shared()  # P's stores before the value partition's MMA (async proxy) reads them
+    gl.thread_barrier()  # every warp's stores before the arrival
+    mbarrier.arrive(p_ready, count=1)
+
+
+@gluon.jit
 def _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready, p_free,
                 acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
-                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr):
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, EARLY_PV: gl.constexpr):
     """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from k1 on get weight 0),
-    P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back."""
+    P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back.
+    EARLY_PV: this partition's P V issued before the hand-over (which then runs beside the MMA), not after."""
     s = j % STAGES
     mbarrier.wait(ready.index(s), (j // STAGES) & 1)
     zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
@@ -104,15 +116,13 @@ def _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_sm
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1)).to(p_smem.dtype)
     alpha = gl.exp2(m_i - m_sub)
     l_i = l_i * alpha + gl.sum(p.to(gl.float32), 1)
-    mbarrier.wait(p_free, (j & 1) ^ 1)  # the value partition is done with the last tile's P
-    p_smem.store(p)
-    a_smem.store(alpha)
-    fence_async_shared()  # P's stores before the value partition's MMA (async proxy) reads them
-    gl.thread_barrier()  # every warp's stores before the arrival
-    mbarrier.arrive(p_ready, count=1)
+    if not EARLY_PV:
+        _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     pa = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     acc = warpgroup_mma(pa, kv_smem.index(s).slice(0, DV, dim=1), acc, is_async=True)
+    if EARLY_PV:  # P V issued first, P handed over while it runs
+        _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
     mbarrier.arrive(empty.index(s), count=1)
@@ -142,7 +152,7 @@ def _store(o, l_i, col0, meta, Out, PO, H, QSTART, stride_o, stride_pos, stride_
 @gluon.jit
 def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO, PL,
             UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr):
+            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, EARLY_PV: gl.constexpr):
     """The score partition (one warpgroup): every tile's S and softmax, O's first DV columns; then the final
     row sums handed over (one more P round), its columns and a split unit's LSEs stored."""
     meta, k0, k1 = _unit(UNITS, UNIT_COLS)
@@ -159,11 +169,11 @@ def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, emp
     for j in range(n_full):
         acc, m_i, l_i = _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
                                     p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
-                                    False)
+                                    False, EARLY_PV)
     for j in range(n_full, n):
         acc, m_i, l_i = _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
                                     p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
-                                    True)
+                                    True, EARLY_PV)
     mbarrier.wait(p_free, (n & 1) ^ 1)
     a_smem.store(l_i)  # the final row sums for the value partition's columns
     gl.thread_barrier()
@@ -206,7 +216,7 @@ def mla_gluon_kernel(
     q_desc, qr_desc, kv_desc, kr_desc, Out, PO, PL, BT, UNITS, QSTART,
     stride_o, stride_pos, stride_por, stride_pls, stride_bt, qk_scale, H,
     PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr,
+    COMPUTE_REGS: gl.constexpr, EARLY_PV: gl.constexpr = False,
 ):
     """Grid: (units,). q's and the latent cache's rows ([N x H, D], [pages x PAGE, D]; D = D_NOPE + rope dims)
     through two descriptors each (TMA blocks are powers of two): the first D_NOPE columns (q_desc: [64, D_NOPE]
@@ -236,7 +246,7 @@ def mla_gluon_kernel(
                    BT, QSTART, stride_bt, H, PAGE, BLOCK_N, STAGES, UNIT_COLS)),
         (_scores, (q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO,
                    PL, UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N, STAGES, DV,
-                   UNIT_COLS)),
+                   UNIT_COLS, EARLY_PV)),
         (_values, (kv_smem, p_smem, a_smem, ready, empty, p_ready, p_free, Out, PO, UNITS, QSTART, H, stride_o,
                    stride_pos, stride_por, BLOCK_N, STAGES, DV, UNIT_COLS)),
     ], [4, 4], [COMPUTE_REGS, COMPUTE_REGS])

@@ -22,6 +22,9 @@ BLOCK_N = 64  # keys a ring slot (64 x 576 bf16: 72 KB)
 STAGES = 2  # ring slots: 2 x 72 KB beside q's 72 KB and P's 8 KB (224.6 KB offline, sm_90, triton 3.6)
 COMPUTE_REGS = 232  # the two compute warpgroups' registers (setmaxnreg; the loader's 4 warps keep 40)
 WAVES = 1  # splits for at most this many programs an SM (one fits: 224.6 KB of shared memory)
+# the score warpgroup's P V issued before P's hand-over to the value warpgroup (which then runs beside the MMA)
+# instead of after it; off until timed (variant triton-mla-gluon-epv)
+EARLY_PV = False
 HALF_PARTIALS = True  # split partial outputs in the batch's dtype (8 MB instead of 16 at 8 x 16k, 128 heads)
 RANK, ROPE = 512, 64  # the latent row the kernel is built and tested for (DeepSeek-V2/V3/R1, Kimi K2)
 RAN = "gluon MLA kernel"  # route_note when the kernel runs the plan
@@ -115,5 +118,5 @@ def run(p) -> None:
         out, po, pl, b.block_table, p.units, p.qstart,
         out.stride(0), po.stride(0), po.stride(1), pl.stride(0), b.block_table.stride(0), p.qk_scale,
         b.num_q_heads, PAGE=b.page_size, BLOCK_N=BLOCK_N, STAGES=STAGES, UNIT_COLS=p.units.shape[1],
-        COMPUTE_REGS=COMPUTE_REGS, num_warps=4,
+        COMPUTE_REGS=COMPUTE_REGS, EARLY_PV=EARLY_PV, num_warps=4,
     )

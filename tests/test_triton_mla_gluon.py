@@ -127,3 +127,41 @@ def test_the_round_script_parses_and_names_existing_variants():
     rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_mla_round.sh")
     assert rc == 0 and "triton-mla-gluon" in default
     assert set(default) <= names and "triton-mla-gluon-f32" in names, set(default) - names
+
+
+@pytest.mark.parametrize("hq,page", [(128, 64), (16, 16)])
+def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, monkeypatch, hq, page):
+    """``triton_mla_gluon.run`` with the kernel replaced by a recorder (no GPU here): one program a unit, every
+    argument of ``mla_gluon_kernel`` bound by position or name, q's and the cache's rows as [rows, 576] with
+    boxes of the nope and rope columns ([64, 512] / [64, 64] for q, [min(page, 64), ...] for the cache)."""
+    pytest.importorskip("triton.experimental.gluon")
+    import inspect
+
+    from attnbench.backends import gluon_mla_kernels as gk
+
+    names = gk.mla_gluon_kernel.arg_names
+    seen = {}
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                bound = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                           for n in names + ["num_warps"]]).bind(*args, **kw)
+                seen.update(grid=grid, **bound.arguments)
+            return launch
+
+    monkeypatch.setattr(gk, "mla_gluon_kernel", Recorder())
+    b = mla(DECODES, hq, page=page)
+    p = TritonBackend(mla_gluon=True, splits=2).plan(b)
+    assert p.gluon and p.num_merge
+    mg.run(p)
+    assert set(names) - {"EARLY_PV"} <= set(seen) and seen["grid"] == (p.units.shape[0],)
+    box = min(page, 64)
+    rows = {"q_desc": (len(DECODES) * hq, [64, 512]), "qr_desc": (len(DECODES) * hq, [64, 64]),
+            "kv_desc": (b.k_cache.shape[0] * page, [box, 512]), "kr_desc": (b.k_cache.shape[0] * page, [box, 64])}
+    for name, (n, block) in rows.items():
+        d = seen[name]
+        assert list(d.shape) == [n, 576] and list(d.strides) == [576, 1] and list(d.block_shape) == block, name
+    assert (seen["H"], seen["PAGE"], seen["BLOCK_N"], seen["UNIT_COLS"]) == (hq, page, 64, 8)
+    assert seen["PO"] is p.po and seen["PL"] is p.pl and seen["QSTART"] is p.qstart and seen["UNITS"] is p.units
+    assert seen["stride_o"] == 512 and seen["stride_por"] == 512 and seen["stride_pls"] == p.pl.stride(0)

@@ -3,7 +3,7 @@ the reference: DeepSeek-V3's latent row (512 + 64), 128 and 16 heads (and 1, 96:
 a request's last unit partial), decodes over contexts of odd lengths (key counts 1, 63, 65, 1000, 16384) in
 shuffled pages of 8 to 256 keys, bf16 and fp16, split by the plan's rule, forced to 1 split or to 3 and 7
 (partials and the merge), float32 or 16-bit partials, 64-key tiles in 2 slots or 32-key tiles in 4, the P V
-issued before or after P's hand-over (EARLY_PV); random
+issued before or after P's hand-over (EARLY_PV), the next tile's S before this tile's softmax (PIPE_S); random
 (never zero) inputs, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
 from __future__ import annotations
 
@@ -68,13 +68,14 @@ def _check(be, batch, launches, runs: int = 2):
     return plan
 
 
-@pytest.mark.parametrize("tiles,slots,half,early", [(64, 2, True, False), (64, 2, False, False), (32, 4, True, False),
-                                                   (64, 2, True, True)],
-                         ids=["n64s2", "n64s2-f32", "n32s4", "n64s2-epv"])
+@pytest.mark.parametrize("tiles,slots,half,early,pipe", [(64, 2, True, False, False), (64, 2, False, False, False),
+                                                        (32, 4, True, False, False), (64, 2, True, True, False),
+                                                        (32, 4, True, True, True)],
+                         ids=["n64s2", "n64s2-f32", "n32s4", "n64s2-epv", "n32s4-ps-epv"])
 @pytest.mark.parametrize("reqs,hq,page,dtype,splits", CASES)
-def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, slots, half, early, launches,
+def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, slots, half, early, pipe, launches,
                                          monkeypatch):
-    _on_hopper(monkeypatch, BLOCK_N=tiles, STAGES=slots, HALF_PARTIALS=half, EARLY_PV=early)
+    _on_hopper(monkeypatch, BLOCK_N=tiles, STAGES=slots, HALF_PARTIALS=half, EARLY_PV=early, PIPE_S=pipe)
     spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=page + hq + len(reqs), device="cuda")
     plan = _check(TritonBackend(mla_gluon=True, splits=splits), batch, launches)

@@ -97,18 +97,33 @@ def _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j):
 
 
 @gluon.jit
-def _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready, p_free,
-                acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
-                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, EARLY_PV: gl.constexpr):
-    """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from k1 on get weight 0),
-    P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back.
-    EARLY_PV: this partition's P V issued before the hand-over (which then runs beside the MMA), not after."""
+def _s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+             STAGES: gl.constexpr):
+    """S = Q K^T of ring tile j issued (its slot waited for), not waited for."""
     s = j % STAGES
     mbarrier.wait(ready.index(s), (j // STAGES) & 1)
     zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     qk = warpgroup_mma(q_smem, kv_smem.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
-    qk = warpgroup_mma(qr_smem, kr_smem.index(s).permute((1, 0)), qk, is_async=True)
-    qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+    return warpgroup_mma(qr_smem, kr_smem.index(s).permute((1, 0)), qk, is_async=True)
+
+
+@gluon.jit
+def _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready,
+                p_free, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, EARLY_PV: gl.constexpr,
+                PIPE_S: gl.constexpr):
+    """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from k1 on get weight 0),
+    P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back;
+    returns (O, m, l, the next S). EARLY_PV: this partition's P V issued before the hand-over (which then runs
+    beside the MMA). PIPE_S: tile j's S came with the tile before (``qk``); tile j + 1's (the last tile's again,
+    discarded) is issued before this tile's softmax and waited for with its P V (two ring slots held at once)."""
+    s = j % STAGES
+    if PIPE_S:
+        nxt = _s_issue(gl.minimum(j + 1, n - 1), q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout, BLOCK_N, STAGES)
+    else:
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready,
+                                                                  s_layout, BLOCK_N, STAGES), ))
+        nxt = qk
     if MASKED:
         qk = gl.where(gl.expand_dims(k0 + j * BLOCK_N + cols < k1, 0), qk, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
@@ -123,10 +138,13 @@ def _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_sm
     acc = warpgroup_mma(pa, kv_smem.index(s).slice(0, DV, dim=1), acc, is_async=True)
     if EARLY_PV:  # P V issued first, P handed over while it runs
         _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    if PIPE_S:
+        acc, nxt = warpgroup_mma_wait(num_outstanding=0, deps=(acc, nxt))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
     mbarrier.arrive(empty.index(s), count=1)
-    return acc, m_new, l_i
+    return acc, m_new, l_i, nxt
 
 
 @gluon.jit
@@ -152,7 +170,8 @@ def _store(o, l_i, col0, meta, Out, PO, H, QSTART, stride_o, stride_pos, stride_
 @gluon.jit
 def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO, PL,
             UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, EARLY_PV: gl.constexpr):
+            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, EARLY_PV: gl.constexpr,
+            PIPE_S: gl.constexpr):
     """The score partition (one warpgroup): every tile's S and softmax, O's first DV columns; then the final
     row sums handed over (one more P round), its columns and a split unit's LSEs stored."""
     meta, k0, k1 = _unit(UNITS, UNIT_COLS)
@@ -166,14 +185,18 @@ def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, emp
     n = gl.cdiv(k1 - k0, BLOCK_N)
     n_full = (k1 - k0) // BLOCK_N  # tiles wholly below k1: no mask (a decode sees every key of its split)
     mbarrier.wait(q_bar, 0)
+    qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    if PIPE_S:
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(0, q_smem, qr_smem, kv_smem, kr_smem, ready,
+                                                                  s_layout, BLOCK_N, STAGES), ))
     for j in range(n_full):
-        acc, m_i, l_i = _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
-                                    p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
-                                    False, EARLY_PV)
+        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
+                                        ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                        DV, BLOCK_N, STAGES, False, EARLY_PV, PIPE_S)
     for j in range(n_full, n):
-        acc, m_i, l_i = _score_tile(j, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
-                                    p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
-                                    True, EARLY_PV)
+        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
+                                        ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
+                                        DV, BLOCK_N, STAGES, True, EARLY_PV, PIPE_S)
     mbarrier.wait(p_free, (n & 1) ^ 1)
     a_smem.store(l_i)  # the final row sums for the value partition's columns
     gl.thread_barrier()
@@ -216,7 +239,7 @@ def mla_gluon_kernel(
     q_desc, qr_desc, kv_desc, kr_desc, Out, PO, PL, BT, UNITS, QSTART,
     stride_o, stride_pos, stride_por, stride_pls, stride_bt, qk_scale, H,
     PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr, EARLY_PV: gl.constexpr = False,
+    COMPUTE_REGS: gl.constexpr, EARLY_PV: gl.constexpr = False, PIPE_S: gl.constexpr = False,
 ):
     """Grid: (units,). q's and the latent cache's rows ([N x H, D], [pages x PAGE, D]; D = D_NOPE + rope dims)
     through two descriptors each (TMA blocks are powers of two): the first D_NOPE columns (q_desc: [64, D_NOPE]
@@ -246,7 +269,7 @@ def mla_gluon_kernel(
                    BT, QSTART, stride_bt, H, PAGE, BLOCK_N, STAGES, UNIT_COLS)),
         (_scores, (q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO,
                    PL, UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N, STAGES, DV,
-                   UNIT_COLS, EARLY_PV)),
+                   UNIT_COLS, EARLY_PV, PIPE_S)),
         (_values, (kv_smem, p_smem, a_smem, ready, empty, p_ready, p_free, Out, PO, UNITS, QSTART, H, stride_o,
                    stride_pos, stride_por, BLOCK_N, STAGES, DV, UNIT_COLS)),
     ], [4, 4], [COMPUTE_REGS, COMPUTE_REGS])

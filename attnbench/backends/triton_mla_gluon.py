@@ -25,6 +25,10 @@ WAVES = 1  # splits for at most this many programs an SM (one fits: 224.6 KB of 
 # the score warpgroup's P V issued before P's hand-over to the value warpgroup (which then runs beside the MMA)
 # instead of after it; off until timed (variant triton-mla-gluon-epv)
 EARLY_PV = False
+# the next tile's S issued before this tile's softmax (the MMA under it), waited for with this tile's P V: the score
+# warpgroup holds two ring slots, so it wants more than 2 (variants triton-mla-gluon-n32s4-ps*: 4 slots of 32 keys;
+# offline no spill there, 8 bytes at 64-key tiles); off until timed
+PIPE_S = False
 HALF_PARTIALS = True  # split partial outputs in the batch's dtype (8 MB instead of 16 at 8 x 16k, 128 heads)
 RANK, ROPE = 512, 64  # the latent row the kernel is built and tested for (DeepSeek-V2/V3/R1, Kimi K2)
 RAN = "gluon MLA kernel"  # route_note when the kernel runs the plan
@@ -118,5 +122,6 @@ def run(p) -> None:
         out, po, pl, b.block_table, p.units, p.qstart,
         out.stride(0), po.stride(0), po.stride(1), pl.stride(0), b.block_table.stride(0), p.qk_scale,
         b.num_q_heads, PAGE=b.page_size, BLOCK_N=BLOCK_N, STAGES=STAGES, UNIT_COLS=p.units.shape[1],
-        COMPUTE_REGS=COMPUTE_REGS, EARLY_PV=EARLY_PV, num_warps=4,
+        COMPUTE_REGS=COMPUTE_REGS, EARLY_PV=EARLY_PV, PIPE_S=PIPE_S,
+        num_warps=4,
     )

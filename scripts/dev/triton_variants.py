@@ -92,7 +92,7 @@ def mla_variant(name: str, **mla):
 
 def mla_gluon_variant(name: str, **consts):
     """``TritonBackend(mla_gluon=True)`` with triton_mla_gluon's module constants (BLOCK_N, STAGES,
-    COMPUTE_REGS, WAVES, HALF_PARTIALS, EARLY_PV) set to ``consts`` while it plans and runs."""
+    COMPUTE_REGS, WAVES, HALF_PARTIALS, EARLY_PV, PIPE_S) set to ``consts`` while it plans and runs."""
     from attnbench.backends import triton_mla_gluon as mg
 
     def __init__(self):
@@ -125,7 +125,7 @@ MLA_VARIANTS = [
 #: issue 33, MLA round 2 (docs/triton_notes.md, the thirteenth session): the Gluon MLA kernel on bf16 decodes
 #: (every other batch as shipped); n32s4 = 32-key tiles in 4 slots (no spill offline); w2 = splits for 2
 #: programs an SM (two waves of one); f32 = float32 split partials; epv = the score warpgroup's P V issued
-#: before P's hand-over
+#: before P's hand-over; ps = the next tile's S issued before this tile's softmax (PIPE_S; two slots held)
 MLA_GLUON_VARIANTS = [
     mla_gluon_variant("triton-mla-gluon"),
     mla_gluon_variant("triton-mla-gluon-n32s4", BLOCK_N=32, STAGES=4),
@@ -133,6 +133,8 @@ MLA_GLUON_VARIANTS = [
     mla_gluon_variant("triton-mla-gluon-f32", HALF_PARTIALS=False),
     mla_gluon_variant("triton-mla-gluon-epv", EARLY_PV=True),
     mla_gluon_variant("triton-mla-gluon-n32s4-epv", BLOCK_N=32, STAGES=4, EARLY_PV=True),
+    mla_gluon_variant("triton-mla-gluon-n32s4-ps", BLOCK_N=32, STAGES=4, PIPE_S=True),
+    mla_gluon_variant("triton-mla-gluon-n32s4-ps-epv", BLOCK_N=32, STAGES=4, PIPE_S=True, EARLY_PV=True),
 ]
 
 VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [

@@ -24,6 +24,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 
+from . import triton_mla_gluon as mg
 from . import triton_step as ts
 from .triton_plan import host_tree_words
 
@@ -62,6 +63,7 @@ class MlaPlan:
     splits_p2: int
     qk_scale: float
     mode: str = ""
+    gluon: bool = False  # the Gluon MLA kernel runs it (triton_mla_gluon.fit passed at plan time)
 
 
 def mla_problems(batch: Batch) -> list[str]:
@@ -180,28 +182,34 @@ def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
 
 
 def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, *,
-         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, wide: bool = False, **config) -> MlaPlan:
+         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, wide: bool = False, gluon: bool = False,
+         **config) -> MlaPlan:
     """The step's tables, as ``build_units`` and ``host_tree_words`` define them, built by the
     cached per-shape parts (``shapes``: the backend's cache; ``MlaShape``) and written into one
     host buffer sent to the device in one copy (``staging``, triton_step.py): units, merge
     rows, context lengths, query starts, tree words. ``wide``: ``default_config``'s overrides
-    (a function of the shape, so taken once per shape), under ``config``'s."""
+    (a function of the shape, so taken once per shape), under ``config``'s. ``gluon`` (issue 33's
+    MLA round 2, off by default): batches triton_mla_gluon.wanted takes get its units
+    (``config_args``, unless ``config`` sets block_m or block_n) and run its Gluon kernel where
+    ``fit`` passes; the mode says which kernel ran (``route_note``)."""
     dev, h = batch.device, batch.host
     shapes = {} if shapes is None else shapes
-    key = ("mla", sms, batch.q.shape, batch.dtype, splits, wide, tuple(sorted(config.items())) if config else (),
+    key = ("mla", sms, batch.q.shape, batch.dtype, splits, wide, gluon, tuple(sorted(config.items())) if config else (),
            h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), ts.tree_key(batch.trees))
     sh = shapes.get(key)
     if sh is None:
         if len(shapes) >= ts.SHAPES:
             shapes.clear()
-        sh = shapes[key] = MlaShape(batch, choose_config(batch, **{**(default_config(batch) if wide else {}), **config}),
-                                    sms, splits)
+        kw = {**(default_config(batch) if wide else {}), **config}
+        if gluon and not {"block_m", "block_n"} & config.keys() and mg.wanted(batch):
+            kw = mg.config_args()
+        sh = shapes[key] = MlaShape(batch, choose_config(batch, **kw), sms, splits)
     staging = staging or ts.Staging()
     buf, lay = sh.fill(batch, staging)
     d_buf = staging.send(buf, dev)
     nb, cfg, rank, r, s = len(h.query_lens), sh.cfg, batch.spec.kv_lora_rank, lay.r, lay.smax
     pdt = batch.dtype if cfg.half_partials else torch.float32  # split partials (16-bit: option half_partials)
-    return MlaPlan(
+    p = MlaPlan(
         batch=batch, cfg=cfg, units=d_buf.as_strided((lay.nu, mk_cols), (mk_cols, 1), lay.at),
         merge=d_buf.as_strided((max(r, 1), 2), (2, 1), sh.fixed), num_merge=r,
         ctx=d_buf.as_strided((nb,), (1,), sh.ctx_at), qstart=d_buf.as_strided((nb,), (1,), sh.qstart_at),
@@ -214,6 +222,11 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         qk_scale=batch.scale * LOG2E,
         mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + lay.mode,
     )
+    if gluon:
+        note = sh.gluon_note(p)
+        p.gluon = note == mg.RAN
+        p.mode = "; ".join(m for m in (p.mode, note) if m)
+    return p
 
 
 mk_cols = 8  # the MLA unit table's columns (triton_mla_kernels.UNIT_COLS)
@@ -247,6 +260,16 @@ class MlaShape:
         self.fixed = self.ctx_at + ts.al(nb)
         self.layouts: dict = {}
         self.first = h.query_start_loc[req] * heads + self.row0
+        self.notes: dict = {}
+
+    def gluon_note(self, p: "MlaPlan") -> str:
+        """triton_mla_gluon.route_note, once per device and q / cache layout of the shape."""
+        b = p.batch
+        key = (b.device, b.q.stride(), b.q.data_ptr() % 16, b.k_cache.shape, b.k_cache.stride(),
+               b.k_cache.data_ptr() % 16, b.k_cache.dtype)
+        if key not in self.notes:
+            self.notes[key] = mg.route_note(p)
+        return self.notes[key]
 
     def fill(self, batch: Batch, staging: ts.Staging):
         """This step's tables in one host buffer: ``(buffer, its MlaLayout)``."""
@@ -321,6 +344,23 @@ def run(p: MlaPlan) -> torch.Tensor:
     from . import triton_mla_kernels as mk
 
     b, cfg = p.batch, p.cfg
+    out = p.out.view(-1, b.v_head_dim)
+    if p.gluon:
+        mg.run(p)
+    else:
+        _launch(p, mk)
+    if p.num_merge:
+        mk.mla_merge_kernel[(p.num_merge,)](
+            p.po, p.pl, out, p.merge,
+            p.po.stride(0), p.po.stride(1), p.pl.stride(0), out.stride(0),
+            D_NOPE=b.spec.kv_lora_rank, SPLITS=p.splits_p2, num_warps=4,
+        )
+    return p.out
+
+
+def _launch(p: MlaPlan, mk) -> None:
+    """triton_mla_kernels.mla_attention_kernel over the plan's units (x value programs)."""
+    b, cfg = p.batch, p.cfg
     q = b.q.reshape(b.num_tokens * b.num_q_heads, b.head_dim)
     kv = b.k_cache
     out = p.out.view(-1, b.v_head_dim)
@@ -335,10 +375,3 @@ def run(p: MlaPlan) -> torch.Tensor:
         TAIL_STAGES=cfg.tail_stages or None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if p.num_merge:
-        mk.mla_merge_kernel[(p.num_merge,)](
-            p.po, p.pl, out, p.merge,
-            p.po.stride(0), p.po.stride(1), p.pl.stride(0), out.stride(0),
-            D_NOPE=b.spec.kv_lora_rank, SPLITS=p.splits_p2, num_warps=4,
-        )
-    return p.out

@@ -116,7 +116,8 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool | str] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 kv_a: str = "", tree: str = TREE, k_words: bool = False, **config: Any) -> None:
+                 kv_a: str = "", tree: str = TREE, k_words: bool = False, mla_gluon: bool = False,
+                 **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -155,19 +156,16 @@ class TritonBackend(Backend):
         run gluon_tree_kernels.py's warp-specialized kernel (issue 33's tree round 1: 8 x 40-node trees at
         4k / 16k, page 16, H200, 61.5 / 199.6 us against 106.0 / 350.0; FP8 e4m3 caches since round 2: 69.8 / 210.2
         us against 132.0 / 449.5); "": the one-launch kernel.
-        ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units,
-        value halves); False: round 1's config for every MLA batch.
+        ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units, value halves);
+        False: round 1's config. ``mla_gluon`` (off, MLA round 2): triton_mla_gluon.wanted's batches run Gluon's.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
         block_nf / maxnreg / fp8_split: FP8's decode split scale, default 1.9)."""
-        self.splits = splits
-        self.fused_merge = fused_merge
-        self.kv_major = kv_major
-        self.half_partials = half_partials
+        self.splits, self.fused_merge, self.kv_major, self.half_partials = splits, fused_merge, kv_major, half_partials
         self.fp8_f16 = fp8_f16
         self.v_pairs = v_pairs
         self.v_words, self.k_words = v_words, k_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
-        self.mla_wide = mla_wide
+        self.mla_wide, self.mla_gluon = mla_wide, mla_gluon
         _check_options(kv_a, tree, v_words)
         self.kv_a, self.tree = kv_a, tree
         self.config = config
@@ -201,7 +199,7 @@ class TritonBackend(Backend):
         dev = batch.device
         if is_mla(batch):
             return triton_mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", self.splits, shapes=self._shapes,
-                                   staging=self._staging, wide=self.mla_wide)
+                                   staging=self._staging, wide=self.mla_wide, gluon=self.mla_gluon)
         hkv, window = batch.num_kv_heads, tf.window_of(batch)
         want_pos = window > 0 or getattr(batch, "alibi_slopes", None) is not None  # tf.needs_positions
         cfg, sh, half, notes = self._shape(batch, want_pos, window)

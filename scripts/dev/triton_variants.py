@@ -90,6 +90,19 @@ def mla_variant(name: str, **mla):
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "plan": plan})
 
 
+def mla_gluon_variant(name: str, **consts):
+    """``TritonBackend(mla_gluon=True)`` with triton_mla_gluon's module constants (BLOCK_N, STAGES,
+    COMPUTE_REGS, WAVES, HALF_PARTIALS, EARLY_PV, PIPE_S) set to ``consts`` while it plans and runs."""
+    from attnbench.backends import triton_mla_gluon as mg
+
+    def __init__(self):
+        TritonBackend.__init__(self, mla_gluon=True)
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
+                                                            "plan": with_constants(mg, consts, TritonBackend.plan),
+                                                            "run": with_constants(mg, consts, TritonBackend.run)})
+
+
 #: issue 33, MLA round 1 (docs/triton_notes.md): v2 = two programs per unit, half the value dims
 #: each; m128 = units up to 128 rows (one 128-head token; 8 warps, 64 rows a warpgroup) with an
 #: unpipelined masked tail (t1: trees fit shared memory); w1/w2 = splits for at most 1/2
@@ -109,7 +122,22 @@ MLA_VARIANTS = [
     mla_variant("triton-mla-st3", num_stages=3),
 ]
 
-VARIANTS = MLA_VARIANTS + [
+#: issue 33, MLA round 2 (docs/triton_notes.md, the thirteenth session): the Gluon MLA kernel on bf16 decodes
+#: (every other batch as shipped); n32s4 = 32-key tiles in 4 slots (no spill offline); w2 = splits for 2
+#: programs an SM (two waves of one); f32 = float32 split partials; epv = the score warpgroup's P V issued
+#: before P's hand-over; ps = the next tile's S issued before this tile's softmax (PIPE_S; two slots held)
+MLA_GLUON_VARIANTS = [
+    mla_gluon_variant("triton-mla-gluon"),
+    mla_gluon_variant("triton-mla-gluon-n32s4", BLOCK_N=32, STAGES=4),
+    mla_gluon_variant("triton-mla-gluon-w2", WAVES=2),
+    mla_gluon_variant("triton-mla-gluon-f32", HALF_PARTIALS=False),
+    mla_gluon_variant("triton-mla-gluon-epv", EARLY_PV=True),
+    mla_gluon_variant("triton-mla-gluon-n32s4-epv", BLOCK_N=32, STAGES=4, EARLY_PV=True),
+    mla_gluon_variant("triton-mla-gluon-n32s4-ps", BLOCK_N=32, STAGES=4, PIPE_S=True),
+    mla_gluon_variant("triton-mla-gluon-n32s4-ps-epv", BLOCK_N=32, STAGES=4, PIPE_S=True, EARLY_PV=True),
+]
+
+VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     # issue 33's defaults round (docs/triton_notes.md): the old defaults, each new default alone
     # undone, and the FP8 split rule's neighbours (``fp8_split``: FP8's programs per SM relative to
     # 16-bit's, default 1.9 = 0.95 x the bytes ratio: 8 x 16k on 132 SMs 8 splits; x0.5 5, x1 (the

@@ -1,0 +1,99 @@
+"""The Gluon MLA kernel (issue 33, MLA round 2; attnbench/backends/gluon_mla_kernels.py) on a Hopper GPU against
+the reference: DeepSeek-V3's latent row (512 + 64), 128 and 16 heads (and 1, 96: a unit's rows short of 64 or
+a request's last unit partial), decodes over contexts of odd lengths (key counts 1, 63, 65, 1000, 16384) in
+shuffled pages of 8 to 256 keys, bf16 and fp16, split by the plan's rule, forced to 1 split or to 3 and 7
+(partials and the merge), float32 or 16-bit partials, 64-key tiles in 2 slots or 32-key tiles in 4, the P V
+issued before or after P's hand-over (EARLY_PV), the next tile's S before this tile's softmax (PIPE_S); random
+(never zero) inputs, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.backends import triton_mla_gluon as mg
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+ODD = tuple(Request("decode", 1, c) for c in (999, 62, 0, 64, 16383))  # 1000, 63, 1, 65, 16384 keys
+LONG = tuple(Request("decode", 1, 16383) for _ in range(8))  # the target's shape: 8 x 16k
+CASES = [  # requests, q heads, page, dtype, splits
+    (ODD, 128, 64, "bfloat16", None),
+    (ODD, 128, 64, "bfloat16", 1),  # no split: the output stored by the kernel
+    (ODD, 128, 16, "bfloat16", 7),
+    (ODD, 16, 64, "bfloat16", None),
+    (ODD, 16, 8, "float16", 3),
+    (ODD, 16, 256, "bfloat16", 1),
+    (ODD, 96, 32, "bfloat16", None),  # 64 + 32 rows a request
+    (ODD, 1, 128, "float16", 3),  # one head: 63 rows of q past the batch's own (zero-filled by the TMA)
+    (LONG, 128, 64, "bfloat16", None),
+    (LONG, 16, 64, "bfloat16", None),
+]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    seen = []
+    real = mg.run
+
+    def counting(p):
+        seen.append(p.units.shape[0])
+        return real(p)
+
+    monkeypatch.setattr(mg, "run", counting)
+    return seen
+
+
+def _on_hopper(monkeypatch, **consts):
+    """Skip off Hopper (the kernel is written for sm_90), then set triton_mla_gluon's constants ``consts``."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon MLA kernel is written for Hopper (sm_90)")
+    for name, value in consts.items():
+        monkeypatch.setattr(mg, name, value)
+
+
+def _check(be, batch, launches, runs: int = 2):
+    plan = be.plan(batch)
+    assert plan.gluon and mg.RAN in plan.mode, plan.mode
+    ref = reference_attention(batch)[0]
+    for _ in range(runs):
+        plan.out.fill_(float("nan"))  # every element must be written
+        out = be.run(plan)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any()
+        rel = compare(out, ref)[0]
+        assert launches and rel < 1e-2, (launches, rel)
+    return plan
+
+
+@pytest.mark.parametrize("tiles,slots,half,early,pipe", [(64, 2, True, False, False), (64, 2, False, False, False),
+                                                        (32, 4, True, False, False), (64, 2, True, True, False),
+                                                        (32, 4, True, True, True)],
+                         ids=["n64s2", "n64s2-f32", "n32s4", "n64s2-epv", "n32s4-ps-epv"])
+@pytest.mark.parametrize("reqs,hq,page,dtype,splits", CASES)
+def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, slots, half, early, pipe, launches,
+                                         monkeypatch):
+    _on_hopper(monkeypatch, BLOCK_N=tiles, STAGES=slots, HALF_PARTIALS=half, EARLY_PV=early, PIPE_S=pipe)
+    spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
+    batch = materialize(spec, seed=page + hq + len(reqs), device="cuda")
+    plan = _check(TritonBackend(mla_gluon=True, splits=splits), batch, launches)
+    if splits and splits > 1:
+        assert plan.num_merge > 0
+    if splits == 1:
+        assert plan.num_merge == 0
+
+
+def test_refused_batches_keep_the_triton_kernel(launches, monkeypatch):
+    """An MTP chain keeps the Triton MLA kernel with the option on (and matches the reference)."""
+    _on_hopper(monkeypatch)
+    from attnbench.workload.trees import chain
+
+    spec = BatchSpec((Request("tree", 3, 1000, tuple(chain(2))),) * 2, 128, 1, 576, "bfloat16", 64, "shuffled",
+                     attention="mla", kv_lora_rank=512, rope_dim=64)
+    batch = materialize(spec, seed=1, device="cuda")
+    be = TritonBackend(mla_gluon=True)
+    plan = be.plan(batch)
+    assert not plan.gluon and "not a batch of decodes alone" in plan.mode
+    assert compare(be.run(plan), reference_attention(batch)[0])[0] < 1e-2 and not launches

@@ -101,7 +101,7 @@ def test_plan_samples_are_taken_in_every_round_and_plan_ms_is_their_median(monke
     assert len(first) == host_samples.HOST_MAX_RUNS // 2  # a cheap plan: the first half's count, not its time
     for r in steps[1: rounds + 1]:
         new = len(r["samples"]) - len(first)
-        assert new >= 1 and r["calls"] == new + 1  # one untimed call, then its share of the samples
+        assert new >= 1 and r["calls"] > new  # untimed calls, then its share of the samples
         assert r["samples"][: len(first)] == first  # added, in order
         first = r["samples"]
     samples = row.timing.plan_samples_ms
@@ -124,7 +124,7 @@ def test_the_plan_timing_stays_within_one_windows_budget(monkeypatch, ms):
     assert warm_up >= 2
     after_warm_up = sum(s.get("calls", 0) for s in steps) - 1 - warm_up
     assert after_warm_up * ms <= min(host_samples.HOST_BUDGET_MS, 100) + ms
-    sampled = sum(s["calls"] >= 2 for s in steps[1:5])  # rounds that took a sample after their untimed call
+    sampled = sum(len(b["samples"]) > len(a["samples"]) for a, b in zip(steps[:4], steps[1:5]))  # rounds that did
     if ms < 1:
         assert sampled == 4  # a cheap plan: its share of the count in every round
     elif ms <= 3.0:
@@ -144,13 +144,13 @@ def test_a_row_that_fails_in_its_first_round_keeps_the_plan_samples_of_its_prepa
 
 
 def test_the_convert_is_spread_alike(monkeypatch):
-    """sdpa converts (its K/V gather): its convert calls are timed in the rounds too (one untimed, then
+    """sdpa converts (its K/V gather): its convert calls are timed in the rounds too (untimed ones, then
     samples), within the same count."""
     row, steps = _steps(monkeypatch, rounds=4, measure_ms=20)
     first = steps[0]["convert_samples"]
     assert 1 <= len(first) <= host_samples.HOST_MAX_RUNS // 2
     for r in steps[1:5]:
         new = len(r["convert_samples"]) - len(first)
-        assert new >= 1 and r["converts"] == new + 1 and r["convert_samples"][: len(first)] == first
+        assert new >= 1 and r["converts"] > new and r["convert_samples"][: len(first)] == first
         first = r["convert_samples"]
     assert row.timing.convert_samples_ms == first and len(first) <= host_samples.HOST_MAX_RUNS

@@ -7,9 +7,8 @@ after the warm-up: a first estimate, and all that a row ending before its rounds
 few after each round's kernel timing (``round``), spread evenly over the rounds; the row's plan_ms is the
 median of all of them (``HostTimes.timed``, after every round). The budget is what the single window had:
 ``budget_ms`` of timed calls and ``max_runs`` calls at most, after the same warm-up; a round's share of it
-pays for one untimed call before its samples too (the kernel's calls just ran: the plan's code and data
-are no longer in the caches the first window's calls found them in), and a slow host call that would
-overrun what is left is not made again. Each call is one engine step (``Batch.new_step`` first).
+pays for its own untimed calls too (``ROUND_WARMUP_MS``), and a slow host call that would overrun what is
+left is not made again. Each call is one engine step (``Batch.new_step`` first).
 """
 from __future__ import annotations
 
@@ -26,6 +25,12 @@ from attnbench.store.row_parts import RowTiming
 
 HOST_BUDGET_MS = 50.0  # a row's timed host calls of one kind at most (less where its measure budget is)
 HOST_MAX_RUNS = 20
+# Untimed calls before a round's samples (at least one, 20 at most): after other work the plan's first
+# calls run slower again. Triton's tree-costs plans (~75 us a call) on the 2-core CPU host this was written
+# on, 3 ms of matmuls before each round, 12 cases x 4: the rounds' samples read 1.59x the one window's
+# median (per row, the median ratio) after one untimed call, 1.22x after 0.5 ms of them, 1.08x after 1 ms,
+# 1.06x after 2 ms. The GPU host's may differ: host_timing_probe.py --round-warmup-ms measures it there.
+ROUND_WARMUP_MS = 1.0
 
 
 @dataclass
@@ -37,6 +42,7 @@ class HostSampler:
     budget_ms: float
     rounds: int  # the row's timing rounds (``round`` is called once after each)
     max_runs: int = HOST_MAX_RUNS
+    round_warmup_ms: float = ROUND_WARMUP_MS
     samples: list = field(default_factory=list)  # ms, in the order they were taken
     spent_ms: float = 0.0  # of the budget
     rounds_seen: int = 0
@@ -63,12 +69,13 @@ class HostSampler:
         i, self.rounds_seen = self.rounds_seen, self.rounds_seen + 1
         n, est = self.quota(i), statistics.median(self.samples)
         left = self.budget_ms - self.spent_ms
-        if n < 1 or left < 2 * est:  # its untimed call and one sample must fit in what is left
+        warm_ms = max(est, min(self.round_warmup_ms, HOST_MAX_RUNS * est))  # what its untimed calls cost
+        if n < 1 or left < warm_ms + est:  # they and one sample must fit in what is left
             return
         sampling_left = min(self.rounds - i, self.later - i * self.later // self.rounds)
         t0 = time.perf_counter()
-        self.samples += time_host(self.fn, self.device, left / sampling_left - est, max_runs=n,
-                                  warmup_ms=0.0, min_warmup=1)
+        self.samples += time_host(self.fn, self.device, left / sampling_left - warm_ms, max_runs=n,
+                                  warmup_ms=self.round_warmup_ms, min_warmup=1, max_warmup=HOST_MAX_RUNS)
         self.spent_ms += (time.perf_counter() - t0) * 1e3
 
 

@@ -152,7 +152,7 @@ def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monke
     import time
 
     from attnbench.measure import timing
-    from attnbench.measure.timing import TimingConfig, time_run
+    from attnbench.measure.timing import TimingConfig, cpu_threads, time_run
 
     state = {"calls": 0, "frozen": False, "stuck": {5}}
 
@@ -173,7 +173,8 @@ def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monke
 
     monkeypatch.setattr(timing.time, "thread_time_ns", stuck(time.thread_time_ns))
     cfg = TimingConfig(cpu_clock="thread", warmup_ms=0, measure_ms=1, min_runs=8, max_runs=8)
-    res = time_run(work, torch.device("cpu"), cfg)
+    with cpu_threads(torch.device("cpu"), 1):  # as rows run: torch's second thread would be other threads' work
+        res = time_run(work, torch.device("cpu"), cfg)
     assert res.method == "cpu-thread" and len(res.samples_ms) == 7 and min(res.samples_ms) > 0
     assert "1 of 8 calls read 0 ms on the thread CPU clock" in res.note
     state.update(calls=0, stuck=set(range(1, 100)))  # neither CPU clock moves (the thread's alone: the process's)

@@ -11,6 +11,7 @@ import statistics
 import time
 
 import pytest
+import torch
 
 from attnbench.backend import registry
 from attnbench.backends.sdpa import SdpaBackend
@@ -154,3 +155,22 @@ def test_the_convert_is_spread_alike(monkeypatch):
         assert new >= 1 and r["converts"] > new and r["convert_samples"][: len(first)] == first
         first = r["convert_samples"]
     assert row.timing.convert_samples_ms == first and len(first) <= host_samples.HOST_MAX_RUNS
+
+
+def test_more_rounds_than_calls_left_spread_them_evenly(monkeypatch):
+    """20 rounds (the gate's) and 10 calls left after the first half: one every other round, through the last
+    round, not all in the first ten."""
+    monkeypatch.setattr(timing, "time", CLOCK)
+    monkeypatch.setattr(host_samples, "time", CLOCK)
+
+    def plan():
+        CLOCK.now += 0.1e-3
+
+    sampler = host_samples.HostSampler(plan, torch.device("cpu"), budget_ms=50.0, rounds=20)
+    sampler.first()
+    counts = []
+    for _ in range(20):
+        n = len(sampler.samples)
+        sampler.round()
+        counts.append(len(sampler.samples) - n)
+    assert counts == [0, 1] * 10 and len(sampler.samples) == host_samples.HOST_MAX_RUNS

@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnbench.backends.sdpa import SdpaBackend
 from attnbench.cli import app
 
 from .test_cli import TINY
@@ -151,7 +152,7 @@ def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monke
     import time
 
     from attnbench.measure import timing
-    from attnbench.measure.timing import TimingConfig, time_run
+    from attnbench.measure.timing import TimingConfig, cpu_threads, time_run
 
     state = {"calls": 0, "frozen": False, "stuck": {5}}
 
@@ -172,7 +173,8 @@ def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monke
 
     monkeypatch.setattr(timing.time, "thread_time_ns", stuck(time.thread_time_ns))
     cfg = TimingConfig(cpu_clock="thread", warmup_ms=0, measure_ms=1, min_runs=8, max_runs=8)
-    res = time_run(work, torch.device("cpu"), cfg)
+    with cpu_threads(torch.device("cpu"), 1):  # as rows run: torch's second thread would be other threads' work
+        res = time_run(work, torch.device("cpu"), cfg)
     assert res.method == "cpu-thread" and len(res.samples_ms) == 7 and min(res.samples_ms) > 0
     assert "1 of 8 calls read 0 ms on the thread CPU clock" in res.note
     state.update(calls=0, stuck=set(range(1, 100)))  # neither CPU clock moves (the thread's alone: the process's)
@@ -180,3 +182,74 @@ def test_a_call_the_thread_clock_did_not_advance_over_is_left_out_and_said(monke
     res = time_run(work, torch.device("cpu"), cfg)
     assert res.method == "cpu" and len(res.samples_ms) == 8 and min(res.samples_ms) > 0
     assert "8 of 8 calls read 0 ms" in res.note and "wall clock" in res.note
+
+
+class _StuckSdpa(SdpaBackend):
+    """sdpa whose calls the test's stuck thread clock does not advance over, in the rounds it names."""
+
+    name = "sdpa-stuck"
+    stuck: dict = {}  # round (1-based) -> its kernel calls (1-based) that read 0 ms
+    state = {"step": 0, "calls": 0, "frozen": False}
+
+    def run(self, p):
+        s = type(self).state
+        s["calls"] += 1
+        s["frozen"] = s["calls"] in type(self).stuck.get(s["step"] - 1, ())  # step 1 is the prepare
+        return super().run(p)
+
+
+@pytest.mark.parametrize("stuck,said", [
+    ({1: {5}}, "1 of 24 calls"),  # an early round's drop: the last round's note alone named nothing
+    ({1: {5}, 3: {4, 6}}, "3 of 24 calls"),  # summed, said once
+])
+def test_calls_the_thread_clock_did_not_advance_over_are_said_over_every_round(monkeypatch, stuck, said):
+    """A row timed in 3 rounds of 8 calls (one untimed estimate first): calls of its first round (and its last)
+    read 0 ms on the thread clock; the row leaves them out of its samples and its note counts them all."""
+    from attnbench.backend import registry
+    from attnbench.execute.options import RunOptions
+    from attnbench.execute.runner import Runner
+    from attnbench.measure import timing
+    from attnbench.workload.scenario import load_text
+
+    real = timing.time.thread_time_ns
+    last = [0]
+
+    def clock():
+        if not _StuckSdpa.state["frozen"]:
+            last[0] = real()
+        return last[0]
+
+    def on_step(row, ended):
+        if not ended:
+            _StuckSdpa.state.update(step=_StuckSdpa.state["step"] + 1, calls=0, frozen=False)
+
+    monkeypatch.setattr(timing.time, "thread_time_ns", clock)
+    _StuckSdpa.stuck, _StuckSdpa.state = stuck, {"step": 0, "calls": 0, "frozen": False}
+    registry.register(_StuckSdpa)
+    sets = ["sweep={}", "timing.rounds=3", "timing.warmup_ms=0", "timing.min_runs=24", "timing.max_runs=24"]
+    try:
+        (row,) = Runner(load_text(TINY, "tiny.yaml", sets), RunOptions(backends=[_StuckSdpa.name]), on_step).rows()
+    finally:
+        registry._EXTRA.pop(_StuckSdpa.name, None)
+    dropped = int(said.split()[0])
+    assert row.status == "ok" and row.timing.timing_method == "cpu-thread", (row.status, row.reason)
+    assert row.timing.n == 24 - dropped and min(row.timing.samples_ms) > 0
+    assert f"{said} read 0 ms on the thread CPU clock" in row.timing.timing_note, row.timing.timing_note
+    assert row.timing.timing_note.count("read 0 ms") == 1
+
+
+def test_a_rows_note_sums_what_its_rounds_left_out_per_clock():
+    """The wording over rounds: counts summed per clock, a round timed by the wall clock named, the last
+    round's own note kept (or, where it said nothing, the latest earlier one)."""
+    from attnbench.measure.left_out import LeftOut, left_out_note, row_note
+
+    moved = "other threads of the process worked during the calls"
+    one = "1 of 8 calls read 0 ms on the thread CPU clock (it did not advance over the call): left out"
+    passes = [(one, LeftOut("thread", 8, 1)), (moved, LeftOut("process", 8, 0)), ("", LeftOut("process", 8, 2))]
+    assert left_out_note([LeftOut("thread", 8, 1)]) == one
+    assert row_note(passes) == f"{moved}; {one}; 2 of 16 calls read 0 ms on the process CPU clock (it did not " \
+                               "advance over the call): left out"
+    walled = left_out_note([LeftOut("thread", 8, 8), LeftOut("thread", 8, 1), None])
+    assert walled.startswith("9 of 16 calls read 0 ms") and "the 1 of its 2 rounds where it never advanced" in walled
+    assert left_out_note([LeftOut("thread", 8, 8)]).endswith("left out; timed by the wall clock")
+    assert row_note([("graph capture failed", None)]) == "graph capture failed" and row_note([]) == ""

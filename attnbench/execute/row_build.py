@@ -21,16 +21,17 @@ def host_timed(timing: RowTiming, plan_ms: Sequence[float], convert_ms: Sequence
 
 
 def kernel_timed(timing: RowTiming, samples: Sequence[float], round_medians: Sequence[float], last: TimingResult,
-                 extra_note: str = "") -> RowTiming:
+                 timer_note: str = "", extra_note: str = "") -> RowTiming:
     """``timing`` with the kernel's samples over every round (ms), their statistics, the plan +
-    kernel step, and how the last round was timed; ``extra_note`` (what the graph check found)
-    follows the timer's note."""
+    kernel step (``timing``'s plan_ms: all its samples are in), and how the last round was timed;
+    ``timer_note``: what the timer said over every round (``measure.left_out.row_note``), then
+    ``extra_note`` (what the graph check found)."""
     s = Summary.of(samples)
     return replace(
         timing, samples_ms=kept(samples), round_medians_ms=kept(round_medians),
         median_ms=s.median, p20_ms=s.p20, p80_ms=s.p80, min_ms=s.min, iqr_rel=s.iqr_rel, n=s.n,
         step_ms=timing.plan_ms + s.median, timing_method=last.method, cold_l2=last.cold_l2, flush=last.flush,
-        timing_note="; ".join(x for x in (last.note, extra_note) if x),
+        timing_note="; ".join(x for x in (timer_note, extra_note) if x),
     )
 
 

@@ -30,11 +30,13 @@ from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
-from attnbench.execute.row_build import host_timed, kernel_timed, profile_part, roofline_part
+from attnbench.execute.row_build import kernel_timed, profile_part, roofline_part
+from attnbench.execute.host_samples import HOST_BUDGET_MS, HostTimes
 from attnbench.store.row_parts import RowRoofline
 from attnbench.measure.checksum import checksum, count_differing
 from attnbench.measure.graph_check import GraphCheck
-from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_host, time_run
+from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, time_run
+from attnbench.measure.left_out import row_note
 from attnbench.measure.poison import fresh_memory_marked, poison_allocator
 from attnbench.execute.error_text import error_text as _error_text
 
@@ -319,14 +321,14 @@ class Runner:
             return
         good = checksum(out)
         del out
-        # convert (what the library cannot read natively) and plan (the engine's step) apart
-        # each timed call is one engine step: what a step rebuilds is not reused from the last (Batch.new_step)
-        host_ms = min(50.0, cfg.measure_ms)  # host timing within the row's budget too
-        conv = time_host(lambda: (batch.new_step(), be.convert(batch)), batch.device, host_ms) if be.converts() else []
-        plans = time_host(lambda: (batch.new_step(), be.plan(converted)), batch.device, host_ms)
-        row.timing = host_timed(row.timing, plans, conv)
+        # convert (what the library cannot read natively) and plan (the engine's step) apart, half of their
+        # calls now and the rest over the rounds (execute/host_samples.py); within the row's budget too
+        host = HostTimes(be, batch, converted, min(HOST_BUDGET_MS, cfg.measure_ms), cfg.rounds)
+        host.first()
+        row.timing = host.timed(row.timing)
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None
-        return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check)
+        return _Live(row, be, plan, batch, getattr(plan, "capturable", cls.capturable), good_sum=good, graph_check=check,
+                     host=host)
 
     def _measure(self, live: "_Live", cfg: TimingConfig) -> None:
         """One timing pass (a round); its samples add to the row's."""
@@ -340,12 +342,15 @@ class Runner:
         live.round_medians.append(Summary.of(live.last.samples_ms).median)
         bad, checked = count_differing(live.last.checksums, live.good_sum)
         live.calls_bad, live.calls_checked = live.calls_bad + bad, live.calls_checked + checked
+        live.notes.append((live.last.note, live.last.left_out))
+        live.host.round()  # after the kernel's pass: with one round too, the host calls lie on both sides of it
+        live.row.timing = live.host.timed(live.row.timing)
 
     def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:
         """Statistics of all samples, the check of the timed output, roofline, profile."""
         row, be, plan, batch, res = live.row, live.be, live.plan, live.batch, live.last
         graph_note = live.graph_check.note if live.graph_check is not None else ""
-        row.timing = kernel_timed(row.timing, live.samples, live.round_medians, res, graph_note)
+        row.timing = kernel_timed(row.timing, live.samples, live.round_medians, res, row_note(live.notes), graph_note)
         st2, reason2, _, _ = check_output(res.output, ref, batch, row.correctness.tolerance or tol)
         if st2 is Status.OK and live.graph_problem:
             st2, reason2 = Status.MISMATCH, live.graph_problem
@@ -388,3 +393,5 @@ class _Live:
     graph_checked: bool = False
     graph_problem: str = ""
     calls_checked: int = 0
+    host: Optional[HostTimes] = None  # the plan's and convert's samplers, a share each round
+    notes: list = field(default_factory=list)  # each round's timer note and the calls it left out

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from attnbench.measure.checksum import checksum
+from attnbench.measure.left_out import LeftOut, advanced, left_out_note
 from attnbench.workload.timing_spec import FLUSH_MODES, SOFT_MIN_RUNS, TimingConfig
 
 
@@ -36,6 +37,7 @@ class TimingResult:
     checksums: Optional[torch.Tensor] = None  # [n, 4] per timed call (measure/checksum.py), CPU
     flush: str = ""  # how the L2 was emptied before each timed call ("": it was not, warm L2 or a CPU)
     graph_problem: str = ""  # what measure/graph_check.py found wrong with the captured graph
+    left_out: Optional[LeftOut] = None  # CPU clocks: the calls it did not advance over (measure/left_out.py)
 
 
 def _counts(estimate_ms: float, cfg: TimingConfig) -> tuple[int, int]:
@@ -124,21 +126,12 @@ def time_cpu(run: Callable[[], torch.Tensor], cfg: TimingConfig) -> TimingResult
     wall, process, thread = (list(c) for c in zip(*timed))
     note = other_threads_note(thread, process, wall)
     clock = "process" if note or cfg.cpu_clock == "process" else "thread"
-    samples, note = _advanced(process if clock == "process" else thread, clock, note)
+    samples, gap = advanced(process if clock == "process" else thread, clock)
+    note = "; ".join(x for x in (note, left_out_note([gap])) if x)
     if not samples:  # the CPU clock never moved: the wall clock times the calls
-        return TimingResult(wall, "cpu", cold_l2=False, output=out, checksums=_stacked(sums), note=note)
-    return TimingResult(samples, CPU_METHODS[clock], cold_l2=False, output=out, checksums=_stacked(sums), note=note)
-
-
-def _advanced(samples: list[float], clock: str, note: str) -> tuple[list[float], str]:
-    """The samples a CPU clock advanced over (a call of real work read 0.0 ms on a thread clock once in a CI
-    run, twelfth session: no time, so not a sample), and the note saying how many were left out."""
-    kept = [x for x in samples if x > 0]
-    if len(kept) == len(samples):
-        return samples, note
-    said = (f"{len(samples) - len(kept)} of {len(samples)} calls read 0 ms on the {clock} CPU clock (it did not "
-            "advance over the call): left out" + ("" if kept else "; timed by the wall clock"))
-    return kept, f"{note}; {said}" if note else said
+        return TimingResult(wall, "cpu", cold_l2=False, output=out, checksums=_stacked(sums), note=note, left_out=gap)
+    return TimingResult(samples, CPU_METHODS[clock], cold_l2=False, output=out, checksums=_stacked(sums), note=note,
+                        left_out=gap)
 
 
 def _stacked(sums: list) -> Optional[torch.Tensor]:
@@ -356,7 +349,7 @@ def cpu_threads(device: torch.device, threads: int):
 
 
 def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float = 50.0, max_runs: int = 20,
-              warmup_ms: float = 10.0, min_warmup: int = 2) -> list[float]:
+              warmup_ms: float = 10.0, min_warmup: int = 2, max_warmup: Optional[int] = None) -> list[float]:
     """Synchronized host wall time of ``fn`` (a backend's plan or convert), in ms; a few samples.
 
     The first calls are not timed: at least ``min_warmup``, and more until ``warmup_ms`` have
@@ -365,7 +358,7 @@ def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float =
     convert read 2.8-9.7 ms in the first case of a quickstart run and 1.0-1.3 ms in the
     others, in 9 of 10 runs, when the first calls were timed (issue 24). Then samples until
     ``budget_ms`` is spent (at least one, at most ``max_runs``): a slow convert is not timed 3
-    times over the row's budget (issue 26)."""
+    times over the row's budget (issue 26). ``max_warmup`` caps the warm-up calls apart (default: ``max_runs``)."""
     cuda = torch.device(device).type == "cuda"
 
     def once() -> float:
@@ -378,7 +371,7 @@ def time_host(fn: Callable[[], object], device: torch.device, budget_ms: float =
         return (time.perf_counter() - t0) * 1e3
 
     warm, spent = 0, 0.0
-    while warm < min_warmup or (spent < warmup_ms and warm < max_runs):
+    while warm < min_warmup or (spent < warmup_ms and warm < (max_runs if max_warmup is None else max_warmup)):
         spent += once()
         warm += 1
     samples: list[float] = []

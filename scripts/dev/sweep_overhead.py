@@ -6,7 +6,8 @@ Runs the command in this process (the real CLI path: runner, run folder, table) 
 runner's steps wrapped in clocks, then prints the wall time and its split:
 
 - timing: ``time_run`` (warm-up and measurement budgets, the estimate and the checked final call)
-- plan timing: ``time_host`` of the backends' plans
+- plan timing: the backends' plans and converts timed on the host (``execute.host_samples.HostTimes``: its
+  first calls in prepare, the rest after each round's kernel timing)
 - reference: the float64 oracle of each case
 - prepare: the rest of each row's preparation (first plan, first run, output check)
 - batch: building each case's tensors; release: freeing memory between rows
@@ -46,11 +47,14 @@ def _clocked(name: str, fn):
 
 def _instrument() -> None:
     """Wrap the runner's steps (names as the runner module sees them) in clocks."""
+    from attnbench.execute import host_samples as hs
     from attnbench.execute import runner as rn
     from attnbench.store import runfolder
 
-    for name in ("time_run", "time_host", "materialize", "_release"):
+    for name in ("time_run", "materialize", "_release"):
         setattr(rn, name, _clocked(name, getattr(rn, name)))
+    hs.HostTimes.first = _clocked("host_first", hs.HostTimes.first)  # inside _prepare
+    hs.HostTimes.round = _clocked("host_rounds", hs.HostTimes.round)  # after each round's time_run
     rn.Runner._reference = _clocked("reference", rn.Runner._reference)
     rn.Runner._prepare = _clocked("_prepare", rn.Runner._prepare)
     runfolder.RunFolder.add = _clocked("record", runfolder.RunFolder.add)
@@ -101,11 +105,12 @@ def main() -> int:
     load_after = os.getloadavg()
 
     c = CLOCKS
-    prepare = c["_prepare"] - c["time_host"]  # _prepare includes the plan timing
-    useful = c["time_run"] + c["time_host"] + c["reference"]
+    host = c["host_first"] + c["host_rounds"]
+    prepare = c["_prepare"] - c["host_first"]  # _prepare includes the first plan timing
+    useful = c["time_run"] + host + c["reference"]
     parts = [
         ("timing (budgets)", c["time_run"]),
-        ("plan timing", c["time_host"]),
+        ("plan timing", host),
         ("reference", c["reference"]),
         ("prepare (first plan/run, check)", prepare),
         ("batch", c["materialize"]),

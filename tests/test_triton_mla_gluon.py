@@ -1,7 +1,7 @@
 """The Gluon MLA option's host side on the CPU (issue 33, MLA round 2): which batches its plan shapes for the
 kernel (bf16/fp16 decodes of DeepSeek-V3's latent row on a Hopper GPU), why the others keep the Triton MLA
 kernel, the plan it makes (64-row units, 64-key tiles, splits for one program an SM, 16-bit partials), that
-it is off by default and changes nothing off Hopper, and that its plan, run by the Triton MLA kernel (Gluon
+it is on by default and changes nothing off Hopper, and that its plan, run by the Triton MLA kernel (Gluon
 has no interpreter), matches the reference. The kernel itself runs on a GPU: tests/test_gluon_mla_gpu.py."""
 from __future__ import annotations
 
@@ -64,9 +64,13 @@ def test_off_hopper_the_option_changes_nothing():
     assert "Hopper" in mg.fit(gluon)
 
 
-def test_the_option_is_off_by_default(on_hopper):
+def test_the_option_is_on_by_default_and_false_keeps_the_triton_kernel(on_hopper):
+    """On Hopper the default plans decodes for the Gluon kernel (thirteenth session: faster at 128 and 16 heads);
+    ``mla_gluon=False`` keeps the Triton MLA kernel's wide config, and its row says nothing of Gluon's."""
     p = TritonBackend().plan(mla(DECODES))
-    assert not p.gluon and p.cfg.block_m == 128 and "Gluon" not in p.mode and "gluon" not in p.mode
+    assert p.cfg.block_m == 64 and p.cfg.value_chunks == 1
+    off = TritonBackend(mla_gluon=False).plan(mla(DECODES))
+    assert not off.gluon and off.cfg.block_m == 128 and "Gluon" not in off.mode and "gluon" not in off.mode
 
 
 @pytest.mark.parametrize("hq,units_per_request", [(128, 2), (16, 1)])

@@ -116,7 +116,7 @@ class TritonBackend(Backend):
     def __init__(self, splits: Optional[int] = None, fused_merge: bool = False, kv_major: bool = False,
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool | str] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
-                 kv_a: str = "", tree: str = TREE, k_words: bool = False, mla_gluon: bool = False,
+                 kv_a: str = "", tree: str = TREE, k_words: bool = False, mla_gluon: bool = True,
                  **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
@@ -157,7 +157,8 @@ class TritonBackend(Backend):
         4k / 16k, page 16, H200, 61.5 / 199.6 us against 106.0 / 350.0; FP8 e4m3 caches since round 2: 69.8 / 210.2
         us against 132.0 / 449.5); "": the one-launch kernel.
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units, value halves);
-        False: round 1's config. ``mla_gluon`` (off, MLA round 2): triton_mla_gluon.wanted's batches run Gluon's.
+        False: round 1's config. ``mla_gluon`` (on; False: the Triton MLA kernel): on Hopper, triton_mla_gluon.wanted's
+        batches (16-bit decodes) run gluon_mla_kernels.py's kernel (H200, 8 x 16k, 128 heads: 83.3 against 186.7 us).
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
         block_nf / maxnreg / fp8_split: FP8's decode split scale, default 1.9)."""
         self.splits, self.fused_merge, self.kv_major, self.half_partials = splits, fused_merge, kv_major, half_partials

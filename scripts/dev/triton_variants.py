@@ -111,6 +111,7 @@ M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
 #: the backend's defaults before issue 33's defaults round (the 2026-11-27 third session's main)
 R3 = dict(prefill=None, v_words=False, mla_wide=False, fp8_split=1, tree="")
 MLA_VARIANTS = [
+    mla_variant("triton-mla-tk", wide=True),  # the default before the Gluon MLA kernel (thirteenth session): Triton's
     mla_variant("triton-mla-r1"),  # round 1's config on every MLA batch (the default before mla_wide)
     mla_variant("triton-mla-v2", value_chunks=2),
     mla_variant("triton-mla-v2st3", value_chunks=2, num_stages=3),
@@ -127,7 +128,7 @@ MLA_VARIANTS = [
 #: programs an SM (two waves of one); f32 = float32 split partials; epv = the score warpgroup's P V issued
 #: before P's hand-over; ps = the next tile's S issued before this tile's softmax (PIPE_S; two slots held)
 MLA_GLUON_VARIANTS = [
-    mla_gluon_variant("triton-mla-gluon"),
+    mla_gluon_variant("triton-mla-gluon", EARLY_PV=False),  # as first timed (thirteenth session: the P V after P)
     mla_gluon_variant("triton-mla-gluon-n32s4", BLOCK_N=32, STAGES=4),
     mla_gluon_variant("triton-mla-gluon-w2", WAVES=2),
     mla_gluon_variant("triton-mla-gluon-f32", HALF_PARTIALS=False),

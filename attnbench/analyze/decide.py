@@ -11,10 +11,9 @@ step's, it shows where the plan changes the pick.
 
 Intervals come from the timing rounds (``analyze/significance.py``: the round, not the call,
 is the replicate). Round ``i`` of a row costs ``plan_i + convert_i + its round-i median``: plan
-and convert are timed on the host apart from the kernel's calls, half before the rounds and the rest
-after each round's kernel pass (``plan_samples_ms``, ``convert_samples_ms``, in the order taken), so
-their samples are split in order into as many groups as there are rounds and group ``i``'s median
-stands for round ``i`` (``spread``; the early groups hold the calls before the rounds): their spread enters the
+and convert are timed on the host apart from the kernel's rounds (``plan_samples_ms``,
+``convert_samples_ms``), so their samples are split in order into as many groups as there are
+rounds and group ``i``'s median stands for round ``i`` (``spread``): their spread enters the
 intervals, which it dominates where the plan is most of a step. Rows of runs made before the
 samples were kept (or with fewer samples than rounds) count their median in every round, and
 the notes say so. A backend's weighted total in round ``i`` is ``sum(weight * cost_i)`` over the

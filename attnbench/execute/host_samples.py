@@ -31,6 +31,11 @@ HOST_MAX_RUNS = 20
 # median (per row, the median ratio) after one untimed call, 1.22x after 0.5 ms of them, 1.08x after 1 ms,
 # 1.06x after 2 ms. The GPU host's may differ: host_timing_probe.py --round-warmup-ms measures it there.
 ROUND_WARMUP_MS = 1.0
+# Whether the runner spreads the calls over the rounds (``rounds`` 0: one window after the warm-up, as before).
+# Off: on the GPU host (H200 machine, thirteenth session, host_timing_probe.py on tree-costs, 12 cases x 4) the
+# spread read higher and no steadier than the one window: median 157-170 us against 134-142, rows above 200 us
+# 12-17 of 48 against 8-10, a case's max / median row 1.33-1.37 against 1.39-1.51.
+SPREAD_ROUNDS = False
 
 
 @dataclass
@@ -49,12 +54,15 @@ class HostSampler:
 
     @property
     def later(self) -> int:
-        """The calls left to the rounds."""
-        return self.max_runs - self.max_runs // 2
+        """The calls left to the rounds (none without rounds: every call in ``first``'s window)."""
+        return self.max_runs - self.max_runs // 2 if self.rounds > 0 else 0
 
     def first(self) -> None:
-        """The warm-up (as long as a single window's was) and the first half of the calls and budget."""
-        got = time_host(self.fn, self.device, self.budget_ms / 2, max_runs=self.max_runs // 2, max_warmup=self.max_runs)
+        """The warm-up (as long as a single window's was) and the first half of the calls and budget (all of
+        them without rounds)."""
+        share = 0.5 if self.later else 1.0
+        got = time_host(self.fn, self.device, self.budget_ms * share, max_runs=self.max_runs - self.later,
+                        max_warmup=self.max_runs)
         self.samples += got
         self.spent_ms += sum(got)
 

@@ -31,6 +31,7 @@ from attnbench.store.tensors import save_case_tensors
 from attnbench.workload.scenario import Case, ScenarioFile
 from attnbench.measure.stats import Summary
 from attnbench.execute.row_build import kernel_timed, profile_part, roofline_part
+from attnbench.execute import host_samples
 from attnbench.execute.host_samples import HOST_BUDGET_MS, HostTimes
 from attnbench.store.row_parts import RowRoofline
 from attnbench.measure.checksum import checksum, count_differing
@@ -321,9 +322,10 @@ class Runner:
             return
         good = checksum(out)
         del out
-        # convert (what the library cannot read natively) and plan (the engine's step) apart, half of their
-        # calls now and the rest over the rounds (execute/host_samples.py); within the row's budget too
-        host = HostTimes(be, batch, converted, min(HOST_BUDGET_MS, cfg.measure_ms), cfg.rounds)
+        # convert (what the library cannot read natively) and plan (the engine's step) apart, in one window
+        # now (or, with host_samples.SPREAD_ROUNDS, half now and the rest over the rounds); within the row's budget
+        rounds = cfg.rounds if host_samples.SPREAD_ROUNDS else 0
+        host = HostTimes(be, batch, converted, min(HOST_BUDGET_MS, cfg.measure_ms), rounds)
         host.first()
         row.timing = host.timed(row.timing)
         check = GraphCheck(plan, max(4 * batch.q.numel(), 1 << 22), tol) if batch.device.type == "cuda" else None

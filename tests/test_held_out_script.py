@@ -36,3 +36,46 @@ def test_the_tree_route_keeps_16_bit_trees(tmp_path):
     assert triton_tree_gluon.hopper is hopper, "the Hopper check is the real one again after the selection"
     assert keep and len(keep) < len(files)
     assert all("tree" in f.read_text() and "fp8_e" not in f.read_text() for f in keep)
+
+
+mla_held = load_script("scripts/gpu/mla_held_out.py", "mla_held_out_under_test")
+
+
+def test_the_mla_draws_are_decodes_of_deepseeks_latent_row_the_gluon_kernel_takes(monkeypatch):
+    """Every draw is a batch of MLA decodes the Gluon MLA option takes on Hopper (its ``unwanted`` empty), over
+    the head counts, pages and layouts; the same seed draws the same batches."""
+    from attnbench.backends import triton_mla_gluon as mg
+    from attnbench.workload.batch import materialize
+
+    specs = mla_held.draw(950, 60)
+    assert [mla_held.describe(s) for s in specs] == [mla_held.describe(s) for s in mla_held.draw(950, 60)]
+    monkeypatch.setattr(mg, "hopper", lambda device: True)
+    small = [s for s in specs if max(r.context for r in s.requests) < 4096][:6]
+    assert small and all(mg.unwanted(materialize(s, 0)) == "" for s in small)
+    assert {s.page_size for s in specs} == set(mla_held.PAGES) and {s.layout for s in specs} == set(mla_held.LAYOUTS)
+    assert len({s.num_q_heads for s in specs}) >= 8
+
+
+def test_the_mla_check_runs_the_default_backend_against_the_reference_on_the_cpu():
+    """Off Hopper (the interpreter here) the check expects the Triton MLA kernel and a right answer."""
+    from attnbench.workload.batch import BatchSpec, Request
+
+    from .test_triton_backend import need_interpreter
+
+    need_interpreter()
+    spec = BatchSpec((Request("decode", 1, 70), Request("decode", 1, 3)), 16, 1, 576, "float16", 16, "shuffled",
+                     attention="mla", kv_lora_rank=512, rope_dim=64)
+    ok, line = mla_held.check(spec, 1, "cpu")
+    assert ok, line
+    assert "gluon" not in line.lower()
+
+
+def test_the_mla_route_keeps_scenarios_with_a_case_the_gluon_mla_kernel_takes(tmp_path):
+    files = draw(tmp_path, 941, "all")
+    from attnbench.backends import triton_mla_gluon
+
+    hopper = triton_mla_gluon.hopper
+    keep = held.with_mla_gluon(files)
+    assert triton_mla_gluon.hopper is hopper
+    assert keep and all("mla" in f.read_text() for f in keep)
+    assert len(keep) < len(files)

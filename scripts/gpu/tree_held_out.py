@@ -7,6 +7,7 @@ dims 64/128), kept where triton_tree_gluon takes every case, each run through th
 
 ``--route fp8``: the FP8 decode kernel's held-out batches instead: ``--profile all`` draws (head dims 64 to 256, the
 attention variants) keeping the scenarios with an FP8 cache and no MLA, whatever route each case then takes.
+``--route mla``: the Gluon MLA kernel's: ``--profile all`` draws keeping the scenarios with a case it takes.
 ``--only STEM ...``: only those scenario files (e.g. the ones a budget left unrun). Exit 1 when a row is not ok (a
 mismatch or an error)."""
 from __future__ import annotations
@@ -33,16 +34,30 @@ def _select(files: list[Path], wanted) -> list[Path]:
     return keep
 
 
-def eligible(files: list[Path]) -> list[Path]:
-    """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
-    from attnbench.backends import triton_tree_gluon as tree
+def _taken(files: list[Path], route, pick) -> list[Path]:
+    """The scenarios whose cases' taken-or-not (``route.unwanted(batch) == ''``, with Hopper assumed) ``pick``
+    (all, any) keeps."""
     from attnbench.workload.batch import materialize
 
-    hopper, tree.hopper = tree.hopper, lambda device: True  # (the CPU too: the gate's other rules)
+    hopper, route.hopper = route.hopper, lambda device: True  # (the CPU too: the gate's other rules)
     try:
-        return _select(files, lambda specs: all(tree.unwanted(materialize(s, 0)) == "" for s in specs))
+        return _select(files, lambda specs: pick(route.unwanted(materialize(s, 0)) == "" for s in specs))
     finally:
-        tree.hopper = hopper  # the runs after see the real device
+        route.hopper = hopper  # the runs after see the real device
+
+
+def eligible(files: list[Path]) -> list[Path]:
+    """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
+    from attnbench.backends import triton_tree_gluon
+
+    return _taken(files, triton_tree_gluon, all)
+
+
+def with_mla_gluon(files: list[Path]) -> list[Path]:
+    """The scenarios with a case the Gluon MLA kernel takes (16-bit MLA decodes, thirteenth session)."""
+    from attnbench.backends import triton_mla_gluon
+
+    return _taken(files, triton_mla_gluon, any)
 
 
 def with_fp8(files: list[Path]) -> list[Path]:
@@ -58,7 +73,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=150.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/held"))
     ap.add_argument("--list", action="store_true", help="only list the eligible scenarios")
-    ap.add_argument("--route", choices=("tree", "fp8"), default="tree")
+    ap.add_argument("--route", choices=("tree", "fp8", "mla"), default="tree")
     ap.add_argument("--only", nargs="+", default=None, help="scenario file stems to run (default: all eligible)")
     a = ap.parse_args()
     t0 = time.time()
@@ -69,9 +84,9 @@ def main() -> int:
                         str(d), "--profile", "flashinfer" if a.route == "tree" else "all"], check=True,
                        stdout=subprocess.DEVNULL)
         files += sorted(d.glob("*.yaml"))
-    keep = eligible(files) if a.route == "tree" else with_fp8(files)
-    print(f"{len(keep)} of {len(files)} scenarios " + ("take the Gluon tree kernel" if a.route == "tree" else
-                                                     "have an FP8 cache"))
+    keep = {"tree": eligible, "fp8": with_fp8, "mla": with_mla_gluon}[a.route](files)
+    print(f"{len(keep)} of {len(files)} scenarios " + {"tree": "take the Gluon tree kernel", "fp8": "have an FP8 cache",
+                                                       "mla": "have a case the Gluon MLA kernel takes"}[a.route])
     if a.only:
         keep = [f for f in keep if f.stem in a.only]
     if a.list:

@@ -86,14 +86,36 @@ def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, s
 
 
 def test_refused_batches_keep_the_triton_kernel(launches, monkeypatch):
-    """An MTP chain keeps the Triton MLA kernel with the option on (and matches the reference)."""
+    """A branching tree keeps the Triton MLA kernel with the option on (and matches the reference)."""
     _on_hopper(monkeypatch)
-    from attnbench.workload.trees import chain
-
-    spec = BatchSpec((Request("tree", 3, 1000, tuple(chain(2))),) * 2, 128, 1, 576, "bfloat16", 64, "shuffled",
+    spec = BatchSpec((Request("tree", 3, 1000, (-1, 0, 0)),) * 2, 128, 1, 576, "bfloat16", 64, "shuffled",
                      attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=1, device="cuda")
     be = TritonBackend(mla_gluon=True)
     plan = be.plan(batch)
-    assert not plan.gluon and "not a batch of decodes alone" in plan.mode
+    assert not plan.gluon and "not a batch of decodes and MTP chains" in plan.mode
     assert compare(be.run(plan), reference_attention(batch)[0])[0] < 1e-2 and not launches
+
+
+def _chains(n, ctxs):
+    from attnbench.workload.trees import chain
+
+    return tuple(Request("tree", n + 1, c, tuple(chain(n))) for c in ctxs)
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["epv", "pv-after"])
+@pytest.mark.parametrize("reqs,hq,page,dtype,splits", [
+    (_chains(2, (16383,) * 8), 128, 64, "bfloat16", None),  # the target's MTP row: 8 x 16k, chain of 2 drafts
+    (_chains(2, (999, 62, 0, 64)) + ODD[:2], 128, 16, "bfloat16", 3),  # chains beside decodes, odd lengths
+    (_chains(4, (1000, 63)), 64, 8, "float16", None),  # 64 heads: a unit is a token's every head
+    (_chains(1, (5000, 130)), 128, 256, "float16", 1),
+    (_chains(3, (16383, 7)), 192, 32, "bfloat16", 7),
+])
+def test_gluon_mla_takes_mtp_chains_as_causal_chunks(reqs, hq, page, dtype, splits, early, launches, monkeypatch):
+    """MTP chains (a static chain of drafts: node i sees nodes below it) run the Gluon kernel as causal chunks: a
+    64-row unit is one token's heads, its key end that token's; against the reference, each launch asserted."""
+    _on_hopper(monkeypatch, EARLY_PV=early)
+    spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
+    batch = materialize(spec, seed=page + hq, device="cuda")
+    plan = _check(TritonBackend(splits=splits), batch, launches)
+    assert plan.gluon and (plan.units[:, 7] == 0).all()

@@ -49,9 +49,13 @@ def test_wanted_takes_16_bit_decodes_of_deepseeks_latent_row_alone(on_hopper):
     assert mg.unwanted(mla(DECODES, kv_dtype="fp8_e4m3")).startswith("not a 16-bit q")
     assert mg.unwanted(mla(DECODES, rank=256)) == "kv_lora_rank 256, rope_dim 64 (it takes 512 and 64)"
     assert mg.unwanted(mla(DECODES, rope=32)).startswith("kv_lora_rank 512, rope_dim 32")
-    why = "not a batch of decodes alone"
-    assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, tuple(chain(2))),))).startswith(why)  # MTP chain
-    assert mg.unwanted(mla((Request("tree", 1, 100, (-1,)),))).startswith(why)  # a one-node tree
+    mtp = DECODES + (Request("tree", 3, 100, tuple(chain(2))),)
+    assert mg.unwanted(mla(mtp)) == "" and mg.unwanted(mla(mtp, 64)) == ""  # MTP chains: a unit one token's heads
+    assert mg.unwanted(mla(mtp, 16)).startswith("16 heads with chains")
+    assert mg.unwanted(mla((Request("tree", 1, 100, (-1,)),))) == ""  # a one-node tree: a decode
+    why = "not a batch of decodes and MTP chains"
+    assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, (-1, 0, 0)),))).startswith(why)  # a branching tree
+    assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, tuple(chain(2)), tree_dynamic=True),))).startswith(why)
     assert mg.unwanted(mla(DECODES + (Request("prefill", 5, 9),))).startswith(why)
 
 
@@ -93,10 +97,11 @@ def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per
 def test_refused_batches_say_why_on_hopper(on_hopper):
     """A batch the option does not take keeps the backend's own MLA config, and the row says why."""
     be = TritonBackend(mla_gluon=True)
-    mtp = mla((Request("tree", 3, 100, tuple(chain(2))),) * 2)
-    p = be.plan(mtp)
-    assert not p.gluon and p.cfg == TritonBackend().plan(mtp).cfg
-    assert "Triton MLA kernel, not Gluon's MLA kernel: not a batch of decodes alone" in p.mode, p.mode
+    branching = mla((Request("tree", 3, 100, (-1, 0, 0)),) * 2)
+    p = be.plan(branching)
+    assert not p.gluon and p.cfg == TritonBackend(mla_gluon=False).plan(branching).cfg
+    assert "Triton MLA kernel, not Gluon's MLA kernel: not a batch of decodes and MTP chains" in p.mode, p.mode
+    assert "16 heads with chains" in be.plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).mode
     assert "page 16" not in be.plan(mla(DECODES, page=16)).mode
     assert "page 48" in be.plan(mla(DECODES, page=48)).mode
     assert "kv_lora_rank 256" in be.plan(mla(DECODES, rank=256)).mode
@@ -169,3 +174,27 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
     assert (seen["H"], seen["PAGE"], seen["BLOCK_N"], seen["UNIT_COLS"]) == (hq, page, 64, 8)
     assert seen["PO"] is p.po and seen["PL"] is p.pl and seen["QSTART"] is p.qstart and seen["UNITS"] is p.units
     assert seen["stride_o"] == 512 and seen["stride_por"] == 512 and seen["stride_pls"] == p.pl.stride(0)
+
+
+def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopper):
+    """MTP chains (and a decode beside them) at 128 heads: each 64-row unit is one token's heads, planned causal
+    (column 7 = 0) with its key end at its own token (context + its index + 1), so the Gluon kernel masks
+    nothing but the end; the same units run by the Triton MLA kernel under the interpreter (its causal rule)
+    give the reference's output, split and not."""
+    if not INTERPRETED:
+        pytest.skip("triton was imported compiled in this process")
+    reqs = (Request("tree", 3, 100, tuple(chain(2))), Request("decode", 1, 70), Request("tree", 2, 33, tuple(chain(1))))
+    b = mla(reqs, 128, dtype="float16", page=16, seed=5)
+    p = TritonBackend().plan(b)
+    assert p.gluon and p.cfg.block_m == 64
+    units = p.units.cpu().numpy()
+    unsplit = units[units[:, 5] < 0]
+    assert (units[:, 7] == 0).all()
+    assert unsplit[:, 4].tolist() == [101, 101, 102, 102, 103, 103, 71, 71, 34, 34, 35, 35]
+    for splits in (None, 2):
+        p = TritonBackend(splits=splits).plan(b)
+        p.gluon = False  # the CPU: the Triton MLA kernel
+        p.out.fill_(float("nan"))
+        out = triton_mla.run(p)
+        assert not torch.isnan(out).any()
+        assert compare(out, reference_attention(b)[0])[0] < 3e-3

@@ -201,9 +201,10 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         if len(shapes) >= ts.SHAPES:
             shapes.clear()
         kw = {**(default_config(batch) if wide else {}), **config}
-        if gluon and not {"block_m", "block_n"} & config.keys() and mg.wanted(batch):
+        shaped = gluon and not {"block_m", "block_n"} & config.keys() and mg.wanted(batch)
+        if shaped:
             kw = mg.config_args()
-        sh = shapes[key] = MlaShape(batch, choose_config(batch, **kw), sms, splits)
+        sh = shapes[key] = MlaShape(batch, choose_config(batch, **kw), sms, splits, causal_chains=shaped)
     staging = staging or ts.Staging()
     buf, lay = sh.fill(batch, staging)
     d_buf = staging.send(buf, dev)
@@ -238,7 +239,7 @@ class MlaShape:
     context lengths' part (key ends, splits, units) every step, the units and merge rows of
     each split pattern kept (``layouts``)."""
 
-    def __init__(self, batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int]):
+    def __init__(self, batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int], causal_chains: bool = False):
         h = batch.host
         self.cfg, self.splits, heads, bm = cfg, splits, batch.num_q_heads, cfg.block_m
         rows = h.query_lens * heads
@@ -248,6 +249,8 @@ class MlaShape:
         self.row0 = k * bm
         self.nrows = np.minimum(bm, rows[req] - self.row0)
         self.kind = unit_kind(h, req)
+        if causal_chains:  # chain trees as the causal chunks they equal (triton_mla_gluon.chains)
+            self.kind = np.where(mg.chains(batch)[req], 0, self.kind)
         self.off = np.where(self.kind > 0, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
         self.want = split_want(cfg, sms, len(req))
         self.words = ts.Words(batch)

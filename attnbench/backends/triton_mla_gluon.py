@@ -15,6 +15,7 @@ the kernel that ran (``route_note``).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .gluon_route import note
@@ -35,6 +36,7 @@ PIPE_S = False
 HALF_PARTIALS = True  # split partial outputs in the batch's dtype (8 MB instead of 16 at 8 x 16k, 128 heads)
 RANK, ROPE = 512, 64  # the latent row the kernel is built and tested for (DeepSeek-V2/V3/R1, Kimi K2)
 RAN = "gluon MLA kernel"  # route_note when the kernel runs the plan
+ROWS = 64  # a unit's rows: one warpgroup's MMA rows
 
 
 def _page_ok(page: int) -> bool:
@@ -54,9 +56,22 @@ def unwanted(batch) -> str:
     if not _page_ok(batch.page_size):
         return f"page {batch.page_size} (it takes pages of a multiple of {BLOCK_N} keys or of 8, 16 or 32)"
     h = batch.host
-    if len(h.query_lens) == 0 or int(h.query_lens.max()) != 1 or bool(h.is_tree.any()):
-        return "not a batch of decodes alone (MTP chains, trees and prefills: the Triton MLA kernel)"
+    several = (h.query_lens != 1) | h.is_tree  # requests other than plain decodes: MTP chains only
+    if len(h.query_lens) == 0 or not chains(batch)[several].all():
+        return "not a batch of decodes and MTP chains (trees, prefills: the Triton MLA kernel)"
+    if int(h.query_lens.max()) > 1 and batch.num_q_heads % ROWS:
+        return f"{batch.num_q_heads} heads with chains (a unit's {ROWS} rows must be one token's: a multiple of {ROWS})"
     return ""
+
+
+def chains(batch) -> np.ndarray:
+    """Per request: a static tree whose nodes form one chain (an MTP draft: node i's parent is i - 1), which sees
+    what a causal chunk of its tokens would. The option plans them as such (``triton_mla.MlaShape``'s
+    ``causal_chains``): a unit (``ROWS`` rows, one token's heads) then sees the keys up to its token, its key end,
+    so the kernel masks nothing but that end."""
+    return np.array([r.tree_parents is not None and not r.tree_dynamic
+                     and tuple(r.tree_parents) == tuple(range(-1, len(r.tree_parents) - 1))
+                     for r in batch.spec.requests], dtype=bool)
 
 
 def wanted(batch) -> bool:
@@ -66,7 +81,7 @@ def wanted(batch) -> bool:
 def config_args() -> dict:
     """``triton_mla.choose_config``'s arguments: 64-row units (a warpgroup's MMA rows), BLOCK_N-key tiles (the
     splits start on them), one value program a unit, splits in ``WAVES``, ``HALF_PARTIALS``."""
-    return dict(block_m=64, block_n=BLOCK_N, value_chunks=1, tail_stages=0, waves=WAVES,
+    return dict(block_m=ROWS, block_n=BLOCK_N, value_chunks=1, tail_stages=0, waves=WAVES,
                 half_partials=HALF_PARTIALS, max_block_m=64)
 
 

@@ -110,10 +110,15 @@ def _chains(n, ctxs):
     (_chains(4, (1000, 63)), 64, 8, "float16", None),  # 64 heads: a unit is a token's every head
     (_chains(1, (5000, 130)), 128, 256, "float16", 1),
     (_chains(3, (16383, 7)), 192, 32, "bfloat16", 7),
+    (_chains(2, (16383,) * 8), 16, 64, "bfloat16", None),  # 16 heads: units of 4 tokens' heads (ROW_LIMITS)
+    (_chains(4, (999, 62, 0, 64)) + ODD[:2], 16, 16, "float16", 7),  # splits ending inside a unit's tokens
+    (_chains(3, (1000, 130, 5)), 96, 8, "bfloat16", 3),  # 96 heads: a unit across two tokens
+    (_chains(1, (4000, 63)), 1, 256, "bfloat16", None),
 ])
 def test_gluon_mla_takes_mtp_chains_as_causal_chunks(reqs, hq, page, dtype, splits, early, launches, monkeypatch):
     """MTP chains (a static chain of drafts: node i sees nodes below it) run the Gluon kernel as causal chunks: a
-    64-row unit is one token's heads, its key end that token's; against the reference, each launch asserted."""
+    unit's key end is its last token's; at a multiple of 64 heads a unit is one token's heads, else each row is
+    masked at its own token's end (ROW_LIMITS); against the reference, each launch asserted."""
     _on_hopper(monkeypatch, EARLY_PV=early)
     spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=page + hq, device="cuda")

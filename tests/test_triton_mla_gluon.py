@@ -50,8 +50,7 @@ def test_wanted_takes_16_bit_decodes_of_deepseeks_latent_row_alone(on_hopper):
     assert mg.unwanted(mla(DECODES, rank=256)) == "kv_lora_rank 256, rope_dim 64 (it takes 512 and 64)"
     assert mg.unwanted(mla(DECODES, rope=32)).startswith("kv_lora_rank 512, rope_dim 32")
     mtp = DECODES + (Request("tree", 3, 100, tuple(chain(2))),)
-    assert mg.unwanted(mla(mtp)) == "" and mg.unwanted(mla(mtp, 64)) == ""  # MTP chains: a unit one token's heads
-    assert mg.unwanted(mla(mtp, 16)).startswith("16 heads with chains")
+    assert all(mg.unwanted(mla(mtp, hq)) == "" for hq in (128, 64, 16, 96))  # MTP chains
     assert mg.unwanted(mla((Request("tree", 1, 100, (-1,)),))) == ""  # a one-node tree: a decode
     why = "not a batch of decodes and MTP chains"
     assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, (-1, 0, 0)),))).startswith(why)  # a branching tree
@@ -101,7 +100,7 @@ def test_refused_batches_say_why_on_hopper(on_hopper):
     p = be.plan(branching)
     assert not p.gluon and p.cfg == TritonBackend(mla_gluon=False).plan(branching).cfg
     assert "Triton MLA kernel, not Gluon's MLA kernel: not a batch of decodes and MTP chains" in p.mode, p.mode
-    assert "16 heads with chains" in be.plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).mode
+    assert be.plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).gluon
     assert "page 16" not in be.plan(mla(DECODES, page=16)).mode
     assert "page 48" in be.plan(mla(DECODES, page=48)).mode
     assert "kv_lora_rank 256" in be.plan(mla(DECODES, rank=256)).mode
@@ -194,6 +193,26 @@ def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopp
     for splits in (None, 2):
         p = TritonBackend(splits=splits).plan(b)
         p.gluon = False  # the CPU: the Triton MLA kernel
+        p.out.fill_(float("nan"))
+        out = triton_mla.run(p)
+        assert not torch.isnan(out).any()
+        assert compare(out, reference_attention(b)[0])[0] < 3e-3
+
+
+def test_mtp_chains_at_16_heads_share_units_and_match_the_reference(on_hopper):
+    """At 16 heads a 64-row unit holds several tokens of a chain (the kernel then masks each row at its own
+    token's end: ROW_LIMITS); the unit's key end is its last token's. Run by the Triton MLA kernel under the
+    interpreter (its causal rule, the same units), split and not, the reference's output."""
+    if not INTERPRETED:
+        pytest.skip("triton was imported compiled in this process")
+    reqs = (Request("tree", 5, 90, tuple(chain(4))), Request("decode", 1, 7), Request("tree", 3, 64, tuple(chain(2))))
+    b = mla(reqs, 16, dtype="float16", page=8, seed=6)
+    p = TritonBackend().plan(b)
+    assert p.gluon and (p.units.cpu().numpy()[:, 7] == 0).all()
+    assert p.units.cpu().numpy()[:, 4].tolist() == [94, 95, 8, 67]  # rows 0-63 / 64-79 of the 5-token chain, ...
+    for splits in (None, 3):
+        p = TritonBackend(splits=splits).plan(b)
+        p.gluon = False
         p.out.fill_(float("nan"))
         out = triton_mla.run(p)
         assert not torch.isnan(out).any()

@@ -1,11 +1,13 @@
 """A warp-specialized MLA decode kernel written in Gluon for Hopper (issue 33, MLA round 2; docs/triton_notes.md,
 "the thirteenth session"): the ``gluon`` option of the triton backend's MLA path (triton_mla_gluon.py says which
-batches take it; off by default).
+batches take it; on by default since the thirteenth session).
 
 The absorbed form (docs/semantics.md, "MLA"): every query head reads the one latent row of a key,
 ``[c_kv (512) | k_rope (64)]``; scores are ``q . row`` over all 576 dims and the values are the row's first 512
 (``c_kv``), so one tile of latent rows in shared memory is both K and V. A program is one unit of the MLA plan
-(triton_mla.py: 64 rows of one request, all heads of its decode token or 64 of them, and one split of its keys):
+(triton_mla.py: 64 rows of one request's (token, head) pairs, token-major, and one split of its keys; MTP chains
+are planned as causal chunks: a unit sees keys up to its last token's, and with ``ROW_LIMITS`` each row up to its
+own token's):
 
 - the loader, the default partition (4 warps, one thread issuing), brings the unit's 64 rows of q (one TMA box
   of [64, 576]; rows past the unit's are other rows' q or zeros, computed and never stored) and then streams
@@ -108,11 +110,12 @@ def _s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout: gl.constexpr
 
 
 @gluon.jit
-def _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready,
+def _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready,
                 p_free, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, EARLY_PV: gl.constexpr,
-                PIPE_S: gl.constexpr):
-    """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from k1 on get weight 0),
+                PIPE_S: gl.constexpr, ROW_LIMITS: gl.constexpr = False):
+    """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from ``lim`` on get weight
+    0: the unit's key end, or with ROW_LIMITS each row's, a [ROWS] vector),
     P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back;
     returns (O, m, l, the next S). EARLY_PV: this partition's P V issued before the hand-over (which then runs
     beside the MMA). PIPE_S: tile j's S came with the tile before (``qk``); tile j + 1's (the last tile's again,
@@ -125,7 +128,10 @@ def _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_sme
                                                                   s_layout, BLOCK_N, STAGES), ))
         nxt = qk
     if MASKED:
-        qk = gl.where(gl.expand_dims(k0 + j * BLOCK_N + cols < k1, 0), qk, float("-inf"))
+        if ROW_LIMITS:
+            qk = gl.where(gl.expand_dims(k0 + j * BLOCK_N + cols, 0) < gl.expand_dims(lim, 1), qk, float("-inf"))
+        else:
+            qk = gl.where(gl.expand_dims(k0 + j * BLOCK_N + cols < lim, 0), qk, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
     m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1)).to(p_smem.dtype)
@@ -169,11 +175,14 @@ def _store(o, l_i, col0, meta, Out, PO, H, QSTART, stride_o, stride_pos, stride_
 
 @gluon.jit
 def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO, PL,
-            UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N: gl.constexpr,
+            UNITS, QSTART, CTX, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N: gl.constexpr,
             STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, EARLY_PV: gl.constexpr,
-            PIPE_S: gl.constexpr):
+            PIPE_S: gl.constexpr, ROW_LIMITS: gl.constexpr):
     """The score partition (one warpgroup): every tile's S and softmax, O's first DV columns; then the final
-    row sums handed over (one more P round), its columns and a split unit's LSEs stored."""
+    row sums handed over (one more P round), its columns and a split unit's LSEs stored. ROW_LIMITS (a unit of
+    several tokens: MTP chains at a head count not a multiple of 64): row m sees the keys below its token's end,
+    context + its token + 1 (the unit's ``k1`` is its last token's), and the tiles from the first token's end on
+    take the mask."""
     meta, k0, k1 = _unit(UNITS, UNIT_COLS)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -184,19 +193,24 @@ def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, emp
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     n = gl.cdiv(k1 - k0, BLOCK_N)
     n_full = (k1 - k0) // BLOCK_N  # tiles wholly below k1: no mask (a decode sees every key of its split)
+    lim = k1
+    if ROW_LIMITS:
+        row0, ctx = gl.load(meta + U_ROW0), gl.load(CTX + gl.load(meta + U_REQ))
+        lim = gl.minimum(ctx + (row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))) // H + 1, k1)
+        n_full = gl.maximum(gl.minimum(ctx + row0 // H + 1, k1) - k0, 0) // BLOCK_N
     mbarrier.wait(q_bar, 0)
     qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     if PIPE_S:
         qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(0, q_smem, qr_smem, kv_smem, kr_smem, ready,
                                                                   s_layout, BLOCK_N, STAGES), ))
     for j in range(n_full):
-        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
+        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
                                         ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                        DV, BLOCK_N, STAGES, False, EARLY_PV, PIPE_S)
+                                        DV, BLOCK_N, STAGES, False, EARLY_PV, PIPE_S, ROW_LIMITS)
     for j in range(n_full, n):
-        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, k1, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
+        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
                                         ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                        DV, BLOCK_N, STAGES, True, EARLY_PV, PIPE_S)
+                                        DV, BLOCK_N, STAGES, True, EARLY_PV, PIPE_S, ROW_LIMITS)
     mbarrier.wait(p_free, (n & 1) ^ 1)
     a_smem.store(l_i)  # the final row sums for the value partition's columns
     gl.thread_barrier()
@@ -236,10 +250,11 @@ def _values(kv_smem, p_smem, a_smem, ready, empty, p_ready, p_free, Out, PO, UNI
 
 @gluon.jit
 def mla_gluon_kernel(
-    q_desc, qr_desc, kv_desc, kr_desc, Out, PO, PL, BT, UNITS, QSTART,
+    q_desc, qr_desc, kv_desc, kr_desc, Out, PO, PL, BT, UNITS, QSTART, CTX,
     stride_o, stride_pos, stride_por, stride_pls, stride_bt, qk_scale, H,
     PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
     COMPUTE_REGS: gl.constexpr, EARLY_PV: gl.constexpr = False, PIPE_S: gl.constexpr = False,
+    ROW_LIMITS: gl.constexpr = False,
 ):
     """Grid: (units,). q's and the latent cache's rows ([N x H, D], [pages x PAGE, D]; D = D_NOPE + rope dims)
     through two descriptors each (TMA blocks are powers of two): the first D_NOPE columns (q_desc: [64, D_NOPE]
@@ -268,8 +283,8 @@ def mla_gluon_kernel(
         (_loader, (q_desc, qr_desc, kv_desc, kr_desc, q_smem, qr_smem, kv_smem, kr_smem, q_bar, ready, empty, UNITS,
                    BT, QSTART, stride_bt, H, PAGE, BLOCK_N, STAGES, UNIT_COLS)),
         (_scores, (q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO,
-                   PL, UNITS, QSTART, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N, STAGES, DV,
-                   UNIT_COLS, EARLY_PV, PIPE_S)),
+                   PL, UNITS, QSTART, CTX, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N, STAGES,
+                   DV, UNIT_COLS, EARLY_PV, PIPE_S, ROW_LIMITS)),
         (_values, (kv_smem, p_smem, a_smem, ready, empty, p_ready, p_free, Out, PO, UNITS, QSTART, H, stride_o,
                    stride_pos, stride_por, BLOCK_N, STAGES, DV, UNIT_COLS)),
     ], [4, 4], [COMPUTE_REGS, COMPUTE_REGS])

@@ -4,10 +4,11 @@ thirteenth session"): the ``gluon`` option of the triton backend's MLA path (``T
 83.3 us against the Triton MLA kernel's 186.7, 16 heads 53.6 against 79.8; 51 GPU tests passed).
 
 ``unwanted`` says why the option's plan does not shape a batch for the kernel ('' when it does): it takes a
-Hopper GPU, batches of decodes alone (one query token a request, no tree) with a 16-bit q and latent cache of
-the same dtype, DeepSeek-V3's latent row (kv_lora_rank 512, rope_dim 64) and pages of a multiple of 64 keys or
-of 8, 16 or 32 keys; any head count (a unit is 64 heads of one token, or all of them up to 64). MTP chains,
-trees, prefills, FP8 caches and other latent widths keep the Triton MLA kernel (triton_mla_kernels.py).
+Hopper GPU, batches of decodes and MTP chains (static chains of drafts, planned as the causal chunks they
+equal: ``chains``) with a 16-bit q and latent cache of the same dtype, DeepSeek-V3's latent row (kv_lora_rank
+512, rope_dim 64) and pages of a multiple of 64 keys or of 8, 16 or 32 keys; any head count (a unit is 64 rows
+of (token, head) pairs, token-major). Branching or dynamic trees, prefills, FP8 caches and other latent widths
+keep the Triton MLA kernel (triton_mla_kernels.py).
 ``config_args`` then plans units of 64 rows and 64-key tiles, split for one program an SM (``WAVES``), with
 16-bit split partials (``HALF_PARTIALS``); ``fit`` checks the plan (the CPU interpreter included: Gluon has
 none, so there the option falls back to the Triton MLA kernel), and the plan's mode (a row's "ran as") names
@@ -59,16 +60,14 @@ def unwanted(batch) -> str:
     several = (h.query_lens != 1) | h.is_tree  # requests other than plain decodes: MTP chains only
     if len(h.query_lens) == 0 or not chains(batch)[several].all():
         return "not a batch of decodes and MTP chains (trees, prefills: the Triton MLA kernel)"
-    if int(h.query_lens.max()) > 1 and batch.num_q_heads % ROWS:
-        return f"{batch.num_q_heads} heads with chains (a unit's {ROWS} rows must be one token's: a multiple of {ROWS})"
     return ""
 
 
 def chains(batch) -> np.ndarray:
     """Per request: a static tree whose nodes form one chain (an MTP draft: node i's parent is i - 1), which sees
     what a causal chunk of its tokens would. The option plans them as such (``triton_mla.MlaShape``'s
-    ``causal_chains``): a unit (``ROWS`` rows, one token's heads) then sees the keys up to its token, its key end,
-    so the kernel masks nothing but that end."""
+    ``causal_chains``): a unit's key end is its last token's; where a unit holds one token's heads (a multiple
+    of ``ROWS`` heads) the kernel masks nothing but that end, else each row its own token's (``ROW_LIMITS``)."""
     return np.array([r.tree_parents is not None and not r.tree_dynamic
                      and tuple(r.tree_parents) == tuple(range(-1, len(r.tree_parents) - 1))
                      for r in batch.spec.requests], dtype=bool)
@@ -134,9 +133,10 @@ def run(p) -> None:
     po, pl = p.po, p.pl
     gk.mla_gluon_kernel[(p.units.shape[0],)](
         desc(q2, 64, rank), desc(q2, 64, d - rank), desc(kv2, box, rank), desc(kv2, box, d - rank),
-        out, po, pl, b.block_table, p.units, p.qstart,
+        out, po, pl, b.block_table, p.units, p.qstart, p.ctx,
         out.stride(0), po.stride(0), po.stride(1), pl.stride(0), b.block_table.stride(0), p.qk_scale,
         b.num_q_heads, PAGE=b.page_size, BLOCK_N=BLOCK_N, STAGES=STAGES, UNIT_COLS=p.units.shape[1],
         COMPUTE_REGS=COMPUTE_REGS, EARLY_PV=EARLY_PV, PIPE_S=PIPE_S,
+        ROW_LIMITS=bool(b.num_q_heads % ROWS and b.host.query_lens.max() > 1),  # units of several tokens
         num_warps=4,
     )

@@ -22,16 +22,17 @@ import compile_sm90_gluon as gluon_pf  # noqa: E402
 def main(argv: list[str]) -> None:
     po = next((a.split("=")[1] for a in argv if a.startswith("PO=")), "bf16")
     defaults = dict(D_NOPE=512, ROPE=64, PAGE=64, BLOCK_N=64, STAGES=2, COMPUTE_REGS=232, EARLY_PV=0, PIPE_S=0,
-                    num_warps=4,
+                    ROW_LIMITS=0, num_warps=4,
                     UNIT_COLS=8)
     kw = gluon_pf.settings([a for a in argv if not a.startswith("PO=")], defaults)
     nope, rope, box = kw.pop("D_NOPE"), kw.pop("ROPE"), min(kw["PAGE"], kw["BLOCK_N"])
     descs = {"q_desc": gluon_pf.desc([64, nope]), "qr_desc": gluon_pf.desc([64, rope]),
              "kv_desc": gluon_pf.desc([box, nope]), "kr_desc": gluon_pf.desc([box, rope])}
-    ptrs = {"Out": "*bf16", "PO": f"*{po}", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "QSTART": "*i32"}
+    ptrs = {"Out": "*bf16", "PO": f"*{po}", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "QSTART": "*i32", "CTX": "*i32"}
     print("PO", po, end=" ")
     gluon_pf.compile_and_report(base.load_kernels("gluon_mla_kernels").mla_gluon_kernel, kw, descs, ptrs,
-                                ("PAGE", "BLOCK_N", "STAGES", "COMPUTE_REGS", "EARLY_PV", "PIPE_S"))
+                                ("PAGE", "BLOCK_N", "STAGES", "COMPUTE_REGS", "EARLY_PV", "PIPE_S",
+                                                                          "ROW_LIMITS"))
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     host buffer sent to the device in one copy (``staging``, triton_step.py): units, merge
     rows, context lengths, query starts, tree words. ``wide``: ``default_config``'s overrides
     (a function of the shape, so taken once per shape), under ``config``'s. ``gluon`` (issue 33's
-    MLA round 2, off by default): batches triton_mla_gluon.wanted takes get its units
+    MLA round 2; the backend's ``mla_gluon``, on by default): batches triton_mla_gluon.wanted takes get its units
     (``config_args``, unless ``config`` sets block_m or block_n) and run its Gluon kernel where
     ``fit`` passes; the mode says which kernel ran (``route_note``)."""
     dev, h = batch.device, batch.host

@@ -158,7 +158,7 @@ class TritonBackend(Backend):
         us against 132.0 / 449.5); "": the one-launch kernel.
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units, value halves);
         False: round 1's config. ``mla_gluon`` (on; False: the Triton MLA kernel): on Hopper, triton_mla_gluon.wanted's
-        batches (16-bit decodes) run gluon_mla_kernels.py's kernel (H200, 8 x 16k, 128 heads: 83.3 against 186.7 us).
+        batches (16-bit decodes, MTP chains) run gluon_mla_kernels.py's kernel (H200, 8 x 16k, 128 heads: 83.3 against 186.7 us).
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
         block_nf / maxnreg / fp8_split: FP8's decode split scale, default 1.9)."""
         self.splits, self.fused_merge, self.kv_major, self.half_partials = splits, fused_merge, kv_major, half_partials

@@ -82,7 +82,7 @@ def config_args() -> dict:
     """``triton_mla.choose_config``'s arguments: 64-row units (a warpgroup's MMA rows), BLOCK_N-key tiles (the
     splits start on them), one value program a unit, splits in ``WAVES``, ``HALF_PARTIALS``."""
     return dict(block_m=ROWS, block_n=BLOCK_N, value_chunks=1, tail_stages=0, waves=WAVES,
-                half_partials=HALF_PARTIALS, max_block_m=64)
+                half_partials=HALF_PARTIALS, max_block_m=ROWS)
 
 
 def _rows_ok(t: torch.Tensor) -> bool:
@@ -98,8 +98,8 @@ def fit(p) -> str:
     why = unwanted(b)
     if why:
         return why
-    if (cfg.block_m, cfg.block_n, cfg.value_chunks) != (64, BLOCK_N, 1):
-        return f"the Gluon MLA kernel needs 64-row units, {BLOCK_N}-key tiles and one value program a unit " \
+    if (cfg.block_m, cfg.block_n, cfg.value_chunks) != (ROWS, BLOCK_N, 1):
+        return f"the Gluon MLA kernel needs {ROWS}-row units, {BLOCK_N}-key tiles and one value program a unit " \
                f"(block_m {cfg.block_m}, block_n {cfg.block_n}, value_chunks {cfg.value_chunks})"
     if not (_rows_ok(b.q) and _rows_ok(b.k_cache)):
         return "the Gluon MLA kernel needs contiguous, 16-byte aligned q and latent cache"
@@ -133,7 +133,7 @@ def run(p) -> None:
     out = p.out.view(-1, rank)
     po, pl = p.po, p.pl
     gk.mla_gluon_kernel[(p.units.shape[0],)](
-        desc(q2, 64, rank), desc(q2, 64, d - rank), desc(kv2, box, rank), desc(kv2, box, d - rank),
+        desc(q2, ROWS, rank), desc(q2, ROWS, d - rank), desc(kv2, box, rank), desc(kv2, box, d - rank),
         out, po, pl, b.block_table, p.units, p.qstart, p.ctx,
         out.stride(0), po.stride(0), po.stride(1), pl.stride(0), b.block_table.stride(0), p.qk_scale,
         b.num_q_heads, PAGE=b.page_size, BLOCK_N=BLOCK_N, STAGES=STAGES, UNIT_COLS=p.units.shape[1],

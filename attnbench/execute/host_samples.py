@@ -1,11 +1,13 @@
-"""A row's plan and convert, timed on the host with their calls spread over the row's timing rounds.
+"""A row's plan and convert, timed on the host: by default in one window when the row is planned (``rounds``
+0: ``first`` takes every call), or with ``SPREAD_ROUNDS`` spread over the row's timing rounds.
 
 On the GPU host the CPU's speed moves over milliseconds: a row's ~20 plan calls timed in one 2-4 ms window
 read up to ~2x the plan table's median (docs/triton_notes.md, "Issue 33: the twelfth session", calls 3-7;
-``scripts/dev/host_timing_probe.py``). So half of a row's calls are timed when it is planned (``first``,
+``scripts/dev/host_timing_probe.py``). Spread, half of a row's calls are timed when it is planned (``first``,
 after the warm-up: a first estimate, and all that a row ending before its rounds gets), the other half a
 few after each round's kernel timing (``round``), spread evenly over the rounds; the row's plan_ms is the
-median of all of them (``HostTimes.timed``, after every round). The budget is what the single window had:
+median of all of them (``HostTimes.timed``, after every round). On that host the spread read higher and no
+steadier (``SPREAD_ROUNDS``' comment), hence one window by default. The budget is what the single window had:
 ``budget_ms`` of timed calls and ``max_runs`` calls at most, after the same warm-up; a round's share of it
 pays for its own untimed calls too (``ROUND_WARMUP_MS``), and a slow host call that would overrun what is
 left is not made again. Each call is one engine step (``Batch.new_step`` first).

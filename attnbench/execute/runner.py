@@ -345,7 +345,7 @@ class Runner:
         bad, checked = count_differing(live.last.checksums, live.good_sum)
         live.calls_bad, live.calls_checked = live.calls_bad + bad, live.calls_checked + checked
         live.notes.append((live.last.note, live.last.left_out))
-        live.host.round()  # after the kernel's pass: with one round too, the host calls lie on both sides of it
+        live.host.round()  # SPREAD_ROUNDS: this round's host calls, after its kernel pass (else nothing)
         live.row.timing = live.host.timed(live.row.timing)
 
     def _finish(self, live: "_Live", ref, tol, ceil, work) -> None:

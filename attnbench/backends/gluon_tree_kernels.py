@@ -40,6 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from .gluon_clocks import stamp
 from .gluon_steps import softmax_p, softmax_pv
 from .gluon_tree_epilogue import merge_rows, store
 from .triton_plan import UNIT_COLUMNS
@@ -85,12 +86,13 @@ def _widen(src, dst, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
 
 @gluon.jit
 def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, row_head,
-            col_head, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            UNIT_COLS: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr):
+            col_head, CLK, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            UNIT_COLS: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr, CLOCKS: gl.constexpr):
     """The item's key tiles into ring slot j % STAGES. FP8: TMA into staging slot j % STAGES8 (``landed``),
     then this partition's 128 threads widen it into the ring slot (float16) and arrive on ``ready``."""
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     w = gl.program_id(0)
+    stamp(CLK + (w * 4 + 3) * 16, 0, CLOCKS)  # (rows: gluon_clocks; 3 is the loader's)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
     kv_lo = gl.load(meta + U_KVLO)
@@ -126,6 +128,7 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
         else:
             _issue(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
                    kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+    stamp(CLK + (w * 4 + 3) * 16, 1, CLOCKS)
 
 
 @gluon.jit
@@ -202,7 +205,7 @@ def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, 
 @gluon.jit
 def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
-               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc, clk, CLOCKS: gl.constexpr):
     """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
     nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``."""
     ROWS: gl.constexpr = 64
@@ -217,10 +220,12 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
             mbarrier.wait(ready.index(0), 0)
             qk = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), qk, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+        stamp(clk, 2, CLOCKS)
         for j in range(n_full):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
                                             qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, kv_lo,
                                             cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+        stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
                                             qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, kv_lo,
@@ -230,10 +235,12 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
                                   BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
                                   stride_anc)
+        stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
                                   BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
                                   stride_anc)
+    stamp(clk, 4, CLOCKS)
     return acc, m_i, l_i
 
 
@@ -255,13 +262,15 @@ def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.
 @gluon.jit
 def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-             stride_anc, stride_sem, stride_sc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             stride_anc, stride_sem, stride_sc, CLK, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
              STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr,
-             PIPE_S: gl.constexpr):
+             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
     folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
     w = gl.program_id(0)
+    clk = CLK + (w * 4 + part) * 16  # (gluon_clocks: a row a partition)
+    stamp(clk, 0, CLOCKS)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
     q_start = gl.load(meta + U_QSTART)
@@ -275,6 +284,7 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         q0 = gl.load(meta + U_Q0)
         is_tree = gl.load(meta + U_TREE)
         _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
+        stamp(clk, 1, CLOCKS)
         if FP8:
             qk_scale = qk_scale * gl.load(KSC + kvh * stride_sc)
 
@@ -289,11 +299,12 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         acc, m_i, l_i = _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout, o_layout, BLOCK_N, STAGES,
                                    PIPE_S, full_end, kv_lo, n_tiles, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                   stride_anc)
+                                   stride_anc, clk, CLOCKS)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
         store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
                stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
+        stamp(clk, 5, CLOCKS)
         if FUSED_MERGE:
             if gl.load(meta + U_PROW) >= 0:
                 merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
@@ -307,13 +318,13 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
 
 @gluon.jit
 def tree_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM, KSC, VSC,
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM, KSC, VSC, CLK,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
     stride_bt, stride_anc, stride_sem, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
     FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-    STAGES8: gl.constexpr, PIPE_S: gl.constexpr,
+    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
@@ -338,17 +349,17 @@ def tree_gluon_kernel(
         landed = ready
     gl.warp_specialize([
         (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, ROW_HEAD,
-                   COL_HEAD, PAGE, ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS, FP8, STAGES8)),
+                   COL_HEAD, CLK, PAGE, ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS, FP8, STAGES8, CLOCKS)),
         (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8, PIPE_S)),
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
         (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8, PIPE_S)),
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
         (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS,
-                    FUSED_MERGE, FP8, PIPE_S)),
+                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

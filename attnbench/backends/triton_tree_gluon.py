@@ -59,6 +59,9 @@ PIPE_S_FP8 = 0
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode
 # kernel
 DECODES = ""
+# a [programs, 4, 2 x gluon_clocks.SLOTS] int64 tensor: the next launches write their partitions' timestamps into it
+# (scripts/gpu/tree_timeline.py); None (default) builds the kernel without them
+CLOCKS = None
 
 
 def staging_slots(wgs: int, d: int) -> int:
@@ -186,7 +189,7 @@ def run(p) -> bool:
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
     wgs = warpgroups(p)
     gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem, ksc, vsc,
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem, ksc, vsc, p.units if CLOCKS is None else CLOCKS,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
         pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
         1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale, row_head, col_head, b.num_kv_heads,
@@ -194,6 +197,7 @@ def run(p) -> bool:
         STAGES=STAGES_FP8 if fp8 else STAGES, UNIT_COLS=tp.UNIT_COLS, WGS=wgs,
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
-        STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, num_warps=4,
+        STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, CLOCKS=CLOCKS is not None,
+        num_warps=4,
     )
     return FUSED_MERGE

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compile_sm90 as base  # noqa: E402
 import compile_sm90_gluon as gluon_pf  # noqa: E402
 
-PTRS = {"Q": "*bf16", "Out": "*bf16", "PO": "*bf16", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "ANC": "*i64",
+PTRS = {"CLK": "*i64", "Q": "*bf16", "Out": "*bf16", "PO": "*bf16", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "ANC": "*i64",
         "SEM": "*i32", "KSC": "*fp32", "VSC": "*fp32"}
 
 
@@ -28,8 +28,9 @@ def main(argv: list[str]) -> None:
 
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
-                                      STAGES8=3, PIPE_S=-1))
+                                      STAGES8=3, PIPE_S=-1, CLOCKS=0))
     kw["FP8"] = bool(kw["FP8"])
+    kw["CLOCKS"] = bool(kw["CLOCKS"])
     if kw["PIPE_S"] < 0:
         kw["PIPE_S"] = 0 if kw["FP8"] else 1
     kw["SLOT_TY"] = gl.float16 if kw["FP8"] else gl.bfloat16

@@ -14,9 +14,10 @@ U_QSTART, U_SPLIT, U_PROW, U_NSPLIT, U_BLOCK = (
 
 
 @gluon.jit
-def store(o, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
-           stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """The normalized output rows, or a split unit's partial output and natural-log LSE."""
+def store(o, m_i, l_i, Out, PO, PL, prow, split, q_start, part, q_count, kvh, stride_ot, stride_oh, stride_pos,
+          stride_por, stride_poh, stride_pls, stride_plr, G: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """The normalized output rows, or a split unit's partial output and natural-log LSE (the unit's ``prow``,
+    ``split`` and ``q_start`` loaded with its other columns at the partition's start: no load on the way out)."""
     out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)
     o = o / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o.type.layout)), 1)
@@ -26,13 +27,11 @@ def store(o, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_
     t = m_o // G
     head = kvh * G + m_o % G
     ok = gl.expand_dims(t < q_count, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
-    prow = gl.load(meta + U_PROW)
     if prow < 0:
-        tok = (gl.load(meta + U_QSTART) + t).to(gl.int64)
+        tok = (q_start + t).to(gl.int64)
         ptr = Out + gl.expand_dims(tok * stride_ot + head * stride_oh, 1) + gl.expand_dims(offs_d, 0)
         gl.store(ptr, o.to(Out.dtype.element_ty), mask=ok)
     else:
-        split = gl.load(meta + U_SPLIT)
         prow_m = (prow + t).to(gl.int64)
         po_ptr = PO + split * stride_pos + gl.expand_dims(prow_m * stride_por + head * stride_poh, 1) \
             + gl.expand_dims(offs_d, 0)

@@ -42,6 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gluon_clocks import stamp
 from .gluon_steps import softmax_p, softmax_pv
+from .gluon_tree_mask import keep, row_bits
 from .gluon_tree_epilogue import merge_rows, store
 from .triton_plan import UNIT_COLUMNS
 
@@ -132,46 +133,24 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
 
 
 @gluon.jit
-def _allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
-    """[rows, keys] mask of a tile from ``start``: tree rows the context and their ancestors, other rows
-    keys up to their position, every row keys below kv_hi (padding rows: every key below it)."""
-    keys = start + cols
-    if is_tree != 0:
-        rel = keys - ctx
-        w0 = gl.maximum(start - ctx, 0) // 64  # a 64-key tile spans at most two 64-node words
-        wa = gl.load(ANC + tok * stride_anc + w0, mask=row_ok & (w0 < stride_anc), other=0)
-        wb = gl.load(ANC + tok * stride_anc + w0 + 1, mask=row_ok & (w0 + 1 < stride_anc), other=0)
-        relc = gl.maximum(rel, 0)
-        word = gl.where(gl.expand_dims(relc // 64 == w0, 0), gl.expand_dims(wa, 1), gl.expand_dims(wb, 1))
-        bit = ((word >> gl.expand_dims((relc % 64).to(gl.int64), 0)) & 1) != 0
-        ok = gl.expand_dims(rel < 0, 0) | bit
-    else:
-        ok = gl.expand_dims(keys, 0) <= gl.expand_dims(ctx + q0 + t, 1)
-    ok = ok | gl.expand_dims(~row_ok, 1)
-    return ok & gl.expand_dims(keys < kv_hi, 0)
-
-
-@gluon.jit
 def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
-          o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, kv_lo, cols, t,
-          tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
-    """Ring tile j: S = Q K^T, the online softmax (base 2; MASKED: ``_allowed``'s mask), O += P V, the slot
-    handed back."""
+          o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, bits, cols):
+    """Ring tile j: S = Q K^T, the online softmax (base 2; MASKED: the rows' ``bits`` of the tile,
+    gluon_tree_mask), O += P V, the slot handed back."""
     s = j % STAGES
     mbarrier.wait(ready.index(s), (j // STAGES) & 1)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
     qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     if MASKED:
-        keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
-        qk = gl.where(keep, qk, float("-inf"))
+        qk = gl.where(keep(bits, cols), qk, float("-inf"))
     return softmax_pv(qk, m_i, l_i, acc, qk_scale, v_smem.index(s), empty.index(s), o_layout)
 
 
 @gluon.jit
 def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                EARLY: gl.constexpr, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+                EARLY: gl.constexpr, bits, cols):
     """``PIPE_S``: ring tile j, its S (``qk``) issued by the tile before: the mask and softmax, O += P V, and
     S of tile j + 1 issued behind the P V (the two MMAs back to back) or, EARLY (PIPE_S 2), before the softmax
     (the MMA under it; the last tile's S again, discarded), one wait for both before slot j is handed back (a
@@ -184,8 +163,7 @@ def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, 
             mbarrier.wait(ready.index(jn % STAGES), (jn // STAGES) & 1)
         qk1 = warpgroup_mma(q_smem, k_smem.index(jn % STAGES).permute((1, 0)), nxt, use_acc=False, is_async=True)
     if MASKED:
-        keep = _allowed(kv_lo + j * BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
-        qk = gl.where(keep, qk, float("-inf"))
+        qk = gl.where(keep(bits, cols), qk, float("-inf"))
     pa, acc, m_i, l_i = softmax_p(qk, m_i, l_i, acc, qk_scale, v_smem.dtype, o_layout)
     pv = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
     if EARLY:
@@ -207,13 +185,16 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
                tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc, clk, CLOCKS: gl.constexpr):
     """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
-    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``."""
+    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``. The first masked
+    tile's row words (gluon_tree_mask.row_bits: the ancestor words' loads) are worked out before the full tiles,
+    so their latency is not on its path."""
     ROWS: gl.constexpr = 64
     HEAD_DIM: gl.constexpr = v_smem.shape[2]
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
+    first = row_bits(kv_lo + n_full * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
     if PIPE_S:
         qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
         if n_tiles > 0:
@@ -223,23 +204,27 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
         stamp(clk, 2, CLOCKS)
         for j in range(n_full):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, kv_lo,
-                                            cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, first,
+                                            cols)
         stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
+            bits = first
+            if j > n_full:
+                bits = row_bits(kv_lo + j * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, kv_lo,
-                                            cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, bits,
+                                            cols)
     else:
         for j in range(n_full):
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, False, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                  stride_anc)
+                                  BLOCK_N, STAGES, False, first, cols)
         stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
+            bits = first
+            if j > n_full:
+                bits = row_bits(kv_lo + j * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, True, kv_lo, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                  stride_anc)
+                                  BLOCK_N, STAGES, True, bits, cols)
     stamp(clk, 4, CLOCKS)
     return acc, m_i, l_i
 
@@ -273,16 +258,18 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
     stamp(clk, 0, CLOCKS)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
-    q_start = gl.load(meta + U_QSTART)
+    q_start = gl.load(meta + U_QSTART)  # the unit's columns in one round trip (the epilogue's too)
     q_count = gl.load(meta + U_QCOUNT)
     kv_lo = gl.load(meta + U_KVLO)
     kv_hi = gl.load(meta + U_KVHI)
+    ctx = gl.load(meta + U_CTX)
+    full_end = gl.load(meta + U_FULL)
+    q0 = gl.load(meta + U_Q0)
+    is_tree = gl.load(meta + U_TREE)
+    prow = gl.load(meta + U_PROW)
+    split = gl.load(meta + U_SPLIT)
     n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
     if part * ROWS < q_count * G:
-        ctx = gl.load(meta + U_CTX)
-        full_end = gl.load(meta + U_FULL)
-        q0 = gl.load(meta + U_Q0)
-        is_tree = gl.load(meta + U_TREE)
         _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
         stamp(clk, 1, CLOCKS)
         if FP8:
@@ -302,11 +289,11 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
                                    stride_anc, clk, CLOCKS)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
-        store(acc, m_i, l_i, Out, PO, PL, meta, part, q_count, kvh, stride_ot, stride_oh, stride_pos, stride_por,
-               stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
+        store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, part, q_count, kvh, stride_ot, stride_oh, stride_pos,
+              stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
         stamp(clk, 5, CLOCKS)
         if FUSED_MERGE:
-            if gl.load(meta + U_PROW) >= 0:
+            if prow >= 0:
                 merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
                             stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
     else:  # no rows here (a decode's unit): the slots handed back as they come
@@ -317,6 +304,14 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
 
 
 @gluon.jit
+def _launch_dependents():
+    """Let the next launch (the split merge, a programmatic dependent: triton_launch.merge) start its programs;
+    they wait for this launch's end before reading (griddepcontrol, sm_90)."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def tree_gluon_kernel(
     k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM, KSC, VSC, CLK,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
@@ -324,11 +319,14 @@ def tree_gluon_kernel(
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
     FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr,
+    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, PDL: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
     the TMA writes into STAGES8 staging slots of their own (the loader widens them)."""
+    stamp(CLK + (gl.program_id(0) * 4 + 3) * 16, 2, CLOCKS)  # the program's start (gluon_clocks)
+    if PDL:
+        _launch_dependents()
     q_smem = gl.allocate_shared_memory(SLOT_TY, [WGS, 64, HEAD_DIM], SLOT_LAYOUT)
     k_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)
     v_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)

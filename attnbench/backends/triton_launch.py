@@ -26,8 +26,10 @@ def merge_heads(heads: int, splits_p2: int, d_pad: int) -> int:
     return max(1, min(tp.next_pow2(heads), MERGE_ELEMENTS // (splits_p2 * d_pad)))
 
 
-def merge(p) -> torch.Tensor:
-    """``merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch)."""
+def merge(p, pdl: bool = False) -> torch.Tensor:
+    """``merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch). ``pdl``: launched as
+    a programmatic dependent of the launch before it (CUDA's PDL, Hopper and later: the merge's launch overlaps that
+    kernel's end, and its programs wait for that kernel's writes before reading); the caller says when that holds."""
     if p.num_merge:
         from . import triton_kernels as tk
 
@@ -38,6 +40,7 @@ def merge(p) -> torch.Tensor:
             out, po, pl, p.merge,
             out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
             b.num_q_heads,
-            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, num_warps=4,
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, PDL=pdl,
+            num_warps=4, **({"launch_pdl": True} if pdl else {}),
         )
     return p.out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 
 @triton.jit
@@ -21,9 +22,12 @@ def merge_kernel(
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr, num_heads,
     HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """One program per (split row, BLOCK_H query heads): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max)."""
+    """One program per (split row, BLOCK_H query heads): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max).
+    PDL: launched as a programmatic dependent (triton_launch.merge): wait for the launch before it first."""
+    if PDL:
+        gdc_wait()
     r = tl.program_id(0)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     tok = tl.load(MERGE + 2 * r).to(tl.int64)

@@ -313,7 +313,7 @@ class TritonBackend(Backend):
         if self.prefill is not None and triton_prefill.applies(p):
             return triton_prefill.run(p, self.prefill)
         if p.gluon_tree:
-            return p.out if triton_tree_gluon.run(p) else triton_launch.merge(p)
+            return p.out if triton_tree_gluon.run(p) else triton_launch.merge(p, pdl=triton_tree_gluon.PDL_MERGE)
         from . import triton_kernels as tk
 
         b, cfg, f = p.batch, p.cfg, p.feat

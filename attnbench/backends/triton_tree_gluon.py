@@ -59,6 +59,9 @@ PIPE_S_FP8 = 0
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode
 # kernel
 DECODES = ""
+# the split merge launched as a programmatic dependent of the kernel (CUDA's PDL: its launch overlaps the kernel's
+# end; triton_launch.merge), the kernel letting it start at once
+PDL_MERGE = True
 # a [programs, 4, 2 x gluon_clocks.SLOTS] int64 tensor: the next launches write their partitions' timestamps into it
 # (scripts/gpu/tree_timeline.py); None (default) builds the kernel without them
 CLOCKS = None
@@ -198,6 +201,6 @@ def run(p) -> bool:
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
         STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, CLOCKS=CLOCKS is not None,
-        num_warps=4,
+        PDL=PDL_MERGE, num_warps=4,
     )
     return FUSED_MERGE

@@ -286,6 +286,9 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     # session) fp8-tree40 4k / 16k: 79.4 / 241.8 and 78.4 / 242.4 us against the default's 70.1 / 208.9 (rejected)
     tree_variant("triton-tr-f8-ps4", PIPE_S_FP8=1, STAGES_FP8=4, STAGES8=1),
     tree_variant("triton-tr-f8-r4", STAGES_FP8=4, STAGES8=1),
+    # fourteenth session: the split merge as an ordinary launch after the kernel (PDL_MERGE's default: a programmatic
+    # dependent)
+    tree_variant("triton-tr-nopdl", PDL_MERGE=False),
     tree_variant("triton-dec-f8", DECODES="fp8"),  # FP8 decodes alone through the Gluon tree kernel too
     tree_variant("triton-dec-f8-r2", DECODES="fp8", STAGES_FP8=2),
     tree_variant("triton-dec-f8-s3", DECODES="fp8", STAGES8=3),  # the first build's 3 staging slots

@@ -2,6 +2,7 @@
 machine from the repo root:
 
     python3 scripts/gpu/tree_timeline.py [--contexts 1k 2k 4k 8k 16k] [--pages 16 256] [--fp8] [--runs 5]
+        [--const PIPE_S=2 ...]
 
 Each case is 8 requests of a 40-node full tree (depth 3, branching 3) over the context, Llama-3-8B's heads (32 / 8,
 head dim 128, bf16; ``--fp8``: an FP8 e4m3 cache too), shuffled pages: the shape of tree-verify-llama3-8b. The
@@ -9,12 +10,13 @@ default triton backend plans it; the kernel is then launched with its timestamps
 gluon_clocks.stamp: the SMs' %globaltimer and %clock64 at each step of every partition). One line a case, medians
 over the programs of the last of ``--runs`` clocked launches (us):
 
-- ``start``: a program's first stamp after the launch's first (the spread of the programs' starts), max / median;
+- ``start``: a program's start (its first instruction) after the launch's first program's (the spread), max / median;
+- ``setup``: from a program's start to its compute partition 0 running (shared memory, barriers, the partitions);
 - ``q``: compute partition 0's Q rows gathered into shared memory;
-- ``first``: then its first tile waited for and S = Q K^T of it (the TMA's first trip);
+- ``first``: then its first tile waited for and S = Q K^T of it (the TMA's first trip; 16-bit caches: PIPE_S);
 - ``tile``: each unmasked tile after (the steady state), ``masked``: each tile past ``full_end`` (the tree's nodes);
 - ``end``: the last partition's epilogue (partials or output written); ``span``: a program's first to last stamp;
-- ``kernel``: the launch's first stamp to its last (the kernel as its own clock sees it; the merge launch and the
+- ``kernel``: the launch's first program's start to its last stamp (the kernel as its own clock sees it; the merge launch and the
   gaps are not in it: attnbench's ``--profile`` rows have them).
 
 The intervals are clock64 cycles turned to us by each program's globaltimer span over its cycles (the SM clock the
@@ -67,30 +69,33 @@ def intervals(clk: torch.Tensor, plan) -> dict:
     n_kv = plan.batch.num_kv_heads
     last = tree.warpgroups(plan) - 1
     gt, cy = clk[..., :S].double(), clk[..., S:].double()
-    t0 = gt[:, 0, 0].min()
-    rows = {k: [] for k in ("q", "first", "tile", "masked", "end", "span", "mhz")}
+    t0 = gt[:, 3, 2].min()
+    rows = {k: [] for k in ("setup", "q", "first", "tile", "masked", "end", "span", "mhz")}
     for w in range(clk.shape[0]):
         u = units[w // n_kv]
         lo, hi, full = (int(u[COL[c]]) for c in ("kv_lo", "kv_hi", "full_end"))
         n = -(-(hi - lo) // tree.BLOCK_N)
         n_full = min(max(full - lo, 0) // tree.BLOCK_N, n)
-        span_ns = gt[w, last, 5] - gt[w, 0, 0]
-        span_cy = cy[w, last, 5] - cy[w, 0, 0]
+        span_ns = gt[w, last, 5] - gt[w, 3, 2]
+        span_cy = cy[w, last, 5] - cy[w, 3, 2]
         if span_cy <= 0 or cy[w, 0, 5] == 0:
             continue  # a program without rows (no stamps past its start)
         us = span_ns / span_cy / 1e3  # us a cycle
         c = cy[w, 0]
+        rows["setup"].append((c[0] - cy[w, 3, 2]) * us)
         rows["q"].append((c[1] - c[0]) * us)
-        rows["first"].append((c[2] - c[1]) * us)
+        piped = c[2] != 0  # (PIPE_S 0, FP8 caches: no stamp of the first tile's S)
+        if piped:
+            rows["first"].append((c[2] - c[1]) * us)
         if n_full > 1:
-            rows["tile"].append((c[3] - c[2]) * us / (n_full - 1))
+            rows["tile"].append((c[3] - c[2]) * us / (n_full - 1) if piped else (c[3] - c[1]) * us / n_full)
         if n > n_full:
             rows["masked"].append((c[4] - c[3]) * us / (n - n_full))
         rows["end"].append((cy[w, last, 5] - cy[w, last, 4]) * us)
         rows["span"].append(span_ns / 1e3)
         rows["mhz"].append(1.0 / us)
     out = {k: float(statistics.median(v)) if v else float("nan") for k, v in rows.items()}
-    starts = (gt[:, 0, 0] - t0) / 1e3
+    starts = (gt[:, 3, 2] - t0) / 1e3
     out["start_max"], out["start_med"] = float(starts.max()), float(starts.median())
     out["kernel"] = float((gt[:, :3, 5].max() - t0) / 1e3)
     out["programs"] = clk.shape[0]
@@ -103,13 +108,20 @@ def main(argv=None) -> int:
     ap.add_argument("--pages", nargs="+", type=int, default=[16])
     ap.add_argument("--fp8", action="store_true", help="an FP8 e4m3 cache beside each bf16 case")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--const", nargs="*", default=[], metavar="NAME=INT",
+                    help="triton_tree_gluon's constants for these launches, e.g. PIPE_S=2")
     args = ap.parse_args(argv)
+    for kv in args.const:
+        name, value = kv.split("=")
+        if not hasattr(tree, name):
+            ap.error(f"--const {kv}: triton_tree_gluon has no constant {name}")
+        setattr(tree, name, int(value))
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("tree_timeline: needs a Hopper GPU (the Gluon tree kernel)", file=sys.stderr)
         return 2
     print(torch.cuda.get_device_name(), "| us, medians over programs | intervals from clock64 at the launch's MHz")
-    head = ("case", "programs", "tiles", "start max/med", "q", "first", "tile", "masked", "end", "span", "kernel",
-            "MHz")
+    head = ("case", "programs", "tiles", "start max/med", "setup", "q", "first", "tile", "masked", "end", "span",
+            "kernel", "MHz")
     print(" | ".join(head))
     for ctx in args.contexts:
         for page in args.pages:
@@ -125,7 +137,7 @@ def main(argv=None) -> int:
                 u = plan.units.cpu()
                 tiles = int(((u[:, COL["kv_hi"]] - u[:, COL["kv_lo"]] + 63) // 64).max())
                 name = f"{ctx} p{page}{' fp8' if fp8 else ''}"
-                print(f"{name} | {r['programs']} | {tiles} | {r['start_max']:.2f}/{r['start_med']:.2f} | {r['q']:.2f} | "
+                print(f"{name} | {r['programs']} | {tiles} | {r['start_max']:.2f}/{r['start_med']:.2f} | {r['setup']:.2f} | {r['q']:.2f} | "
                       f"{r['first']:.2f} | {r['tile']:.3f} | {r['masked']:.2f} | {r['end']:.2f} | {r['span']:.1f} | "
                       f"{r['kernel']:.1f} | {r['mhz']:.0f}", flush=True)
     return 0

@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gluon_clocks import stamp
 from .gluon_steps import softmax_p, softmax_pv
-from .gluon_tree_mask import keep, row_bits
+from .gluon_tree_mask import allowed, keep, row_bits
 from .gluon_tree_epilogue import merge_rows, store
 from .triton_plan import UNIT_COLUMNS
 
@@ -134,23 +134,23 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
 
 @gluon.jit
 def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
-          o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, bits, cols):
-    """Ring tile j: S = Q K^T, the online softmax (base 2; MASKED: the rows' ``bits`` of the tile,
-    gluon_tree_mask), O += P V, the slot handed back."""
+          o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, ok):
+    """Ring tile j: S = Q K^T, the online softmax (base 2; MASKED: the [rows, keys] mask ``ok``, ``_mask``), O += P V,
+    the slot handed back."""
     s = j % STAGES
     mbarrier.wait(ready.index(s), (j // STAGES) & 1)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
     qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     if MASKED:
-        qk = gl.where(keep(bits, cols), qk, float("-inf"))
+        qk = gl.where(ok, qk, float("-inf"))
     return softmax_pv(qk, m_i, l_i, acc, qk_scale, v_smem.index(s), empty.index(s), o_layout)
 
 
 @gluon.jit
 def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                EARLY: gl.constexpr, bits, cols):
+                EARLY: gl.constexpr, ok):
     """``PIPE_S``: ring tile j, its S (``qk``) issued by the tile before: the mask and softmax, O += P V, and
     S of tile j + 1 issued behind the P V (the two MMAs back to back) or, EARLY (PIPE_S 2), before the softmax
     (the MMA under it; the last tile's S again, discarded), one wait for both before slot j is handed back (a
@@ -163,7 +163,7 @@ def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, 
             mbarrier.wait(ready.index(jn % STAGES), (jn // STAGES) & 1)
         qk1 = warpgroup_mma(q_smem, k_smem.index(jn % STAGES).permute((1, 0)), nxt, use_acc=False, is_async=True)
     if MASKED:
-        qk = gl.where(keep(bits, cols), qk, float("-inf"))
+        qk = gl.where(ok, qk, float("-inf"))
     pa, acc, m_i, l_i = softmax_p(qk, m_i, l_i, acc, qk_scale, v_smem.dtype, o_layout)
     pv = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
     if EARLY:
@@ -181,20 +181,42 @@ def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, 
 
 
 @gluon.jit
+def _mask(j, n_full, first, kv_lo, BLOCK_N: gl.constexpr, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
+          stride_anc, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
+    """Masked tile j's [rows, keys] mask: from its rows' words (gluon_tree_mask; ``first``: tile n_full's, worked out
+    ahead with MASK_AHEAD), or element by element (MASK_WORDS False)."""
+    start = kv_lo + j * BLOCK_N
+    if MASK_WORDS:
+        if MASK_AHEAD:
+            bits = first
+            if j > n_full:
+                bits = row_bits(start, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+        else:
+            bits = row_bits(start, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+        ok = keep(bits, cols)
+    else:
+        ok = allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+    return ok
+
+
+@gluon.jit
 def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
-               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc, clk, CLOCKS: gl.constexpr):
+               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc, clk, CLOCKS: gl.constexpr,
+               MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
     """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
-    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``. The first masked
-    tile's row words (gluon_tree_mask.row_bits: the ancestor words' loads) are worked out before the full tiles,
-    so their latency is not on its path."""
+    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``. MASK_AHEAD: the first
+    masked tile's row words (gluon_tree_mask.row_bits: the ancestor words' loads) are worked out before the full
+    tiles, so their latency is not on its path."""
     ROWS: gl.constexpr = 64
     HEAD_DIM: gl.constexpr = v_smem.shape[2]
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
-    first = row_bits(kv_lo + n_full * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+    first = t.to(gl.int64)  # (not read without MASK_AHEAD)
+    if MASK_WORDS and MASK_AHEAD:
+        first = row_bits(kv_lo + n_full * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
     if PIPE_S:
         qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
         if n_tiles > 0:
@@ -204,27 +226,23 @@ def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.cons
         stamp(clk, 2, CLOCKS)
         for j in range(n_full):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, first,
-                                            cols)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, 0)
         stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
-            bits = first
-            if j > n_full:
-                bits = row_bits(kv_lo + j * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+            ok = _mask(j, n_full, first, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc,
+                       MASK_WORDS, MASK_AHEAD)
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, bits,
-                                            cols)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, ok)
     else:
         for j in range(n_full):
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, False, first, cols)
+                                  BLOCK_N, STAGES, False, 0)
         stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
-            bits = first
-            if j > n_full:
-                bits = row_bits(kv_lo + j * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
+            ok = _mask(j, n_full, first, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc,
+                       MASK_WORDS, MASK_AHEAD)
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                  BLOCK_N, STAGES, True, bits, cols)
+                                  BLOCK_N, STAGES, True, ok)
     stamp(clk, 4, CLOCKS)
     return acc, m_i, l_i
 
@@ -249,7 +267,7 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              stride_anc, stride_sem, stride_sc, CLK, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
              STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr,
-             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr):
+             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
     folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
@@ -286,7 +304,7 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         acc, m_i, l_i = _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout, o_layout, BLOCK_N, STAGES,
                                    PIPE_S, full_end, kv_lo, n_tiles, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                   stride_anc, clk, CLOCKS)
+                                   stride_anc, clk, CLOCKS, MASK_WORDS, MASK_AHEAD)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
         store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, part, q_count, kvh, stride_ot, stride_oh, stride_pos,
@@ -319,7 +337,8 @@ def tree_gluon_kernel(
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
     FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, PDL: gl.constexpr,
+    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, PDL: gl.constexpr, MASK_WORDS: gl.constexpr,
+    MASK_AHEAD: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
@@ -351,13 +370,13 @@ def tree_gluon_kernel(
         (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
         (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
         (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

@@ -54,3 +54,23 @@ def keep(bits, cols):
     hi = gl.expand_dims((bits >> 32).to(gl.int32), 1)
     word = gl.where(gl.expand_dims(cols < 32, 0), lo, hi)
     return ((word >> gl.expand_dims(cols % 32, 0)) & 1) != 0
+
+
+@gluon.jit
+def allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+    """The same mask worked out element by element ([rows, keys]; the kernel's before the row words, kept as the
+    option ``MASK_WORDS`` False for the measurement beside them)."""
+    keys = start + cols
+    if is_tree != 0:
+        rel = keys - ctx
+        w0 = gl.maximum(start - ctx, 0) // 64  # a 64-key tile spans at most two 64-node words
+        wa = gl.load(ANC + tok * stride_anc + w0, mask=row_ok & (w0 < stride_anc), other=0)
+        wb = gl.load(ANC + tok * stride_anc + w0 + 1, mask=row_ok & (w0 + 1 < stride_anc), other=0)
+        relc = gl.maximum(rel, 0)
+        word = gl.where(gl.expand_dims(relc // 64 == w0, 0), gl.expand_dims(wa, 1), gl.expand_dims(wb, 1))
+        bit = ((word >> gl.expand_dims((relc % 64).to(gl.int64), 0)) & 1) != 0
+        ok = gl.expand_dims(rel < 0, 0) | bit
+    else:
+        ok = gl.expand_dims(keys, 0) <= gl.expand_dims(ctx + q0 + t, 1)
+    ok = ok | gl.expand_dims(~row_ok, 1)
+    return ok & gl.expand_dims(keys < kv_hi, 0)

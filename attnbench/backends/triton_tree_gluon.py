@@ -59,6 +59,10 @@ PIPE_S_FP8 = 0
 # there, against the one-launch kernel's 93.6 / 135.5 (H200): one program an SM of 4 useful rows in 64 is no decode
 # kernel
 DECODES = ""
+# a masked tile's mask from one 64-bit word a row (gluon_tree_mask.row_bits; False: element by element, the kernel's
+# before), and the first masked tile's words worked out before the full tiles (MASK_AHEAD)
+MASK_WORDS = True
+MASK_AHEAD = True
 # the split merge launched as a programmatic dependent of the kernel (CUDA's PDL: its launch overlaps the kernel's
 # end; triton_launch.merge), the kernel letting it start at once
 PDL_MERGE = True
@@ -201,6 +205,6 @@ def run(p) -> bool:
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
         STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, CLOCKS=CLOCKS is not None,
-        PDL=PDL_MERGE, num_warps=4,
+        PDL=PDL_MERGE, MASK_WORDS=MASK_WORDS, MASK_AHEAD=MASK_AHEAD, num_warps=4,
     )
     return FUSED_MERGE

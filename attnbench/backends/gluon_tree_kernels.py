@@ -263,11 +263,18 @@ def _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G: gl.
 
 
 @gluon.jit
+def _columns(meta):
+    """A unit's context, full_end, q0 and tree flag (triton_plan.UNIT_COLUMNS)."""
+    return gl.load(meta + U_CTX), gl.load(meta + U_FULL), gl.load(meta + U_Q0), gl.load(meta + U_TREE)
+
+
+@gluon.jit
 def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              stride_anc, stride_sem, stride_sc, CLK, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
              STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr,
-             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
+             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr,
+             EARLY_META: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
     folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
@@ -276,18 +283,17 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
     stamp(clk, 0, CLOCKS)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
-    q_start = gl.load(meta + U_QSTART)  # the unit's columns in one round trip (the epilogue's too)
+    q_start = gl.load(meta + U_QSTART)
     q_count = gl.load(meta + U_QCOUNT)
     kv_lo = gl.load(meta + U_KVLO)
     kv_hi = gl.load(meta + U_KVHI)
-    ctx = gl.load(meta + U_CTX)
-    full_end = gl.load(meta + U_FULL)
-    q0 = gl.load(meta + U_Q0)
-    is_tree = gl.load(meta + U_TREE)
-    prow = gl.load(meta + U_PROW)
-    split = gl.load(meta + U_SPLIT)
+    if EARLY_META:  # the unit's other columns in the same round trip (the epilogue's too)
+        ctx, full_end, q0, is_tree = _columns(meta)
+        prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
     n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
     if part * ROWS < q_count * G:
+        if not EARLY_META:
+            ctx, full_end, q0, is_tree = _columns(meta)
         _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
         stamp(clk, 1, CLOCKS)
         if FP8:
@@ -307,6 +313,8 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
                                    stride_anc, clk, CLOCKS, MASK_WORDS, MASK_AHEAD)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
+        if not EARLY_META:  # (the epilogue's columns loaded on its way)
+            prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
         store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, part, q_count, kvh, stride_ot, stride_oh, stride_pos,
               stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
         stamp(clk, 5, CLOCKS)
@@ -338,7 +346,7 @@ def tree_gluon_kernel(
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
     FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
     STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, PDL: gl.constexpr, MASK_WORDS: gl.constexpr,
-    MASK_AHEAD: gl.constexpr,
+    MASK_AHEAD: gl.constexpr, EARLY_META: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
@@ -370,13 +378,13 @@ def tree_gluon_kernel(
         (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
         (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
         (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
                     n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
                     stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD)),
+                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

@@ -62,7 +62,14 @@ DECODES = ""
 # a masked tile's mask from one 64-bit word a row (gluon_tree_mask.row_bits; False: element by element, the kernel's
 # before), and the first masked tile's words worked out before the full tiles (MASK_AHEAD)
 MASK_WORDS = True
-MASK_AHEAD = True
+# 8 x 40-node trees, page 16 / 256 (H200, fourteenth session, two rounds beside faadb7e's kernel): words without the
+# look-ahead 60.4 / 58.3 us at 4k and 188.5 / 181 at 16k, with it 63.2 / 62.9 and 211 / 193 (holding the first masked
+# tile's words through the full tiles costs more than their loads' latency saves), the element-wise mask 63.3 / 62.7
+# and 188 / 186, faadb7e's kernel 61.4 / 61.8 and 186.5 / 185
+MASK_AHEAD = False
+# a compute partition loads every column of its unit it will read (the epilogue's split row and split included) in
+# one round trip at its start (False: the tile loop's after q_count's, the epilogue's at its end)
+EARLY_META = True
 # the split merge launched as a programmatic dependent of the kernel (CUDA's PDL: its launch overlaps the kernel's
 # end; triton_launch.merge), the kernel letting it start at once
 PDL_MERGE = True
@@ -205,6 +212,7 @@ def run(p) -> bool:
         COMPUTE_REGS=COMPUTE_REGS_FP8 if fp8 else COMPUTE_REGS, FUSED_MERGE=FUSED_MERGE, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
         STAGES8=staging_slots(wgs, d) if fp8 else 1, PIPE_S=PIPE_S_FP8 if fp8 else PIPE_S, CLOCKS=CLOCKS is not None,
-        PDL=PDL_MERGE, MASK_WORDS=MASK_WORDS, MASK_AHEAD=MASK_AHEAD, num_warps=4,
+        PDL=PDL_MERGE, MASK_WORDS=MASK_WORDS, MASK_AHEAD=MASK_AHEAD,
+        EARLY_META=EARLY_META, num_warps=4,
     )
     return FUSED_MERGE

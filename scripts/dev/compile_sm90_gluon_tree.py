@@ -28,12 +28,13 @@ def main(argv: list[str]) -> None:
 
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
-                                      STAGES8=3, PIPE_S=-1, CLOCKS=0, PDL=1, MASK_WORDS=1, MASK_AHEAD=1))
+                                      STAGES8=3, PIPE_S=-1, CLOCKS=0, PDL=1, MASK_WORDS=1, MASK_AHEAD=0, EARLY_META=1))
     kw["FP8"] = bool(kw["FP8"])
     kw["CLOCKS"] = bool(kw["CLOCKS"])
     kw["PDL"] = bool(kw["PDL"])
     kw["MASK_WORDS"] = bool(kw["MASK_WORDS"])
     kw["MASK_AHEAD"] = bool(kw["MASK_AHEAD"])
+    kw["EARLY_META"] = bool(kw["EARLY_META"])
     if kw["PIPE_S"] < 0:
         kw["PIPE_S"] = 0 if kw["FP8"] else 1
     kw["SLOT_TY"] = gl.float16 if kw["FP8"] else gl.bfloat16

@@ -290,7 +290,8 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     # dependent)
     tree_variant("triton-tr-nopdl", PDL_MERGE=False),
     tree_variant("triton-tr-m0", MASK_WORDS=False),  # the masked tiles' mask element by element (before the words)
-    tree_variant("triton-tr-ma0", MASK_AHEAD=False),  # the first masked tile's words worked out in its turn
+    tree_variant("triton-tr-ma1", MASK_AHEAD=True),  # the first masked tile's words worked out before the full tiles
+    tree_variant("triton-tr-em0", EARLY_META=False),  # the unit's columns loaded where they are first read
     tree_variant("triton-dec-f8", DECODES="fp8"),  # FP8 decodes alone through the Gluon tree kernel too
     tree_variant("triton-dec-f8-r2", DECODES="fp8", STAGES_FP8=2),
     tree_variant("triton-dec-f8-s3", DECODES="fp8", STAGES8=3),  # the first build's 3 staging slots

@@ -157,3 +157,29 @@ def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
                      page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
                      layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
     _check(TritonBackend(tree="gluon"), materialize(spec, seed=seed, device="cuda"), launches)
+
+
+# the mask's options (fourteenth session): the element-wise mask, the first masked tile's words worked out ahead,
+# the unit's columns loaded late, the merge as a programmatic dependent; each beside the default (words)
+MASK_OPTIONS = {"default": {}, "elementwise": dict(MASK_WORDS=False), "ahead": dict(MASK_AHEAD=True),
+                "late-columns-pdl": dict(EARLY_META=False, PDL_MERGE=True)}
+
+
+@pytest.mark.parametrize("option", list(MASK_OPTIONS))
+@pytest.mark.parametrize("nodes,g,ctx,page,splits", [
+    (150, 1, 1000, 16, None),  # three 64-node words: tiles spanning two of them at an odd offset
+    (192, 1, 63, 8, 3),  # a tile starting one key before the nodes, split units cutting through the nodes
+    (96, 2, 4097, 32, None),
+    (130, 1, 0, 64, 2),  # a tree over no context: the nodes start on a tile
+    (70, 1, 5000, 256, None),
+])
+def test_trees_of_more_than_64_nodes(nodes, g, ctx, page, splits, option, launches, monkeypatch):
+    """Trees whose ancestor masks take two or three 64-bit words, at contexts that put the words' edges inside the
+    key tiles, beside a shorter tree and a decode: gluon_tree_mask's word arithmetic (``row_bits``: a tile across
+    two words, a tile starting in the context) against the reference, with each mask option."""
+    _on_hopper(monkeypatch, **MASK_OPTIONS[option])
+    rng = random.Random(nodes + ctx)
+    reqs = (Request("tree", nodes, ctx, random_tree(nodes, rng)), Request("tree", 13, ctx + 77, full_tree(2, 3)),
+            Request("decode", 1, 333))
+    spec = BatchSpec(reqs, 4 * g, 4, 128, dtype="bfloat16", page_size=page, layout="shuffled")
+    _check(TritonBackend(tree="gluon", splits=splits), materialize(spec, seed=nodes, device="cuda"), launches, runs=2)

@@ -68,11 +68,14 @@ MASK_WORDS = True
 # and 188 / 186, faadb7e's kernel 61.4 / 61.8 and 186.5 / 185
 MASK_AHEAD = False
 # a compute partition loads every column of its unit it will read (the epilogue's split row and split included) in
-# one round trip at its start (False: the tile loop's after q_count's, the epilogue's at its end)
+# one round trip at its start (False: the tile loop's after q_count's, the epilogue's at its end). Measured (variant
+# triton-tr-em0, same runs as MASK_AHEAD's): 4k 59.6 / 58.0 us against 60.2-60.3 / 58.4-58.6 late; 16k alike
 EARLY_META = True
 # the split merge launched as a programmatic dependent of the kernel (CUDA's PDL: its launch overlaps the kernel's
-# end; triton_launch.merge), the kernel letting it start at once
-PDL_MERGE = True
+# end; triton_launch.merge), the kernel letting it start at once. Off: 8 x 40-node trees, page 16 / 256 (H200, fourteenth
+# session, variant triton-tr-nopdl, two rounds) ran 59.6 / 58.0 us at 4k with it against 60.1 / 57.5 without, and
+# 188-189 / 181-182 against 187-188 / 180-181 at 16k: no measured gain
+PDL_MERGE = False
 # a [programs, 4, 2 x gluon_clocks.SLOTS] int64 tensor: the next launches write their partitions' timestamps into it
 # (scripts/gpu/tree_timeline.py); None (default) builds the kernel without them
 CLOCKS = None

@@ -286,9 +286,10 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     # session) fp8-tree40 4k / 16k: 79.4 / 241.8 and 78.4 / 242.4 us against the default's 70.1 / 208.9 (rejected)
     tree_variant("triton-tr-f8-ps4", PIPE_S_FP8=1, STAGES_FP8=4, STAGES8=1),
     tree_variant("triton-tr-f8-r4", STAGES_FP8=4, STAGES8=1),
-    # fourteenth session: the split merge as an ordinary launch after the kernel (PDL_MERGE's default: a programmatic
-    # dependent)
+    # fourteenth session: the split merge as an ordinary launch after the kernel (the default) or a programmatic
+    # dependent (PDL_MERGE; the default while the session measured it)
     tree_variant("triton-tr-nopdl", PDL_MERGE=False),
+    tree_variant("triton-tr-pdl", PDL_MERGE=True),
     tree_variant("triton-tr-m0", MASK_WORDS=False),  # the masked tiles' mask element by element (before the words)
     tree_variant("triton-tr-ma1", MASK_AHEAD=True),  # the first masked tile's words worked out before the full tiles
     tree_variant("triton-tr-em0", EARLY_META=False),  # the unit's columns loaded where they are first read

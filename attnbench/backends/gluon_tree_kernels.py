@@ -29,7 +29,8 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
-unit's ``kv_hi``. Keys read past ``kv_hi`` must hold finite values (attnbench's caches do).
+unit's ``kv_hi`` (gluon_tree_mask: one 64-bit word a row and tile, ``MASK_WORDS``). Keys read past ``kv_hi``
+must hold finite values (attnbench's caches do). ``CLOCKS``: the partitions' timestamps (gluon_clocks).
 Split units write partial outputs (the plan's dtype) and natural-log LSEs for triton_merge's kernel, or, with
 ``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (gluon_tree_epilogue.py).
 """

@@ -4,7 +4,7 @@ A tile's mask used to be worked out element by element (each of a partition's 64
 ancestor word, a 64-bit shift and four compares: ~900 instructions a thread a masked tile, sm_90). A key
 tile is 64 keys, so a row's mask of it fits one 64-bit word: ``row_bits`` works that word out once a row
 (bit c: key ``start + c`` allowed), and ``keep`` reads each score's bit from the word's 32-bit half its
-column lies in. The keys a row sees (SEMANTICS.md): a tree row the context and the nodes of its ancestor
+column lies in. The keys a row sees (the reference's): a tree row the context and the nodes of its ancestor
 bitmask (``ANC``: bit k of word w for node 64 w + k, the node itself included), any other row the keys up
 to its own position, a padding row every key; every row only the keys below the unit's ``kv_hi``.
 """
@@ -59,7 +59,7 @@ def keep(bits, cols):
 @gluon.jit
 def allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
     """The same mask worked out element by element ([rows, keys]; the kernel's before the row words, kept as the
-    option ``MASK_WORDS`` False for the measurement beside them)."""
+    option ``MASK_WORDS`` False: docs/triton_notes.md, the fourteenth session)."""
     keys = start + cols
     if is_tree != 0:
         rel = keys - ctx

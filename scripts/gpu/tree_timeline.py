@@ -16,8 +16,8 @@ over the programs of the last of ``--runs`` clocked launches (us):
 - ``first``: then its first tile waited for and S = Q K^T of it (the TMA's first trip; 16-bit caches: PIPE_S);
 - ``tile``: each unmasked tile after (the steady state), ``masked``: each tile past ``full_end`` (the tree's nodes);
 - ``end``: the last partition's epilogue (partials or output written); ``span``: a program's first to last stamp;
-- ``kernel``: the launch's first program's start to its last stamp (the kernel as its own clock sees it; the merge launch and the
-  gaps are not in it: attnbench's ``--profile`` rows have them).
+- ``kernel``: the launch's first program's start to its last stamp (the kernel as its own clock sees it; the
+  merge launch and the gaps are not in it: attnbench's ``--profile`` rows have them).
 
 The intervals are clock64 cycles turned to us by each program's globaltimer span over its cycles (the SM clock the
 launch ran at, printed as MHz). Exit 2 without a Hopper GPU.
@@ -137,8 +137,8 @@ def main(argv=None) -> int:
                 u = plan.units.cpu()
                 tiles = int(((u[:, COL["kv_hi"]] - u[:, COL["kv_lo"]] + 63) // 64).max())
                 name = f"{ctx} p{page}{' fp8' if fp8 else ''}"
-                print(f"{name} | {r['programs']} | {tiles} | {r['start_max']:.2f}/{r['start_med']:.2f} | {r['setup']:.2f} | {r['q']:.2f} | "
-                      f"{r['first']:.2f} | {r['tile']:.3f} | {r['masked']:.2f} | {r['end']:.2f} | {r['span']:.1f} | "
+                print(f"{name} | {r['programs']} | {tiles} | {r['start_max']:.2f}/{r['start_med']:.2f} | "
+                      f"{r['setup']:.2f} | {r['q']:.2f} | {r['first']:.2f} | {r['tile']:.3f} | {r['masked']:.2f} | {r['end']:.2f} | {r['span']:.1f} | "
                       f"{r['kernel']:.1f} | {r['mhz']:.0f}", flush=True)
     return 0
 

@@ -11,6 +11,7 @@ from .conftest import make_batch
 
 TREE = tuple(from_choices([[0], [1], [0, 0], [0, 1], [1, 0]]))
 RANDOM_TREE = tuple(random_tree({"nodes": 11, "max_depth": 4, "max_children": 3, "seed": 2}))
+BIG_TREE = tuple(random_tree({"nodes": 150, "max_depth": 10, "max_children": 4, "seed": 7}))  # three ancestor words
 
 BATCHES = {
     "decode": [Request("decode", 1, c) for c in (0, 1, 17, 63)],
@@ -18,6 +19,8 @@ BATCHES = {
     "chunked": [Request("prefill", 7, 33), Request("prefill", 3, 5)],
     "tree": [Request("tree", len(TREE), 21, TREE), Request("tree", len(RANDOM_TREE), 0, RANDOM_TREE)],
     "chain": [Request("tree", 5, 13, tuple(chain(4)))],
+    "big-tree": [Request("tree", len(BIG_TREE), 37, BIG_TREE), Request("tree", 70, 3, tuple(chain(69))),
+                 Request("decode", 1, 5)],
     "dynamic-tree": [Request("tree", len(TREE), 21, TREE, True), Request("decode", 1, 7),
                      Request("tree", len(RANDOM_TREE), 3, RANDOM_TREE, True)],
     "mixed": [

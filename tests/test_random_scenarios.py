@@ -54,9 +54,9 @@ def test_a_refused_draw_is_drawn_again(monkeypatch):
     calls = []
     real = rs.draw_scenario
 
-    def every_other_is_bad(seed, index, profile="all"):
+    def every_other_is_bad(seed, index, profile="all", max_nodes=64):
         calls.append(index)
-        doc = real(seed, index, profile)
+        doc = real(seed, index, profile, max_nodes)
         if index % 2 == 0:
             doc["model"]["num_kv_heads"] = doc["model"].get("num_q_heads", 1) + 1  # more kv heads than q: refused
         return doc
@@ -106,3 +106,22 @@ def test_tree_draws_cover_every_spelling():
     r = random.Random(0)
     spellings = {next(iter(rs.draw_tree(r))) for _ in range(300)}
     assert spellings == {"chain", "full", "random", "choices", "branching", "preset"}
+
+
+def test_max_nodes_draws_trees_past_one_ancestor_word(tmp_path):
+    """--max-nodes 192: random trees of up to 192 nodes (two and three 64-bit ancestor words), every draw a
+    scenario the loader takes with its big tree in the batch; the default (64) draws no more than 64."""
+    def random_nodes(docs):
+        return [g["tree"]["random"]["nodes"] for d in docs for g in d["batch"]
+                if g["kind"] == "tree" and "random" in g["tree"]]
+
+    docs = rs.generate(60, seed=7, max_nodes=192)
+    big = [n for n in random_nodes(docs) if n > 64]
+    assert big and max(big) <= 192
+    assert max(random_nodes(rs.generate(60, seed=7))) <= 64
+    assert rs.main(["--n", "30", "--seed", "7", "--max-nodes", "192", "--out", str(tmp_path)]) == 0
+    sizes = [r.query for f in sorted(tmp_path.glob("*.yaml")) for c in load(f).cases
+             for r in c.scenario.batch_spec().requests if r.kind == "tree"]
+    assert max(sizes) > 64
+    with pytest.raises(SystemExit):
+        rs.main(["--n", "1", "--max-nodes", "1", "--out", str(tmp_path / "x")])

@@ -31,14 +31,18 @@ LAYOUTS = ("contiguous", "shuffled", "shuffled-within", "reversed", "interleaved
 PAGES = (1, 3, 8, 16, 16, 32, 64, 128, 256, 256)
 
 
-def draw_tree(r: random.Random) -> dict[str, Any]:
+def draw_tree(r: random.Random, max_nodes: int = 64) -> dict[str, Any]:
     kind = r.choice(["chain", "full", "random", "random", "choices", "branching", "preset"])
     if kind == "chain":
         return {"chain": r.randint(1, 12)}
     if kind == "full":
         return {"full": {"depth": r.randint(1, 3), "branching": r.randint(2, 3)}}
     if kind == "random":
-        return {"random": {"nodes": r.randint(2, 64), "max_depth": r.randint(1, 9), "max_children": r.randint(1, 5),
+        nodes = r.randint(2, max_nodes)
+        if nodes > 64:  # (past one ancestor word: depth and fan-out that hold them; 64 keeps the seeds' draws)
+            return {"random": {"nodes": nodes, "max_depth": r.randint(5, 12), "max_children": r.randint(3, 6),
+                               "seed": r.randint(0, 999)}}
+        return {"random": {"nodes": nodes, "max_depth": r.randint(1, 9), "max_children": r.randint(1, 5),
                            "seed": r.randint(0, 999)}}
     if kind == "branching":
         return {"branching": [r.randint(1, 3) for _ in range(r.randint(1, 3))]}
@@ -53,7 +57,7 @@ def draw_tree(r: random.Random) -> dict[str, Any]:
     return {"choices": paths or [[0]]}
 
 
-def draw_group(r: random.Random, max_ctx: int) -> dict[str, Any]:
+def draw_group(r: random.Random, max_ctx: int, max_nodes: int = 64) -> dict[str, Any]:
     kind = r.choice(["decode", "decode", "prefill", "tree", "tree"])
     ctx = r.choice([0, r.randint(1, 64), r.randint(1, max_ctx), r.randint(1, max_ctx)])
     g: dict[str, Any] = {"kind": kind, "count": r.choice([1, 1, 2, 3, 5])}
@@ -66,7 +70,7 @@ def draw_group(r: random.Random, max_ctx: int) -> dict[str, Any]:
             g["causal"] = False
     else:
         g["context"] = ctx
-        g["tree"] = draw_tree(r)
+        g["tree"] = draw_tree(r, max_nodes)
         if r.random() < 0.15:
             g["tree"]["dynamic"] = True
     if g["count"] > 1 and g["context"] >= 32 and r.random() < 0.15:
@@ -106,7 +110,7 @@ def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
     return m
 
 
-def draw_scenario(seed: int, index: int, profile: str = "all") -> dict[str, Any]:
+def draw_scenario(seed: int, index: int, profile: str = "all", max_nodes: int = 64) -> dict[str, Any]:
     r = random.Random(seed * 100_003 + index)
     if profile == "plain" or (profile == "all" and r.random() < 0.35):
         model, kv = draw_plain(r)
@@ -120,10 +124,11 @@ def draw_scenario(seed: int, index: int, profile: str = "all") -> dict[str, Any]
         if not mla and r.random() < 0.2:
             kv["order"] = "HND"
     max_ctx = r.choice([300, 2000, 6000])
-    batch = [draw_group(r, max_ctx) for _ in range(r.randint(1, 5))]
+    batch = [draw_group(r, max_ctx, max_nodes) for _ in range(r.randint(1, 5))]
     return {
         "name": f"random-{seed}-{index:03d}",
-        "description": f"scripts/gpu/random_scenarios.py --seed {seed} (index {index}, profile {profile})",
+        "description": f"scripts/gpu/random_scenarios.py --seed {seed} (index {index}, profile {profile}"
+                       + (f", max nodes {max_nodes})" if max_nodes != 64 else ")"),
         "seed": r.randint(0, 10_000),
         "model": model,
         "kv_cache": kv,
@@ -142,11 +147,11 @@ def valid(doc: dict[str, Any]) -> bool:
         return False
 
 
-def generate(n: int, seed: int, profile: str = "all") -> list[dict[str, Any]]:
+def generate(n: int, seed: int, profile: str = "all", max_nodes: int = 64) -> list[dict[str, Any]]:
     """``n`` valid scenarios (a draw the loader refuses is drawn again with the next index)."""
     out, index = [], 0
     while len(out) < n:
-        doc = draw_scenario(seed, index, profile)
+        doc = draw_scenario(seed, index, profile, max_nodes)
         index += 1
         if valid(doc):
             out.append(doc)
@@ -161,9 +166,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", choices=("all", "flashinfer", "plain"), default="all")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--max-nodes", type=int, default=64,
+                    help="random trees of up to this many nodes (default 64: one ancestor word, the seeds' old draws)")
     a = ap.parse_args(argv)
+    if a.max_nodes < 2:
+        ap.error(f"--max-nodes {a.max_nodes}: a random tree has 2 nodes at least")
     a.out.mkdir(parents=True, exist_ok=True)
-    for doc in generate(a.n, a.seed, a.profile):
+    for doc in generate(a.n, a.seed, a.profile, a.max_nodes):
         text = f"# {doc['description']}\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=110)
         (a.out / f"{doc['name']}.yaml").write_text(text)
     print(f"wrote {a.n} scenarios to {a.out} (seed {a.seed}, profile {a.profile})")

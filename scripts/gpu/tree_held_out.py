@@ -75,14 +75,15 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="only list the eligible scenarios")
     ap.add_argument("--route", choices=("tree", "fp8", "mla"), default="tree")
     ap.add_argument("--only", nargs="+", default=None, help="scenario file stems to run (default: all eligible)")
+    ap.add_argument("--max-nodes", type=int, default=64, help="random_scenarios.py's --max-nodes (trees past 64 nodes)")
     a = ap.parse_args()
     t0 = time.time()
     files = []
     for s in a.seeds:
-        d = a.out / "scenarios" / str(s)
+        d = a.out / "scenarios" / (str(s) if a.max_nodes == 64 else f"{s}-n{a.max_nodes}")
         subprocess.run([sys.executable, "scripts/gpu/random_scenarios.py", "--n", str(a.n), "--seed", str(s), "--out",
-                        str(d), "--profile", "flashinfer" if a.route == "tree" else "all"], check=True,
-                       stdout=subprocess.DEVNULL)
+                        str(d), "--profile", "flashinfer" if a.route == "tree" else "all",
+                        "--max-nodes", str(a.max_nodes)], check=True, stdout=subprocess.DEVNULL)
         files += sorted(d.glob("*.yaml"))
     keep = {"tree": eligible, "fp8": with_fp8, "mla": with_mla_gluon}[a.route](files)
     print(f"{len(keep)} of {len(files)} scenarios " + {"tree": "take the Gluon tree kernel", "fp8": "have an FP8 cache",

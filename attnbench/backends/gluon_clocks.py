@@ -21,4 +21,4 @@ def stamp(row, slot: gl.constexpr, ON: gl.constexpr):
                                         pack=1)
         cyc = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
         gl.store(row + slot, now)
-        gl.store(row + 8 + slot, cyc)
+        gl.store(row + 8 + slot, cyc)  # (8: SLOTS)

@@ -6,7 +6,8 @@ warps and the TMA / mbarrier / wgmma counts, e.g.
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py FP8=1 STAGES=3 STAGES8=3 COMPUTE_REGS=152
   /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_tree.py PIPE_S=0
 
-PIPE_S defaults to the shipped build's: 1 for 16-bit slots, 0 with FP8=1 (triton_tree_gluon).
+PIPE_S defaults to the shipped build's: 1 for 16-bit slots, 0 with FP8=1 (triton_tree_gluon); so do CLOCKS=0 (the
+timestamps), PDL=0, MASK_WORDS=1, MASK_AHEAD=0 and EARLY_META=1 (the fourteenth session's options).
 
 Run it with the device's triton (3.6): docs/triton_notes.md, "Tree round 1".
 """
@@ -19,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compile_sm90 as base  # noqa: E402
 import compile_sm90_gluon as gluon_pf  # noqa: E402
 
-PTRS = {"CLK": "*i64", "Q": "*bf16", "Out": "*bf16", "PO": "*bf16", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "ANC": "*i64",
-        "SEM": "*i32", "KSC": "*fp32", "VSC": "*fp32"}
+PTRS = {"CLK": "*i64", "Q": "*bf16", "Out": "*bf16", "PO": "*bf16", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32",
+        "ANC": "*i64", "SEM": "*i32", "KSC": "*fp32", "VSC": "*fp32"}
 
 
 def main(argv: list[str]) -> None:
@@ -28,7 +29,7 @@ def main(argv: list[str]) -> None:
 
     kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=4, WGS=3, COMPUTE_REGS=160,
                                       FUSED_MERGE=0, num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), FP8=0,
-                                      STAGES8=3, PIPE_S=-1, CLOCKS=0, PDL=1, MASK_WORDS=1, MASK_AHEAD=0, EARLY_META=1))
+                                      STAGES8=3, PIPE_S=-1, CLOCKS=0, PDL=0, MASK_WORDS=1, MASK_AHEAD=0, EARLY_META=1))
     kw["FP8"] = bool(kw["FP8"])
     kw["CLOCKS"] = bool(kw["CLOCKS"])
     kw["PDL"] = bool(kw["PDL"])

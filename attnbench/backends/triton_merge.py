@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+
+try:
+    from triton.language.extra.cuda import gdc_wait
+except ImportError:  # triton before grid dependency control: PDL never asked for (triton_tree_gluon.PDL_MERGE)
+    gdc_wait = None
 
 
 @triton.jit

@@ -30,7 +30,6 @@ import sys
 
 import torch
 
-from attnbench.backends import gluon_clocks
 from attnbench.backends import triton_tree_gluon as tree
 from attnbench.backends.triton_paged import TritonBackend
 from attnbench.backends.triton_plan import COL
@@ -38,7 +37,6 @@ from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.units import parse_int
 
-S = gluon_clocks.SLOTS
 
 
 def batch_of(context: int, page: int, fp8: bool):
@@ -49,9 +47,17 @@ def batch_of(context: int, page: int, fp8: bool):
     return materialize(spec, seed=context + page, device="cuda")
 
 
+def _slots() -> int:
+    """gluon_clocks.SLOTS (imported here: the Gluon module needs a triton with Gluon, this script's CPU test not)."""
+    from attnbench.backends import gluon_clocks
+
+    return gluon_clocks.SLOTS
+
+
 def clocked(be, plan, runs: int) -> torch.Tensor:
-    """The stamps of the last of ``runs`` launches: [programs, 4 rows (3 compute partitions, the loader), 2 S]."""
-    clk = torch.zeros(plan.units.shape[0] * plan.batch.num_kv_heads, 4, 2 * S, dtype=torch.int64, device="cuda")
+    """The stamps of the last of ``runs`` launches: [programs, 4 rows (3 compute partitions, the loader), 2 slots]."""
+    clk = torch.zeros(plan.units.shape[0] * plan.batch.num_kv_heads, 4, 2 * _slots(), dtype=torch.int64,
+                      device="cuda")
     tree.CLOCKS = clk
     try:
         for _ in range(runs):
@@ -68,7 +74,8 @@ def intervals(clk: torch.Tensor, plan) -> dict:
     units = plan.units.cpu()
     n_kv = plan.batch.num_kv_heads
     last = tree.warpgroups(plan) - 1
-    gt, cy = clk[..., :S].double(), clk[..., S:].double()
+    s = clk.shape[-1] // 2  # (gluon_clocks.SLOTS)
+    gt, cy = clk[..., :s].double(), clk[..., s:].double()
     t0 = gt[:, 3, 2].min()
     rows = {k: [] for k in ("setup", "q", "first", "tile", "masked", "end", "span", "mhz")}
     for w in range(clk.shape[0]):

@@ -9,8 +9,8 @@ from triton.experimental.gluon import language as gl
 
 from .triton_plan import UNIT_COLUMNS
 
-U_QSTART, U_SPLIT, U_PROW, U_NSPLIT, U_BLOCK = (
-    gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("q_start", "split", "prow", "nsplit", "block"))
+U_QSTART, U_PROW, U_NSPLIT, U_BLOCK = (
+    gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("q_start", "prow", "nsplit", "block"))
 
 
 @gluon.jit

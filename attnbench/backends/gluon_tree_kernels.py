@@ -47,10 +47,9 @@ from .gluon_tree_mask import allowed, keep, row_bits
 from .gluon_tree_epilogue import merge_rows, store
 from .triton_plan import UNIT_COLUMNS
 
-(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0, U_NSPLIT, U_BLOCK) = (
+(U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in (
-        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0", "nsplit",
-        "block"))
+        "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0"))
 
 
 @gluon.jit

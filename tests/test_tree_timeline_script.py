@@ -23,19 +23,9 @@ def _script():
 
 def _plan(monkeypatch):
     monkeypatch.setattr(tree, "hopper", lambda device: True)  # the plan shaped for the Gluon kernel on the CPU
-    plan = TritonBackend().plan(_cpu_batch())
+    plan = TritonBackend().plan(_script().batch_of(1000, 16, False, device="cpu"))
     assert tree.RAN in plan.mode, plan.mode
     return plan
-
-
-def _cpu_batch():
-    from attnbench.workload import trees
-    from attnbench.workload.batch import BatchSpec, Request, materialize
-
-    tree40 = tuple(trees.full({"depth": 3, "branching": 3}))
-    spec = BatchSpec(tuple(Request("tree", 40, 1000, tree40) for _ in range(8)), 32, 8, 128, dtype="bfloat16",
-                     page_size=16, layout="shuffled")
-    return materialize(spec, seed=0)
 
 
 # ns of each step (the SM at 2000 MHz: 2 cycles a ns)

@@ -39,12 +39,12 @@ from attnbench.workload.units import parse_int
 
 
 
-def batch_of(context: int, page: int, fp8: bool):
+def batch_of(context: int, page: int, fp8: bool, device: str = "cuda"):
     tree40 = tuple(trees.full({"depth": 3, "branching": 3}))
     extra = dict(kv_dtype="fp8_e4m3", kv_scale="per-tensor") if fp8 else {}
     spec = BatchSpec(tuple(Request("tree", 40, context, tree40) for _ in range(8)), 32, 8, 128, dtype="bfloat16",
                      page_size=page, layout="shuffled", **extra)
-    return materialize(spec, seed=context + page, device="cuda")
+    return materialize(spec, seed=context + page, device=device)
 
 
 def _slots() -> int:

@@ -15,6 +15,8 @@ from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
+from .hopper import on_hopper
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 ODD = tuple(Request("decode", 1, c) for c in (999, 62, 0, 64, 16383))  # 1000, 63, 1, 65, 16384 keys
@@ -47,11 +49,8 @@ def launches(monkeypatch):
 
 
 def _on_hopper(monkeypatch, **consts):
-    """Skip off Hopper (the kernel is written for sm_90), then set triton_mla_gluon's constants ``consts``."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon MLA kernel is written for Hopper (sm_90)")
-    for name, value in consts.items():
-        monkeypatch.setattr(mg, name, value)
+    """Skip off Hopper, then set triton_mla_gluon's constants ``consts`` (tests/hopper.py)."""
+    on_hopper("MLA", mg, monkeypatch, **consts)
 
 
 def _check(be, batch, launches, runs: int = 2):

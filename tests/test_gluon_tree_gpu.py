@@ -17,6 +17,8 @@ from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
+from .hopper import on_hopper
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
@@ -62,11 +64,8 @@ def launches(monkeypatch):
 
 
 def _on_hopper(monkeypatch=None, **consts):
-    """Skip off Hopper (the kernel is written for sm_90), then set triton_tree_gluon's constants ``consts``."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon tree kernel is written for Hopper (sm_90)")
-    for name, value in consts.items():
-        monkeypatch.setattr(tree, name, value)
+    """Skip off Hopper, then set triton_tree_gluon's constants ``consts`` (tests/hopper.py)."""
+    on_hopper("tree", tree, monkeypatch, **consts)
 
 
 def _check(be, batch, launches, runs: int = 1):

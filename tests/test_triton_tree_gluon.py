@@ -213,8 +213,8 @@ def test_fits_cache_check_agrees_with_the_launchs_view(order):
 
     b = _trees(100, kv_order=order, page_size=64)
     for t in (b.k_cache, b.v_cache, b.k_cache[:, :32], b.v_cache[..., :64]):
-        assert tree._kv_ok(t) == (kv_view(t) is not None)
-    assert tree._kv_ok(b.k_cache)
+        assert tree.kv_ok(t) == (kv_view(t) is not None)
+    assert tree.kv_ok(b.k_cache)
 
 
 def test_decodes_alone_are_taken_only_as_the_decodes_setting_says(monkeypatch):

@@ -32,6 +32,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from .gluon_pages import tile_pages
+
 #: the MLA plan's unit columns (triton_mla_kernels.UNIT_COLS): request, first row, rows, first key, key end,
 #: split (-1: none), first partial row, kind
 U_REQ, U_ROW0, U_NROWS, U_K0, U_K1, U_SPLIT, U_PROW = (gl.constexpr(i) for i in range(7))
@@ -43,14 +45,6 @@ def _unit(UNITS, UNIT_COLS: gl.constexpr):
     """This program's unit row (a pointer) and its key range [k0, k1)."""
     meta = UNITS + gl.program_id(0) * UNIT_COLS
     return meta, gl.load(meta + U_K0), gl.load(meta + U_K1)
-
-
-@gluon.jit
-def _pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, NB: gl.constexpr):
-    """The block-table entries of the NB boxes of the key tile from ``start`` (clamped to the unit's last page),
-    in one load; every thread holds all NB."""
-    offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [4], [0]))
-    return gl.load(bt_row + gl.minimum((start + offs * BOX) // PAGE, last))
 
 
 @gluon.jit
@@ -72,11 +66,11 @@ def _loader(q_desc, qr_desc, kv_desc, kr_desc, q_smem, qr_smem, kv_smem, kr_smem
     last = (k1 - 1) // PAGE  # the request's last page holding a key of the unit
     n = gl.cdiv(k1 - k0, BLOCK_N)
     offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [4], [0]))
-    nxt = _pages(bt_row, k0, last, PAGE, BOX, NB)
+    nxt = tile_pages(bt_row, k0, last, PAGE, BOX, NB)
     for j in range(n):
         s = j % STAGES
         pages = nxt
-        nxt = _pages(bt_row, k0 + (j + 1) * BLOCK_N, last, PAGE, BOX, NB)  # the next iteration's
+        nxt = tile_pages(bt_row, k0 + (j + 1) * BLOCK_N, last, PAGE, BOX, NB)  # the next iteration's
         mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # mbarriers start with phase 1 complete
         mbarrier.expect(ready.index(s), NB * (kv_desc.block_type.nbytes + kr_desc.block_type.nbytes))
         for bx in gl.static_range(NB):

@@ -12,7 +12,7 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   tiles by TMA into a ring of ``STAGES`` slots. A tile lies in one page (pages of 64 keys or
   more) or spans 64 / PAGE pages, one box each (pages of 8-32 keys), each box's block-table
   entry read before the slot wait (a box past the request's last key reads its last page: its
-  keys are masked); the block-table entries of a tile come in one load an iteration ahead (``_pages``);
+  keys are masked); the block-table entries of a tile come in one load an iteration ahead (``gluon_pages``);
 - FP8 caches (tree round 2): the TMA writes each tile into one of ``STAGES8`` FP8 staging slots, and the
   loader's 128 threads widen it into the ring slot as float16 (exact for e4m3 and e5m2), fence it for the
   MMAs and arrive on ``ready``; the compute partitions convert q to float16 (|q| below 65504, as the
@@ -38,10 +38,11 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
 from .gluon_clocks import stamp
+from .gluon_pages import issue_tile, tile_pages
 from .gluon_steps import softmax_p, softmax_pv
 from .gluon_tree_mask import allowed, keep, row_bits
 from .gluon_tree_epilogue import merge_rows, store
@@ -50,29 +51,6 @@ from .triton_plan import UNIT_COLUMNS
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in (
         "req", "q_start", "q_count", "ctx", "kv_lo", "kv_hi", "full_end", "split", "prow", "tree", "q0"))
-
-
-@gluon.jit
-def _pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, NB: gl.constexpr):
-    """The block-table entries of the NB boxes of the key tile from ``start``, in one load (every thread holds
-    all NB: the loop asks for them a tile ahead, so the load's latency is not on the TMA's path)."""
-    offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [4], [0]))
-    return gl.load(bt_row + gl.minimum((start + offs * BOX) // PAGE, last))
-
-
-@gluon.jit
-def _issue(k_desc, v_desc, k_dst, v_dst, bar, start, pages, kvh, row_head, col_head, PAGE: gl.constexpr,
-           ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The TMA boxes of the key tile from ``start`` (its ``_pages``) into ``k_dst`` / ``v_dst``, arriving on ``bar``."""
-    BOX: gl.constexpr = k_desc.block_type.shape[0]
-    offs = gl.arange(0, BLOCK_N // BOX, layout=pages.type.layout)
-    mbarrier.expect(bar, 2 * (BLOCK_N // BOX) * k_desc.block_type.nbytes)
-    for b in gl.static_range(BLOCK_N // BOX):
-        page = gl.sum(gl.where(offs == b, pages, 0), axis=0)  # (in-thread: each thread holds every entry)
-        slot = start + b * BOX
-        row = page * ROW_PAGE + kvh * row_head + slot % PAGE
-        tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], bar, k_dst.slice(b * BOX, BOX))
-        tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], bar, v_dst.slice(b * BOX, BOX))
 
 
 @gluon.jit
@@ -107,13 +85,13 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
     if FP8:
         for j in range(gl.minimum(n, STAGES8)):
             start = kv_lo + j * BLOCK_N
-            _issue(k_desc, v_desc, k8.index(j), v8.index(j), landed.index(j), start,
-                   _pages(bt_row, start, last, PAGE, BOX, NB), kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
-    nxt = _pages(bt_row, kv_lo + AHEAD * BLOCK_N, last, PAGE, BOX, NB)
+            issue_tile(k_desc, v_desc, k8.index(j), v8.index(j), landed.index(j), start,
+                   tile_pages(bt_row, start, last, PAGE, BOX, NB), kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
+    nxt = tile_pages(bt_row, kv_lo + AHEAD * BLOCK_N, last, PAGE, BOX, NB)
     for j in range(n):
         s = j % STAGES
         pages = nxt
-        nxt = _pages(bt_row, kv_lo + (j + AHEAD + 1) * BLOCK_N, last, PAGE, BOX, NB)  # the next iteration's
+        nxt = tile_pages(bt_row, kv_lo + (j + AHEAD + 1) * BLOCK_N, last, PAGE, BOX, NB)  # the next iteration's
         mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # mbarriers start with phase 1 complete
         if FP8:
             f = j % STAGES8
@@ -124,10 +102,10 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
             gl.thread_barrier()
             mbarrier.arrive(ready.index(s), count=1)
             if j + AHEAD < n:
-                _issue(k_desc, v_desc, k8.index(f), v8.index(f), landed.index(f), kv_lo + (j + AHEAD) * BLOCK_N,
+                issue_tile(k_desc, v_desc, k8.index(f), v8.index(f), landed.index(f), kv_lo + (j + AHEAD) * BLOCK_N,
                        pages, kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
         else:
-            _issue(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
+            issue_tile(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
                    kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
     stamp(CLK + (w * 4 + 3) * 16, 1, CLOCKS)
 

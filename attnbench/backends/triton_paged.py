@@ -41,12 +41,16 @@ from . import triton_prefill
 from . import triton_prefill_gluon
 from . import triton_step as ts
 from . import triton_tree_gluon
+from . import triton_decode_gluon
 
 _KERNELS = "attnbench.backends.triton_kernels"
 # the prefill path's default options (issue 33's prefill rounds): gluon where triton_prefill_gluon.wanted
 PREFILL = "lean,fold,heavy,gluon"
 # the tree path's default (issue 33's tree round 1): gluon where triton_tree_gluon.wanted
 TREE = "gluon"
+# the decode path's default (issue 33's decode round 1): "gluon" runs triton_decode_gluon.wanted's batches (FP8 decodes
+# on Hopper) through gluon_decode_kernels.py's kernel; "" the shipped kernel
+DECODE = ""
 # the register cap of FP8 decodes whose V words take one cvt.rn.f16x2 each (V_WORDS 2): 116 registers, 4 programs
 # an SM; H200 8 x 16k e4m3: 86.9 us against 129.1 uncapped (168 registers, 3 an SM) and 93.5 for the shift-split
 # words (issue 33, twelfth session)
@@ -72,17 +76,19 @@ class TritonPlan:
     feat: tf.Features  # the variants' inputs (window, sinks, soft-cap, ALiBi, FP8 scales, positions)
     mode: str = ""  # "interpreted (...)" under TRITON_INTERPRET=1: rows say so (hundreds of times slower)
     gluon_tree: bool = False  # the Gluon tree kernel runs it (triton_tree_gluon.fit passed at plan time)
+    gluon_decode: bool = False  # the Gluon decode kernel runs it (triton_decode_gluon.fit passed at plan time)
 
 
 def _interpret_wanted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _check_options(kv_a: str, tree: str, v_words) -> None:
+def _check_options(kv_a: str, tree: str, v_words, decode: str = "") -> None:
     if set(kv_a) - {"k", "v"}:
         raise ValueError(f"kv_a {kv_a!r}: '', 'k', 'v' or 'kv'")
-    if tree not in ("", "gluon"):
-        raise ValueError(f"tree {tree!r}: '' or 'gluon'")
+    for name, value in (("tree", tree), ("decode", decode)):
+        if value not in ("", "gluon"):
+            raise ValueError(f"{name} {value!r}: '' or 'gluon'")
     if v_words not in (None, True, False, "cvt"):
         raise ValueError(f"v_words {v_words!r}: None, True, False or 'cvt'")
 
@@ -117,7 +123,7 @@ class TritonBackend(Backend):
                  half_partials: bool = False, fp8_f16: bool = True, v_pairs: bool = False,
                  v_words: Optional[bool | str] = None, prefill: Optional[str] = PREFILL, mla_wide: bool = True,
                  kv_a: str = "", tree: str = TREE, k_words: bool = False, mla_gluon: bool = True,
-                 **config: Any) -> None:
+                 decode: str = DECODE, **config: Any) -> None:
         """``splits``: force this many KV splits per row block (None: the plan's heuristic).
         ``fused_merge``: the last split to finish merges (one launch) instead of a second merge
         kernel; off by default: on an H100 it was no faster for decode and 7% slower for
@@ -159,6 +165,7 @@ class TritonBackend(Backend):
         ``mla_wide``: MLA batches take ``triton_mla.default_config`` (128 heads: 128-row units, value halves);
         False: round 1's config. ``mla_gluon`` (on; False: the Triton MLA kernel): on Hopper, triton_mla_gluon.wanted's
         batches (16-bit decodes, MTP chains) run gluon_mla_kernels.py's kernel (H200, 8 x 16k, 128 heads: 83.3 against 186.7 us).
+        ``decode`` ("gluon" or "", the default): triton_decode_gluon.wanted's batches run gluon_decode_kernels.py.
         ``config``: overrides of choose_config (block_n / block_m / num_warps / num_stages /
         block_nf / maxnreg / fp8_split: FP8's decode split scale, default 1.9)."""
         self.splits, self.fused_merge, self.kv_major, self.half_partials = splits, fused_merge, kv_major, half_partials
@@ -167,8 +174,8 @@ class TritonBackend(Backend):
         self.v_words, self.k_words = v_words, k_words
         self.prefill = None if prefill is None else triton_prefill.options(prefill)
         self.mla_wide, self.mla_gluon = mla_wide, mla_gluon
-        _check_options(kv_a, tree, v_words)
-        self.kv_a, self.tree = kv_a, tree
+        _check_options(kv_a, tree, v_words, decode)
+        self.kv_a, self.tree, self.decode = kv_a, tree, decode
         self.config = config
         self._shapes: dict = {}  # (Config, Shape, 16-bit partials, route notes) per step shape (query side, options)
         self._staging = ts.Staging()
@@ -231,15 +238,16 @@ class TritonBackend(Backend):
             # on a CPU triton runs only interpreted (whether or not it is imported yet: issue 24)
             mode="interpreted (TRITON_INTERPRET=1)" if dev.type == "cpu" else "",
         )
-        pre, tree = self._routes(plan, notes)
+        pre, tree, dec = self._routes(plan, notes)
         plan.gluon_tree = tree == triton_tree_gluon.RAN  # (fit once: run reads the answer)
-        if pre or tree:
-            plan.mode = "; ".join(m for m in (plan.mode, pre, tree) if m)
+        plan.gluon_decode = dec == triton_decode_gluon.RAN
+        if pre or tree or dec:
+            plan.mode = "; ".join(m for m in (plan.mode, pre, tree, dec) if m)
         return plan
 
-    def _routes(self, plan: TritonPlan, notes: dict) -> tuple[str, str]:
+    def _routes(self, plan: TritonPlan, notes: dict) -> tuple[str, str, str]:
         """The kernels the plan's batch runs with the gluon options (the row says which, or why not Gluon's):
-        triton_prefill.route_note and triton_tree_gluon.route_note, once per step shape (``notes``: the shape's)
+        triton_prefill.route_note, triton_tree_gluon.route_note and triton_decode_gluon.route_note, once per step shape (``notes``: the shape's)
         and cache layout. Each step paid them before: 12-22 us of a tree plan on the CPU machine, more on the
         GPU host (issue 33, eleventh session: the plan table 1.29x dee312b's per case)."""
         b = plan.batch
@@ -251,7 +259,8 @@ class TritonBackend(Backend):
             if len(notes) >= ts.SHAPES:
                 notes.clear()
             hit = notes[key] = (triton_prefill.route_note(plan) if self.prefill and "gluon" in self.prefill else "",
-                                triton_tree_gluon.route_note(plan) if self.tree == "gluon" else "")
+                                triton_tree_gluon.route_note(plan) if self.tree == "gluon" else "",
+                                triton_decode_gluon.route_note(plan) if self.decode == "gluon" else "")
         return hit
 
     def forget_shapes(self) -> None:
@@ -280,6 +289,8 @@ class TritonBackend(Backend):
             elif self.tree == "gluon" and not {"block_m", "block_n"} & kw.keys() and triton_tree_gluon.wanted(batch):
                 kw = {**kw, **triton_tree_gluon.config_args(batch)}  # one row block a request, 64-key tiles
                 tree = True
+            elif self.decode == "gluon" and "block_nf" not in kw and triton_decode_gluon.wanted(batch):
+                kw = {**kw, **triton_decode_gluon.config_args(batch)}  # splits on 64-key tiles
             cfg = tp.choose_config(batch, **kw)
             sh = ts.make_shape(batch, cfg, want_pos)
             sh.waves = tree  # one program an SM: splits counted in waves
@@ -314,6 +325,9 @@ class TritonBackend(Backend):
             return triton_prefill.run(p, self.prefill)
         if p.gluon_tree:
             return p.out if triton_tree_gluon.run(p) else triton_launch.merge(p, pdl=triton_tree_gluon.PDL_MERGE)
+        if p.gluon_decode:
+            triton_decode_gluon.run(p)
+            return triton_launch.merge(p)
         from . import triton_kernels as tk
 
         b, cfg, f = p.batch, p.cfg, p.feat

@@ -94,7 +94,7 @@ def decodes_taken(batch) -> bool:
     return DECODES == "all" or batch.k_cache.dtype in FP8_TYPES
 
 
-def _page_ok(page: int) -> bool:
+def page_ok(page: int) -> bool:
     return page % BLOCK_N == 0 or (BLOCK_N % page == 0 and page >= 8)
 
 
@@ -104,9 +104,9 @@ def unwanted(batch) -> str:
 
     if not hopper(batch.device):
         return "not a Hopper GPU"
-    if batch.dtype not in (torch.float16, torch.bfloat16) or not _cache_ok(batch):
+    if batch.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(batch):
         return "not a 16-bit q with a 16-bit or FP8 (e4m3 / e5m2) cache"
-    if batch.head_dim not in (64, 128) or not _page_ok(batch.page_size):
+    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size):
         return f"head dim {batch.head_dim}, page {batch.page_size} (it takes 64/128 and pages of a multiple of " \
                f"64 keys or of 8, 16 or 32)"
     if not batch.trees.tmax and not decodes_taken(batch):
@@ -123,7 +123,7 @@ def unwanted(batch) -> str:
     return ""
 
 
-def _cache_ok(batch) -> bool:
+def cache_ok(batch) -> bool:
     """A 16-bit cache of q's dtype, or an FP8 one (its scales in ``k_scale`` / ``v_scale``)."""
     kd = batch.k_cache.dtype
     if kd in FP8_TYPES:
@@ -148,7 +148,7 @@ def warpgroups(p) -> int:
     return -(-g * min(p.cfg.block_q, int(b.host.query_lens.max())) // 64)
 
 
-def _kv_ok(t: torch.Tensor) -> bool:
+def kv_ok(t: torch.Tensor) -> bool:
     """Whether ``kv_view`` takes the cache (NHD or HND, contiguous), from its strides alone."""
     pages, page, heads, d = t.shape
     return t.stride() in ((page * heads * d, heads * d, d, 1), (heads * page * d, d, page * d, 1))
@@ -159,17 +159,17 @@ def fit(p) -> str:
     b, cfg = p.batch, p.cfg
     if not hopper(b.q.device):
         return "the Gluon tree kernel needs a Hopper GPU (sm_90)"
-    if b.dtype not in (torch.float16, torch.bfloat16) or not _cache_ok(b) or b.head_dim not in (64, 128):
+    if b.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(b) or b.head_dim not in (64, 128):
         return "the Gluon tree kernel takes 16-bit queries, 16-bit or FP8 caches and head dims 64 or 128"
     if any(v for k, v in p.feat.constexprs().items() if k != "FP8"):
         return "the Gluon tree kernel takes no attention variant"
     wgs = warpgroups(p)
-    if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not _page_ok(b.page_size) or wgs > 3:
+    if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not page_ok(b.page_size) or wgs > 3:
         return f"the Gluon tree kernel needs 64-key tiles, pages of a multiple of 64 keys or of 8-32 and <= " \
                f"{MAX_ROWS} rows a unit (block_n {cfg.block_n}, page {b.page_size}, {wgs} warpgroups)"
     if b.q.stride(2) != 1 or b.k_cache.data_ptr() % 16 or b.v_cache.data_ptr() % 16:
         return "the Gluon tree kernel needs q's last dimension contiguous and 16-byte aligned caches"
-    if not (_kv_ok(b.k_cache) and _kv_ok(b.v_cache)):
+    if not (kv_ok(b.k_cache) and kv_ok(b.v_cache)):
         return "the Gluon tree kernel needs contiguous NHD or HND caches"
     return ""
 

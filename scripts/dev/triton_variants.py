@@ -138,6 +138,20 @@ MLA_GLUON_VARIANTS = [
     mla_gluon_variant("triton-mla-gluon-n32s4-ps-epv", BLOCK_N=32, STAGES=4, PIPE_S=True, EARLY_PV=True),
 ]
 
+
+def decode_variant(name: str, **consts):
+    """``TritonBackend(decode="gluon")`` with triton_decode_gluon's module constants (STAGES, MAXNREG, FP8_ONLY)
+    set to ``consts`` while it plans and runs."""
+    from attnbench.backends import triton_decode_gluon as dec
+
+    def __init__(self):
+        TritonBackend.__init__(self, decode="gluon")
+
+    return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
+                                                            "plan": with_constants(dec, consts, TritonBackend.plan),
+                                                            "run": with_constants(dec, consts, TritonBackend.run)})
+
+
 VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     # issue 33's defaults round (docs/triton_notes.md): the old defaults, each new default alone
     # undone, and the FP8 split rule's neighbours (``fp8_split``: FP8's programs per SM relative to
@@ -297,6 +311,12 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     tree_variant("triton-dec-f8-r2", DECODES="fp8", STAGES_FP8=2),
     tree_variant("triton-dec-f8-s3", DECODES="fp8", STAGES8=3),  # the first build's 3 staging slots
     tree_variant("triton-dec-gl", DECODES="all"),  # any decodes alone
+    # decode round 1 (fifteenth session): the Gluon decode kernel (TMA by page boxes, mma_v2, FP8 words by cvt)
+    decode_variant("triton-gd"),  # FP8 decodes (the option's default batches)
+    decode_variant("triton-gd-all", FP8_ONLY=False),  # 16-bit caches too
+    decode_variant("triton-gd-s4", STAGES=4),  # 4 ring slots (3 programs an SM on FP8 d 128)
+    decode_variant("triton-gd-s2", STAGES=2),
+    decode_variant("triton-gd-r0", MAXNREG=None),  # registers uncapped (offline: 152, 3 programs an SM)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -1,0 +1,116 @@
+"""Launch of the Gluon decode kernel (gluon_decode_kernels.py; issue 33's decode round 1, docs/triton_notes.md):
+the ``decode="gluon"`` option of the triton backend.
+
+``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
+(one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
+otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 8-32
+keys, and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles (``block_nf``: the
+splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's. ``fit`` checks the
+plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the plan's mode names
+the kernel that ran (``route_note``).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import triton_plan as tp
+from .gluon_route import note
+from .triton_prefill_gluon import hopper, kv_view
+from .triton_tree_gluon import FP8_TYPES, cache_ok, kv_ok, page_ok
+
+BLOCK_N = 64
+MAX_G = 16  # the MMA's rows
+STAGES = 3  # 64-key K and V slots: 3 x 16 KB on FP8 (head dim 128) keep 4 programs an SM
+MAXNREG = 128  # registers a thread: 4 programs of 4 warps an SM (offline sm_90: 126, no spill, FP8 page 16)
+FP8_ONLY = True  # 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k)
+RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
+
+
+def unwanted(batch) -> str:
+    """'' when the option takes this batch (``config_args`` shapes its plan), else why not."""
+    from . import triton_features as tf
+
+    if not hopper(batch.device):
+        return "not a Hopper GPU"
+    h = batch.host
+    if batch.trees.tmax or int(h.query_lens.max(initial=0)) != 1:
+        return "not decodes alone"
+    fp8 = batch.k_cache.dtype in FP8_TYPES
+    if batch.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(batch) or (FP8_ONLY and not fp8):
+        return "not a 16-bit q over an FP8 cache" if FP8_ONLY else "not a 16-bit q with a 16-bit or FP8 cache"
+    g = batch.num_q_heads // batch.num_kv_heads
+    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or g > MAX_G:
+        return f"head dim {batch.head_dim}, page {batch.page_size}, G {g} (it takes 64/128, pages of a multiple of " \
+               f"64 keys or of 8, 16 or 32, G <= {MAX_G})"
+    if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
+            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes")):
+        return "an attention variant"
+    return ""
+
+
+def wanted(batch) -> bool:
+    return not unwanted(batch)
+
+
+def config_args(batch) -> dict:
+    """``choose_config``'s arguments: 64-key tiles, where the splits start."""
+    return dict(block_nf=BLOCK_N)
+
+
+def fit(p) -> str:
+    """'' when the Gluon decode kernel can run the plan's batch, else why not."""
+    b, cfg = p.batch, p.cfg
+    if not hopper(b.q.device):
+        return "the Gluon decode kernel needs a Hopper GPU (sm_90)"
+    why = unwanted(b)
+    if why:
+        return f"the Gluon decode kernel does not take it: {why}"
+    if any(v for k, v in p.feat.constexprs().items() if k != "FP8"):
+        return "the Gluon decode kernel takes no attention variant"
+    if cfg.block_nf != BLOCK_N or cfg.block_m > MAX_G:
+        return f"the Gluon decode kernel needs 64-key tiles and <= {MAX_G} rows (block_nf {cfg.block_nf}, " \
+               f"block_m {cfg.block_m})"
+    if b.q.stride(2) != 1 or b.k_cache.data_ptr() % 16 or b.v_cache.data_ptr() % 16:
+        return "the Gluon decode kernel needs q's last dimension contiguous and 16-byte aligned caches"
+    if not (kv_ok(b.k_cache) and kv_ok(b.v_cache)):
+        return "the Gluon decode kernel needs contiguous NHD or HND caches"
+    return ""
+
+
+def route_note(p) -> str:
+    """The kernel a decode batch runs with the option: 'gluon decode kernel', or the shipped one and why ('' for a
+    batch the option never considers: one with a tree or more than one query token a request)."""
+    h = p.batch.host
+    if p.has_tree or int(h.query_lens.max(initial=0)) != 1:
+        return ""
+    return note(p, fit, unwanted, hopper, RAN, "shipped kernel, not Gluon's decode kernel")
+
+
+def run(p) -> None:
+    """``decode_gluon_kernel`` over the plan's units x KV heads (split units: partials for triton_launch.merge)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from . import gluon_decode_kernels as gk
+
+    b, f = p.batch, p.feat
+    d = b.head_dim
+    fp8 = b.k_cache.dtype in FP8_TYPES
+    cache_ty = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.float16: gl.float16,
+                torch.bfloat16: gl.bfloat16}[b.k_cache.dtype]
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], cache_ty)
+    words = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d // 2], gl.int16)  # FP8: the same rows' bytes
+    (k2, row_page, row_head, col_head), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
+    box = [min(b.page_size, BLOCK_N), d]
+    kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout) for t in (k2, v2))
+    out, po, pl = p.out, p.po, p.pl
+    ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
+    gk.decode_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, ksc, vsc,
+        b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale,
+        row_head, col_head, b.num_kv_heads,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
+        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
+        WORD_LAYOUT=words, num_warps=4, **({"maxnreg": MAXNREG} if MAXNREG else {}),
+    )

@@ -1,0 +1,96 @@
+"""The Gluon decode kernel (issue 33, decode round 1; attnbench/backends/gluon_decode_kernels.py) on a Hopper GPU
+against the reference: FP8 caches (e4m3 / e5m2, scales per tensor or per head) and 16-bit ones, decodes over
+contexts of odd lengths (none included: the decode's own key alone), pages of 8 to 512 keys in every layout, NHD
+and HND caches, head dims 64 and 128, GQA groups 1 to 16, forced splits (partials and the merge) or the plan's own,
+the ring's slots 2 to 4, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attnbench.backends import triton_decode_gluon as dec
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+from .hopper import on_hopper
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+ODD = tuple(Request("decode", 1, ctx) for ctx in (0, 1, 63, 64, 65, 1000, 4097, 16383))
+LONG = tuple(Request("decode", 1, ctx) for ctx in (16384, 9000, 12345, 20000))
+CASES = [  # requests, page, order, q dtype, kv dtype (None: q's), scale, head dim, q heads, kv heads, splits
+    (ODD, 16, "NHD", "bfloat16", "fp8_e4m3", "per-tensor", 128, 32, 8, None),  # 4 boxes a tile
+    (ODD, 16, "HND", "float16", "fp8_e5m2", "per-head", 128, 32, 8, 3),
+    (ODD, 8, "NHD", "bfloat16", "fp8_e4m3", "per-head", 64, 8, 8, None),  # G 1, 8 boxes a tile
+    (ODD, 32, "HND", "float16", "fp8_e4m3", "per-tensor", 128, 16, 1, 2),  # G 16: every MMA row used
+    (ODD, 64, "NHD", "bfloat16", "fp8_e5m2", "per-tensor", 64, 16, 2, None),  # G 8
+    (ODD, 256, "HND", "bfloat16", "fp8_e4m3", "per-head", 128, 8, 4, 5),  # G 2, a tile inside a page
+    (LONG, 16, "NHD", "bfloat16", "fp8_e4m3", "per-head", 128, 32, 8, None),  # the plan's splits
+    (LONG, 512, "NHD", "float16", "fp8_e5m2", "per-tensor", 128, 32, 8, None),
+    (ODD, 16, "NHD", "bfloat16", None, None, 128, 32, 8, None),  # 16-bit caches (FP8_ONLY off): ldmatrix, no words
+    (ODD, 128, "HND", "float16", None, None, 64, 16, 4, 3),
+]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    seen = []
+    real = dec.run
+
+    def counting(p):
+        seen.append(p.units.shape[0])
+        return real(p)
+
+    monkeypatch.setattr(dec, "run", counting)
+    return seen
+
+
+def _check(be, batch, launches, runs: int = 2):
+    plan = be.plan(batch)
+    assert dec.fit(plan) == "", dec.fit(plan)
+    assert dec.RAN in plan.mode, plan.mode
+    ref = reference_attention(batch)[0]
+    for _ in range(runs):
+        plan.out.fill_(float("nan"))  # every element must be written
+        out = be.run(plan)
+        torch.cuda.synchronize()
+        rel = compare(out, ref)[0]
+        assert launches and rel < 1e-2, (launches, rel)
+    return plan
+
+
+@pytest.mark.parametrize("stages", [3, 2, 4])
+@pytest.mark.parametrize("reqs,page,order,dtype,kv,scale,d,hq,hkv,splits", CASES)
+def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages, launches,
+                                            monkeypatch):
+    on_hopper("decode", dec, monkeypatch, STAGES=stages, FP8_ONLY=False)
+    fp8 = dict(kv_dtype=kv, kv_scale=scale) if kv else {}
+    spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", **fp8)
+    batch = materialize(spec, seed=page + d + hq + stages, device="cuda")
+    plan = _check(TritonBackend(decode="gluon", splits=splits), batch, launches)
+    assert plan.feat.fp8 == bool(kv)
+    if splits:  # forced splits: partials and the merge
+        assert plan.num_merge > 0
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monkeypatch):
+    """Random decode batches the option takes: 1-12 decodes over contexts of 0-20000, GQA groups 1-16, head dims
+    64/128, pages of 8-512 keys in every layout, NHD or HND, bf16 or fp16 q, e4m3 or e5m2 scaled per tensor or
+    per head (seeds 18-23: 16-bit caches, FP8_ONLY off)."""
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False)
+    rng = random.Random(seed)
+    hkv = rng.choice([1, 2, 4, 8])
+    g = rng.choice([1, 2, 4, 8, 16])
+    reqs = tuple(Request("decode", 1, rng.choice([0, rng.randint(1, 300), rng.randint(1, 20000)]))
+                 for _ in range(rng.randint(1, 12)))
+    fp8 = dict(kv_dtype=rng.choice(["fp8_e4m3", "fp8_e5m2"]), kv_scale=rng.choice(["per-tensor", "per-head"])) \
+        if seed < 18 else {}
+    spec = BatchSpec(reqs, hkv * g, hkv, rng.choice([64, 128]), dtype=rng.choice(["float16", "bfloat16"]),
+                     page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
+                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
+    _check(TritonBackend(decode="gluon", splits=rng.choice([None, None, 2, 7])), materialize(spec, seed=seed,
+                                                                                          device="cuda"), launches)

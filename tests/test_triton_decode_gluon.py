@@ -1,0 +1,93 @@
+"""The Gluon decode option's host side on the CPU (issue 33, decode round 1): which batches it takes, the plan it
+makes (the shipped plan on 64-key tiles) and that it falls back to the shipped kernel where the Gluon kernel cannot
+run (the CPU: Gluon has no interpreter), with the reference's outputs. The kernel itself runs on a GPU:
+tests/test_gluon_decode_gpu.py."""
+from __future__ import annotations
+
+import pytest
+
+from attnbench.backends import triton_decode_gluon as dec
+from attnbench.backends.triton_paged import TritonBackend
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.reference import compare, reference_attention
+
+
+def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3", **kw):
+    fp8 = dict(kv_dtype=kv_dtype, kv_scale="per-head") if kv_dtype else {}
+    reqs = tuple(Request("decode", 1, c) for c in ctxs)
+    return materialize(BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page_size, **fp8, **kw), 1)
+
+
+def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch):
+    """On a Hopper GPU (patched in): decodes alone over an FP8 cache (either format, scales per tensor or per head),
+    16-bit q, head dim 64/128, G <= 16, pages of 8-32 keys or a multiple of 64, no variant; each thing it does not
+    take says so; 16-bit caches only with FP8_ONLY off."""
+    monkeypatch.setattr(dec, "hopper", lambda device: True)
+    for kv in ("fp8_e4m3", "fp8_e5m2"):
+        assert dec.wanted(_decodes(100, 0, 5000, kv_dtype=kv))
+    assert dec.wanted(_decodes(100, d=64, page_size=256, dtype="float16"))
+    assert dec.wanted(_decodes(100, hq=16, hkv=1, page_size=8))  # G 16
+    assert dec.unwanted(_decodes(100, hq=32, hkv=1)).startswith("head dim 128, page 16, G 32")
+    for kw in (dict(page_size=48), dict(d=96), dict(d=256)):
+        assert dec.unwanted(_decodes(100, **kw)).startswith("head dim"), kw
+    for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True)):
+        assert dec.unwanted(_decodes(100, **variant)) == "an attention variant", variant
+    assert dec.unwanted(_decodes(100, kv_dtype=None)) == "not a 16-bit q over an FP8 cache"
+    assert dec.unwanted(_decodes(100, kv_dtype=None, dtype="float32")) == "not a 16-bit q over an FP8 cache"
+    monkeypatch.setattr(dec, "FP8_ONLY", False)
+    assert dec.wanted(_decodes(100, kv_dtype=None))
+    assert dec.unwanted(_decodes(100, kv_dtype=None, dtype="float32")).startswith("not a 16-bit q with")
+    mixed = materialize(BatchSpec((Request("decode", 1, 40), Request("prefill", 5, 0)), 8, 2, 128, dtype="bfloat16",
+                                  page_size=16, kv_dtype="fp8_e4m3"), 1)
+    tree = materialize(BatchSpec((Request("tree", 3, 40, (-1, 0, 0)),), 8, 2, 128, dtype="bfloat16", page_size=16,
+                                 kv_dtype="fp8_e4m3"), 1)
+    assert dec.unwanted(mixed) == dec.unwanted(tree) == "not decodes alone"
+    monkeypatch.setattr(dec, "hopper", lambda device: False)
+    assert dec.unwanted(_decodes(100)) == "not a Hopper GPU"
+
+
+def test_the_option_plans_64_key_tiles_and_falls_back_on_the_cpu(monkeypatch):
+    """Where wanted (patched here) the plan's full tiles are 64 keys (its splits start on them), the rest of the
+    shipped decode config kept; on the CPU the shipped kernel runs the plan and matches the reference."""
+    monkeypatch.setattr(dec, "wanted", lambda batch: True)
+    b = _decodes(150, 0, 1000, 63, hq=8, hkv=2, d=32, dtype="float16")
+    for splits in (None, 3):
+        be = TritonBackend(decode="gluon", splits=splits)
+        p = be.plan(b)
+        shipped = TritonBackend(splits=splits).plan(b).cfg
+        assert p.cfg.block_nf == 64 and (p.cfg.block_m, p.cfg.block_n) == (shipped.block_m, shipped.block_n)
+        assert all(int(u[4]) % 64 == 0 for u in p.units.cpu().numpy())  # kv_lo on a 64-key tile
+        assert not p.gluon_decode and "Hopper" in dec.fit(p)
+        assert compare(be.run(p), reference_attention(b)[0])[0] < 2e-2
+    assert TritonBackend(decode="gluon", block_nf=32).plan(b).cfg.block_nf == 32  # a config the caller sets wins
+
+
+def test_a_plan_the_kernel_fits_is_run_by_it_then_merged(monkeypatch):
+    """The plan decides once whether the Gluon decode kernel runs it (the row's 'ran as' names it) and run launches
+    it, then the split merge (here fit and the launch are stand-ins: Gluon has no interpreter); a plan fit refuses
+    runs the shipped kernel and matches the reference; off Hopper the row says nothing more."""
+    from attnbench.backends import triton_launch
+
+    calls, merged = [], []
+    b = _decodes(300, 7, hq=8, hkv=2, d=64, dtype="float16")
+    assert TritonBackend(decode="gluon").plan(b).mode == "interpreted (TRITON_INTERPRET=1)"
+    monkeypatch.setattr(dec, "hopper", lambda device: True)
+    monkeypatch.setattr(dec, "fit", lambda p: "")
+    monkeypatch.setattr(dec, "run", lambda p: calls.append(p))
+    monkeypatch.setattr(triton_launch, "merge", lambda p, pdl=False: merged.append(p) or p.out)
+    be = TritonBackend(decode="gluon")
+    p = be.plan(b)
+    assert p.gluon_decode and p.mode.endswith("gluon decode kernel")
+    assert be.run(p) is p.out and calls == [p] and merged == [p]
+    monkeypatch.undo()
+    monkeypatch.setattr(dec, "hopper", lambda device: True)
+    monkeypatch.setattr(dec, "fit", lambda p: "not here")
+    be.forget_shapes()
+    p = be.plan(b)
+    assert not p.gluon_decode and "shipped kernel, not Gluon's decode kernel: not here" in p.mode, p.mode
+    assert compare(be.run(p), reference_attention(b)[0])[0] < 2e-2
+
+
+def test_the_option_is_checked():
+    with pytest.raises(ValueError, match="decode 'gl'"):
+        TritonBackend(decode="gl")

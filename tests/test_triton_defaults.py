@@ -324,15 +324,15 @@ GPU_SCRIPT = textwrap.dedent(
         for d, page, cap in ((128, 16, 0), (64, 1, 96), (256, 256, None)):  # the cvt words: uncapped, 96, default
             reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
             be, plan = check("fp8 decode cvt", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv,
-                                                         kv_scale="per-head"), 3e-2,
+                                                         kv_scale="per-head"), 3e-2, decode="",
                              **({} if cap is None else {"maxnreg": cap}))
             assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 2
         be, plan = check("fp8 decode shifts", BatchSpec(reqs, 32, 8, 128, "float16", 16, kv_dtype=kv), 3e-2,
-                         v_words=True)
+                         v_words=True, decode="")
         for d, page, win, cap in ((128, 16, None, None), (64, 1, 700, 96), (96, 256, None, 0)):  # K's words too
             reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
             check("fp8 decode k words", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv, kv_scale="per-head",
-                                                  window=win), 3e-2, k_words=True,
+                                                  window=win), 3e-2, k_words=True, decode="",
                   **({} if cap is None else {"maxnreg": cap}))
         reqs = tuple(Request("tree", len(t40), c, t40) for c in (1000, 333)) + (Request("decode", 1, 5000),)
         check("fp8 tree k words", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv), 3e-2, tree="",
@@ -365,7 +365,9 @@ def test_gpu_triton_defaults():
     split rule; e4m3/e5m2, per-tensor/per-head scales, pages 1/16/256, a window, head dims
     64/96/256; the cvt words at 96, 128 and uncapped registers, the shift-split words, K's words too), FP8 trees, the
     prefill kernel on 4 x 1k-like prefills at pages 1/16/256 with and without context, MLA
-    decodes (the Gluon MLA kernel) and trees at 128 heads (128-row units) and 16 (unchanged)."""
+    decodes (the Gluon MLA kernel) and trees at 128 heads (128-row units) and 16 (unchanged). The FP8 decodes' word
+    paths run on the shipped kernel (``decode=""``); the default's (the Gluon decode kernel where it takes the batch:
+    tests/test_gluon_decode_gpu.py) runs the first ones."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -20,8 +20,13 @@ from .triton_tree_gluon import FP8_TYPES, cache_ok, kv_ok, page_ok
 
 BLOCK_N = 64
 MAX_G = 16  # the MMA's rows
-STAGES = 3  # 64-key K and V slots: 3 x 16 KB on FP8 (head dim 128) keep 4 programs an SM
-MAXNREG = 128  # registers a thread: 4 programs of 4 warps an SM (offline sm_90: 126, no spill, FP8 page 16)
+# 64-key K and V slots (16 KB a slot on FP8, head dim 128). 8 x 16k FP8 e4m3 decodes, page 16 / 64 (H200, fifteenth
+# session, two rounds): 82.3 / 73.7 us with 2, 84.4 / 76.0 with 3, 96-97 / 89 with 4 (3 programs an SM), against the
+# shipped kernel's 86.5 / 79.5
+STAGES = 2
+# registers a thread: 4 programs of 4 warps an SM (offline sm_90: 126, no spill, FP8 page 16). Uncapped (152: 3 an SM)
+# ran 1.13-1.19x slower; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as many) 2-3x slower
+MAXNREG = 128
 FP8_ONLY = True  # 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k)
 RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 

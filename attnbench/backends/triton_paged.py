@@ -50,7 +50,7 @@ PREFILL = "lean,fold,heavy,gluon"
 TREE = "gluon"
 # the decode path's default (issue 33's decode round 1): "gluon" runs triton_decode_gluon.wanted's batches (FP8 decodes
 # on Hopper) through gluon_decode_kernels.py's kernel; "" the shipped kernel
-DECODE = ""
+DECODE = "gluon"
 # the register cap of FP8 decodes whose V words take one cvt.rn.f16x2 each (V_WORDS 2): 116 registers, 4 programs
 # an SM; H200 8 x 16k e4m3: 86.9 us against 129.1 uncapped (168 registers, 3 an SM) and 93.5 for the shift-split
 # words (issue 33, twelfth session)

@@ -2,7 +2,7 @@
 ``gluon`` option): compile it for sm_90 without a GPU and print registers, spills, shared memory, the TMA / mbarrier
 counts and each loop's instructions, e.g.
 
-  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_decode.py [PAGE=16 FP8=1 STAGES=3 HEAD_DIM=128 G=4 maxnreg=128]
+  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_decode.py [PAGE=16 FP8=1 STAGES=2 HEAD_DIM=128 G=4 maxnreg=128]
 
 Run it with the device's triton (3.6): docs/triton_notes.md, "Decode round 1".
 """
@@ -22,7 +22,7 @@ PTRS = {"Q": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32"
 def main(argv: list[str]) -> None:
     from triton.experimental.gluon import language as gl
 
-    kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=3, FP8=1, num_warps=4,
+    kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=2, FP8=1, num_warps=4,
                                       UNIT_COLS=base.plan_constant("UNIT_COLS"), maxnreg=0))
     regs = kw.pop("maxnreg")
     kw["FP8"] = bool(kw["FP8"])

@@ -139,13 +139,13 @@ MLA_GLUON_VARIANTS = [
 ]
 
 
-def decode_variant(name: str, **consts):
-    """``TritonBackend(decode="gluon")`` with triton_decode_gluon's module constants (STAGES, MAXNREG, FP8_ONLY)
-    set to ``consts`` while it plans and runs."""
+def decode_variant(name: str, backend: dict | None = None, **consts):
+    """``TritonBackend(decode="gluon", **backend)`` with triton_decode_gluon's module constants (STAGES, MAXNREG,
+    FP8_ONLY) set to ``consts`` while it plans and runs."""
     from attnbench.backends import triton_decode_gluon as dec
 
     def __init__(self):
-        TritonBackend.__init__(self, decode="gluon")
+        TritonBackend.__init__(self, decode="gluon", **(backend or {}))
 
     return type(name.replace("-", "_"), (TritonBackend,), {"name": name, "__init__": __init__,
                                                             "plan": with_constants(dec, consts, TritonBackend.plan),
@@ -315,8 +315,16 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     decode_variant("triton-gd"),  # FP8 decodes (the option's default batches)
     decode_variant("triton-gd-all", FP8_ONLY=False),  # 16-bit caches too
     decode_variant("triton-gd-s4", STAGES=4),  # 4 ring slots (3 programs an SM on FP8 d 128)
+    decode_variant("triton-gd-s3", STAGES=3),  # the first build's 3 slots
     decode_variant("triton-gd-s2", STAGES=2),
+    variant("triton-gd0", decode=""),  # FP8 decodes on the shipped kernel (the default before decode round 1)
     decode_variant("triton-gd-r0", MAXNREG=None),  # registers uncapped (offline: 152, 3 programs an SM)
+    # more programs an SM (2 slots: 34 KB of shared memory; registers capped, spilling) and the split rule's programs
+    # raised to match (fp8_split: FP8's programs an SM relative to 16-bit's WAVES 2, default 1.9)
+    decode_variant("triton-gd-s2-x25", dict(fp8_split=2.5), STAGES=2),  # 4 an SM (128 registers), 5 aimed at
+    decode_variant("triton-gd-s2-r96-x25", dict(fp8_split=2.5), STAGES=2, MAXNREG=96),  # 5 an SM (208 spill bytes)
+    decode_variant("triton-gd-s2-r80-x3", dict(fp8_split=3.0), STAGES=2, MAXNREG=80),  # 6 an SM (280 spill bytes)
+    decode_variant("triton-gd-x15", dict(fp8_split=1.5)),  # fewer programs: 3 an SM aimed at
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -20,15 +20,15 @@ def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtyp
 
 def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch):
     """On a Hopper GPU (patched in): decodes alone over an FP8 cache (either format, scales per tensor or per head),
-    16-bit q, head dim 64/128, G <= 16, pages of 8-32 keys or a multiple of 64, no variant; each thing it does not
+    16-bit q, head dim 64/128, G <= 16, pages of 16 or 32 keys or a multiple of 64, no variant; each thing it does not
     take says so; 16-bit caches only with FP8_ONLY off."""
     monkeypatch.setattr(dec, "hopper", lambda device: True)
     for kv in ("fp8_e4m3", "fp8_e5m2"):
         assert dec.wanted(_decodes(100, 0, 5000, kv_dtype=kv))
     assert dec.wanted(_decodes(100, d=64, page_size=256, dtype="float16"))
-    assert dec.wanted(_decodes(100, hq=16, hkv=1, page_size=8))  # G 16
+    assert dec.wanted(_decodes(100, hq=16, hkv=1, page_size=32))  # G 16
     assert dec.unwanted(_decodes(100, hq=32, hkv=1)).startswith("head dim 128, page 16, G 32")
-    for kw in (dict(page_size=48), dict(d=96), dict(d=256)):
+    for kw in (dict(page_size=48), dict(page_size=8), dict(d=96), dict(d=256)):  # page 8: slower (MIN_PAGE)
         assert dec.unwanted(_decodes(100, **kw)).startswith("head dim"), kw
     for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True)):
         assert dec.unwanted(_decodes(100, **variant)) == "an attention variant", variant

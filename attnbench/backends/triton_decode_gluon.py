@@ -3,8 +3,8 @@ the ``decode="gluon"`` option of the triton backend.
 
 ``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
 (one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
-otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 8-32
-keys, and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles (``block_nf``: the
+otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 16 or 32
+keys (``MIN_PAGE``), and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles (``block_nf``: the
 splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's. ``fit`` checks the
 plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the plan's mode names
 the kernel that ran (``route_note``).
@@ -21,12 +21,16 @@ from .triton_tree_gluon import FP8_TYPES, cache_ok, kv_ok, page_ok
 BLOCK_N = 64
 MAX_G = 16  # the MMA's rows
 # 64-key K and V slots (16 KB a slot on FP8, head dim 128). 8 x 16k FP8 e4m3 decodes, page 16 / 64 (H200, fifteenth
-# session, two rounds): 82.3 / 73.7 us with 2, 84.4 / 76.0 with 3, 96-97 / 89 with 4 (3 programs an SM), against the
-# shipped kernel's 86.5 / 79.5
+# session, two rounds): 82.3 / 73.7 us with 2, 84.4 / 76.0 with 3, against the shipped kernel's 86.5 / 79.5; 4 (3
+# programs an SM) about 1.3-1.4x the shipped kernel's time
 STAGES = 2
 # registers a thread: 4 programs of 4 warps an SM (offline sm_90: 126, no spill, FP8 page 16). Uncapped (152: 3 an SM)
-# ran 1.13-1.19x slower; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as many) 2-3x slower
+# about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
+# many) 2-3x
 MAXNREG = 128
+# pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
+# putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
+MIN_PAGE = 16
 FP8_ONLY = True  # 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k)
 RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 
@@ -44,9 +48,9 @@ def unwanted(batch) -> str:
     if batch.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(batch) or (FP8_ONLY and not fp8):
         return "not a 16-bit q over an FP8 cache" if FP8_ONLY else "not a 16-bit q with a 16-bit or FP8 cache"
     g = batch.num_q_heads // batch.num_kv_heads
-    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or g > MAX_G:
+    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or batch.page_size < MIN_PAGE or g > MAX_G:
         return f"head dim {batch.head_dim}, page {batch.page_size}, G {g} (it takes 64/128, pages of a multiple of " \
-               f"64 keys or of 8, 16 or 32, G <= {MAX_G})"
+               f"64 keys or of 16 or 32, G <= {MAX_G})"
     if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
             getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes")):
         return "an attention variant"

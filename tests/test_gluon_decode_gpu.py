@@ -13,9 +13,8 @@ import torch
 from attnbench.backends import triton_decode_gluon as dec
 from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
-from attnbench.workload.reference import compare, reference_attention
 
-from .hopper import on_hopper
+from .hopper import count_launches, matches_reference, on_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -37,29 +36,14 @@ CASES = [  # requests, page, order, q dtype, kv dtype (None: q's), scale, head d
 
 @pytest.fixture
 def launches(monkeypatch):
-    seen = []
-    real = dec.run
-
-    def counting(p):
-        seen.append(p.units.shape[0])
-        return real(p)
-
-    monkeypatch.setattr(dec, "run", counting)
-    return seen
+    return count_launches(monkeypatch, dec, lambda p: p.units.shape[0])
 
 
 def _check(be, batch, launches, runs: int = 2):
     plan = be.plan(batch)
     assert dec.fit(plan) == "", dec.fit(plan)
     assert dec.RAN in plan.mode, plan.mode
-    ref = reference_attention(batch)[0]
-    for _ in range(runs):
-        plan.out.fill_(float("nan"))  # every element must be written
-        out = be.run(plan)
-        torch.cuda.synchronize()
-        rel = compare(out, ref)[0]
-        assert launches and rel < 1e-2, (launches, rel)
-    return plan
+    return matches_reference(be, plan, batch, launches, runs)
 
 
 @pytest.mark.parametrize("stages", [3, 2, 4])

@@ -15,7 +15,7 @@ from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
-from .hopper import on_hopper
+from .hopper import count_launches, matches_reference, on_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -37,15 +37,7 @@ CASES = [  # requests, q heads, page, dtype, splits
 
 @pytest.fixture
 def launches(monkeypatch):
-    seen = []
-    real = mg.run
-
-    def counting(p):
-        seen.append(p.units.shape[0])
-        return real(p)
-
-    monkeypatch.setattr(mg, "run", counting)
-    return seen
+    return count_launches(monkeypatch, mg, lambda p: p.units.shape[0])
 
 
 def _on_hopper(monkeypatch, **consts):
@@ -56,15 +48,7 @@ def _on_hopper(monkeypatch, **consts):
 def _check(be, batch, launches, runs: int = 2):
     plan = be.plan(batch)
     assert plan.gluon and mg.RAN in plan.mode, plan.mode
-    ref = reference_attention(batch)[0]
-    for _ in range(runs):
-        plan.out.fill_(float("nan"))  # every element must be written
-        out = be.run(plan)
-        torch.cuda.synchronize()
-        assert not torch.isnan(out).any()
-        rel = compare(out, ref)[0]
-        assert launches and rel < 1e-2, (launches, rel)
-    return plan
+    return matches_reference(be, plan, batch, launches, runs)
 
 
 @pytest.mark.parametrize("tiles,slots,half,early,pipe", [(64, 2, True, False, False), (64, 2, False, False, False),

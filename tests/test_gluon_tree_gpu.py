@@ -15,9 +15,8 @@ from attnbench.backends import triton_tree_gluon as tree
 from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
-from attnbench.workload.reference import compare, reference_attention
 
-from .hopper import on_hopper
+from .hopper import count_launches, matches_reference, on_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -52,15 +51,7 @@ CASES = [  # requests, page, order, dtype, head dim, q heads, kv heads, splits
 
 @pytest.fixture
 def launches(monkeypatch):
-    seen = []
-    real = tree.run
-
-    def counting(p):
-        seen.append(tree.warpgroups(p))
-        return real(p)
-
-    monkeypatch.setattr(tree, "run", counting)
-    return seen
+    return count_launches(monkeypatch, tree, tree.warpgroups)
 
 
 def _on_hopper(monkeypatch=None, **consts):
@@ -72,14 +63,7 @@ def _check(be, batch, launches, runs: int = 1):
     plan = be.plan(batch)
     assert tree.fit(plan) == "", tree.fit(plan)
     assert "gluon tree kernel" in plan.mode, plan.mode
-    ref = reference_attention(batch)[0]
-    for _ in range(runs):
-        plan.out.fill_(float("nan"))  # every element must be written
-        out = be.run(plan)
-        torch.cuda.synchronize()
-        rel = compare(out, ref)[0]
-        assert launches and rel < 1e-2, (launches, rel)
-    return plan
+    return matches_reference(be, plan, batch, launches, runs)
 
 
 # fused: the merge in the kernel; pipe: PIPE_S (the next tile's S issued early; 2 slots its least)

@@ -17,3 +17,11 @@ def note(p, fit: Callable[[object], str], unwanted: Callable[[object], str], hop
     if why:
         why = unwanted(p.batch) or why
     return f"{instead}: {why}" if why else ran
+
+
+def refusal(batch, kernel: str, unwanted: Callable[[object], str], hopper: Callable[[object], bool]) -> str:
+    """The first reason the Gluon ``kernel`` cannot run ``batch`` ('' for none yet): not a Hopper GPU, else
+    ``unwanted``'s (the caller's module functions, which tests patch)."""
+    if not hopper(batch.q.device):
+        return f"the Gluon {kernel} kernel needs a Hopper GPU (sm_90)"
+    return unwanted(batch)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from . import triton_plan as tp
-from .gluon_route import note
+from .gluon_route import note, refusal
 from .triton_prefill_gluon import hopper, kv_view
-from .triton_tree_gluon import FP8_TYPES, cache_ok, kv_ok, page_ok
+from .triton_tree_gluon import FP8_TYPES, cache_ok, page_ok, tma_problem
 
 BLOCK_N = 64
 MAX_G = 16  # the MMA's rows
@@ -69,21 +69,15 @@ def config_args(batch) -> dict:
 def fit(p) -> str:
     """'' when the Gluon decode kernel can run the plan's batch, else why not."""
     b, cfg = p.batch, p.cfg
-    if not hopper(b.q.device):
-        return "the Gluon decode kernel needs a Hopper GPU (sm_90)"
-    why = unwanted(b)
+    why = refusal(b, "decode", unwanted, hopper)
     if why:
-        return f"the Gluon decode kernel does not take it: {why}"
+        return why
     if any(v for k, v in p.feat.constexprs().items() if k != "FP8"):
         return "the Gluon decode kernel takes no attention variant"
     if cfg.block_nf != BLOCK_N or cfg.block_m > MAX_G:
         return f"the Gluon decode kernel needs 64-key tiles and <= {MAX_G} rows (block_nf {cfg.block_nf}, " \
                f"block_m {cfg.block_m})"
-    if b.q.stride(2) != 1 or b.k_cache.data_ptr() % 16 or b.v_cache.data_ptr() % 16:
-        return "the Gluon decode kernel needs q's last dimension contiguous and 16-byte aligned caches"
-    if not (kv_ok(b.k_cache) and kv_ok(b.v_cache)):
-        return "the Gluon decode kernel needs contiguous NHD or HND caches"
-    return ""
+    return tma_problem(b, "decode")
 
 
 def route_note(p) -> str:

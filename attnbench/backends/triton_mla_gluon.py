@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .gluon_route import note
+from .gluon_route import note, refusal
 from .triton_prefill_gluon import hopper
 
 BLOCK_N = 64  # keys a ring slot (64 x 576 bf16: 72 KB)
@@ -93,9 +93,7 @@ def _rows_ok(t: torch.Tensor) -> bool:
 def fit(p) -> str:
     """'' when the Gluon MLA kernel can run the plan's batch, else why not."""
     b, cfg = p.batch, p.cfg
-    if not hopper(b.q.device):
-        return "the Gluon MLA kernel needs a Hopper GPU (sm_90)"
-    why = unwanted(b)
+    why = refusal(b, "MLA", unwanted, hopper)
     if why:
         return why
     if (cfg.block_m, cfg.block_n, cfg.value_chunks) != (ROWS, BLOCK_N, 1):

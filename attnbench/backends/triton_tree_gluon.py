@@ -167,10 +167,16 @@ def fit(p) -> str:
     if cfg.block_n != BLOCK_N or cfg.block_nf != BLOCK_N or not page_ok(b.page_size) or wgs > 3:
         return f"the Gluon tree kernel needs 64-key tiles, pages of a multiple of 64 keys or of 8-32 and <= " \
                f"{MAX_ROWS} rows a unit (block_n {cfg.block_n}, page {b.page_size}, {wgs} warpgroups)"
+    return tma_problem(b, "tree")
+
+
+def tma_problem(b, kernel: str) -> str:
+    """'' when the Gluon ``kernel``'s TMA views (triton_prefill_gluon.kv_view) can read the batch's q and caches,
+    else why not."""
     if b.q.stride(2) != 1 or b.k_cache.data_ptr() % 16 or b.v_cache.data_ptr() % 16:
-        return "the Gluon tree kernel needs q's last dimension contiguous and 16-byte aligned caches"
+        return f"the Gluon {kernel} kernel needs q's last dimension contiguous and 16-byte aligned caches"
     if not (kv_ok(b.k_cache) and kv_ok(b.v_cache)):
-        return "the Gluon tree kernel needs contiguous NHD or HND caches"
+        return f"the Gluon {kernel} kernel needs contiguous NHD or HND caches"
     return ""
 
 

@@ -2,7 +2,8 @@
 against the reference: FP8 caches (e4m3 / e5m2, scales per tensor or per head) and 16-bit ones, decodes over
 contexts of odd lengths (none included: the decode's own key alone), pages of 16 to 512 keys in every layout, NHD
 and HND caches, head dims 64 and 128, GQA groups 1 to 16, forced splits (partials and the merge) or the plan's own,
-the ring's slots 2 to 4, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
+the ring's slots 2 to 4, with and without a loader warp (``LOADER``), the output NaN-filled first. Each case asserts
+the Gluon kernel launched."""
 from __future__ import annotations
 
 import random
@@ -46,11 +47,13 @@ def _check(be, batch, launches, runs: int = 2):
     return matches_reference(be, plan, batch, launches, runs)
 
 
-@pytest.mark.parametrize("stages", [3, 2, 4])
+# ring slots, and whether a loader warp issues the TMA boxes (LOADER, prepared in the fifteenth session)
+@pytest.mark.parametrize("stages,loader", [(3, False), (2, False), (4, False), (2, True), (3, True)],
+                         ids=["s3", "s2", "s4", "s2-loader", "s3-loader"])
 @pytest.mark.parametrize("reqs,page,order,dtype,kv,scale,d,hq,hkv,splits", CASES)
-def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages, launches,
-                                            monkeypatch):
-    on_hopper("decode", dec, monkeypatch, STAGES=stages, FP8_ONLY=False)
+def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages, loader,
+                                            launches, monkeypatch):
+    on_hopper("decode", dec, monkeypatch, STAGES=stages, LOADER=loader, FP8_ONLY=False)
     fp8 = dict(kv_dtype=kv, kv_scale=scale) if kv else {}
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", **fp8)
     batch = materialize(spec, seed=page + d + hq + stages, device="cuda")
@@ -60,12 +63,13 @@ def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale,
         assert plan.num_merge > 0
 
 
+@pytest.mark.parametrize("loader", [False, True], ids=["ring", "loader"])
 @pytest.mark.parametrize("seed", range(24))
-def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monkeypatch):
+def test_random_decode_batches_run_through_the_gluon_kernel(seed, loader, launches, monkeypatch):
     """Random decode batches the option takes: 1-12 decodes over contexts of 0-20000, GQA groups 1-16, head dims
     64/128, pages of 16-512 keys in every layout, NHD or HND, bf16 or fp16 q, e4m3 or e5m2 scaled per tensor or
     per head (seeds 18-23: 16-bit caches, FP8_ONLY off)."""
-    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False)
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, LOADER=loader)
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 4, 8])
     g = rng.choice([1, 2, 4, 8, 16])

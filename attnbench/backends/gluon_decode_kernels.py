@@ -114,12 +114,33 @@ def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_sc
 
 
 @gluon.jit
+def _init(bars, STAGES: gl.constexpr):
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+
+
+@gluon.jit
+def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
+            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """LOADER: the worker warp's loop, tile j into slot j % STAGES once the compute warps handed it back (``empty``),
+    each tile's pages loaded a tile ahead; the compiler's barriers around the TMA issues are this warp's alone."""
+    BOX: gl.constexpr = k_desc.block_type.shape[0]
+    nxt = tile_pages(bt_row, kv_lo, last, PAGE, BOX, BLOCK_N // BOX)
+    for j in range(n):
+        s = j % STAGES
+        pages = nxt
+        nxt = tile_pages(bt_row, kv_lo + (j + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # (a barrier starts with phase 1 complete)
+        issue_tile(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
+                   kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, BLOCK_N)
+
+
+@gluon.jit
 def _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
           ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The ring's barriers, and its first STAGES tiles issued."""
     BOX: gl.constexpr = k_desc.block_type.shape[0]
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
+    _init(ready, STAGES)
     for j in gl.static_range(STAGES):
         if j < n:
             start = kv_lo + j * BLOCK_N
@@ -129,10 +150,15 @@ def _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, RO
 
 
 @gluon.jit
-def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
-            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes)."""
-    if j + STAGES < n:
+def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD,
+            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            LOADER: gl.constexpr):
+    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes);
+    LOADER: tile j's slot handed back to the loader warp (``_loader``) instead."""
+    if LOADER:
+        gl.thread_barrier()  # every warp's reads of the slot done
+        mbarrier.arrive(empty.index(j % STAGES), count=1)
+    elif j + STAGES < n:
         fence_async_shared()
         gl.thread_barrier()
         s = j % STAGES
@@ -144,10 +170,10 @@ MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4
 
 
 @gluon.jit
-def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
+def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
               stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
               ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, E5M2: gl.constexpr,
-              WORD_LAYOUT: gl.constexpr):
+              WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr):
     """The unit's key tiles from an FP8 cache (``_tile8``, the ring refilled behind them): (O with the V scale, m,
     l); q's even and odd dims as float16, the K scale folded into ``qk_scale``."""
     HW: gl.constexpr = k_smem.shape[2] // 2
@@ -160,23 +186,26 @@ def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, 
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc_lo = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
     acc_hi = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
-    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = bt_row  # (LOADER: not read)
+    if not LOADER:
+        nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next refill's
+        if not LOADER:  # the next refill's
+            nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
         acc_lo, acc_hi, m_i, l_i = _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale,
                                           start, kv_hi, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES)
+        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,
+                ROW_PAGE, BLOCK_N, STAGES, LOADER)
     acc = gl.reshape(gl.join(acc_lo, acc_hi), [ROWS, 2 * HW])  # the dims back in order: even, odd, ...
     return acc * gl.load(VSC + kvh * stride_sc), m_i, l_i
 
 
 @gluon.jit
-def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, kv_hi, n, last, bt_row, stride_qt,
-               stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr,
-               BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
+               stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
+               ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, LOADER: gl.constexpr):
     """The unit's key tiles from a 16-bit cache (``_tile16``, the ring refilled behind them): (O, m, l)."""
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     BOX: gl.constexpr = k_desc.block_type.shape[0]
@@ -185,15 +214,35 @@ def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, kv
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=MMA)
-    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = bt_row  # (LOADER: not read)
+    if not LOADER:
+        nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next refill's
+        if not LOADER:  # the next refill's
+            nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
         acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, kv_hi, MMA, BLOCK_N,
                                 STAGES)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES)
+        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,
+                ROW_PAGE, BLOCK_N, STAGES, LOADER)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
+          stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
+          ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr, E5M2: gl.constexpr,
+          WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr):
+    """The unit's key tiles: (O, m, l) from ``_fp8_keys`` or ``_half_keys``."""
+    if FP8:
+        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo,
+                                  kv_hi, n, last, bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD,
+                                  COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT, LOADER)
+    else:
+        acc, m_i, l_i = _half_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, q_start, kvh, kv_lo, kv_hi, n,
+                                   last, bt_row, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE,
+                                   ROW_PAGE, BLOCK_N, STAGES, LOADER)
     return acc, m_i, l_i
 
 
@@ -204,7 +253,7 @@ def decode_gluon_kernel(
     stride_bt, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FP8: gl.constexpr, E5M2: gl.constexpr,
-    WORD_LAYOUT: gl.constexpr,
+    WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. The ring holds the cache's dtype in the descriptors' layout; FP8
     tiles are read through WORD_LAYOUT (the same bytes as [BLOCK_N, HEAD_DIM / 2] int16 words) and their MMAs run
@@ -222,16 +271,22 @@ def decode_gluon_kernel(
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-          BLOCK_N, STAGES)
-
-    if FP8:
-        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n,
-                                  last, bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G,
-                                  PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT)
+    if LOADER:
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        _init(ready, STAGES)
+        _init(empty, STAGES)
+        acc, m_i, l_i = gl.warp_specialize([
+            (_keys, (k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last,
+                     bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE,
+                     BLOCK_N, STAGES, FP8, E5M2, WORD_LAYOUT, LOADER)),
+            (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
+                       PAGE, ROW_PAGE, BLOCK_N, STAGES)),
+        ], [1], [LOADER_REGS])
     else:
-        acc, m_i, l_i = _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, kv_hi, n, last,
-                                   bt_row, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE,
-                                   BLOCK_N, STAGES)
+        _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+              BLOCK_N, STAGES)
+        acc, m_i, l_i = _keys(k_desc, v_desc, k_smem, v_smem, ready, ready, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n,
+                              last, bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE,
+                              ROW_PAGE, BLOCK_N, STAGES, FP8, E5M2, WORD_LAYOUT, LOADER)
     store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, 0, 1, kvh, stride_ot, stride_oh, stride_pos,
           stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)

@@ -13,9 +13,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 @gluon.jit
 def tile_pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, NB: gl.constexpr):
     """The block-table entries of the NB boxes of the key tile from ``start`` (clamped to ``last``, the unit's last
-    page: a box past it reads that page again, its keys masked), in one load; every thread of a 4-warp partition
-    holds all NB (callers ask a tile ahead, so the load's latency is not on the TMA's path)."""
-    offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [4], [0]))
+    page: a box past it reads that page again, its keys masked), in one load; every thread of the partition holds
+    all NB (callers ask a tile ahead, so the load's latency is not on the TMA's path)."""
+    offs = gl.arange(0, NB, layout=gl.BlockedLayout([NB], [32], [gl.num_warps()], [0]))
     return gl.load(bt_row + gl.minimum((start + offs * BOX) // PAGE, last))
 
 

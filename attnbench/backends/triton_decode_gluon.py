@@ -4,10 +4,10 @@ the ``decode="gluon"`` option of the triton backend.
 ``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
 (one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
 otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 16 or 32
-keys (``MIN_PAGE``), and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles (``block_nf``: the
-splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's. ``fit`` checks the
-plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the plan's mode names
-the kernel that ran (``route_note``).
+keys (``MIN_PAGE``), and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles
+(``block_nf``: the splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's.
+``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the
+plan's mode names the kernel that ran (``route_note``).
 """
 from __future__ import annotations
 
@@ -28,6 +28,13 @@ STAGES = 2
 # about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
 # many) 2-3x
 MAXNREG = 128
+# a loader warp (its own warpgroup: Triton launches 8 warps) issues the TMA boxes, so the compiler's CTA barrier before
+# each issue (18 a tile at page 16) stays off the compute warps; the launch's cap LOADER_MAXNREG (64: 4 programs an SM),
+# setmaxnreg giving the compute warps 104 registers (104 spill bytes offline; 80: 136, none, 3 an SM) and the loader's
+# LOADER_REGS. Prepared offline in the fifteenth session, not yet run on a GPU: off
+LOADER = False
+LOADER_MAXNREG = 64
+LOADER_REGS = 24
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
@@ -89,6 +96,12 @@ def route_note(p) -> str:
     return note(p, fit, unwanted, hopper, RAN, "shipped kernel, not Gluon's decode kernel")
 
 
+def _regs() -> dict:
+    """The launch's register cap (none for None)."""
+    cap = LOADER_MAXNREG if LOADER else MAXNREG
+    return {"maxnreg": cap} if cap else {}
+
+
 def run(p) -> None:
     """``decode_gluon_kernel`` over the plan's units x KV heads (split units: partials for triton_launch.merge)."""
     from triton.experimental.gluon import language as gl
@@ -115,5 +128,5 @@ def run(p) -> None:
         row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
-        WORD_LAYOUT=words, num_warps=4, **({"maxnreg": MAXNREG} if MAXNREG else {}),
+        WORD_LAYOUT=words, LOADER=LOADER, LOADER_REGS=LOADER_REGS, num_warps=4, **_regs(),
     )

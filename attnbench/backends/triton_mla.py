@@ -346,7 +346,7 @@ class MlaLayout:
 def run(p: MlaPlan) -> torch.Tensor:
     from . import triton_mla_kernels as mk
 
-    b, cfg = p.batch, p.cfg
+    b = p.batch
     out = p.out.view(-1, b.v_head_dim)
     if p.gluon:
         mg.run(p)

@@ -18,7 +18,9 @@ programs an SM, as the shipped kernel's is):
   converted there to float16 (the KV head's K scale folded into ``qk_scale``, its V scale into the output);
 - the online softmax in base 2; every key at or past the unit's ``kv_hi`` masked (the last tile's; a box past the
   request's last page reads that page again: its keys must hold finite values, as attnbench's caches do);
-- a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store).
+- a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store);
+- ``LOADER`` (off; prepared in the fifteenth session, not yet run on a GPU): a worker warp issues the TMA boxes
+  (``_loader``) and the compute warps hand each slot back through an ``empty`` barrier instead of refilling it.
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_sc
 
 @gluon.jit
 def _init(bars, STAGES: gl.constexpr):
+    """STAGES barriers of one arrival each."""
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
 

@@ -38,7 +38,9 @@ LOADER_REGS = 24
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
-FP8_ONLY = True  # 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k)
+# 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k); the Gluon kernel's 16-bit path ran
+# about 1.1-1.3x its time there (fifteenth session, call 2's geo-means over the bf16 and FP8 cases, variant triton-gd-all)
+FP8_ONLY = True
 RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 
 

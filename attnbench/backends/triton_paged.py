@@ -248,8 +248,8 @@ class TritonBackend(Backend):
 
     def _routes(self, plan: TritonPlan, notes: dict) -> tuple[str, str, str]:
         """The kernels the plan's batch runs with the gluon options (the row says which, or why not Gluon's):
-        triton_prefill.route_note, triton_tree_gluon.route_note and triton_decode_gluon.route_note, once per step shape (``notes``: the shape's)
-        and cache layout. Each step paid them before: 12-22 us of a tree plan on the CPU machine, more on the
+        triton_prefill.route_note, triton_tree_gluon.route_note and triton_decode_gluon.route_note, once per step
+        shape (``notes``: the shape's) and cache layout. Each step paid them before: 12-22 us of a tree plan on the CPU machine, more on the
         GPU host (issue 33, eleventh session: the plan table 1.29x dee312b's per case)."""
         b = plan.batch
         q, k, v = b.q, b.k_cache, b.v_cache

@@ -169,6 +169,18 @@ def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kv
                    kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, BLOCK_N)
 
 
+@gluon.jit
+def _refill_pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, BLOCK_N: gl.constexpr,
+                  LOADER: gl.constexpr):
+    """The block-table entries ``_refill`` issues the tile from ``start`` with (asked a tile ahead); with LOADER the
+    loader warp reads its own (``_loader``) and this is nothing the compute warps read."""
+    if LOADER:
+        pages = bt_row
+    else:
+        pages = tile_pages(bt_row, start, last, PAGE, BOX, BLOCK_N // BOX)
+    return pages
+
+
 MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8]))
 
 
@@ -189,14 +201,11 @@ def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc_lo = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
     acc_hi = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
-    nxt = bt_row  # (LOADER: not read)
-    if not LOADER:
-        nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = _refill_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        if not LOADER:  # the next refill's
-            nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+        nxt = _refill_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)  # the next's
         acc_lo, acc_hi, m_i, l_i = _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale,
                                           start, kv_hi, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES)
         _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,
@@ -217,14 +226,11 @@ def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, q_start, kvh, kv
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=MMA)
-    nxt = bt_row  # (LOADER: not read)
-    if not LOADER:
-        nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = _refill_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        if not LOADER:  # the next refill's
-            nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+        nxt = _refill_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)  # the next's
         acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, kv_hi, MMA, BLOCK_N,
                                 STAGES)
         _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,

@@ -2,8 +2,8 @@
 against the reference: FP8 caches (e4m3 / e5m2, scales per tensor or per head) and 16-bit ones, decodes over
 contexts of odd lengths (none included: the decode's own key alone), pages of 16 to 512 keys in every layout, NHD
 and HND caches, head dims 64 and 128, GQA groups 1 to 16, forced splits (partials and the merge) or the plan's own,
-the ring's slots 2 to 4, with and without a loader warp (``LOADER``), the output NaN-filled first. Each case asserts
-the Gluon kernel launched."""
+the ring's slots 2 to 4, sliding windows (of 1 key to more than the context), sinks and soft-capping alone and
+together, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
 from __future__ import annotations
 
 import random
@@ -47,13 +47,11 @@ def _check(be, batch, launches, runs: int = 2):
     return matches_reference(be, plan, batch, launches, runs)
 
 
-# ring slots, and whether a loader warp issues the TMA boxes (LOADER, prepared in the fifteenth session)
-@pytest.mark.parametrize("stages,loader", [(3, False), (2, False), (4, False), (2, True), (3, True)],
-                         ids=["s3", "s2", "s4", "s2-loader", "s3-loader"])
+@pytest.mark.parametrize("stages", [3, 2, 4], ids=["s3", "s2", "s4"])  # ring slots
 @pytest.mark.parametrize("reqs,page,order,dtype,kv,scale,d,hq,hkv,splits", CASES)
-def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages, loader,
+def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages,
                                             launches, monkeypatch):
-    on_hopper("decode", dec, monkeypatch, STAGES=stages, LOADER=loader, FP8_ONLY=False)
+    on_hopper("decode", dec, monkeypatch, STAGES=stages, FP8_ONLY=False)
     fp8 = dict(kv_dtype=kv, kv_scale=scale) if kv else {}
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", **fp8)
     batch = materialize(spec, seed=page + d + hq + stages, device="cuda")
@@ -63,23 +61,53 @@ def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale,
         assert plan.num_merge > 0
 
 
-@pytest.mark.parametrize("loader", [False, True], ids=["ring", "loader"])
-@pytest.mark.parametrize("seed", range(24))
-def test_random_decode_batches_run_through_the_gluon_kernel(seed, loader, launches, monkeypatch):
+VARIANT_REQS = tuple(Request("decode", 1, ctx) for ctx in (0, 1, 63, 64, 65, 130, 1000, 4097, 16383))
+VARIANTS = [  # window, sinks, softcap, page, kv dtype, splits
+    (1, False, None, 16, "fp8_e4m3", None),  # the decode's own key alone
+    (17, False, None, 16, "fp8_e5m2", 3),  # a window inside one tile, split units past it
+    (64, True, None, 32, "fp8_e4m3", None),
+    (100, False, None, 64, "fp8_e4m3", 2),  # straddling a tile boundary
+    (1000, True, 30.0, 16, "fp8_e4m3", 4),
+    (5000, False, 8.0, 256, "fp8_e5m2", None),
+    (20000, True, None, 16, "fp8_e4m3", None),  # wider than every context
+    (None, True, None, 64, "fp8_e5m2", 5),  # sinks with split units: split 0 counts the sink once
+    (None, False, 5.0, 16, "fp8_e4m3", None),
+    (333, True, 20.0, 128, None, 3),  # 16-bit cache (FP8_ONLY off)
+]
+
+
+@pytest.mark.parametrize("window,sinks,softcap,page,kv,splits", VARIANTS)
+def test_gluon_decode_variants_match_the_reference(window, sinks, softcap, page, kv, splits, launches, monkeypatch):
+    """Sliding windows, sinks and soft-capping on the Gluon decode kernel, NaN-filled output, against the
+    reference (whose sinks are drawn large enough that a kernel dropping them fails)."""
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False)
+    fp8 = dict(kv_dtype=kv, kv_scale="per-head") if kv else {}
+    spec = BatchSpec(VARIANT_REQS, 32, 8, 128, dtype="bfloat16", page_size=page, layout="shuffled", window=window,
+                     sinks=sinks, softcap=softcap, **fp8)
+    plan = _check(TritonBackend(decode="gluon", splits=splits), materialize(spec, seed=page + (window or 7),
+                                                                            device="cuda"), launches)
+    assert plan.feat.constexprs()["WINDOW"] == bool(window) and plan.feat.constexprs()["SINK"] == sinks
+
+
+@pytest.mark.parametrize("seed", range(32))
+def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monkeypatch):
     """Random decode batches the option takes: 1-12 decodes over contexts of 0-20000, GQA groups 1-16, head dims
     64/128, pages of 16-512 keys in every layout, NHD or HND, bf16 or fp16 q, e4m3 or e5m2 scaled per tensor or
-    per head (seeds 18-23: 16-bit caches, FP8_ONLY off)."""
-    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, LOADER=loader)
+    per head, a window of 1-8000 keys, sinks and soft-capping each drawn (seeds 18-23: 16-bit caches, FP8_ONLY
+    off)."""
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False)
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 4, 8])
     g = rng.choice([1, 2, 4, 8, 16])
     reqs = tuple(Request("decode", 1, rng.choice([0, rng.randint(1, 300), rng.randint(1, 20000)]))
                  for _ in range(rng.randint(1, 12)))
     fp8 = dict(kv_dtype=rng.choice(["fp8_e4m3", "fp8_e5m2"]), kv_scale=rng.choice(["per-tensor", "per-head"])) \
-        if seed < 18 else {}
+        if not 18 <= seed < 24 else {}
     d, dtype = rng.choice([64, 128]), rng.choice(["float16", "bfloat16"])
     page = max(dec.MIN_PAGE, rng.choice([8, 16, 32, 64, 128, 256, 512]))  # (page 8: the shipped kernel's)
+    variants = dict(window=rng.choice([None, None, rng.randint(1, 200), rng.randint(1, 8000)]),
+                    sinks=rng.random() < 0.4, softcap=rng.choice([None, None, 10.0, 50.0]))
     spec = BatchSpec(reqs, hkv * g, hkv, d, dtype=dtype, page_size=page, kv_order=rng.choice(["NHD", "HND"]),
-                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
+                     layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **variants, **fp8)
     _check(TritonBackend(decode="gluon", splits=rng.choice([None, None, 2, 7])), materialize(spec, seed=seed,
                                                                                           device="cuda"), launches)

@@ -79,3 +79,22 @@ def test_the_mla_route_keeps_scenarios_with_a_case_the_gluon_mla_kernel_takes(tm
     assert triton_mla_gluon.hopper is hopper
     assert keep and all("mla" in f.read_text() for f in keep)
     assert len(keep) < len(files)
+
+
+def test_the_decode_route_keeps_fp8_decode_draws_the_gluon_decode_kernel_takes(tmp_path):
+    """``--profile decode`` draws decodes alone over FP8 caches with the attention variants; the decode route keeps
+    the scenarios with a case the Gluon decode option takes (windows, sinks and soft-capping among them) and leaves
+    out the ones it refuses (head dims past 128, pages under 16 keys, ALiBi)."""
+    files = draw(tmp_path, 990, "decode")
+    from attnbench.backends import triton_decode_gluon
+    from attnbench.workload import scenario as sc
+
+    hopper = triton_decode_gluon.hopper
+    keep = held.with_decode_gluon(files)
+    assert triton_decode_gluon.hopper is hopper
+    assert 0 < len(keep) < len(files)
+    for f in files:
+        specs = [c.scenario.batch_spec() for c in sc.load(f).cases]
+        assert all(str(s.kv_dtype).startswith("fp8") and {r.kind for r in s.requests} == {"decode"} for s in specs), f.name
+    variants = [sc.load(f).scenario.model for f in keep]
+    assert any(m.window for m in variants) and any(m.sinks for m in variants) and any(m.softcap for m in variants)

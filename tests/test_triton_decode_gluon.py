@@ -20,8 +20,8 @@ def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtyp
 
 def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch):
     """On a Hopper GPU (patched in): decodes alone over an FP8 cache (either format, scales per tensor or per head),
-    16-bit q, head dim 64/128, G <= 16, pages of 16 or 32 keys or a multiple of 64, no variant; each thing it does not
-    take says so; 16-bit caches only with FP8_ONLY off."""
+    16-bit q, head dim 64/128, G <= 16, pages of 16 or 32 keys or a multiple of 64, windows, sinks and
+    soft-capping but no ALiBi; each thing it does not take says so; 16-bit caches only with FP8_ONLY off."""
     monkeypatch.setattr(dec, "hopper", lambda device: True)
     for kv in ("fp8_e4m3", "fp8_e5m2"):
         assert dec.wanted(_decodes(100, 0, 5000, kv_dtype=kv))
@@ -30,8 +30,10 @@ def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch
     assert dec.unwanted(_decodes(100, hq=32, hkv=1)).startswith("head dim 128, page 16, G 32")
     for kw in (dict(page_size=48), dict(page_size=8), dict(d=96), dict(d=256)):  # page 8: slower (MIN_PAGE)
         assert dec.unwanted(_decodes(100, **kw)).startswith("head dim"), kw
-    for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(alibi=True)):
-        assert dec.unwanted(_decodes(100, **variant)) == "an attention variant", variant
+    for variant in (dict(window=32), dict(sinks=True), dict(softcap=30.0), dict(window=100, sinks=True, softcap=5.0)):
+        assert dec.wanted(_decodes(100, **variant)), variant  # the kernel's own variants
+    assert dec.unwanted(_decodes(100, alibi=True)).startswith("ALiBi")
+    assert dec.unwanted(_decodes(100, alibi=True, window=32)).startswith("ALiBi")
     assert dec.unwanted(_decodes(100, kv_dtype=None)) == "not a 16-bit q over an FP8 cache"
     assert dec.unwanted(_decodes(100, kv_dtype=None, dtype="float32")) == "not a 16-bit q over an FP8 cache"
     monkeypatch.setattr(dec, "FP8_ONLY", False)
@@ -60,6 +62,27 @@ def test_the_option_plans_64_key_tiles_and_falls_back_on_the_cpu(monkeypatch):
         assert not p.gluon_decode and "Hopper" in dec.fit(p)
         assert compare(be.run(p), reference_attention(b)[0])[0] < 2e-2
     assert TritonBackend(decode="gluon", block_nf=32).plan(b).cfg.block_nf == 32  # a config the caller sets wins
+
+
+def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_variants(monkeypatch):
+    """With a window, sinks and soft-capping (the variants the Gluon decode kernel takes): every unit's keys lie in
+    its window's tiles (kv_lo on the 64-key tile holding the unit's ``win_lo``, which is the decode's position minus
+    the window plus one), and the plan the shipped kernel runs on the CPU matches the reference."""
+    from attnbench.backends.triton_plan import COL
+
+    monkeypatch.setattr(dec, "wanted", lambda batch: True)
+    ctxs = (150, 0, 1000, 63, 4097)
+    b = _decodes(*ctxs, hq=8, hkv=2, d=32, dtype="float16", window=100, sinks=True, softcap=8.0)
+    for splits in (None, 3):
+        be = TritonBackend(decode="gluon", splits=splits)
+        p = be.plan(b)
+        assert {k for k, v in p.feat.constexprs().items() if v} >= {"FP8", "WINDOW", "SINK", "SOFTCAP"}
+        units = p.units.cpu().numpy()
+        for u in units:
+            win_lo = max(0, ctxs[u[COL["req"]]] - 100 + 1)
+            assert u[COL["win_lo"]] == win_lo and u[COL["kv_lo"]] >= win_lo // 64 * 64
+            assert u[COL["kv_lo"]] % 64 == 0 and u[COL["kv_hi"]] <= ctxs[u[COL["req"]]] + 1
+        assert compare(be.run(p), reference_attention(b)[0])[0] < 2e-2
 
 
 def test_a_plan_the_kernel_fits_is_run_by_it_then_merged(monkeypatch):

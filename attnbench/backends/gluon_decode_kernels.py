@@ -18,9 +18,10 @@ programs an SM, as the shipped kernel's is):
   converted there to float16 (the KV head's K scale folded into ``qk_scale``, its V scale into the output);
 - the online softmax in base 2; every key at or past the unit's ``kv_hi`` masked (the last tile's; a box past the
   request's last page reads that page again: its keys must hold finite values, as attnbench's caches do);
-- a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store);
-- ``LOADER`` (off; prepared in the fifteenth session, not yet run on a GPU): a worker warp issues the TMA boxes
-  (``_loader``) and the compute warps hand each slot back through an ``empty`` barrier instead of refilling it.
+- a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store).
+
+A loader warp issuing the boxes (``gl.warp_specialize``) ran 1.2-1.45x this kernel's time (sixteenth session,
+docs/triton_notes.md) and was removed.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from .gluon_tree_epilogue import store
 from .triton_fp8_words import CVT_E4M3, CVT_E5M2
 from .triton_plan import UNIT_COLUMNS
 
-(U_REQ, U_QSTART, U_QCOUNT, U_KVLO, U_KVHI, U_SPLIT, U_PROW) = (
-    gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("req", "q_start", "q_count", "kv_lo", "kv_hi", "split", "prow"))
+(U_REQ, U_QSTART, U_KVLO, U_KVHI, U_SPLIT, U_PROW, U_WINLO) = (
+    gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("req", "q_start", "kv_lo", "kv_hi", "split", "prow", "win_lo"))
 ROWS = gl.constexpr(16)  # the MMA's rows: the G query heads of a KV head (G <= 16)
 
 
@@ -67,10 +68,24 @@ def _split_words(w, E5M2: gl.constexpr):
 
 
 @gluon.jit
-def _softmax(qk, m_i, l_i, qk_scale, start, kv_hi, BLOCK_N: gl.constexpr):
-    """A tile's online softmax (base 2), keys at or past ``kv_hi`` masked: (P, the rescale alpha, m, l)."""
+def _softcap(qk, qk_scale, cap):
+    """cap tanh(qk qk_scale / cap), tanh(x) = 1 - 2 / (exp(2x) + 1) (triton_tile_math.tanh's form)."""
+    return cap * (1.0 - 2.0 / (gl.exp2(qk * (qk_scale / cap) * 2.8853900817779268) + 1.0))
+
+
+@gluon.jit
+def _softmax(qk, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, BLOCK_N: gl.constexpr, WINDOW: gl.constexpr,
+             SOFTCAP: gl.constexpr):
+    """A tile's online softmax (base 2), keys at or past ``kv_hi`` (and with WINDOW below ``win_lo``) masked, the
+    scores soft-capped with SOFTCAP: (P, the rescale alpha, m, l)."""
     cols = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, qk.type.layout))
-    qk = gl.where(gl.expand_dims(cols < kv_hi, 0), qk, float("-inf"))
+    if SOFTCAP:
+        qk = _softcap(qk, qk_scale, cap)
+        qk_scale = 1.0
+    ok = cols < kv_hi
+    if WINDOW:
+        ok = ok & (cols >= win_lo)
+    qk = gl.where(gl.expand_dims(ok, 0), qk, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
     m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # (a row that has seen no key yet)
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
@@ -79,8 +94,8 @@ def _softmax(qk, m_i, l_i, qk_scale, start, kv_hi, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, kv_hi, mma: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, mma: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
     """Ring tile j of a 16-bit cache: S = Q K^T, the softmax, O += P V (every warp has read the slot when this
     returns: the caller's barrier hands it back)."""
     s = j % STAGES
@@ -89,15 +104,15 @@ def _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, kv_hi,
     kt = k_smem.index(s).permute((1, 0)).load(b_op)
     v = v_smem.index(s).load(b_op)
     qk = mma_v2(qa, kt, gl.zeros([ROWS, BLOCK_N], gl.float32, layout=mma))
-    p, alpha, m_i, l_i = _softmax(qk, m_i, l_i, qk_scale, start, kv_hi, BLOCK_N)
+    p, alpha, m_i, l_i = _softmax(qk, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, BLOCK_N, WINDOW, SOFTCAP)
     pa = gl.convert_layout(p.to(v.dtype), gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2))
     return mma_v2(pa, v, acc * alpha), m_i, l_i
 
 
 @gluon.jit
-def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale, start, kv_hi,
+def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap,
            mma: gl.constexpr, word_layout: gl.constexpr, E5M2: gl.constexpr, BLOCK_N: gl.constexpr,
-           STAGES: gl.constexpr):
+           STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
     """Ring tile j of an FP8 cache, read as int16 words of two dims (ldmatrix, as 16-bit tiles are) and split by
     one cvt a word: S = Q_even K_even^T + Q_odd K_odd^T, the softmax, O_even += P V_even and O_odd += P V_odd."""
     s = j % STAGES
@@ -109,7 +124,7 @@ def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_sc
     k_lo, k_hi = _split_words(kw, E5M2)
     qk = mma_v2(q_lo, k_lo, gl.zeros([ROWS, BLOCK_N], gl.float32, layout=mma))
     qk = mma_v2(q_hi, k_hi, qk)
-    p, alpha, m_i, l_i = _softmax(qk, m_i, l_i, qk_scale, start, kv_hi, BLOCK_N)
+    p, alpha, m_i, l_i = _softmax(qk, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, BLOCK_N, WINDOW, SOFTCAP)
     pa = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2))
     v_lo, v_hi = _split_words(vw, E5M2)
     return mma_v2(pa, v_lo, acc_lo * alpha), mma_v2(pa, v_hi, acc_hi * alpha), m_i, l_i
@@ -120,22 +135,6 @@ def _init(bars, STAGES: gl.constexpr):
     """STAGES barriers of one arrival each."""
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
-
-
-@gluon.jit
-def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
-            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """LOADER: the worker warp's loop, tile j into slot j % STAGES once the compute warps handed it back (``empty``),
-    each tile's pages loaded a tile ahead; the compiler's barriers around the TMA issues are this warp's alone."""
-    BOX: gl.constexpr = k_desc.block_type.shape[0]
-    nxt = tile_pages(bt_row, kv_lo, last, PAGE, BOX, BLOCK_N // BOX)
-    for j in range(n):
-        s = j % STAGES
-        pages = nxt
-        nxt = tile_pages(bt_row, kv_lo + (j + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
-        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # (a barrier starts with phase 1 complete)
-        issue_tile(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
-                   kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, BLOCK_N)
 
 
 @gluon.jit
@@ -153,15 +152,10 @@ def _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, RO
 
 
 @gluon.jit
-def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD,
-            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            LOADER: gl.constexpr):
-    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes);
-    LOADER: tile j's slot handed back to the loader warp (``_loader``) instead."""
-    if LOADER:
-        gl.thread_barrier()  # every warp's reads of the slot done
-        mbarrier.arrive(empty.index(j % STAGES), count=1)
-    elif j + STAGES < n:
+def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
+            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes)."""
+    if j + STAGES < n:
         fence_async_shared()
         gl.thread_barrier()
         s = j % STAGES
@@ -169,26 +163,14 @@ def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kv
                    kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, BLOCK_N)
 
 
-@gluon.jit
-def _refill_pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LOADER: gl.constexpr):
-    """The block-table entries ``_refill`` issues the tile from ``start`` with (asked a tile ahead); with LOADER the
-    loader warp reads its own (``_loader``) and this is nothing the compute warps read."""
-    if LOADER:
-        pages = bt_row
-    else:
-        pages = tile_pages(bt_row, start, last, PAGE, BOX, BLOCK_N // BOX)
-    return pages
-
-
 MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8]))
 
 
 @gluon.jit
-def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
-              stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
-              ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, E5M2: gl.constexpr,
-              WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr):
+def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo, kv_hi, n, last,
+              bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr,
+              PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              E5M2: gl.constexpr, WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
     """The unit's key tiles from an FP8 cache (``_tile8``, the ring refilled behind them): (O with the V scale, m,
     l); q's even and odd dims as float16, the K scale folded into ``qk_scale``."""
     HW: gl.constexpr = k_smem.shape[2] // 2
@@ -197,82 +179,79 @@ def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start
     q_lo = _load_q(Q, q_start, kvh, stride_qt, stride_qh, gl.float16, a_op, G, HW, 2, 0)
     q_hi = _load_q(Q, q_start, kvh, stride_qt, stride_qh, gl.float16, a_op, G, HW, 2, 1)
     qk_scale = qk_scale * gl.load(KSC + kvh * stride_sc)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
-    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc_lo = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
     acc_hi = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
-    nxt = _refill_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)
+    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = _refill_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)  # the next's
+        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next's
         acc_lo, acc_hi, m_i, l_i = _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale,
-                                          start, kv_hi, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,
-                ROW_PAGE, BLOCK_N, STAGES, LOADER)
+                                          start, win_lo, kv_hi, cap, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES, WINDOW,
+                                          SOFTCAP)
+        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+                BLOCK_N, STAGES)
     acc = gl.reshape(gl.join(acc_lo, acc_hi), [ROWS, 2 * HW])  # the dims back in order: even, odd, ...
     return acc * gl.load(VSC + kvh * stride_sc), m_i, l_i
 
 
 @gluon.jit
-def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
-               stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
-               ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, LOADER: gl.constexpr):
+def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n, last, bt_row, m_i,
+               l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
+               ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr,
+               SOFTCAP: gl.constexpr):
     """The unit's key tiles from a 16-bit cache (``_tile16``, the ring refilled behind them): (O, m, l)."""
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     BOX: gl.constexpr = k_desc.block_type.shape[0]
     qa = _load_q(Q, q_start, kvh, stride_qt, stride_qh, k_desc.dtype,
                  gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2), G, HEAD_DIM, 1, 0)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
-    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=MMA)
-    nxt = _refill_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)
+    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = _refill_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, LOADER)  # the next's
-        acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, kv_hi, MMA, BLOCK_N,
-                                STAGES)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, empty, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE,
-                ROW_PAGE, BLOCK_N, STAGES, LOADER)
+        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next's
+        acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap,
+                                MMA, BLOCK_N, STAGES, WINDOW, SOFTCAP)
+        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+                BLOCK_N, STAGES)
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last, bt_row,
-          stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
-          ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr, E5M2: gl.constexpr,
-          WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr):
-    """The unit's key tiles: (O, m, l) from ``_fp8_keys`` or ``_half_keys``."""
-    if FP8:
-        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo,
-                                  kv_hi, n, last, bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD,
-                                  COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT, LOADER)
-    else:
-        acc, m_i, l_i = _half_keys(k_desc, v_desc, k_smem, v_smem, ready, empty, Q, q_start, kvh, kv_lo, kv_hi, n,
-                                   last, bt_row, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE,
-                                   ROW_PAGE, BLOCK_N, STAGES, LOADER)
-    return acc, m_i, l_i
+def _start(SINKS, kvh, split, G: gl.constexpr, SINK: gl.constexpr):
+    """The online softmax's first (m, l): with SINK, split 0 starts from the head's sink (a key without a value:
+    m = sink log2(e), l = 1), so the output, the LSE and the split merge count it once; else (-inf, 0)."""
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, MMA))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
+    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, MMA))
+    if SINK:
+        first = (rows < G) & (split == 0)
+        m_i = gl.where(first, gl.load(SINKS + kvh * G + rows, mask=rows < G, other=0.0) * 1.4426950408889634, m_i)
+        l_i = gl.where(first, 1.0, l_i)
+    return m_i, l_i
 
 
 @gluon.jit
 def decode_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, KSC, VSC,
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, KSC, VSC, SINKS,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-    stride_bt, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
+    stride_bt, stride_sc, qk_scale, cap, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FP8: gl.constexpr, E5M2: gl.constexpr,
-    WORD_LAYOUT: gl.constexpr, LOADER: gl.constexpr, LOADER_REGS: gl.constexpr,
+    WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SINK: gl.constexpr, SOFTCAP: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. The ring holds the cache's dtype in the descriptors' layout; FP8
     tiles are read through WORD_LAYOUT (the same bytes as [BLOCK_N, HEAD_DIM / 2] int16 words) and their MMAs run
-    in float16, 16-bit tiles' in their own dtype."""
+    in float16, 16-bit tiles' in their own dtype. Variants: ``WINDOW`` keys below the unit's ``win_lo`` masked (the
+    plan starts the unit on the tile holding it), ``SINK`` (``_start``), ``SOFTCAP`` (``cap`` = c log2(e))."""
     w = gl.program_id(0)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
     q_start = gl.load(meta + U_QSTART)
     kv_lo = gl.load(meta + U_KVLO)
     kv_hi = gl.load(meta + U_KVHI)
+    win_lo = gl.load(meta + U_WINLO) if WINDOW else 0
     bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
     prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
     last = (kv_hi - 1) // PAGE  # the request's last page holding a key of the unit
@@ -280,22 +259,17 @@ def decode_gluon_kernel(
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if LOADER:
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        _init(ready, STAGES)
-        _init(empty, STAGES)
-        acc, m_i, l_i = gl.warp_specialize([
-            (_keys, (k_desc, v_desc, k_smem, v_smem, ready, empty, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n, last,
-                     bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE,
-                     BLOCK_N, STAGES, FP8, E5M2, WORD_LAYOUT, LOADER)),
-            (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
-                       PAGE, ROW_PAGE, BLOCK_N, STAGES)),
-        ], [1], [LOADER_REGS])
+    _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+          BLOCK_N, STAGES)
+    m_i, l_i = _start(SINKS, kvh, split, G, SINK)
+    if FP8:
+        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo,
+                                  kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale,
+                                  ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT, WINDOW,
+                                  SOFTCAP)
     else:
-        _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-              BLOCK_N, STAGES)
-        acc, m_i, l_i = _keys(k_desc, v_desc, k_smem, v_smem, ready, ready, Q, KSC, VSC, q_start, kvh, kv_lo, kv_hi, n,
-                              last, bt_row, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G, PAGE,
-                              ROW_PAGE, BLOCK_N, STAGES, FP8, E5M2, WORD_LAYOUT, LOADER)
+        acc, m_i, l_i = _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n,
+                                   last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G,
+                                   PAGE, ROW_PAGE, BLOCK_N, STAGES, WINDOW, SOFTCAP)
     store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, 0, 1, kvh, stride_ot, stride_oh, stride_pos,
           stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)

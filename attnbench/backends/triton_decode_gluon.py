@@ -4,7 +4,7 @@ the ``decode="gluon"`` option of the triton backend.
 ``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
 (one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
 otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 16 or 32
-keys (``MIN_PAGE``), and no attention variant. ``config_args`` then asks the shipped config for 64-key tiles
+keys (``MIN_PAGE``), and no ALiBi (sliding windows, sinks and soft-capping run in the kernel). ``config_args`` then asks the shipped config for 64-key tiles
 (``block_nf``: the splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's.
 ``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the
 plan's mode names the kernel that ran (``route_note``).
@@ -28,13 +28,6 @@ STAGES = 2
 # about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
 # many) 2-3x
 MAXNREG = 128
-# a loader warp (its own warpgroup: Triton launches 8 warps) issues the TMA boxes, so the compiler's CTA barrier before
-# each issue (18 a tile at page 16) stays off the compute warps; the launch's cap LOADER_MAXNREG (64: 4 programs an SM),
-# setmaxnreg giving the compute warps 104 registers (104 spill bytes offline; 80: 136, none, 3 an SM) and the loader's
-# LOADER_REGS. Prepared offline in the fifteenth session, not yet run on a GPU: off
-LOADER = False
-LOADER_MAXNREG = 64
-LOADER_REGS = 24
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
@@ -46,8 +39,6 @@ RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 
 def unwanted(batch) -> str:
     """'' when the option takes this batch (``config_args`` shapes its plan), else why not."""
-    from . import triton_features as tf
-
     if not hopper(batch.device):
         return "not a Hopper GPU"
     h = batch.host
@@ -60,9 +51,8 @@ def unwanted(batch) -> str:
     if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or batch.page_size < MIN_PAGE or g > MAX_G:
         return f"head dim {batch.head_dim}, page {batch.page_size}, G {g} (it takes 64/128, pages of a multiple of " \
                f"64 keys or of 16 or 32, G <= {MAX_G})"
-    if tf.window_of(batch) or getattr(batch, "softcap", None) or any(
-            getattr(batch, a, None) is not None for a in ("sinks", "alibi_slopes")):
-        return "an attention variant"
+    if getattr(batch, "alibi_slopes", None) is not None:
+        return "ALiBi (the Gluon decode kernel takes windows, sinks and soft-capping)"
     return ""
 
 
@@ -81,8 +71,8 @@ def fit(p) -> str:
     why = refusal(b, "decode", unwanted, hopper)
     if why:
         return why
-    if any(v for k, v in p.feat.constexprs().items() if k != "FP8"):
-        return "the Gluon decode kernel takes no attention variant"
+    if any(p.feat.constexprs()[k] for k in ("ALIBI", "BIDIR")):
+        return "the Gluon decode kernel takes no ALiBi or bidirectional rows"
     if cfg.block_nf != BLOCK_N or cfg.block_m > MAX_G:
         return f"the Gluon decode kernel needs 64-key tiles and <= {MAX_G} rows (block_nf {cfg.block_nf}, " \
                f"block_m {cfg.block_m})"
@@ -100,8 +90,7 @@ def route_note(p) -> str:
 
 def _regs() -> dict:
     """The launch's register cap (none for None)."""
-    cap = LOADER_MAXNREG if LOADER else MAXNREG
-    return {"maxnreg": cap} if cap else {}
+    return {"maxnreg": MAXNREG} if MAXNREG else {}
 
 
 def run(p) -> None:
@@ -123,12 +112,13 @@ def run(p) -> None:
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
+    sinks = f.sinks if f.sinks is not None else p.units  # (not read without sinks)
     gk.decode_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, ksc, vsc,
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, ksc, vsc, sinks,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
         pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale,
-        row_head, col_head, b.num_kv_heads,
+        f.cap, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
-        WORD_LAYOUT=words, LOADER=LOADER, LOADER_REGS=LOADER_REGS, num_warps=4, **_regs(),
+        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, num_warps=4, **_regs(),
     )

@@ -47,7 +47,7 @@ def settings(argv: list[str], kw: dict) -> dict:
 
 def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, **options) -> None:
     """Compile the Gluon kernel ``fn`` for sm_90 (arguments: ``descs`` tensor descriptors, ``ptrs`` pointers,
-    ``kw``'s names constexprs, the rest i32 but qk_scale) and print the ``shown`` settings, registers,
+    ``kw``'s names constexprs, the rest i32 but qk_scale and cap) and print the ``shown`` settings, registers,
     spills, shared memory, warps, the wgmma / TMA / mbarrier / setmaxnreg counts (with setmaxnreg's values)
     and each loop's instructions; DUMP=PREFIX writes the TTGIR and PTX."""
     sig, consts = {}, {}
@@ -59,7 +59,7 @@ def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, **op
         elif name in kw:
             sig[name], consts[name] = "constexpr", kw[name]
         else:
-            sig[name] = "fp32" if name == "qk_scale" else "i32"
+            sig[name] = "fp32" if name in ("qk_scale", "cap") else "i32"
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **options})
     regs, spills = base.resources(k.asm["cubin"])

@@ -2,7 +2,7 @@
 ``gluon`` option): compile it for sm_90 without a GPU and print registers, spills, shared memory, the TMA / mbarrier
 counts and each loop's instructions, e.g.
 
-  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_decode.py [PAGE=16 FP8=1 STAGES=2 HEAD_DIM=128 G=4 LOADER=0 maxnreg=128]
+  /tmp/venv36/bin/python scripts/dev/compile_sm90_gluon_decode.py [PAGE=16 FP8=1 STAGES=2 HEAD_DIM=128 G=4 WINDOW=0 SINK=0 SOFTCAP=0 maxnreg=128]
 
 Run it with the device's triton (3.6): docs/triton_notes.md, "Decode round 1".
 """
@@ -16,23 +16,24 @@ import compile_sm90 as base  # noqa: E402
 import compile_sm90_gluon as gluon_pf  # noqa: E402
 
 PTRS = {"Q": "*bf16", "Out": "*bf16", "PO": "*fp32", "PL": "*fp32", "BT": "*i32", "UNITS": "*i32", "KSC": "*fp32",
-        "VSC": "*fp32"}
+        "VSC": "*fp32", "SINKS": "*fp32"}
 
 
 def main(argv: list[str]) -> None:
     from triton.experimental.gluon import language as gl
 
-    kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=2, FP8=1, LOADER=0, LOADER_REGS=40, num_warps=4,
-                                      UNIT_COLS=base.plan_constant("UNIT_COLS"), maxnreg=0))
+    kw = gluon_pf.settings(argv, dict(G=4, HEAD_DIM=128, PAGE=16, BLOCK_N=64, STAGES=2, FP8=1, WINDOW=0, SINK=0, SOFTCAP=0,
+                                      num_warps=4, UNIT_COLS=base.plan_constant("UNIT_COLS"), maxnreg=0))
     regs = kw.pop("maxnreg")
-    kw["FP8"] = bool(kw["FP8"])
-    kw["LOADER"] = bool(kw["LOADER"])
+    for flag in ("FP8", "WINDOW", "SINK", "SOFTCAP"):
+        kw[flag] = bool(kw[flag])
     kw.setdefault("E5M2", 0)
     kw["E5M2"] = bool(kw["E5M2"])
     kw["WORD_LAYOUT"] = gl.NVMMASharedLayout.get_default_for([kw["BLOCK_N"], kw["HEAD_DIM"] // 2], gl.int16)
     box = gluon_pf.desc([min(kw["PAGE"], kw["BLOCK_N"]), kw["HEAD_DIM"]], ("fp8e5" if kw["E5M2"] else "fp8e4nv") if kw["FP8"] else "bf16")
     gluon_pf.compile_and_report(base.load_kernels("gluon_decode_kernels").decode_gluon_kernel, kw,
-                                {"k_desc": box, "v_desc": box}, PTRS, ("PAGE", "STAGES", "BLOCK_N", "FP8", "HEAD_DIM", "G", "LOADER"),
+                                {"k_desc": box, "v_desc": box}, PTRS, ("PAGE", "STAGES", "BLOCK_N", "FP8", "HEAD_DIM", "G", "WINDOW", "SINK",
+                                                                          "SOFTCAP"),
                                 **({"maxnreg": regs} if regs else {}))
 
 

@@ -325,11 +325,6 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     decode_variant("triton-gd-s2-r96-x25", dict(fp8_split=2.5), STAGES=2, MAXNREG=96),  # 5 an SM (208 spill bytes)
     decode_variant("triton-gd-s2-r80-x3", dict(fp8_split=3.0), STAGES=2, MAXNREG=80),  # 6 an SM (280 spill bytes)
     decode_variant("triton-gd-x15", dict(fp8_split=1.5)),  # fewer programs: 3 an SM aimed at
-    # a loader warp issues the boxes (prepared in the fifteenth session, not yet timed): 4 programs an SM with 104
-    # compute registers (spilling), 3 an SM with 136, 3 slots
-    decode_variant("triton-gd-ld", LOADER=True),
-    decode_variant("triton-gd-ld80", LOADER=True, LOADER_MAXNREG=80),
-    decode_variant("triton-gd-ld-s3", LOADER=True, STAGES=3),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -12,6 +12,8 @@ missed (held-out checks find such batches too).
 16-bit dtypes): every new (dtype, head dim, variant) is a new module of 30-250 s there. About a
 third of the ``all`` draws (every ``--profile plain`` draw) keep to what every library reads (16-bit,
 head dim 128, NHD pages of 64/256/512, no variant), so that flash-attn and xformers run them too.
+``--profile decode``: decodes alone over an FP8 cache, 16-bit q, the ``all`` head dims and variants (the triton
+backend's Gluon decode kernel's batches, and the shipped kernel's where it refuses one).
 Each file says its seed and index at the top; the same seed always gives the same files.
 """
 from __future__ import annotations
@@ -88,7 +90,7 @@ def draw_plain(r: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
-    if profile != "flashinfer" and r.random() < 0.08:
+    if profile == "all" and r.random() < 0.08:
         return {"attention": "mla", "num_q_heads": r.choice([1, 16, 16, 128]), "kv_lora_rank": 512, "rope_dim": 64,
                 "dtype": r.choice(["bfloat16", "float16"])}
     kv = r.choice([1, 1, 2, 4, 8])
@@ -97,7 +99,7 @@ def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
         head_dim, dtype = r.choice([64, 128, 128]), r.choice(["bfloat16", "float16"])
     else:
         head_dim = r.choice([32, 64, 64, 96, 128, 128, 128, 256, 80])
-        dtype = r.choice(["bfloat16", "bfloat16", "float16", "float16", "float32"])
+        dtype = r.choice(["bfloat16", "bfloat16", "float16", "float16"] + (["float32"] if profile == "all" else []))
     m: dict[str, Any] = {"num_q_heads": kv * group, "num_kv_heads": kv, "head_dim": head_dim, "dtype": dtype}
     if r.random() < 0.25:
         m["window"] = r.choice([1, r.randint(2, 64), r.randint(65, 2048)])
@@ -110,9 +112,22 @@ def draw_model(r: random.Random, profile: str) -> dict[str, Any]:
     return m
 
 
+def draw_decodes(r: random.Random) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """``--profile decode``: (model, cache, batch) of decodes alone over an FP8 cache."""
+    kv = {"page_size": r.choice(PAGES), "layout": r.choice(LAYOUTS), "dtype": r.choice(["fp8_e4m3", "fp8_e5m2"]),
+          "scale": r.choice(["per-tensor", "per-head"]), "order": r.choice(["NHD", "NHD", "HND"])}
+    max_ctx = r.choice([300, 2000, 6000, 20000])
+    batch = [{"kind": "decode", "count": r.choice([1, 2, 3, 5, 8]),
+              "context": r.choice([1, r.randint(1, 64), r.randint(1, max_ctx), r.randint(1, max_ctx)])}
+             for _ in range(r.randint(1, 4))]
+    return draw_model(r, "decode"), kv, batch
+
+
 def draw_scenario(seed: int, index: int, profile: str = "all", max_nodes: int = 64) -> dict[str, Any]:
     r = random.Random(seed * 100_003 + index)
-    if profile == "plain" or (profile == "all" and r.random() < 0.35):
+    if profile == "decode":
+        model, kv, batch = draw_decodes(r)
+    elif profile == "plain" or (profile == "all" and r.random() < 0.35):
         model, kv = draw_plain(r)
     else:
         model = draw_model(r, profile)
@@ -123,8 +138,9 @@ def draw_scenario(seed: int, index: int, profile: str = "all", max_nodes: int = 
             kv["scale"] = r.choice(["per-tensor", "per-head"])
         if not mla and r.random() < 0.2:
             kv["order"] = "HND"
-    max_ctx = r.choice([300, 2000, 6000])
-    batch = [draw_group(r, max_ctx, max_nodes) for _ in range(r.randint(1, 5))]
+    if profile != "decode":
+        max_ctx = r.choice([300, 2000, 6000])
+        batch = [draw_group(r, max_ctx, max_nodes) for _ in range(r.randint(1, 5))]
     return {
         "name": f"random-{seed}-{index:03d}",
         "description": f"scripts/gpu/random_scenarios.py --seed {seed} (index {index}, profile {profile}"
@@ -164,7 +180,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", choices=("all", "flashinfer", "plain"), default="all")
+    ap.add_argument("--profile", choices=("all", "flashinfer", "plain", "decode"), default="all")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--max-nodes", type=int, default=64,
                     help="random trees of up to this many nodes (default 64: one ancestor word, the seeds' old draws)")

@@ -8,6 +8,8 @@ dims 64/128), kept where triton_tree_gluon takes every case, each run through th
 ``--route fp8``: the FP8 decode kernel's held-out batches instead: ``--profile all`` draws (head dims 64 to 256, the
 attention variants) keeping the scenarios with an FP8 cache and no MLA, whatever route each case then takes.
 ``--route mla``: the Gluon MLA kernel's: ``--profile all`` draws keeping the scenarios with a case it takes.
+``--route decode``: the Gluon decode kernel's: ``--profile decode`` draws (FP8 decodes alone, the attention
+variants) keeping the scenarios with a case it takes.
 ``--only STEM ...``: only those scenario files (e.g. the ones a budget left unrun). Exit 1 when a row is not ok (a
 mismatch or an error)."""
 from __future__ import annotations
@@ -60,6 +62,14 @@ def with_mla_gluon(files: list[Path]) -> list[Path]:
     return _taken(files, triton_mla_gluon, any)
 
 
+def with_decode_gluon(files: list[Path]) -> list[Path]:
+    """The scenarios with a case the Gluon decode kernel takes (FP8 decodes alone, sixteenth session: with windows,
+    sinks and soft-capping)."""
+    from attnbench.backends import triton_decode_gluon
+
+    return _taken(files, triton_decode_gluon, any)
+
+
 def with_fp8(files: list[Path]) -> list[Path]:
     """The scenarios with an FP8 cache in some case and no MLA case (the paged kernel's FP8 words)."""
     return _select(files, lambda specs: any(str(s.kv_dtype or "").startswith("fp8") for s in specs)
@@ -73,7 +83,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=150.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/held"))
     ap.add_argument("--list", action="store_true", help="only list the eligible scenarios")
-    ap.add_argument("--route", choices=("tree", "fp8", "mla"), default="tree")
+    ap.add_argument("--route", choices=("tree", "fp8", "mla", "decode"), default="tree")
     ap.add_argument("--only", nargs="+", default=None, help="scenario file stems to run (default: all eligible)")
     ap.add_argument("--max-nodes", type=int, default=64, help="random_scenarios.py's --max-nodes (trees past 64 nodes)")
     a = ap.parse_args()
@@ -82,12 +92,13 @@ def main() -> int:
     for s in a.seeds:
         d = a.out / "scenarios" / (str(s) if a.max_nodes == 64 else f"{s}-n{a.max_nodes}")
         subprocess.run([sys.executable, "scripts/gpu/random_scenarios.py", "--n", str(a.n), "--seed", str(s), "--out",
-                        str(d), "--profile", "flashinfer" if a.route == "tree" else "all",
+                        str(d), "--profile", {"tree": "flashinfer", "decode": "decode"}.get(a.route, "all"),
                         "--max-nodes", str(a.max_nodes)], check=True, stdout=subprocess.DEVNULL)
         files += sorted(d.glob("*.yaml"))
-    keep = {"tree": eligible, "fp8": with_fp8, "mla": with_mla_gluon}[a.route](files)
-    print(f"{len(keep)} of {len(files)} scenarios " + {"tree": "take the Gluon tree kernel", "fp8": "have an FP8 cache",
-                                                       "mla": "have a case the Gluon MLA kernel takes"}[a.route])
+    keep = {"tree": eligible, "fp8": with_fp8, "mla": with_mla_gluon, "decode": with_decode_gluon}[a.route](files)
+    print(f"{len(keep)} of {len(files)} scenarios " + {
+        "tree": "take the Gluon tree kernel", "fp8": "have an FP8 cache",
+        "mla": "have a case the Gluon MLA kernel takes", "decode": "have a case the Gluon decode kernel takes"}[a.route])
     if a.only:
         keep = [f for f in keep if f.stem in a.only]
     if a.list:

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .gluon_pages import issue_tile, tile_pages
+from .gluon_pages import copy_tile, issue_tile, row_pages, tile_pages
 from .gluon_tree_epilogue import store
 from .triton_fp8_words import CVT_E4M3, CVT_E5M2
 from .triton_plan import UNIT_COLUMNS
@@ -95,11 +95,12 @@ def _softmax(qk, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, BLOCK_N: gl.cons
 
 @gluon.jit
 def _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap, mma: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr,
+            COPY: gl.constexpr):
     """Ring tile j of a 16-bit cache: S = Q K^T, the softmax, O += P V (every warp has read the slot when this
     returns: the caller's barrier hands it back)."""
     s = j % STAGES
-    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+    _wait(ready, j, STAGES, COPY)
     b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     kt = k_smem.index(s).permute((1, 0)).load(b_op)
     v = v_smem.index(s).load(b_op)
@@ -112,11 +113,11 @@ def _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo
 @gluon.jit
 def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap,
            mma: gl.constexpr, word_layout: gl.constexpr, E5M2: gl.constexpr, BLOCK_N: gl.constexpr,
-           STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
+           STAGES: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr, COPY: gl.constexpr):
     """Ring tile j of an FP8 cache, read as int16 words of two dims (ldmatrix, as 16-bit tiles are) and split by
     one cvt a word: S = Q_even K_even^T + Q_odd K_odd^T, the softmax, O_even += P V_even and O_odd += P V_odd."""
     s = j % STAGES
-    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+    _wait(ready, j, STAGES, COPY)
     HW: gl.constexpr = k_smem.shape[2] // 2
     b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     kw = k_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, HW], word_layout).permute((1, 0)).load(b_op)
@@ -131,6 +132,17 @@ def _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_sc
 
 
 @gluon.jit
+def _wait(ready, j, STAGES: gl.constexpr, COPY: gl.constexpr):
+    """Until ring tile j is in its slot, for every warp: its barrier, or with COPY its cp.async group (the tiles
+    after it may be in flight) and a CTA barrier (each thread waits for its own copies only)."""
+    if COPY is not None:
+        async_copy.wait_group(STAGES - 1)
+        gl.thread_barrier()
+    else:
+        mbarrier.wait(ready.index(j % STAGES), (j // STAGES) & 1)
+
+
+@gluon.jit
 def _init(bars, STAGES: gl.constexpr):
     """STAGES barriers of one arrival each."""
     for i in gl.static_range(STAGES):
@@ -138,24 +150,36 @@ def _init(bars, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
-          ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """The ring's barriers, and its first STAGES tiles issued."""
+def _ring(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
+          ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, COPY: gl.constexpr):
+    """The ring's barriers, and its first STAGES tiles issued (with COPY, each tile a cp.async group)."""
     BOX: gl.constexpr = k_desc.block_type.shape[0]
     _init(ready, STAGES)
     for j in gl.static_range(STAGES):
-        if j < n:
-            start = kv_lo + j * BLOCK_N
+        start = kv_lo + j * BLOCK_N
+        if COPY is not None:
+            if j < n:
+                copy_tile(K2, V2, k_smem.index(j), v_smem.index(j), start, row_pages(bt_row, start, last, PAGE,
+                          BLOCK_N, COPY), kvh, stride_row, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, COPY)
+            async_copy.commit_group()  # (empty past the unit's tiles: every tile is one group)
+        elif j < n:
             issue_tile(k_desc, v_desc, k_smem.index(j), v_smem.index(j), ready.index(j), start,
                        tile_pages(bt_row, start, last, PAGE, BOX, BLOCK_N // BOX), kvh, ROW_HEAD, COL_HEAD, PAGE,
                        ROW_PAGE, BLOCK_N)
 
 
 @gluon.jit
-def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
-            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes)."""
-    if j + STAGES < n:
+def _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
+            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, COPY: gl.constexpr):
+    """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes;
+    with COPY by cp.async, one group a tile, empty past the unit's tiles)."""
+    if COPY is not None:
+        gl.thread_barrier()
+        if j + STAGES < n:
+            copy_tile(K2, V2, k_smem.index(j % STAGES), v_smem.index(j % STAGES), start + STAGES * BLOCK_N, pages, kvh,
+                      stride_row, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, COPY)
+        async_copy.commit_group()
+    elif j + STAGES < n:
         fence_async_shared()
         gl.thread_barrier()
         s = j % STAGES
@@ -163,14 +187,25 @@ def _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_
                    kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE, BLOCK_N)
 
 
+@gluon.jit
+def _pages(bt_row, start, last, PAGE: gl.constexpr, BOX: gl.constexpr, BLOCK_N: gl.constexpr, COPY: gl.constexpr):
+    """The block-table entries the tile from ``start`` is issued with: a box's each, or with COPY a key row's each."""
+    if COPY is not None:
+        pages = row_pages(bt_row, start, last, PAGE, BLOCK_N, COPY)
+    else:
+        pages = tile_pages(bt_row, start, last, PAGE, BOX, BLOCK_N // BOX)
+    return pages
+
+
 MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8]))
 
 
 @gluon.jit
-def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo, kv_hi, n, last,
+def _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo, kv_hi, n, last,
               bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr,
               PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              E5M2: gl.constexpr, WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
+              E5M2: gl.constexpr, WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr,
+              COPY: gl.constexpr):
     """The unit's key tiles from an FP8 cache (``_tile8``, the ring refilled behind them): (O with the V scale, m,
     l); q's even and odd dims as float16, the K scale folded into ``qk_scale``."""
     HW: gl.constexpr = k_smem.shape[2] // 2
@@ -181,40 +216,40 @@ def _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, 
     qk_scale = qk_scale * gl.load(KSC + kvh * stride_sc)
     acc_lo = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
     acc_hi = gl.zeros([ROWS, HW], gl.float32, layout=MMA)
-    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = _pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, COPY)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next's
+        nxt = _pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, COPY)  # the next's
         acc_lo, acc_hi, m_i, l_i = _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale,
                                           start, win_lo, kv_hi, cap, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES, WINDOW,
-                                          SOFTCAP)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES)
+                                          SOFTCAP, COPY)
+        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+                BLOCK_N, STAGES, COPY)
     acc = gl.reshape(gl.join(acc_lo, acc_hi), [ROWS, 2 * HW])  # the dims back in order: even, odd, ...
     return acc * gl.load(VSC + kvh * stride_sc), m_i, l_i
 
 
 @gluon.jit
-def _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n, last, bt_row, m_i,
+def _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n, last, bt_row, m_i,
                l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
                ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr,
-               SOFTCAP: gl.constexpr):
+               SOFTCAP: gl.constexpr, COPY: gl.constexpr):
     """The unit's key tiles from a 16-bit cache (``_tile16``, the ring refilled behind them): (O, m, l)."""
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     BOX: gl.constexpr = k_desc.block_type.shape[0]
     qa = _load_q(Q, q_start, kvh, stride_qt, stride_qh, k_desc.dtype,
                  gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2), G, HEAD_DIM, 1, 0)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=MMA)
-    nxt = tile_pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)
+    nxt = _pages(bt_row, kv_lo + STAGES * BLOCK_N, last, PAGE, BOX, BLOCK_N, COPY)
     for j in range(n):
         start = kv_lo + j * BLOCK_N
         pages = nxt
-        nxt = tile_pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N // BOX)  # the next's
+        nxt = _pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, COPY)  # the next's
         acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap,
-                                MMA, BLOCK_N, STAGES, WINDOW, SOFTCAP)
-        _refill(j, n, k_desc, v_desc, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES)
+                                MMA, BLOCK_N, STAGES, WINDOW, SOFTCAP, COPY)
+        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
+                BLOCK_N, STAGES, COPY)
     return acc, m_i, l_i
 
 
@@ -234,12 +269,13 @@ def _start(SINKS, kvh, split, G: gl.constexpr, SINK: gl.constexpr):
 
 @gluon.jit
 def decode_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, KSC, VSC, SINKS,
+    k_desc, v_desc, K2, V2, Q, Out, PO, PL, BT, UNITS, KSC, VSC, SINKS,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-    stride_bt, stride_sc, qk_scale, cap, ROW_HEAD, COL_HEAD, n_kv,
+    stride_bt, stride_sc, stride_row, qk_scale, cap, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FP8: gl.constexpr, E5M2: gl.constexpr,
     WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SINK: gl.constexpr, SOFTCAP: gl.constexpr,
+    COPY: gl.constexpr = None,
 ):
     """Grid: (units x KV heads,), unit-major. The ring holds the cache's dtype in the descriptors' layout; FP8
     tiles are read through WORD_LAYOUT (the same bytes as [BLOCK_N, HEAD_DIM / 2] int16 words) and their MMAs run
@@ -259,17 +295,17 @@ def decode_gluon_kernel(
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    _ring(k_desc, v_desc, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-          BLOCK_N, STAGES)
+    _ring(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
+          PAGE, ROW_PAGE, BLOCK_N, STAGES, COPY)
     m_i, l_i = _start(SINKS, kvh, split, G, SINK)
     if FP8:
-        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo,
+        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo,
                                   kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale,
                                   ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT, WINDOW,
-                                  SOFTCAP)
+                                  SOFTCAP, COPY)
     else:
-        acc, m_i, l_i = _half_keys(k_desc, v_desc, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n,
+        acc, m_i, l_i = _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n,
                                    last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G,
-                                   PAGE, ROW_PAGE, BLOCK_N, STAGES, WINDOW, SOFTCAP)
+                                   PAGE, ROW_PAGE, BLOCK_N, STAGES, WINDOW, SOFTCAP, COPY)
     store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, 0, 1, kvh, stride_ot, stride_oh, stride_pos,
           stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)

@@ -2,11 +2,15 @@
 gluon_mla_kernels.py, gluon_decode_kernels.py): a 64-key tile lies in one page (pages of 64 keys or more) or
 spans 64 / PAGE pages, one TMA box each (pages of 8-32 keys). The block table is read once a box, never once
 a key (issue 33: the shipped Triton kernel's per-key lookup costs its FP8 decodes ~7 us at page 16).
+
+``row_pages`` / ``copy_tile``: the same tile by cp.async instead (the decode kernel's ``COPY``), each thread copying
+16-byte pieces of whole key rows in the ``COPY`` layout, each row's page looked up by the threads holding it.
 """
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 
@@ -33,3 +37,28 @@ def issue_tile(k_desc, v_desc, k_dst, v_dst, bar, start, pages, kvh, row_head, c
         row = page * ROW_PAGE + kvh * row_head + slot % PAGE
         tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], bar, k_dst.slice(b * BOX, BOX))
         tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], bar, v_dst.slice(b * BOX, BOX))
+
+
+@gluon.jit
+def row_pages(bt_row, start, last, PAGE: gl.constexpr, BLOCK_N: gl.constexpr, COPY: gl.constexpr):
+    """The block-table entry of each key row of the tile from ``start`` (clamped to ``last``), in the rows of the
+    copy layout ``COPY``: each thread loads those of its own rows."""
+    rows = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, COPY))
+    return gl.load(bt_row + gl.minimum(rows // PAGE, last))
+
+
+@gluon.jit
+def copy_tile(K, V, k_dst, v_dst, start, pages, kvh, stride_row, row_head, col_head, PAGE: gl.constexpr,
+              ROW_PAGE: gl.constexpr, COPY: gl.constexpr):
+    """The key tile from ``start`` (its ``row_pages``) into ``k_dst`` / ``v_dst`` by cp.async, K and V the caches'
+    2-D rows views (kv_view) with row stride ``stride_row``; the caller commits the group."""
+    BLOCK_N: gl.constexpr = k_dst.shape[0]
+    HEAD_DIM: gl.constexpr = k_dst.shape[1]
+    rows = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, COPY))
+    row = pages.to(gl.int64) * ROW_PAGE + kvh * row_head + rows % PAGE
+    # (16-byte pieces: a row starts on a multiple of 16 elements, stride_row and col_head being multiples of the
+    # head dim, 64 or 128)
+    cols = gl.multiple_of(kvh * col_head, 16) + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, COPY))
+    off = gl.expand_dims(gl.multiple_of(row * stride_row, 16), 1) + gl.expand_dims(cols, 0)
+    async_copy.async_copy_global_to_shared(k_dst, K + off)
+    async_copy.async_copy_global_to_shared(v_dst, V + off)

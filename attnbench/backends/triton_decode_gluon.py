@@ -28,6 +28,11 @@ STAGES = 2
 # about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
 # many) 2-3x
 MAXNREG = 128
+# pages under this many keys come by cp.async (gluon_pages.copy_tile: 16-byte pieces of whole key rows, each row's
+# page looked up by its threads, one CTA barrier a tile) instead of one TMA box a page, each of which the compiler
+# puts behind a CTA barrier of its own (18 a tile at page 16; offline sm_90: the loop's 604 instructions a tile 480).
+# Sixteenth session, not yet timed: 0 (off)
+COPY_BELOW = 0
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
@@ -93,6 +98,18 @@ def _regs() -> dict:
     return {"maxnreg": MAXNREG} if MAXNREG else {}
 
 
+def copy_layout(b):
+    """``COPY_BELOW``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's pages, else None."""
+    from triton.experimental.gluon import language as gl
+
+    (k2, *_), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
+    if b.page_size >= COPY_BELOW or k2.stride() != v2.stride():  # (copy_tile: one row stride for both)
+        return None
+    vec = 16 // b.k_cache.element_size()
+    tpr = b.head_dim // vec  # threads a row
+    return gl.BlockedLayout([1, vec], [32 // tpr, tpr], [4, 1], [1, 0])
+
+
 def run(p) -> None:
     """``decode_gluon_kernel`` over the plan's units x KV heads (split units: partials for triton_launch.merge)."""
     from triton.experimental.gluon import language as gl
@@ -114,11 +131,12 @@ def run(p) -> None:
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
     sinks = f.sinks if f.sinks is not None else p.units  # (not read without sinks)
     gk.decode_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, ksc, vsc, sinks,
+        kd, vd, k2, v2, b.q, out, po, pl, b.block_table, p.units, ksc, vsc, sinks,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale,
-        f.cap, row_head, col_head, b.num_kv_heads,
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, k2.stride(0),
+        p.qk_scale, f.cap, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
-        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, num_warps=4, **_regs(),
+        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, COPY=copy_layout(b),
+        num_warps=4, **_regs(),
     )

@@ -45,11 +45,12 @@ def settings(argv: list[str], kw: dict) -> dict:
     return kw
 
 
-def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, **options) -> None:
+def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, aligned: tuple = (), **options) -> None:
     """Compile the Gluon kernel ``fn`` for sm_90 (arguments: ``descs`` tensor descriptors, ``ptrs`` pointers,
     ``kw``'s names constexprs, the rest i32 but qk_scale and cap) and print the ``shown`` settings, registers,
     spills, shared memory, warps, the wgmma / TMA / mbarrier / setmaxnreg counts (with setmaxnreg's values)
-    and each loop's instructions; DUMP=PREFIX writes the TTGIR and PTX."""
+    and each loop's instructions; DUMP=PREFIX writes the TTGIR and PTX. ``aligned``: arguments given divisibility 16,
+    as a launch specializes aligned pointers and integers."""
     sig, consts = {}, {}
     for name in fn.arg_names:
         if name in descs:
@@ -60,7 +61,8 @@ def compile_and_report(fn, kw: dict, descs: dict, ptrs: dict, shown: tuple, **op
             sig[name], consts[name] = "constexpr", kw[name]
         else:
             sig[name] = "fp32" if name in ("qk_scale", "cap") else "i32"
-    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
+                         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kw["num_warps"], **options})
     regs, spills = base.resources(k.asm["cubin"])
     ptx = k.asm["ptx"]

@@ -325,6 +325,11 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     decode_variant("triton-gd-s2-r96-x25", dict(fp8_split=2.5), STAGES=2, MAXNREG=96),  # 5 an SM (208 spill bytes)
     decode_variant("triton-gd-s2-r80-x3", dict(fp8_split=3.0), STAGES=2, MAXNREG=80),  # 6 an SM (280 spill bytes)
     decode_variant("triton-gd-x15", dict(fp8_split=1.5)),  # fewer programs: 3 an SM aimed at
+    # pages under 64 keys by cp.async (16-byte pieces of whole rows, one CTA barrier a tile) instead of a TMA box a
+    # page (sixteenth session)
+    decode_variant("triton-gd-cp", COPY_BELOW=64),
+    decode_variant("triton-gd-cp-s3", COPY_BELOW=64, STAGES=3),
+    decode_variant("triton-gd-cp-s4", COPY_BELOW=64, STAGES=4),
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -2,8 +2,9 @@
 against the reference: FP8 caches (e4m3 / e5m2, scales per tensor or per head) and 16-bit ones, decodes over
 contexts of odd lengths (none included: the decode's own key alone), pages of 16 to 512 keys in every layout, NHD
 and HND caches, head dims 64 and 128, GQA groups 1 to 16, forced splits (partials and the merge) or the plan's own,
-the ring's slots 2 to 4, pages under 64 keys by TMA or by cp.async (``COPY_BELOW``), sliding windows (of 1 key to more than the context), sinks and soft-capping alone and
-together, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
+the ring's slots 2 to 4, pages by TMA boxes or by cp.async (``COPY_BELOW``, ``COPY_DIMS``), sliding windows (of 1
+key to more than the context), sinks and soft-capping alone and together, the output NaN-filled first. Each case
+asserts the Gluon kernel launched."""
 from __future__ import annotations
 
 import random
@@ -53,7 +54,7 @@ def _check(be, batch, launches, runs: int = 2):
 @pytest.mark.parametrize("reqs,page,order,dtype,kv,scale,d,hq,hkv,splits", CASES)
 def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale, d, hq, hkv, splits, stages, copy,
                                             launches, monkeypatch):
-    on_hopper("decode", dec, monkeypatch, STAGES=stages, COPY_BELOW=copy, FP8_ONLY=False)
+    on_hopper("decode", dec, monkeypatch, STAGES=stages, COPY_BELOW=copy, COPY_DIMS=(64, 128), FP8_ONLY=False)
     fp8 = dict(kv_dtype=kv, kv_scale=scale) if kv else {}
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", **fp8)
     batch = materialize(spec, seed=page + d + hq + stages, device="cuda")
@@ -82,7 +83,8 @@ VARIANTS = [  # window, sinks, softcap, page, kv dtype, splits
 def test_gluon_decode_variants_match_the_reference(window, sinks, softcap, page, kv, splits, launches, monkeypatch):
     """Sliding windows, sinks and soft-capping on the Gluon decode kernel, NaN-filled output, against the
     reference (whose sinks are drawn large enough that a kernel dropping them fails)."""
-    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, COPY_BELOW=64 if page < 64 and window and window % 2 else 0)
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, COPY_BELOW=64 if window and window % 2 else 0,
+              COPY_DIMS=(64, 128))
     fp8 = dict(kv_dtype=kv, kv_scale="per-head") if kv else {}
     spec = BatchSpec(VARIANT_REQS, 32, 8, 128, dtype="bfloat16", page_size=page, layout="shuffled", window=window,
                      sinks=sinks, softcap=softcap, **fp8)
@@ -97,7 +99,8 @@ def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monk
     64/128, pages of 16-512 keys in every layout, NHD or HND, bf16 or fp16 q, e4m3 or e5m2 scaled per tensor or
     per head, a window of 1-8000 keys, sinks and soft-capping each drawn (seeds 18-23: 16-bit caches, FP8_ONLY
     off)."""
-    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, COPY_BELOW=64 if seed % 2 else 0)  # cp.async: odd seeds
+    # cp.async: every page of odd seeds, TMA boxes every page of the others
+    on_hopper("decode", dec, monkeypatch, FP8_ONLY=False, COPY_BELOW=1 << 20 if seed % 2 else 0, COPY_DIMS=(64, 128))
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 4, 8])
     g = rng.choice([1, 2, 4, 8, 16])

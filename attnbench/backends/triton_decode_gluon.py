@@ -28,11 +28,13 @@ STAGES = 2
 # about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
 # many) 2-3x
 MAXNREG = 128
-# pages under this many keys come by cp.async (gluon_pages.copy_tile: 16-byte pieces of whole key rows, each row's
-# page looked up by its threads, one CTA barrier a tile) instead of one TMA box a page, each of which the compiler
-# puts behind a CTA barrier of its own (18 a tile at page 16; offline sm_90: the loop's 604 instructions a tile 480).
-# Sixteenth session, not yet timed: 0 (off)
-COPY_BELOW = 0
+# pages under COPY_BELOW keys of a head dim in COPY_DIMS come by cp.async (gluon_pages.copy_tile: 16-byte pieces of
+# whole key rows, each row's page looked up by its threads, one CTA barrier a tile) instead of one TMA box a page, each
+# of which the compiler puts behind a CTA barrier of its own (18 a tile at page 16; offline sm_90, FP8 d 128: the
+# loop's 604 instructions a tile 480). H200, 8 x 16k e4m3 (sixteenth session): head dim 64, page 16 55.8 us against
+# the boxes' 67.2; head dim 128 slower, 88.2 / 85.6 against 81.3 / 75.1 at pages 16 / 32 (3 or 4 slots 1.3-1.7x)
+COPY_BELOW = 64
+COPY_DIMS = (64,)
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
@@ -99,11 +101,12 @@ def _regs() -> dict:
 
 
 def copy_layout(b):
-    """``COPY_BELOW``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's pages, else None."""
+    """``COPY_BELOW`` / ``COPY_DIMS``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's
+    pages and head dim, else None (TMA boxes)."""
     from triton.experimental.gluon import language as gl
 
     (k2, *_), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
-    if b.page_size >= COPY_BELOW or k2.stride() != v2.stride():  # (copy_tile: one row stride for both)
+    if b.page_size >= COPY_BELOW or b.head_dim not in COPY_DIMS or k2.stride() != v2.stride():  # (one row stride)
         return None
     vec = 16 // b.k_cache.element_size()
     tpr = b.head_dim // vec  # threads a row

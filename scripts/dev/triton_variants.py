@@ -327,9 +327,11 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     decode_variant("triton-gd-x15", dict(fp8_split=1.5)),  # fewer programs: 3 an SM aimed at
     # pages under 64 keys by cp.async (16-byte pieces of whole rows, one CTA barrier a tile) instead of a TMA box a
     # page (sixteenth session)
-    decode_variant("triton-gd-cp", COPY_BELOW=64),
-    decode_variant("triton-gd-cp-s3", COPY_BELOW=64, STAGES=3),
-    decode_variant("triton-gd-cp-s4", COPY_BELOW=64, STAGES=4),
+    decode_variant("triton-gd-cp", COPY_BELOW=64, COPY_DIMS=(64, 128)),
+    decode_variant("triton-gd-cp-s3", COPY_BELOW=64, COPY_DIMS=(64, 128), STAGES=3),
+    decode_variant("triton-gd-cp-s4", COPY_BELOW=64, COPY_DIMS=(64, 128), STAGES=4),
+    decode_variant("triton-gd-cpall", COPY_BELOW=1 << 20, COPY_DIMS=(64, 128)),  # every page by cp.async
+    decode_variant("triton-gd-tma", COPY_BELOW=0),  # every page by TMA boxes (the default before the sixteenth session)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

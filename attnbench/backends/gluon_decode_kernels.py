@@ -12,12 +12,16 @@ KV heads), 4 warps, no warp specialization (a decode's tile is little compute: t
 programs an SM, as the shipped kernel's is):
 
 - a ring of ``STAGES`` slots of 64-key K and V tiles in the cache's dtype, filled by TMA, each with its barrier;
-  tile j + STAGES is issued into tile j's slot once every warp has read it (its pages loaded a tile before);
+  tile j + STAGES is issued into tile j's slot once every warp has read it (its pages loaded a tile before); with
+  ``COPY`` (a layout: the launch's choice for small pages of some head dims) by cp.async instead, one group a tile
+  (gluon_pages.copy_tile), its threads' pieces made visible by a CTA barrier;
 - the G query heads of the KV head are the rows of an Ampere-style MMA (``mma_v2``: 16 rows, G of them used), q
   in registers; K and V read from shared memory straight into the MMA's operand layouts and, from an FP8 cache,
   converted there to float16 (the KV head's K scale folded into ``qk_scale``, its V scale into the output);
 - the online softmax in base 2; every key at or past the unit's ``kv_hi`` masked (the last tile's; a box past the
   request's last page reads that page again: its keys must hold finite values, as attnbench's caches do);
+- ``WINDOW``: keys below the unit's ``win_lo`` masked too (the plan starts the unit on the tile holding it);
+  ``SINK``: split 0's softmax starts from the head's sink; ``SOFTCAP``: c tanh(s / c) on the scores;
 - a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store).
 
 A loader warp issuing the boxes (``gl.warp_specialize``) ran 1.2-1.45x this kernel's time (sixteenth session,

@@ -21,10 +21,12 @@ source scripts/gpu/common.sh
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache TRITON_CACHE_DIR=/tmp/triton-cache
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 [ -n "$NCU" ] || { el "no ncu on this machine"; exit 2; }
-MAIN="paged_attention_kernel|prefill_attention_kernel|prefill_gluon_kernel|tree_gluon_kernel|mla_attention_kernel"
+MAIN="paged_attention_kernel|prefill_attention_kernel|prefill_gluon_kernel|tree_gluon_kernel|mla_attention_kernel|decode_gluon_kernel"
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(
   "fp8-decode-8x16k|gpu/fp8-decode-16k|fp8|triton|$MAIN"
+  "fp8-decode-d64-p16|scripts/gpu/scenarios/triton-fp8-decode-d64.yaml|page_size=16|triton|$MAIN"
+  "fp8-decode-d64-p64|scripts/gpu/scenarios/triton-fp8-decode-d64.yaml|page_size=64|triton|$MAIN"
   "bf16-decode-8x16k|gpu/fp8-decode-16k|bfloat16|triton|$MAIN"
   "tree-8x40-4k-p16|tree-verify-llama3-8b|context=4k and page_size=16|triton|$MAIN"
   "tree-8x40-16k-p256|tree-verify-llama3-8b|context=16k and page_size=256|triton|$MAIN"

@@ -93,6 +93,26 @@ def test_gluon_decode_variants_match_the_reference(window, sinks, softcap, page,
     assert plan.feat.constexprs()["WINDOW"] == bool(window) and plan.feat.constexprs()["SINK"] == sinks
 
 
+TILE128 = [  # page, kv dtype, window, sinks, splits: head dim 64 on 128-key tiles (TILES)
+    (16, "fp8_e4m3", None, False, None),  # cp.async
+    (32, "fp8_e5m2", 100, True, 3),
+    (64, "fp8_e4m3", None, False, 2),  # two boxes a tile
+    (256, "fp8_e4m3", 300, False, None),  # a tile inside a page
+    (128, "fp8_e5m2", None, True, 5),
+]
+
+
+@pytest.mark.parametrize("copy", [64, 0], ids=["copy", "tma"])
+@pytest.mark.parametrize("page,kv,window,sinks,splits", TILE128)
+def test_head_dim_64_on_128_key_tiles(page, kv, window, sinks, splits, copy, launches, monkeypatch):
+    on_hopper("decode", dec, monkeypatch, TILES={64: 128}, COPY_BELOW=copy)
+    spec = BatchSpec(VARIANT_REQS, 32, 4, 64, dtype="bfloat16", page_size=page, layout="shuffled", window=window,
+                     sinks=sinks, kv_dtype=kv, kv_scale="per-head")
+    plan = _check(TritonBackend(decode="gluon", splits=splits), materialize(spec, seed=page + 3, device="cuda"),
+                  launches)
+    assert plan.cfg.block_nf == 128
+
+
 @pytest.mark.parametrize("seed", range(32))
 def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monkeypatch):
     """Random decode batches the option takes: 1-12 decodes over contexts of 0-20000, GQA groups 1-16, head dims

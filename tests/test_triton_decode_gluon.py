@@ -130,3 +130,17 @@ def test_pages_under_copy_below_are_copied_in_16_byte_pieces_of_whole_rows(monke
     assert dec.copy_layout(_decodes(100, page_size=16)) is None and dec.copy_layout(_decodes(100, d=64, page_size=16))
     monkeypatch.setattr(dec, "COPY_BELOW", 0)
     assert dec.copy_layout(_decodes(100, d=64, page_size=16)) is None
+
+
+def test_tiles_follow_the_head_dim(monkeypatch):
+    """``TILES``: a head dim's own tile size (128 keys for head dim 64 where set) shapes the plan's full tiles and
+    its splits; other head dims keep 64-key tiles; the plan run on the CPU matches the reference."""
+    monkeypatch.setattr(dec, "wanted", lambda batch: True)
+    monkeypatch.setattr(dec, "TILES", {64: 128})
+    b64 = _decodes(150, 0, 1000, 300, hq=8, hkv=2, d=64, dtype="float16")
+    for splits in (None, 3):
+        p = TritonBackend(decode="gluon", splits=splits).plan(b64)
+        assert p.cfg.block_nf == 128 and dec.tile_keys(b64) == 128
+        assert all(int(u[4]) % 128 == 0 for u in p.units.cpu().numpy())
+        assert compare(TritonBackend(decode="gluon", splits=splits).run(p), reference_attention(b64)[0])[0] < 2e-2
+    assert TritonBackend(decode="gluon").plan(_decodes(150, d=128)).cfg.block_nf == 64

@@ -18,7 +18,11 @@ from .gluon_route import note, refusal
 from .triton_prefill_gluon import hopper, kv_view
 from .triton_tree_gluon import FP8_TYPES, cache_ok, page_ok, tma_problem
 
-BLOCK_N = 64
+BLOCK_N = 64  # keys a tile (the splits start on them), but for the head dims in TILES
+# head dim -> keys a tile: each tile pays the same barriers, waits and softmax reductions whatever its bytes, so head
+# dim 64 may want 128-key tiles (offline sm_90, FP8 e4m3: 552 / 546 / 476 instructions for 128 keys at pages 16 / 64
+# / 256 against 648 / 616 / 616 as two 64-key tiles, 105-126 registers). Sixteenth session, not yet timed: none
+TILES: dict = {}
 MAX_G = 16  # the MMA's rows
 # 64-key K and V slots (16 KB a slot on FP8, head dim 128). 8 x 16k FP8 e4m3 decodes, page 16 / 64 (H200, fifteenth
 # session, two rounds): 82.3 / 73.7 us with 2, 84.4 / 76.0 with 3, against the shipped kernel's 86.5 / 79.5; 4 (3
@@ -67,9 +71,14 @@ def wanted(batch) -> bool:
     return not unwanted(batch)
 
 
+def tile_keys(batch) -> int:
+    """Keys a tile for this batch's head dim (``TILES``, else ``BLOCK_N``)."""
+    return TILES.get(batch.head_dim, BLOCK_N)
+
+
 def config_args(batch) -> dict:
-    """``choose_config``'s arguments: 64-key tiles, where the splits start."""
-    return dict(block_nf=BLOCK_N)
+    """``choose_config``'s arguments: the kernel's tiles (``tile_keys``), where the splits start."""
+    return dict(block_nf=tile_keys(batch))
 
 
 def fit(p) -> str:
@@ -80,9 +89,9 @@ def fit(p) -> str:
         return why
     if any(p.feat.constexprs()[k] for k in ("ALIBI", "BIDIR")):
         return "the Gluon decode kernel takes no ALiBi or bidirectional rows"
-    if cfg.block_nf != BLOCK_N or cfg.block_m > MAX_G:
-        return f"the Gluon decode kernel needs 64-key tiles and <= {MAX_G} rows (block_nf {cfg.block_nf}, " \
-               f"block_m {cfg.block_m})"
+    if cfg.block_nf != tile_keys(b) or cfg.block_m > MAX_G:
+        return f"the Gluon decode kernel needs {tile_keys(b)}-key tiles and <= {MAX_G} rows (block_nf " \
+               f"{cfg.block_nf}, block_m {cfg.block_m})"
     return tma_problem(b, "decode")
 
 
@@ -125,10 +134,11 @@ def run(p) -> None:
     fp8 = b.k_cache.dtype in FP8_TYPES
     cache_ty = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.float16: gl.float16,
                 torch.bfloat16: gl.bfloat16}[b.k_cache.dtype]
-    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], cache_ty)
-    words = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d // 2], gl.int16)  # FP8: the same rows' bytes
+    bn = tile_keys(b)
+    layout = gl.NVMMASharedLayout.get_default_for([bn, d], cache_ty)
+    words = gl.NVMMASharedLayout.get_default_for([bn, d // 2], gl.int16)  # FP8: the same rows' bytes
     (k2, row_page, row_head, col_head), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
-    box = [min(b.page_size, BLOCK_N), d]
+    box = [min(b.page_size, bn), d]
     kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout) for t in (k2, v2))
     out, po, pl = p.out, p.po, p.pl
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
@@ -138,7 +148,7 @@ def run(p) -> None:
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
         pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, k2.stride(0),
         p.qk_scale, f.cap, row_head, col_head, b.num_kv_heads,
-        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
+        G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
         WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, COPY=copy_layout(b),
         num_warps=4, **_regs(),

@@ -332,8 +332,9 @@ VARIANTS = MLA_VARIANTS + MLA_GLUON_VARIANTS + [
     decode_variant("triton-gd-cp-s4", COPY_BELOW=64, COPY_DIMS=(64, 128), STAGES=4),
     decode_variant("triton-gd-cpall", COPY_BELOW=1 << 20, COPY_DIMS=(64, 128)),  # every page by cp.async
     decode_variant("triton-gd-tma", COPY_BELOW=0),  # every page by TMA boxes (the default before the sixteenth session)
-    decode_variant("triton-gd-t128", TILES={64: 128}),  # 128-key tiles for head dim 64
+    decode_variant("triton-gd-t128", TILES={64: 128}),  # 128-key tiles for head dim 64 (the default since)
     decode_variant("triton-gd-t128-tma", TILES={64: 128}, COPY_BELOW=0),
+    decode_variant("triton-gd-t64", TILES={}),  # 64-key tiles for every head dim (the default before)
 ]
 for _cls in VARIANTS:
     globals()[_cls.__name__] = _cls

@@ -98,3 +98,33 @@ def test_the_decode_route_keeps_fp8_decode_draws_the_gluon_decode_kernel_takes(t
         assert all(str(s.kv_dtype).startswith("fp8") and {r.kind for r in s.requests} == {"decode"} for s in specs), f.name
     variants = [sc.load(f).scenario.model for f in keep]
     assert any(m.window for m in variants) and any(m.sinks for m in variants) and any(m.softcap for m in variants)
+
+
+def test_the_runs_go_several_at_a_time_and_report_in_order(tmp_path, monkeypatch):
+    """``run_all``: ``jobs`` runs at once, each file's lines said in the files' order, rows and failures summed; a
+    run started with under 15 s of the budget left is not run, and one that wrote no row counts as a failure."""
+    import threading
+    import time
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def fake(f, out, left):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2 if f.stem != "c" else 0.05)
+        with lock:
+            active[0] -= 1
+        if f.stem == "d":
+            return [f"{f.name}: no row"], 0, 1
+        return [f"{f.name} x: ok", f"{f.name} y: {'mismatch' if f.stem == 'b' else 'ok'}"], 2, int(f.stem == "b")
+
+    monkeypatch.setattr(held, "run_one", fake)
+    said = []
+    files = [tmp_path / f"{n}.yaml" for n in "abcd"]
+    assert held.run_all(files, tmp_path, 100.0, jobs=3, say=said.append) == (6, 2)
+    assert [line.split()[0].rstrip(":") for line in said] == ["a.yaml", "a.yaml", "b.yaml", "b.yaml", "c.yaml",
+                                                               "c.yaml", "d.yaml"]
+    assert peak[0] == 3
+    monkeypatch.undo()
+    assert held.run_one(files[0], tmp_path / "r", 10.0) == (["a.yaml: not run (budget)"], 0, 0)

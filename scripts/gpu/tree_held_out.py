@@ -11,8 +11,9 @@ attention variants) keeping the scenarios with an FP8 cache and no MLA, whatever
 ``--route decode``: the Gluon decode kernel's: ``--profile decode`` draws (FP8 decodes alone, the attention
 variants) keeping the scenarios with a case it takes.
 ``--only STEM ...``: only those scenario files (e.g. the ones a budget left unrun). ``--jobs N`` (4): runs at once,
-each its own process (about 15 s a scenario one at a time on the H200 machine, mostly start-up and compiles). Exit 1 when a row is not ok (a
-mismatch or an error)."""
+each its own process (one at a time, the sixteenth session's decode draws took 11-16 s each on the H200 machine: 16
+in a 180 s budget, 10 in 160 s; mostly start-up and compiles). Exit 1 when a row is not ok (a mismatch or an
+error)."""
 from __future__ import annotations
 
 import argparse

@@ -95,7 +95,8 @@ def test_the_decode_route_keeps_fp8_decode_draws_the_gluon_decode_kernel_takes(t
     assert 0 < len(keep) < len(files)
     for f in files:
         specs = [c.scenario.batch_spec() for c in sc.load(f).cases]
-        assert all(str(s.kv_dtype).startswith("fp8") and {r.kind for r in s.requests} == {"decode"} for s in specs), f.name
+        assert all(str(s.kv_dtype).startswith("fp8") and {r.kind for r in s.requests} == {"decode"}
+                   for s in specs), f.name
     variants = [sc.load(f).scenario.model for f in keep]
     assert any(m.window for m in variants) and any(m.sinks for m in variants) and any(m.softcap for m in variants)
 

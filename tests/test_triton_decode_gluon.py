@@ -117,8 +117,9 @@ def test_the_option_is_checked():
 
 
 def test_pages_under_copy_below_are_copied_in_16_byte_pieces_of_whole_rows(monkeypatch):
-    """``COPY_BELOW`` (and ``COPY_DIMS``): the cp.async layout covers a key row with 16-byte pieces (16 FP8 or 8 16-bit values a thread),
-    the threads of a warp over whole rows, 4 warps over the tile's rows; pages at or past it keep the TMA boxes."""
+    """``COPY_BELOW`` (and ``COPY_DIMS``): the cp.async layout covers a key row with 16-byte pieces (16 FP8 or 8
+    16-bit values a thread), the threads of a warp over whole rows, 4 warps over the tile's rows; pages at or past it
+    keep the TMA boxes."""
     monkeypatch.setattr(dec, "COPY_BELOW", 64)
     monkeypatch.setattr(dec, "COPY_DIMS", (64, 128))
     for d, kv, vec in ((128, "fp8_e4m3", 16), (64, "fp8_e5m2", 16), (128, None, 8), (64, None, 8)):

@@ -11,7 +11,8 @@ One program per work item (a unit of the plan: one request's decode token and on
 KV heads), 4 warps, no warp specialization (a decode's tile is little compute: the latency is hidden by several
 programs an SM, as the shipped kernel's is):
 
-- a ring of ``STAGES`` slots of 64-key K and V tiles in the cache's dtype, filled by TMA, each with its barrier;
+- a ring of ``STAGES`` slots of ``BLOCK_N``-key K and V tiles (64, or the launch's ``TILES`` for the head dim) in
+  the cache's dtype, filled by TMA, each with its barrier;
   tile j + STAGES is issued into tile j's slot once every warp has read it (its pages loaded a tile before); with
   ``COPY`` (a layout: the launch's choice for small pages of some head dims) by cp.async instead, one group a tile
   (gluon_pages.copy_tile), its threads' pieces made visible by a CTA barrier;
@@ -154,8 +155,8 @@ def _init(bars, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _ring(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
-          ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, COPY: gl.constexpr):
+def _ring(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, bt_row, kv_lo, n, last, kvh, ROW_HEAD, COL_HEAD,
+          PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, COPY: gl.constexpr):
     """The ring's barriers, and its first STAGES tiles issued (with COPY, each tile a cp.async group)."""
     BOX: gl.constexpr = k_desc.block_type.shape[0]
     _init(ready, STAGES)
@@ -173,8 +174,9 @@ def _ring(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, bt_row, kv_
 
 
 @gluon.jit
-def _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE: gl.constexpr,
-            ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, COPY: gl.constexpr):
+def _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD,
+            PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            COPY: gl.constexpr):
     """Tile j + STAGES into tile j's slot, once every warp has read it (the reads ordered before the TMA's writes;
     with COPY by cp.async, one group a tile, empty past the unit's tiles)."""
     if COPY is not None:
@@ -205,9 +207,9 @@ MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4
 
 
 @gluon.jit
-def _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo, kv_hi, n, last,
-              bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr,
-              PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+def _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo,
+              kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale, ROW_HEAD, COL_HEAD,
+              G: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               E5M2: gl.constexpr, WORD_LAYOUT: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr,
               COPY: gl.constexpr):
     """The unit's key tiles from an FP8 cache (``_tile8``, the ring refilled behind them): (O with the V scale, m,
@@ -228,17 +230,17 @@ def _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC,
         acc_lo, acc_hi, m_i, l_i = _tile8(j, q_lo, q_hi, k_smem, v_smem, ready, acc_lo, acc_hi, m_i, l_i, qk_scale,
                                           start, win_lo, kv_hi, cap, MMA, WORD_LAYOUT, E5M2, BLOCK_N, STAGES, WINDOW,
                                           SOFTCAP, COPY)
-        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES, COPY)
+        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD,
+                PAGE, ROW_PAGE, BLOCK_N, STAGES, COPY)
     acc = gl.reshape(gl.join(acc_lo, acc_hi), [ROWS, 2 * HW])  # the dims back in order: even, odd, ...
     return acc * gl.load(VSC + kvh * stride_sc), m_i, l_i
 
 
 @gluon.jit
-def _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n, last, bt_row, m_i,
-               l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr, PAGE: gl.constexpr,
-               ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WINDOW: gl.constexpr,
-               SOFTCAP: gl.constexpr, COPY: gl.constexpr):
+def _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n,
+               last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G: gl.constexpr,
+               PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               WINDOW: gl.constexpr, SOFTCAP: gl.constexpr, COPY: gl.constexpr):
     """The unit's key tiles from a 16-bit cache (``_tile16``, the ring refilled behind them): (O, m, l)."""
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     BOX: gl.constexpr = k_desc.block_type.shape[0]
@@ -252,8 +254,8 @@ def _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_s
         nxt = _pages(bt_row, start + (STAGES + 1) * BLOCK_N, last, PAGE, BOX, BLOCK_N, COPY)  # the next's
         acc, m_i, l_i = _tile16(j, qa, k_smem, v_smem, ready, acc, m_i, l_i, qk_scale, start, win_lo, kv_hi, cap,
                                 MMA, BLOCK_N, STAGES, WINDOW, SOFTCAP, COPY)
-        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD, PAGE, ROW_PAGE,
-                BLOCK_N, STAGES, COPY)
+        _refill(j, n, k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, start, pages, kvh, ROW_HEAD, COL_HEAD,
+                PAGE, ROW_PAGE, BLOCK_N, STAGES, COPY)
     return acc, m_i, l_i
 
 
@@ -303,13 +305,13 @@ def decode_gluon_kernel(
           PAGE, ROW_PAGE, BLOCK_N, STAGES, COPY)
     m_i, l_i = _start(SINKS, kvh, split, G, SINK)
     if FP8:
-        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh, kv_lo, win_lo,
-                                  kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc, qk_scale,
-                                  ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT, WINDOW,
-                                  SOFTCAP, COPY)
+        acc, m_i, l_i = _fp8_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, KSC, VSC, q_start, kvh,
+                                  kv_lo, win_lo, kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, stride_sc,
+                                  qk_scale, ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, E5M2, WORD_LAYOUT,
+                                  WINDOW, SOFTCAP, COPY)
     else:
-        acc, m_i, l_i = _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo, win_lo, kv_hi, n,
-                                   last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, qk_scale, ROW_HEAD, COL_HEAD, G,
-                                   PAGE, ROW_PAGE, BLOCK_N, STAGES, WINDOW, SOFTCAP, COPY)
+        acc, m_i, l_i = _half_keys(k_desc, v_desc, K2, V2, stride_row, k_smem, v_smem, ready, Q, q_start, kvh, kv_lo,
+                                   win_lo, kv_hi, n, last, bt_row, m_i, l_i, cap, stride_qt, stride_qh, qk_scale,
+                                   ROW_HEAD, COL_HEAD, G, PAGE, ROW_PAGE, BLOCK_N, STAGES, WINDOW, SOFTCAP, COPY)
     store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, 0, 1, kvh, stride_ot, stride_oh, stride_pos,
           stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)

@@ -4,8 +4,9 @@ the ``decode="gluon"`` option of the triton backend.
 ``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
 (one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
 otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 16 or 32
-keys (``MIN_PAGE``), and no ALiBi (sliding windows, sinks and soft-capping run in the kernel). ``config_args`` then asks the shipped config for 64-key tiles
-(``block_nf``: the splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's.
+keys (``MIN_PAGE``), and no ALiBi (sliding windows, sinks and soft-capping run in the kernel). ``config_args`` then
+asks the shipped config for the kernel's tiles (``block_nf``, ``tile_keys``: 64 keys, 128 for head dim 64; the
+splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's.
 ``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the
 plan's mode names the kernel that ran (``route_note``).
 """
@@ -44,7 +45,8 @@ COPY_DIMS = (64,)
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
 # 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k); the Gluon kernel's 16-bit path ran
-# about 1.1-1.3x its time there (fifteenth session, call 2's geo-means over the bf16 and FP8 cases, variant triton-gd-all)
+# about 1.1-1.3x its time there (fifteenth session, call 2's geo-means over the bf16 and FP8 cases, variant
+# triton-gd-all)
 FP8_ONLY = True
 RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 

@@ -137,7 +137,8 @@ def main() -> int:
     keep = {"tree": eligible, "fp8": with_fp8, "mla": with_mla_gluon, "decode": with_decode_gluon}[a.route](files)
     print(f"{len(keep)} of {len(files)} scenarios " + {
         "tree": "take the Gluon tree kernel", "fp8": "have an FP8 cache",
-        "mla": "have a case the Gluon MLA kernel takes", "decode": "have a case the Gluon decode kernel takes"}[a.route])
+        "mla": "have a case the Gluon MLA kernel takes",
+        "decode": "have a case the Gluon decode kernel takes"}[a.route])
     if a.only:
         keep = [f for f in keep if f.stem in a.only]
     if a.list:

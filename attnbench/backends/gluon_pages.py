@@ -1,7 +1,8 @@
 """A key tile's pages by TMA, shared by the Gluon kernels that read a paged cache (gluon_tree_kernels.py,
 gluon_mla_kernels.py, gluon_decode_kernels.py): a key tile (64 keys; the decode kernel's are 128 at head dim 64)
-lies in one page (pages of at least its keys) or spans tile / PAGE pages, one TMA box each. The block table is read once a box, never once
-a key (issue 33: the shipped Triton kernel's per-key lookup costs its FP8 decodes ~7 us at page 16).
+lies in one page (pages of at least its keys) or spans tile / PAGE pages, one TMA box each. The block table is
+read once a box, never once a key (issue 33: the shipped Triton kernel's per-key lookup costs its FP8 decodes ~7 us
+at page 16).
 
 ``row_pages`` / ``copy_tile``: the same tile by cp.async instead (the decode kernel's ``COPY``), each thread copying
 16-byte pieces of whole key rows in the ``COPY`` layout, each row's page looked up by the threads holding it.

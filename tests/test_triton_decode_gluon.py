@@ -1,7 +1,7 @@
 """The Gluon decode option's host side on the CPU (issue 33, decode round 1): which batches it takes, the plan it
-makes (the shipped plan on 64-key tiles) and that it falls back to the shipped kernel where the Gluon kernel cannot
-run (the CPU: Gluon has no interpreter), with the reference's outputs. The kernel itself runs on a GPU:
-tests/test_gluon_decode_gpu.py."""
+makes (the shipped plan on the kernel's tiles: 64 keys, 128 at head dim 64) and that it falls back to the shipped
+kernel where the Gluon kernel cannot run (the CPU: Gluon has no interpreter), with the reference's outputs. The
+kernel itself runs on a GPU: tests/test_gluon_decode_gpu.py."""
 from __future__ import annotations
 
 import pytest

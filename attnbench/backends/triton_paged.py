@@ -249,8 +249,8 @@ class TritonBackend(Backend):
     def _routes(self, plan: TritonPlan, notes: dict) -> tuple[str, str, str]:
         """The kernels the plan's batch runs with the gluon options (the row says which, or why not Gluon's):
         triton_prefill.route_note, triton_tree_gluon.route_note and triton_decode_gluon.route_note, once per step
-        shape (``notes``: the shape's) and cache layout. Each step paid them before: 12-22 us of a tree plan on the CPU machine, more on the
-        GPU host (issue 33, eleventh session: the plan table 1.29x dee312b's per case)."""
+        shape (``notes``: the shape's) and cache layout. Each step paid them before: 12-22 us of a tree plan on the
+        CPU machine, more on the GPU host (issue 33, eleventh session: the plan table 1.29x dee312b's per case)."""
         b = plan.batch
         q, k, v = b.q, b.k_cache, b.v_cache
         key = (b.device, q.stride(), q.data_ptr() % 16, k.shape, k.stride(), v.stride(), k.data_ptr() % 16,
@@ -291,7 +291,7 @@ class TritonBackend(Backend):
                 kw = {**kw, **triton_tree_gluon.config_args(batch)}  # one row block a request, 64-key tiles
                 tree = True
             elif self.decode == "gluon" and "block_nf" not in kw and triton_decode_gluon.wanted(batch):
-                kw = {**kw, **triton_decode_gluon.config_args(batch)}  # splits on 64-key tiles
+                kw = {**kw, **triton_decode_gluon.config_args(batch)}  # splits on its tiles
             cfg = tp.choose_config(batch, **kw)
             sh = ts.make_shape(batch, cfg, want_pos)
             sh.waves = tree  # one program an SM: splits counted in waves

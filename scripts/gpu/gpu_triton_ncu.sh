@@ -25,12 +25,15 @@ MAIN="paged_attention_kernel|prefill_attention_kernel|prefill_gluon_kernel|tree_
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(
   "fp8-decode-8x16k|gpu/fp8-decode-16k|fp8|triton|$MAIN"
+  "fp8-decode-p64|scripts/gpu/scenarios/triton-fp8-decode-pages.yaml|page_size=64|triton|$MAIN"
   "fp8-decode-d64-p16|scripts/gpu/scenarios/triton-fp8-decode-d64.yaml|page_size=16|triton|$MAIN"
   "fp8-decode-d64-p64|scripts/gpu/scenarios/triton-fp8-decode-d64.yaml|page_size=64|triton|$MAIN"
   "bf16-decode-8x16k|gpu/fp8-decode-16k|bfloat16|triton|$MAIN"
   "tree-8x40-4k-p16|tree-verify-llama3-8b|context=4k and page_size=16|triton|$MAIN"
   "tree-8x40-16k-p256|tree-verify-llama3-8b|context=16k and page_size=256|triton|$MAIN"
   "fp8-tree-8x40-4k|gpu/fp8-tree40|context=4k and fp8|triton|$MAIN"
+  "bf16-tree-8x40-16k-p16|gpu/fp8-tree40|context=16k and bfloat16|triton|$MAIN"
+  "fp8-tree-8x40-16k-p16|gpu/fp8-tree40|context=16k and fp8|triton|$MAIN"
   "prefill-4x1k-p256|prefill-llama3-8b|context=0 and page_size=256|triton|$MAIN"
   "prefill-4x1k-p256-sdpa|prefill-llama3-8b|context=0 and page_size=256|sdpa|flash|attention|fmha"
   "mla-128h-decode-8x16k|scripts/gpu/scenarios/triton-mla-16k.yaml|decode and num_q_heads=128|triton|$MAIN"

@@ -171,6 +171,18 @@ def test_verify_all_cuts_a_slow_job_and_resume_finishes_it(tmp_path):
     assert len(rows) == 1 + 6
 
 
+def test_verify_all_names_a_scenario_that_is_not_there_without_a_traceback(tmp_path):
+    """A --scenarios path that does not exist (an unexpanded glob, say) ends the run with exit 2 and the
+    loader's message naming the path, not a traceback."""
+    missing = tmp_path / "rand" / "*.yaml"
+    res = subprocess.run([sys.executable, str(GPU / "verify_all.py"), "--out", str(tmp_path / "out"), "--work",
+                          str(tmp_path / "work"), "--device", "cpu", "--scenarios", str(missing), "--specs", "sdpa"],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"verify_all: {missing}: no such scenario file" in res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+
+
 @pytest.mark.slow
 def test_verify_all_sh_dry_run(tmp_path):
     env = _env(DRY_RUN="1", OUT=str(tmp_path / "out"), VERIFY_WORK=str(tmp_path / "work"), WORKERS="2",

@@ -21,7 +21,8 @@ float64 reference by attnbench itself): each saved case is rewritten after every
 an output, so the largest shipped cases (4 GB) would cost minutes of writes.
 
 Exit: 0 every row ran and none failed; 1 an error or mismatch row, or a saved output off; 3 none
-failed but jobs were cut or not run (run again with --resume on the same machine).
+failed but jobs were cut or not run (run again with --resume on the same machine); 2 a scenario did not load (its
+message names the file and the field).
 """
 from __future__ import annotations
 
@@ -386,7 +387,12 @@ def main(argv=None) -> int:
 
     st = State(args, args.t0 + args.budget_s, [])
     avail = probe(args.device, args.backend_file)
-    st.jobs, left_s, left_b = plan_jobs(args, avail)
+    from attnbench.workload.messages import ScenarioError
+    try:
+        st.jobs, left_s, left_b = plan_jobs(args, avail)
+    except ScenarioError as e:  # a --scenarios path that is not there, a file that does not load: no traceback
+        st.say(f"verify_all: {e}")
+        return 2
     specs = sorted({s for j in st.jobs for s in j.specs})
     st.say(f"{len(st.jobs)} jobs: {len({j.name for j in st.jobs})} scenarios x lanes "
            f"{', '.join(sorted({j.lane for j in st.jobs}))}; backends: {' '.join(specs)}; {args.workers} workers; "

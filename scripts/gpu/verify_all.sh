@@ -26,7 +26,8 @@
 # (tests/test_verify_all.py runs it so).
 # Leaves in $OUT: verify_table.md (the table), verify_rows.csv (every row), verify.log (all that
 # was printed), verify_runs.tgz (run folders, per-job logs, check_saved records, warm-up log).
-# Exit: 0 all ok; 1 failed rows or saved outputs off; 3 none failed but jobs were cut or not run.
+# Exit: 0 all ok; 1 failed rows or saved outputs off; 2 a scenario did not load (its message names it); 3 none
+# failed but jobs were cut or not run.
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s); BUDGET_S=${BUDGET_S:-570}
@@ -48,6 +49,6 @@ fi
 python3 scripts/gpu/verify_all.py "${ARGS[@]}" ${VERIFY_ARGS:-}
 rc=$?
 tar czf "$OUTDIR/verify_runs.tgz" -C "$WORK" runs logs checks 2>/dev/null
-el "done (rc=$rc: 0 all ok, 1 failed rows or saved outputs off, 3 jobs cut or not run); in $OUTDIR: verify_table.md, verify_rows.csv, verify.log, verify_runs.tgz"
+el "done (rc=$rc: 0 all ok, 1 failed rows or saved outputs off, 2 a scenario did not load, 3 jobs cut or not run); in $OUTDIR: verify_table.md, verify_rows.csv, verify.log, verify_runs.tgz"
 sleep 1  # let tee write the last lines
 exit $rc

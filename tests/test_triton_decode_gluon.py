@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from attnbench.backends import triton_decode_gluon as dec
-from attnbench.backends.triton_prefill_gluon import kv_view
 from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
@@ -117,11 +116,6 @@ def test_the_option_is_checked():
         TritonBackend(decode="gl")
 
 
-def _copy_layout(b):
-    """``copy_layout`` with the rows views ``run`` passes it."""
-    return dec.copy_layout(b, kv_view(b.k_cache)[0], kv_view(b.v_cache)[0])
-
-
 def test_pages_under_copy_below_are_copied_in_16_byte_pieces_of_whole_rows(monkeypatch):
     """``COPY_BELOW`` (and ``COPY_DIMS``): the cp.async layout covers a key row with 16-byte pieces (16 FP8 or 8
     16-bit values a thread), the threads of a warp over whole rows, 4 warps over the tile's rows; pages at or past it
@@ -129,14 +123,14 @@ def test_pages_under_copy_below_are_copied_in_16_byte_pieces_of_whole_rows(monke
     monkeypatch.setattr(dec, "COPY_BELOW", 64)
     monkeypatch.setattr(dec, "COPY_DIMS", (64, 128))
     for d, kv, vec in ((128, "fp8_e4m3", 16), (64, "fp8_e5m2", 16), (128, None, 8), (64, None, 8)):
-        lay = _copy_layout(_decodes(100, d=d, kv_dtype=kv, page_size=16))
+        lay = dec.copy_layout(_decodes(100, d=d, kv_dtype=kv, page_size=16))
         assert list(lay.size_per_thread) == [1, vec] and list(lay.threads_per_warp) == [32 * vec // d, d // vec], d
         assert list(lay.warps_per_cta) == [4, 1]
-        assert _copy_layout(_decodes(100, d=d, kv_dtype=kv, page_size=64)) is None
+        assert dec.copy_layout(_decodes(100, d=d, kv_dtype=kv, page_size=64)) is None
     monkeypatch.setattr(dec, "COPY_DIMS", (64,))
-    assert _copy_layout(_decodes(100, page_size=16)) is None and _copy_layout(_decodes(100, d=64, page_size=16))
+    assert dec.copy_layout(_decodes(100, page_size=16)) is None and dec.copy_layout(_decodes(100, d=64, page_size=16))
     monkeypatch.setattr(dec, "COPY_BELOW", 0)
-    assert _copy_layout(_decodes(100, d=64, page_size=16)) is None
+    assert dec.copy_layout(_decodes(100, d=64, page_size=16)) is None
 
 
 def test_tiles_follow_the_head_dim(monkeypatch):
@@ -155,8 +149,8 @@ def test_tiles_follow_the_head_dim(monkeypatch):
 
 def test_run_launches_with_the_tiles_and_the_copy_layout_of_the_batch(monkeypatch):
     """``run``'s launch arguments, the kernel a stand-in (Gluon has no interpreter): head dim 64 takes 128-key tiles,
-    pages of 16 keys the cp.async layout (``copy_layout`` of the rows views run made), pages of 64 TMA boxes (None);
-    head dim 128 64-key tiles. The grid is units x KV heads."""
+    pages of 16 keys the cp.async layout (``copy_layout``), pages of 64 TMA boxes (None); head dim 128 64-key tiles.
+    The grid is units x KV heads."""
     from attnbench.backends import gluon_decode_kernels as gk
 
     launches = []
@@ -176,4 +170,4 @@ def test_run_launches_with_the_tiles_and_the_copy_layout_of_the_batch(monkeypatc
         assert grid == (p.units.shape[0] * 2,) and kw["BLOCK_N"] == keys and kw["HEAD_DIM"] == d, (d, page)
         assert (kw["COPY"] is not None) == copied, (d, page)
         if copied:
-            assert kw["COPY"] == _copy_layout(b)
+            assert kw["COPY"] == dec.copy_layout(b)

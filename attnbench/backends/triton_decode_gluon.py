@@ -112,12 +112,12 @@ def _regs() -> dict:
     return {"maxnreg": MAXNREG} if MAXNREG else {}
 
 
-def copy_layout(b, k2, v2):
+def copy_layout(b):
     """``COPY_BELOW`` / ``COPY_DIMS``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's
-    pages and head dim, else None (TMA boxes); ``k2`` / ``v2``: the caches' rows views (kv_view), read by one row
-    stride."""
+    pages and head dim, else None (TMA boxes)."""
     from triton.experimental.gluon import language as gl
 
+    (k2, *_), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
     if b.page_size >= COPY_BELOW or b.head_dim not in COPY_DIMS or k2.stride() != v2.stride():  # (one row stride)
         return None
     vec = 16 // b.k_cache.element_size()
@@ -153,6 +153,6 @@ def run(p) -> None:
         p.qk_scale, f.cap, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
         STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
-        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0,
-        COPY=copy_layout(b, k2, v2), num_warps=4, **_regs(),
+        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, COPY=copy_layout(b),
+        num_warps=4, **_regs(),
     )

@@ -20,6 +20,7 @@ from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult
 from attnbench.analyze.significance import Ratio
 from attnbench.analyze.tables import FORMATS, fmt_time  # noqa: F401  (FORMATS re-exported)
 from attnbench.store.rows import Status
+from attnbench.store.safe_text import md_text
 
 VERDICT_STYLE = {
     "regressed": "bold red", "broken": "bold red", "slower": "yellow", "same": "dim", "unclear": "yellow",
@@ -202,11 +203,11 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
     if fmt == "markdown":
         lines = []
         if title:
-            lines += [f"**{title}**", ""]
-        lines.append("| " + " | ".join(c.header for c in columns) + " |")
+            lines += [f"**{md_text(title)}**", ""]
+        lines.append("| " + " | ".join(md_text(c.header) for c in columns) + " |")
         lines.append("|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|")
         for r in records:
-            lines.append("| " + " | ".join(_cell(r, c).replace("|", "\\|") for c in columns) + " |")
+            lines.append("| " + " | ".join(md_text(_cell(r, c)) for c in columns) + " |")
         console.out("\n".join(lines), highlight=False)
         return
     if len(records) > RICH_TABLE_ROWS:

@@ -11,6 +11,7 @@ from typing import Optional
 
 from attnbench.analyze.decide import PARTS, CaseChoice, Decision, Gain, Total
 from attnbench.analyze.tables import fmt_time
+from attnbench.store.safe_text import md_text
 
 FORMAT_VERSION = 1  # of the JSON document (``attnbench_decide``)
 
@@ -176,16 +177,16 @@ def legend(d: Decision) -> str:
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return out + ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in rows]
+    out = ["| " + " | ".join(map(md_text, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return out + ["| " + " | ".join(md_text(x) for x in r) + " |" for r in rows]
 
 
 def markdown(d: Decision, title: str) -> str:
     """The decision for a pull request or a note: headline, per-backend table, dispatch table."""
     brows, crows = tables(d)
-    lines = [f"### {title}", "", f"**{headline(d)}**", "", kernel_line(d), "", *_md_table(BACKEND_HEAD, brows), "",
-             *_md_table(CASE_HEAD, crows), "", f"_{legend(d)}_"]
-    lines += [""] + [f"- {n}" for n in d.notes] if d.notes else []
+    lines = [f"### {md_text(title)}", "", f"**{md_text(headline(d))}**", "", md_text(kernel_line(d)), "",
+             *_md_table(BACKEND_HEAD, brows), "", *_md_table(CASE_HEAD, crows), "", f"_{md_text(legend(d))}_"]
+    lines += [""] + [f"- {md_text(n)}" for n in d.notes] if d.notes else []
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,7 @@ from attnbench.analyze.run_table import print_results, table_columns
 from attnbench.analyze.tables import batch_lines, row_notes
 from attnbench.store.columns import COLUMNS, context_of, derived_columns
 from attnbench.store.rows import Row, rows_csv, strict_json
+from attnbench.store.safe_text import md_text
 
 
 def row_records(rows: list[Row]) -> list[dict]:
@@ -32,7 +33,7 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
     ctx = context_of(rows)
     shown = set(c.name for c in table_columns(rows))
     cols = [c for c in COLUMNS if c.name in shown]
-    lines = [f"**{title}**", ""] if title else []
+    lines = [f"**{md_text(title)}**", ""] if title else []
     heads = ["case", "backend", "status", *(c.header for c in cols), "notes"]
     lines += ["| " + " | ".join(heads) + " |",
               "|" + "|".join(["---"] * 3 + ["---:"] * len(cols) + ["---"]) + "|"]
@@ -45,13 +46,14 @@ def markdown_lines(rows: list[Row], title: str = "") -> list[str]:
             refs.append(str(notes.index(text) + 1))
         cells = [r.id.case_id, r.id.backend, r.status.value, *(c.text(r, ctx) for c in cols),
                  " ".join(f"[{x}]" for x in refs)]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += [""] + [f"{x}  " for x in batch_lines(rows)] + ["", "_" + "; ".join(c.legend for c in cols) + "_"]
+        lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
+    lines += [""] + [f"{md_text(x)}  " for x in batch_lines(rows)]
+    lines += ["", "_" + md_text("; ".join(c.legend for c in cols)) + "_"]
     if notes:
-        lines += [""] + [f"{i}. {n}" for i, n in enumerate(notes, 1)]
+        lines += [""] + [f"{i}. {md_text(n)}" for i, n in enumerate(notes, 1)]
     summary = backend_summary(rows)
     if summary:
-        lines += ["", summary[0]] + [f"- {x.strip()}" for x in summary[1:]]
+        lines += ["", md_text(summary[0])] + [f"- {md_text(x.strip())}" for x in summary[1:]]
     return lines
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from attnbench import __version__
@@ -25,6 +24,7 @@ from attnbench.backend.files import begin_command, load_backend_file
 from attnbench.cli.progress import progress_for
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row
+from attnbench.store.safe_text import safe_console_class
 from attnbench.store.runfolder import RowsFileWarning, RunFolder, RunFolderError
 from attnbench.execute.dask_cluster import ExecutorError, ExecutorLost
 from attnbench.execute.executors import ExecutorSpec, check_spec, open_runner, parse_resources
@@ -48,8 +48,9 @@ def console_width(stream) -> Optional[int]:
     return None if tty or os.environ.get("COLUMNS", "").isdigit() else 160
 
 
-console = Console(width=console_width(sys.stdout))
-err = Console(stderr=True, width=console_width(sys.stderr))
+# every printed text passes store.safe_text.term_text: a name cannot carry an escape sequence
+console = safe_console_class()(width=console_width(sys.stdout))
+err = safe_console_class()(stderr=True, width=console_width(sys.stderr))
 
 
 def fit_consoles() -> None:

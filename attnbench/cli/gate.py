@@ -30,6 +30,7 @@ from attnbench.execute.interleave import run_command
 from attnbench.cli.compare import FORMAT_HELP, info_console, load_pair, pick_rows, user_errors
 from attnbench.store.baselines import load_rows
 from attnbench.store.runfolder import results_root
+from attnbench.store.safe_text import md_text
 from attnbench.workload.units import safe_name
 
 
@@ -95,6 +96,7 @@ NORMALIZE_BY = typer.Option(
 def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labels: tuple[str, str]) -> None:
     fails = res.failures
     info = info_console(fmt)
+    say = md_text if fmt == "markdown" else str  # names and paths in Markdown: text, never markup
     shown = res.cases if (all_ or fmt in ("csv", "json")) else fails
     th = opts.thresholds
     if fmt == "json":  # one object: the gate's verdict and why, then every case
@@ -106,13 +108,13 @@ def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labe
     for verdict, where in (("new", "only in this run"), ("vanished", "only in the baseline, not measured now")):
         keys = [f"{c.case_id} · {c.backend}" for c in res.cases if c.verdict == verdict]
         if keys:
-            info.print(f"{verdict} ({where}): " + ", ".join(keys), highlight=False, markup=False)
+            info.print(f"{verdict} ({where}): " + say(", ".join(keys)), highlight=False, markup=False)
     noisy = [c for c in res.cases if c.noisy]
     if noisy:
         listed = ", ".join(f"{c.case_id} · {c.backend} {c.spread:.1%}" for c in noisy[:5]) + (", ..." if noisy[5:] else "")
         info.print(f"[yellow]note:[/] {len(noisy)} case(s) scatter too much between timing rounds for this threshold: "
-                   f"{escape(listed)} (robust spread of the round times); unchanged code is likely to fail there now "
-                   f"and then: measure how often with `attnbench calibrate {escape(noisy[0].scenario or 'SCENARIO')} "
+                   f"{escape(say(listed))} (robust spread of the round times); unchanged code is likely to fail there now "
+                   f"and then: measure how often with `attnbench calibrate {escape(say(noisy[0].scenario or 'SCENARIO'))} "
                    "--runs 20`", highlight=False)
     blind = [c for c in res.cases if c.verdict == "unclear" and c.ratio.hi > 1 + th.max_slowdown]
     if blind:
@@ -121,13 +123,13 @@ def report_check(res: CheckResult, opts: GateOptions, fmt: str, all_: bool, labe
                    "beyond --max-slowdown could hide there; more timing.rounds narrow them", highlight=False)
     info.print(check_summary(res), highlight=False)
     for p in res.problems:
-        info.print(f"[bold red]FAIL[/]: {p}", highlight=False, markup=True)
+        info.print(f"[bold red]FAIL[/]: {escape(say(p))}", highlight=False, markup=True)
     if fails:
-        info.print(f"[bold red]FAIL[/]: {len(fails)} case(s) regressed, broke or were not measured against {labels[1]}",
+        info.print(f"[bold red]FAIL[/]: {len(fails)} case(s) regressed, broke or were not measured against {escape(say(labels[1]))}",
                    highlight=False)
     if not res.failed:
         compared = sum(c.ratio is not None for c in res.cases)
-        info.print(f"[green]PASS[/]: no regression against {labels[1]} ({compared} cases compared)", highlight=False)
+        info.print(f"[green]PASS[/]: no regression against {escape(say(labels[1]))} ({compared} cases compared)", highlight=False)
 
 
 def verdict_record(res: CheckResult, opts: GateOptions, labels: tuple[str, str], cases: list[dict]) -> dict:

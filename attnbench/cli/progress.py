@@ -14,6 +14,8 @@ from rich.progress import (
     BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
 )
 
+from attnbench.store.safe_text import term_text
+
 
 def clock(seconds: float) -> str:
     """``75.2`` -> ``1:15``; ``3725`` -> ``1:02:05``."""
@@ -63,7 +65,7 @@ class CaseLines:
         self.work = Work(self.expected, costs)
         self.cases_done = 0
         self.pending: dict[str, list[str]] = {}
-        console.print(f"{label}: {self.total_cases} case(s), {self.total_rows} row(s)", highlight=False)
+        console.print(f"{label}: {self.total_cases} case(s), {self.total_rows} row(s)", highlight=False, markup=False)
 
     def __enter__(self) -> "CaseLines":
         return self
@@ -135,6 +137,7 @@ def progress_for(console: Console, rows_per_case: dict[str, int], label: str, qu
     ``costs`` (estimated seconds per case) where given."""
     if quiet:
         return Silent()
+    label = term_text(label)  # the scenario's name: one line, no escape sequence
     if console.is_terminal:
         return CaseBar(console, rows_per_case, label, costs)
     return CaseLines(console, rows_per_case, label, costs)

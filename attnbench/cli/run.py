@@ -29,6 +29,7 @@ from attnbench.cli.numbers import check_numbers
 from attnbench.cli.safety import RESUME_KEEPS, check_writable, flags_given
 from attnbench.workload.timing_spec import flag_text
 from attnbench.store.runfolder import RunFolder
+from attnbench.store.safe_text import term_text
 
 if TYPE_CHECKING:  # torch and pydantic: imported by the commands that need them, not for --help
     from attnbench.execute.runner import Runner
@@ -219,6 +220,7 @@ def run_title(scenario: str, device: str, rows) -> str:
     """``quickstart on cpu x86_64 (2 threads)``, and for CPU rows the threads they ran on:
     ``..., rows timed on 1 thread`` (the device's count is the machine's, not the rows')."""
     threads = sorted({r.timing.threads for r in rows if r.timing.threads})
+    scenario = term_text(scenario)  # a name of one line, without escape sequences
     if not threads:
         return f"{scenario} on {device}"
     return f"{scenario} on {device}, rows timed on {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}"

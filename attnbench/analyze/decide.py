@@ -16,8 +16,10 @@ and convert are timed on the host apart from the kernel's rounds (``plan_samples
 rounds and group ``i``'s median stands for round ``i`` (``spread``): their spread enters the
 intervals, which it dominates where the plan is most of a step. Rows of runs made before the
 samples were kept (or with fewer samples than rounds) count their median in every round, and
-the notes say so. A backend's weighted total in round ``i`` is ``sum(weight * cost_i)`` over the
-cases it covers, and:
+the notes say so. A backend's total in round ``i`` is its weighted mean step ``sum(w * cost_i) /
+sum(w)`` over the cases it covers, with each weight taken relative to the largest of them (so
+that no weight, however small or large a scenario gives it, underflows or overflows the sums:
+``5e-324`` weighs as much as ``1``), and:
 
 * a total's interval is the signed-rank interval of the round totals' center;
 * per case, the runner-up against the pick is the paired ratio of their round costs, with its
@@ -105,8 +107,8 @@ class Total:
     backend: str
     cases: int  # cases it covers
     weight: float  # the weight of those cases
-    step: Timed  # sum of weight * step cost (ms)
-    plan: float  # its parts: sum of weight * plan, convert, kernel (ms)
+    step: Timed  # the weighted mean step cost (ms): sum(w * step) / sum(w)
+    plan: float  # its parts: the weighted mean plan, convert, kernel (ms)
     convert: float
     kernel: float
     full: bool  # it covers every dispatched case
@@ -202,15 +204,23 @@ def _center(totals: Sequence[float], confidence: float) -> tuple[float, float]:
 
 def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,
              confidence: float) -> tuple[Total, list[float]]:
-    """The weighted total of ``picks`` (a case and the cost counted for it), and its round totals
-    (``[]`` when the rows' round counts differ)."""
+    """The weighted mean step of ``picks`` (a case and the cost counted for it), and its round
+    means (``[]`` when the rows' round counts differ). Weights count relative to the largest:
+    each share is in (0, 1], one of them 1, so no sum underflows to 0 or overflows."""
+    top = max(ch.weight for ch, _ in picks)
+    shares = [ch.weight / top for ch, _ in picks]
+    whole = math.fsum(shares)
+
+    def mean(values) -> float:
+        return math.fsum(s * v for s, v in zip(shares, values)) / whole
+
     n = {len(c.rounds) for _, c in picks}
-    rounds = [sum(ch.weight * c.rounds[i] for ch, c in picks) for i in range(n.pop())] if len(n) == 1 else []
+    rounds = [mean([c.rounds[i] for _, c in picks]) for i in range(n.pop())] if len(n) == 1 else []
     lo, hi = _center(rounds, confidence)
-    return Total(name, len(picks), sum(ch.weight for ch, _ in picks),
-                 Timed(sum(ch.weight * c.step for ch, c in picks), lo, hi),
-                 sum(ch.weight * c.plan for ch, c in picks), sum(ch.weight * c.convert for ch, c in picks),
-                 sum(ch.weight * c.kernel for ch, c in picks), full), rounds
+    costs = [c for _, c in picks]
+    return Total(name, len(picks), sum(ch.weight for ch, _ in picks),  # shown only (may be inf)
+                 Timed(mean([c.step for c in costs]), lo, hi), mean([c.plan for c in costs]),
+                 mean([c.convert for c in costs]), mean([c.kernel for c in costs]), full), rounds
 
 
 def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] = PARTS,
@@ -226,6 +236,11 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
     if not backends:
         raise DecideError("no competitor rows (only the reference, or none): run the scenario with backends to "
                           "choose among, e.g. -b sdpa -b flex")
+    bad = sorted(cid for cid in by_case if not (math.isfinite(weights.get(cid, 1.0)) and weights.get(cid, 1.0) > 0))
+    if bad:
+        raise DecideError(f"case {bad[0]} weighs {weights.get(bad[0], 1.0)!r}: a weight is a finite number > 0 "
+                          "(the scenario's weights multiply to more than a float holds, or to 0): give smaller "
+                          "or larger weights; they count relative to each other")
     cases = [choose(cid, rs, weights.get(cid, 1.0), backends, parts, confidence) for cid, rs in by_case.items()]
     dispatched = [c for c in cases if c.pick is not None]
     if not dispatched:

@@ -63,12 +63,12 @@ def headline(d: Decision) -> str:
     dis = d.dispatch
     if d.best is None:
         return (f"no single backend is ok in all {dis.cases} case(s); dispatching runs them all at "
-                f"{fmt_time(dis.step.ms / dis.weight)} per step")
+                f"{fmt_time(dis.step.ms)} per step")
     if all(c.pick.backend == d.best.backend for c in d.cases if c.pick is not None):
         return (f"{d.best.backend} is the pick for every shape: dispatching buys nothing over it "
-                f"({fmt_time(dis.step.ms / dis.weight)} per step, {step_text(d)}, weighted over {dis.weight:g} step(s))")
+                f"({fmt_time(dis.step.ms)} per step, {step_text(d)}, weighted over {dis.weight:g} step(s))")
     return (f"dispatching buys {fmt_gain(d.best.vs_dispatch)} over {d.best.backend} alone: "
-            f"{fmt_time(dis.step.ms / dis.weight)} against {fmt_time(d.best.step.ms / d.best.weight)} per step "
+            f"{fmt_time(dis.step.ms)} against {fmt_time(d.best.step.ms)} per step "
             f"({step_text(d)}, weighted over {dis.weight:g} step(s))")
 
 
@@ -81,11 +81,10 @@ def shape_keys(d: Decision) -> dict[str, str]:
 
 
 def total_record(t: Total) -> dict:
-    per = t.weight or math.nan
     g = t.vs_dispatch
     return {"backend": t.backend, "cases": t.cases, "weight": t.weight, "full": t.full,
-            "per_step_ms": t.step.ms / per, "lo_ms": t.step.lo / per, "hi_ms": t.step.hi / per,
-            "total_ms": t.step.ms, "plan_ms": t.plan / per, "convert_ms": t.convert / per, "kernel_ms": t.kernel / per,
+            "per_step_ms": t.step.ms, "lo_ms": t.step.lo, "hi_ms": t.step.hi,
+            "total_ms": t.step.ms * t.weight, "plan_ms": t.plan, "convert_ms": t.convert, "kernel_ms": t.kernel,
             "plan_share": (t.plan + t.convert) / t.step.ms if t.step.ms > 0 else math.nan,
             "vs_dispatch": g.ratio if g else math.nan, "vs_lo": g.lo if g else math.nan, "vs_hi": g.hi if g else math.nan}
 

@@ -76,6 +76,9 @@ def decide_cmd(
     for path, flag in ((export_json, "--export-json"), (export_markdown, "--export-markdown")):
         if path is not None:
             check_write_target(path, flag, inputs=[run], example=f"decide{'.json' if 'json' in flag else '.md'}")
+    if export_json and export_markdown and export_json.resolve() == export_markdown.resolve():
+        raise UsageError(f"--export-json and --export-markdown name one file ({export_json}): the Markdown would "
+                         "replace the JSON; give each its own, e.g. decide.json and decide.md")
     d, loaded = decision_of(run, not no_convert)
     scenario = loaded.manifest.scenario or (loaded.rows[0].id.scenario if loaded.rows else "")
     title = f"decide: {scenario} ({run})"

@@ -39,6 +39,13 @@ def weight_problems(sweep: Optional[dict], weights: Any, where: str) -> list[str
         elif isinstance(sweep[key], list) and len(ws) != len(sweep[key]):
             out.append(f"{where}: weights.{key}: {len(ws)} number(s) for the {len(sweep[key])} value(s) of "
                        f"sweep.{key}; give one weight per value, in the same order")
+    if not out and weights:  # a case weighs the product of its values' weights: it must be a float > 0
+        heaviest, lightest = (math.prod(max(ws, default=1) for ws in weights.values()),
+                               math.prod(min(ws, default=1) for ws in weights.values()))
+        if not math.isfinite(heaviest) or lightest <= 0:
+            out.append(f"{where}: weights: the heaviest case weighs {heaviest:g} and the lightest {lightest:g} (the "
+                       "product of its values' weights): beyond what a float holds; weights count relative to each "
+                       "other: scale them, e.g. to step counts")
     return out
 
 

@@ -168,3 +168,16 @@ def test_a_utf8_bom_is_accepted(tmp_path):
     r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml")])
     assert r.exit_code == 0, r.output
     assert "1 case(s) from 2 steps" in r.output
+
+
+@pytest.mark.parametrize("line", [
+    '{"requests": [{"query_len": 1, "context_len": 3, "context_len": 900}]}',
+    '{"requests": [{"query_len": 1, "context_len": 3}], "requests": [{"query_len": 1, "context_len": 9}]}',
+])
+def test_a_key_written_twice_in_a_trace_line_is_refused(tmp_path, line):
+    """Issue 60 item 17: the last of two equal keys was taken silently; scenario YAML refuses that."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(ONE_STEP + line + "\n")
+    r = cli.invoke(app, ["import", str(trace), "-o", str(tmp_path / "s.yaml")])
+    assert r.exit_code == 2 and "t.jsonl:2: key" in r.output and "appears twice in one object; keep one" in r.output
+    assert not (tmp_path / "s.yaml").exists()

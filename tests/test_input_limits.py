@@ -44,3 +44,33 @@ def test_a_scenario_file_one_byte_over_the_cap_is_refused(tmp_path):
     p.write_text("# " + "x" * MAX_TEXT_BYTES + "\n")
     r = cli.invoke(app, ["validate", str(p)])
     assert r.exit_code == 2 and "a scenario file is at most" in r.output, r.output[-500:]
+
+
+@pytest.mark.slow
+def test_a_huge_trace_line_is_refused_before_it_is_read(tmp_path):
+    """Issue 60 item 10: `import` read a trace line of any size whole (a 1 GB line took 3.2 GB;
+    under a 3 GB limit a MemoryError traceback). A 16 GiB sparse line under a 3 GiB limit: refused
+    after reading 4 MiB of it."""
+    from attnbench.workload.traces import MAX_LINE_BYTES
+
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.write(b'{"requests": [{"query_len": 1, "context_len": 3}]}\n')
+        f.truncate(16 << 30)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "attnbench", "import", str(big), "-o", str(tmp_path / "s.yaml")],
+                       capture_output=True, text=True, env=env, preexec_fn=_limit_address_space)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-2000:]
+    assert f"{big}:2: a line longer than {MAX_LINE_BYTES} bytes" in out.replace("\n", "") and "Traceback" not in out
+    assert not (tmp_path / "s.yaml").exists()
+
+
+def test_a_trace_line_at_the_cap_is_read_and_one_byte_over_is_refused(tmp_path):
+    from attnbench.workload.traces import MAX_LINE_BYTES
+
+    step = '{"requests": [{"query_len": 1, "context_len": 3}]}'
+    for pad, code in ((MAX_LINE_BYTES - len(step), 0), (MAX_LINE_BYTES - len(step) + 1, 2)):
+        (tmp_path / "t.jsonl").write_text(step + " " * pad + "\n")
+        r = cli.invoke(app, ["import", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / f"s{code}.yaml")])
+        assert r.exit_code == code and ("a line longer than" in r.output) == bool(code), r.output[-500:]

@@ -15,7 +15,8 @@ The format read (``attnbench-steps``, JSON Lines, one object per engine step):
   ``tree:`` takes (``{"preset": "eagle-mc_sim_7b_63"}``, ``{"parents": [-1, 0, 0, 1]}``, ...;
   ``attnbench trees``); ``query_len`` is its node count, root included (the request becomes
   ``kind: tree`` with that tree);
-* ``step`` and any other key are ignored; blank lines and lines starting with ``#`` too.
+* ``step`` and any other key are ignored; blank lines and lines starting with ``#`` too; a key
+  given twice in one object, and a line over 4 MiB, are refused.
 
 A step's shape is its requests grouped by (kind, query, context, draft length), contexts
 rounded up to a multiple of ``round_context`` (1: exact). Each distinct shape becomes one case
@@ -107,9 +108,26 @@ def _decode(raw: bytes, where: str) -> str:
                          "save the trace as UTF-8") from None
 
 
+#: the longest line read: a step of thousands of requests or a tree of thousands of nodes is a few
+#: hundred KiB; a longer line is refused before it is read whole (a 1 GB line took 3.2 GB)
+MAX_LINE_BYTES = 4 << 20
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's members as a dict; a key given twice is refused, as in a scenario's YAML."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise TraceError(f"key {key!r} appears twice in one object; keep one")
+        out[key] = value
+    return out
+
+
 def _parse(line: str, where: str):
     try:
-        return json.loads(line)
+        return json.loads(line, object_pairs_hook=_unique_keys)
+    except TraceError as e:
+        raise TraceError(f"{where}: {e}") from None
     except RecursionError:
         raise TraceError(f"{where}: JSON nested too deeply to be a step (a step is an object with a list "
                          "`requests` of objects)") from None
@@ -124,7 +142,10 @@ def read_trace(path: Path, round_context: int = 1, max_cases: int = 32) -> Impor
     counts: Counter = Counter()
     first_seen: dict[Shape, int] = {}
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise TraceError(f"{path}:{n}: a line longer than {MAX_LINE_BYTES} bytes ({MAX_LINE_BYTES >> 20} MiB); "
+                                 "a step is one JSON object per line (is this a trace in JSON Lines?)")
             line = _decode(raw[3:] if n == 1 and raw.startswith(codecs.BOM_UTF8) else raw, f"{path}:{n}")
             if not line.strip() or line.lstrip().startswith("#"):
                 continue

@@ -212,3 +212,21 @@ def test_since_with_a_utc_offset_is_compared_as_time(runs, tmp_path):
     assert shown("2026-01-01T14:00+02:00") == ["one"]  # 12:00 UTC
     assert shown("2026-01-01T11:00-03:00") == []  # 14:00 UTC
     assert shown("2026-01-01T09:30") == ["one", "ten"]  # no offset: UTC
+
+
+@pytest.mark.slow
+def test_a_history_that_lost_a_table_is_named_damaged_not_refilled(runs, tmp_path):
+    """Issue 60 item 15: with its points table gone, `history add` said "already stored; kept",
+    exit 0, re-created the table empty, and `history show` then said "no stored point matches"."""
+    import sqlite3
+    db = tmp_path / "h.sqlite"
+    assert cli.invoke(app, ["history", "add", str(runs[0]), "--db", str(db)]).exit_code == 0
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE points")
+    before = db.read_bytes()
+    for args in (["history", "add", str(runs[0]), "--db", str(db)], ["history", "show", "--db", str(db)]):
+        r = cli.invoke(app, args)
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and "a damaged attnbench history: its table(s) points are gone" in said, (args, r.output)
+        assert "move it aside" in said and "Traceback" not in r.output
+    assert db.read_bytes() == before

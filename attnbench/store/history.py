@@ -119,13 +119,26 @@ def _damaged(db: Path, e: Exception) -> HistoryError:
 
 def _foreign(con: sqlite3.Connection, db: Path) -> None:
     """HistoryError when ``db`` is another program's SQLite database (tables, but no attnbench
-    ``meta`` table): attnbench never adds its tables to it."""
+    ``meta`` table): attnbench never adds its tables to it; or an attnbench history that lost a
+    table (re-creating it empty hid the loss: "already stored; kept", then "no stored point matches")."""
     tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
                                         "'sqlite_%' ORDER BY name").fetchall()]
     if tables and "meta" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise HistoryError(f"{db}: an SQLite database of another program (tables: {shown}), not an attnbench "
                            "history; it was not changed: pass a file of its own with --db PATH")
+    _lost(con, db, tables)
+
+
+def _lost(con: sqlite3.Connection, db: Path, tables: Optional[list[str]] = None) -> None:
+    """HistoryError for an attnbench history (its ``meta`` table there) that lost another table."""
+    if tables is None:
+        tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+    lost = [t for t in ("runs", "points") if "meta" in tables and t not in tables]
+    if lost:
+        raise HistoryError(f"{db}: a damaged attnbench history: its table(s) {', '.join(lost)} are gone (the runs "
+                           "stored in it are lost); it was not changed: move it aside and start a new one, or pass "
+                           "another --db PATH")
 
 
 @contextmanager
@@ -182,6 +195,7 @@ def _has_overrides(con: sqlite3.Connection) -> bool:
 
 
 def _check_schema(con: sqlite3.Connection, db: Path) -> None:
+    _lost(con, db)
     try:
         got = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     except sqlite3.OperationalError:

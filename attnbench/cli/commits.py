@@ -6,20 +6,24 @@ not run. Like ``asv continuous BASE HEAD``; docs/ci.md gives its measured false-
 and power on a 2-core CPU."""
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
 from attnbench.analyze.compare import check as run_check
 from attnbench.analyze.coverage import run_problems
 from attnbench.analyze.significance import rounds_needed
-from attnbench.cli.app import SELECT_HELP, UsageError, check_format, err, handle_errors
+from attnbench.backend import registry
+from attnbench.cli.app import SELECT_HELP, UsageError, backend_among, check_format, err, handle_errors, selector
 from attnbench.cli.compare import FORMAT_HELP, compare_app, info_console, pick_rows, user_errors
 from attnbench.cli.gate import CONFIDENCE, MAX_SLOWDOWN, MIN_DELTA_US, NORMALIZE_BY, gate_options, report_check
 from attnbench.cli.numbers import check_numbers
+from attnbench.cli.safety import sigterm_as_interrupt
 from attnbench.execute.checkouts import CheckoutError, checkout, repo_root
 from attnbench.execute.interleave import InterleaveError, Plan, Turn, run_interleaved
 from attnbench.store.baselines import BaselineError, load_rows
@@ -37,11 +41,49 @@ def _scenario_copy(scenario: str, into: Path) -> Path:
     return copy
 
 
-def _rounds_of(scenario: Path, sets: List[str]) -> int:
-    """The fewest timing rounds a case of the scenario asks for (with ``sets`` applied)."""
+class SideError(UsageError):
+    """A side that could not run, or rows that cannot be merged: the command adds where the
+    workers' logs and run folders are."""
+
+
+def _rounds_of(scenario: Path, sets: List[str], backends: List[str], select: Optional[str],
+               normalize_by: Optional[str]) -> int:
+    """The fewest timing rounds a case of the scenario asks for (with ``sets`` applied); -k and
+    --normalize-by checked against its cases and backends before any turn runs."""
     from attnbench.workload.scenario import load  # pydantic: not for --help
 
-    return min((c.scenario.timing.rounds for c in load(scenario, sets).cases), default=1)
+    sf = load(scenario, sets)
+    names = list(dict.fromkeys([*(backends or sf.scenario.backends or registry.all_names()), "reference"]))
+    if normalize_by:
+        normalize_by = backend_among(normalize_by, names, "--normalize-by", "the backends the scenario runs")
+    if select:
+        picks = selector(select)
+        if not any(picks(c.case_id, b, c.params) for c in sf.cases for b in names if b != normalize_by):
+            raise UsageError(f"-k {select!r} picks no case and backend of {scenario.name} (backends: "
+                             f"{', '.join(names)}): nothing would be compared")
+    return min((c.scenario.timing.rounds for c in sf.cases), default=1)
+
+
+def _own_rounds(sets: List[str]) -> None:
+    """--set timing.rounds would change the size of a turn, not the rounds: refused."""
+    for s in sets:
+        key = s.partition("=")[0].strip()
+        if key in ("timing.rounds", "timing"):
+            raise UsageError(f"--set {s}: compare commits gives each run its timing.rounds itself (--rounds-per-turn, "
+                             "so that the two sides' rounds alternate); pass --rounds N for the rounds per side"
+                             + (", and set other timing keys one by one (--set timing.measure_ms=20)" if key == "timing"
+                                else ""))
+
+
+@contextlib.contextmanager
+def _step(what: str, where: Path) -> Iterator[None]:
+    """An OSError of this step (a full disk) as a message naming the step and the path."""
+    try:
+        yield
+    except OSError as e:
+        path = f" ({e.filename})" if e.filename and str(e.filename) != str(where) else ""
+        raise UsageError(f"{what}, in {where}{path}: {e.strerror or e}; the work folder is --out or under $TMPDIR: "
+                         "free space there, or pass --out DIR on another disk") from None
 
 
 def _side(folders: List[Path], need_rounds: bool = True):
@@ -85,14 +127,29 @@ def compare_commits_cmd(
     fmt = check_format(format)
     check_numbers(timeout=timeout, rounds=rounds, rounds_per_turn=per_turn, workers=workers)
     opts = gate_options(max_slowdown, min_delta_us, confidence, normalize_by)
-    work = Path(tempfile.mkdtemp(prefix="attnbench-commits-")) if out is None else out
+    _own_rounds(list(set_ or []))
+    out = Path(os.path.abspath(out)) if out is not None else None  # the workers run in the checkouts' folders
     if out is not None and out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: not empty; compare commits writes fresh run folders into a folder of its own")
+    with _step("making the work folder", out or Path(tempfile.gettempdir())):
+        work = Path(tempfile.mkdtemp(prefix="attnbench-commits-")) if out is None else out
+    kept = False
     try:
-        _compare(scenario, base, head, repo, rounds, per_turn, workers, list(set_ or []), list(backend or []),
-                 device, opts, normalize_by, timeout, all_, fmt, select, work)
+        with sigterm_as_interrupt():  # a CI cancel cleans up as Ctrl-C does
+            _compare(scenario, base, head, repo, rounds, per_turn, workers, list(set_ or []), list(backend or []),
+                     device, opts, normalize_by, timeout, all_, fmt, select, work)
+    except SideError as e:
+        kept = out is None
+        raise UsageError(f"{e} (the workers' logs and run folders are kept in {work}: remove it when done)" if kept
+                         else f"{e} (the workers' logs and run folders are in {work})") from None
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
+        code = getattr(e, "exit_code", 130)
+        err.print(f"{'terminated (SIGTERM)' if code != 130 else 'interrupted'}: compare commits stopped; "
+                  + (f"the run folders so far are in {work}" if out is not None else f"removed its work folder {work}"),
+                  highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(code) from None
     finally:
-        if out is None:
+        if out is None and not kept:
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -101,11 +158,16 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
     info = info_console(fmt)
     try:
         root = repo_root(repo or Path.cwd())
-        sides = (checkout(root, base, work / "src-base", "base"), checkout(root, head, work / "src-head", "head"))
+        with _step(f"checking out --base {base}", work / "src-base"):
+            co_base = checkout(root, base, work / "src-base", "base")
+        with _step(f"checking out --head {head or '(the working tree)'}", work / "src-head"):
+            sides = (co_base, checkout(root, head, work / "src-head", "head"))
     except CheckoutError as e:
         raise UsageError(str(e)) from None
-    copy = _scenario_copy(scenario, work / "scenario")
-    total = rounds if rounds is not None else _rounds_of(copy, sets)
+    with _step("copying the scenario", work / "scenario"):
+        copy = _scenario_copy(scenario, work / "scenario")
+    least = _rounds_of(copy, sets, backends, select, normalize_by)
+    total = rounds if rounds is not None else least
     need = rounds_needed(opts.thresholds.confidence, paired=True)
     if total < need:
         raise UsageError(f"--rounds {total}: at {opts.thresholds.confidence:.0%} confidence a paired comparison needs "
@@ -120,10 +182,11 @@ def _compare(scenario, base, head, repo, rounds, per_turn, workers, sets, backen
         err.print(f"[{i}/{n}] {t.side} turn {t.index} (worker {t.worker}): {t.seconds:.1f} s", highlight=False)
 
     try:
-        res = run_interleaved(sides, plan, work / "runs", progress)
+        with _step("running the turns", work / "runs"):
+            res = run_interleaved(sides, plan, work / "runs", progress)
         (hrows, hl), (brows, bl) = _side(res.folders["head"]), _side(res.folders["base"])
     except (InterleaveError, MergeError, BaselineError) as e:
-        raise UsageError(f"{e} (run folders under {work / 'runs'})") from None
+        raise SideError(str(e)) from None
     opts.default_for(hrows, brows)
     normalize_by = opts.normalize_by
     picked = pick_rows(hrows, select, normalize_by), pick_rows(brows, select, normalize_by)

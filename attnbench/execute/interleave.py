@@ -3,7 +3,9 @@ round at a time, alternating (base, head, head, base, base, head, ...), so that 
 the machine falls on both sides alike.
 
 Each side has a few worker processes (``Plan.workers``), started once: a worker imports its
-checkout's attnbench (the checkout's root first on ``PYTHONPATH``, and its working folder) and
+checkout's attnbench and nothing else of attnbench (``worker_env``: Python starts with ``-S``, so
+no ``.pth`` file installs an editable install's import hook, which answered for every module the
+checkout lacks; ``sys.path`` is the checkout's root, then this interpreter's library folders) and
 then runs ``attnbench run ...`` in-process each time it is told, through the command line's own
 entry (the one contract every version of attnbench keeps), into a fresh run folder. Turn k goes
 to worker ``k mod workers`` of its side: a process's own luck (memory placement, what its
@@ -97,6 +99,9 @@ def answer(**kw):
     proto.write(json.dumps(kw) + "\n")
 try:
     import attnbench
+    root = os.path.realpath(sys.argv[2])
+    if not os.path.realpath(attnbench.__file__).startswith(root + os.sep):
+        raise ImportError(f"attnbench came from {attnbench.__file__}, not from the checkout {root}")
     from attnbench.cli import app
     from typer.main import get_command
     import click
@@ -109,8 +114,9 @@ for line in sys.stdin:
     args = json.loads(line)
     print(f"--- attnbench {' '.join(args)}", flush=True)
     try:
-        command.main(args=args, prog_name="attnbench", standalone_mode=False)
-        code = 0
+        # standalone_mode=False returns a typer.Exit's code instead of raising it
+        code = command.main(args=args, prog_name="attnbench", standalone_mode=False)
+        code = code if isinstance(code, int) and not isinstance(code, bool) else 0
     except click.exceptions.Exit as e:
         code = e.exit_code
     except click.ClickException as e:
@@ -129,6 +135,17 @@ for line in sys.stdin:
 '''
 
 
+def worker_env(root: Path) -> dict:
+    """The environment of a worker of checkout ``root`` (started with ``python -S``): its
+    ``PYTHONPATH`` is ``root``, then this interpreter's library folders (site-packages: torch,
+    typer) less any other folder holding an attnbench package. No ``.pth`` file runs."""
+    def other_attnbench(p: str) -> bool:
+        return os.path.isfile(os.path.join(p, "attnbench", "__init__.py"))
+
+    paths = [str(root)] + [p for p in sys.path if p and os.path.exists(p) and not other_attnbench(p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
 class Worker:
     """One process of one side, running ``attnbench run`` in-process on request."""
 
@@ -138,33 +155,34 @@ class Worker:
         script = work / "worker.py"
         if not script.is_file():
             script.write_text(WORKER)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(co.root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.proc = subprocess.Popen([sys.executable, str(script), str(self.log)], cwd=co.root, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen([sys.executable, "-S", str(script), str(self.log), str(co.root)], cwd=co.root,
+                                     env=worker_env(co.root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
 
-    def _answer(self, what: str) -> dict:
+    def _answer(self, what: str, timeout_s: Optional[float] = None) -> dict:
+        if timeout_s:
+            import select
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            if not ready:
+                self.close(kill=True)
+                raise InterleaveError(f"{self.co.name} {self.co.label}: worker {self.index} gave no answer within "
+                                      f"{timeout_s:g} s (--timeout) during {what}: {self.tail()}")
         line = self.proc.stdout.readline()
         if not line:
             raise InterleaveError(f"{self.co.name} {self.co.label}: worker {self.index} ended during {what} "
                                   f"(exit {self.proc.poll()}): {self.tail()}")
         return json.loads(line)
 
-    def ready(self) -> None:
-        a = self._answer("start-up")
+    def ready(self, timeout_s: Optional[float] = None) -> None:
+        """Wait for the worker's start-up answer (its attnbench imported), at most ``timeout_s``."""
+        a = self._answer("start-up (importing its attnbench)", timeout_s)
         if not a.get("ready"):
             raise InterleaveError(f"{self.co.name} {self.co.label}: cannot import its attnbench: {a.get('error')}")
 
     def run(self, args: list[str], timeout_s: Optional[float]) -> int:
         self.proc.stdin.write(json.dumps(args) + "\n")
         self.proc.stdin.flush()
-        if timeout_s:
-            import select
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-            if not ready:
-                self.close()
-                raise InterleaveError(f"{self.co.name} {self.co.label}: a run took over {timeout_s:g} s; log {self.log}")
-        return int(self._answer("a run").get("exit", 99))
+        return int(self._answer("a run", timeout_s).get("exit", 99))
 
     def tail(self, lines: int = 4) -> str:
         try:
@@ -173,9 +191,12 @@ class Worker:
             return "(no log)"
         return " | ".join(text[-lines:])
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """End the worker: its input closed (it finishes what it runs), or ``kill``ed."""
         if self.proc.poll() is None:
             try:
+                if kill:
+                    raise OSError("stopped")
                 self.proc.stdin.close()
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
@@ -190,10 +211,11 @@ def run_interleaved(sides: Sequence[Checkout], plan: Plan, out: Path,
         raise ValueError("two sides: base and head")
     out.mkdir(parents=True, exist_ok=True)
     workers = [[Worker(co, w + 1, out) for w in range(plan.workers)] for co in sides]
+    failed = True  # a side that failed or hangs, or a stop: its workers are killed, not waited for
     try:
         for ws in workers:
             for w in ws:
-                w.ready()
+                w.ready(plan.timeout_s)
         res = Result(folders={co.name: [None] * plan.turns for co in sides})
         seq = order(plan.turns)
         for i, (b, s) in enumerate(seq, 1):
@@ -208,8 +230,9 @@ def run_interleaved(sides: Sequence[Checkout], plan: Plan, out: Path,
             res.folders[co.name][b] = folder
             res.turns.append(turn)
             on_turn(turn, i, len(seq))
+        failed = False
         return res
     finally:
         for ws in workers:
             for w in ws:
-                w.close()
+                w.close(kill=failed)

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from attnbench.analyze.report import RunData, build_report
-from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.app import UsageError, app, console, err, handle_errors
+from attnbench.cli.safety import Terminated, sigterm_as_interrupt
 from attnbench.store.outputs import check_write_target
 from attnbench.store.run_reader import read_run
 from attnbench.store.runfolder import atomic_write
@@ -43,6 +44,15 @@ def report_cmd(
     """Write one self-contained HTML report of runs: the rows (sortable, filterable), the
     comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
     check_write_target(out, "--out/-o", inputs=[*runs, history], example="report.html")
+    try:
+        with sigterm_as_interrupt():  # a CI cancel: the partial page is removed, as on Ctrl-C
+            _write(runs, out, title, history, select)
+    except Terminated as e:
+        err.print(f"terminated (SIGTERM): {out} was not written", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(e.exit_code) from None
+
+
+def _write(runs: List[Path], out: Path, title: str, history: Optional[Path], select: Optional[str]) -> None:
     data = load_runs(runs)
     from attnbench.analyze.decide_render import report_section  # runs of weighted scenarios (attnbench decide)
     extra = [report_section(data)]

@@ -98,6 +98,7 @@ def test_set_timing_rounds_is_refused_for_rounds(tmp_path):
         assert r.exit_code == 2 and "pass --rounds N" in r.output and "Traceback" not in r.output, r.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, says", [
     (["-k", "nosuchcase"], "-k 'nosuchcase' picks no case and backend of ci-gate.yaml (backends: sdpa, reference)"),
     (["--normalize-by", "nosuch"], "--normalize-by nosuch: not among the backends the scenario runs (sdpa, reference)"),
@@ -124,10 +125,11 @@ def test_a_failing_side_keeps_its_logs_where_the_message_says(tmp_path, monkeypa
     assert f"kept in {work}" in said and (work / "runs" / "base-worker-1.log").is_file()
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_step_and_the_path(tmp_path):
     """Item 25: `error: [Errno 28] No space left on device`, naming neither path nor step. A
     file-size limit (ulimit -f) fails the checkout's writes the way a full disk does."""
-    repo = _repo(tmp_path, {"attnbench/big.txt": "x" * (256 << 10)})
+    repo = _repo(tmp_path, {"attnbench/PADDING.txt": "x" * (256 << 10)})
     out = tmp_path / "out"
 
     def limit():
@@ -142,6 +144,7 @@ def test_a_full_disk_names_the_step_and_the_path(tmp_path):
     assert "Traceback" not in said
 
 
+@pytest.mark.slow
 def test_sigterm_removes_the_work_folder_as_ctrl_c_does(tmp_path):
     """Item 27: a CI cancel (SIGTERM) left the whole work folder under $TMPDIR (5.5-7.5 MB)."""
     repo = _repo(tmp_path, {"attnbench/__init__.py": "import time\ntime.sleep(600)\n"})

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from attnbench.store.row_parts import RowIdentity, RowTiming, RowWorkload
 from attnbench.store.rows import Row, Status
 from attnbench.store.runfolder import RunFolder
@@ -35,6 +37,7 @@ DRIVER = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_page_is_written_leaves_no_partial_page(tmp_path):
     from attnbench.workload.scenario import load_text
 

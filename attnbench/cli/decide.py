@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.store.safe_text import term_text
 
 FORMATS = ("table", "markdown", "json")
 
@@ -81,7 +82,7 @@ def decide_cmd(
                          "replace the JSON; give each its own, e.g. decide.json and decide.md")
     d, loaded = decision_of(run, not no_convert)
     scenario = loaded.manifest.scenario or (loaded.rows[0].id.scenario if loaded.rows else "")
-    title = f"decide: {scenario} ({run})"
+    title = f"decide: {term_text(scenario)} ({run})"  # a name of one line, without escape sequences
     doc = json.dumps(json_doc(d, str(run), scenario, loaded.manifest.device), indent=1, allow_nan=False)
     md = markdown(d, title)
     for path, text in ((export_json, doc + "\n"), (export_markdown, md)):

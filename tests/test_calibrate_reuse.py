@@ -43,10 +43,11 @@ def _runs(tmp_path: Path, backend: str, device) -> Path:
 def test_runs_of_other_backends_or_device_are_not_reused(tmp_path):
     out = _runs(tmp_path, "sdpa", None)
     base = ["calibrate", str(tmp_path / "cal.yaml"), "--runs", "2", "--out", str(out), "--format", "json"]
-    for other, says in ((["-b", "flex"], "(-b sdpa)"), (["-b", "sdpa", "--device", "cpu"], "(-b sdpa)"), ([], "(-b sdpa)")):
+    for other, says in ((["-b", "flex"], "(-b sdpa, device cpu)"), (["-b", "sdpa", "--device", "cuda"], "(-b sdpa, device cpu)"), ([], "(-b sdpa, device cpu)")):
         r = cli.invoke(app, base + other)
         assert r.exit_code == 2 and "a run made with other backends or device " + says in r.output, r.output
         assert "calibrate into another --out" in r.output
-    r = cli.invoke(app, base + ["-b", "sdpa"])  # made the same way: reused, nothing run
-    assert r.exit_code == 0, r.output
+    for same in (["-b", "sdpa"], ["-b", "sdpa", "--device", "cpu"]):  # made the same way: reused, nothing run
+        r = cli.invoke(app, base + same)
+        assert r.exit_code == 0, r.output
     assert "run 1/2" not in r.output and sorted(p.name for p in out.iterdir()) == ["run-001", "run-002"]

@@ -217,10 +217,10 @@ def _collect_runs(scenario: Path, out: Path, count: int, sets: List[str], backen
         if m.scenario_sha256 != sf.sha256 or m.overrides != list(sets):
             raise UsageError(f"{folder}: a run of another scenario text or other --set overrides; "
                              f"calibrate into another --out, or delete {out}")
-        ran = (m.options.backends or None, m.options.device) if m.options else None
-        if ran != (list(backends) or None, device):
-            said = f"-b {' -b '.join(ran[0])}" if ran and ran[0] else "the scenario's backends"
-            said += f", --device {ran[1]}" if ran and ran[1] else ""
+        own = (list(sf.scenario.backends or []) or None, sf.scenario.device)  # what a run takes without -b, --device
+        ran = (m.options.backends or own[0], m.options.device or own[1]) if m.options else None
+        if ran != (list(backends) or own[0], device or own[1]):
+            said = (f"-b {' -b '.join(ran[0])}" if ran and ran[0] else "every backend") + (f", device {ran[1]}" if ran else "")
             raise UsageError(f"{folder}: a run made with other backends or device ({said if ran else 'not recorded'}); "
                              f"its numbers are not this calibration's: calibrate into another --out, or delete {out}")
         if not m.complete:

@@ -138,11 +138,10 @@ for line in sys.stdin:
 def worker_env(root: Path) -> dict:
     """The environment of a worker of checkout ``root`` (started with ``python -S``): its
     ``PYTHONPATH`` is ``root``, then this interpreter's library folders (site-packages: torch,
-    typer) less any other folder holding an attnbench package. No ``.pth`` file runs."""
-    def other_attnbench(p: str) -> bool:
-        return os.path.isfile(os.path.join(p, "attnbench", "__init__.py"))
-
-    paths = [str(root)] + [p for p in sys.path if p and os.path.exists(p) and not other_attnbench(p)]
+    typer). No ``.pth`` file runs, so no import hook is installed; ``attnbench`` is found in
+    ``root`` first, and its modules only in its own folder (an installed attnbench further on
+    the path lends none)."""
+    paths = [str(root)] + [p for p in sys.path if p and os.path.exists(p)]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 

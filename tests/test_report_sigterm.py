@@ -1,8 +1,9 @@
-"""`report` stopped by SIGTERM (a CI cancel) removes its partial page, as on Ctrl-C (issue 60
-item 27: 69-117 MB of `.report.html.XXXX.tmp` were left beside the output for 100,000 rows).
+"""Commands that write files, stopped by SIGTERM (a CI cancel), remove their partial output as
+on Ctrl-C (issue 60 item 27: `report` left 69-117 MB of `.report.html.XXXX.tmp` beside the output
+for 100,000 rows). `report`, `baseline`, `import` and `decide`'s exports, each killed mid-write.
 
-The signal is sent by the report process itself while it writes the page (from inside the
-fsync of its temporary file): the moment a cancel could land, reached every time."""
+The signal is sent by the command's process itself while it writes (from inside the fsync of
+its temporary file): the moment a cancel could land, reached every time."""
 from __future__ import annotations
 
 import os
@@ -37,26 +38,38 @@ DRIVER = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.slow
-def test_sigterm_while_the_page_is_written_leaves_no_partial_page(tmp_path):
+def _run_folder(tmp_path: Path) -> Path:
     from attnbench.workload.scenario import load_text
 
     rf = RunFolder.create(tmp_path, "r", tmp_path / "run")
     rf.start({"scenario": "r", "scenario_path": "r.yaml", "scenario_text": TEXT, "overrides": [],
               "environment": {"device": "cpu test"}})
     for case in load_text(TEXT).cases:
-        rounds = [1.0, 1.1, 0.9]
-        rf.add(Row(RowIdentity(scenario="r", case_id=case.case_id, backend="sdpa"), status=Status.OK,
-                   workload=RowWorkload(params=dict(case.params), batch="1 decode@16"),
-                   timing=RowTiming(round_medians_ms=rounds, samples_ms=rounds, median_ms=1.0, n=3,
-                                    timing_method="cpu")))
+        rounds = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02, 0.98]
+        for backend in ("sdpa", "flex"):
+            rf.add(Row(RowIdentity(scenario="r", case_id=case.case_id, backend=backend), status=Status.OK,
+                       workload=RowWorkload(params=dict(case.params), batch="1 decode@16"),
+                       timing=RowTiming(round_medians_ms=rounds, samples_ms=rounds, median_ms=1.0, n=8,
+                                        timing_method="cpu")))
     rf.finish(True)
-    out = tmp_path / "pages"
+    return tmp_path / "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["report", "baseline", "import", "decide"])
+def test_sigterm_while_the_output_is_written_leaves_no_partial_file(tmp_path, command):
+    run = _run_folder(tmp_path)
+    out = tmp_path / "out"
     out.mkdir()
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"requests": [{"query_len": 1, "context_len": 3}]}\n')
+    args = {"report": ["report", str(run), "-o", str(out / "report.html")],
+            "baseline": ["baseline", str(run), "--to", str(out / "b.json")],
+            "import": ["import", str(trace), "-o", str(out / "s.yaml")],
+            "decide": ["decide", str(run), "--export-json", str(out / "d.json")]}[command]
     (tmp_path / "driver.py").write_text(DRIVER)
-    r = subprocess.run([sys.executable, str(tmp_path / "driver.py"), "report", str(tmp_path / "run"), "-o",
-                        str(out / "report.html")], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 143, r.stdout + r.stderr
     assert "terminated (SIGTERM)" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert list(out.iterdir()) == []  # neither the page nor its temporary file
+    assert list(out.iterdir()) == []  # neither the output nor its temporary file

@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from attnbench.cli.numbers import check_numbers
+from attnbench.cli.safety import stops_on_sigterm
 from attnbench.store.baselines import BaselineError, load_rows, write_baseline
 from attnbench.cli.app import (
     EXECUTOR_OPT, OVERSUBSCRIBE_OPT, RESOURCE_OPT, SCENARIO_HELP, SCHEDULER_OPT, SELECT_HELP, WORKERS_OPT, UsageError, app,
@@ -225,6 +226,7 @@ def compare_runs_cmd(
 
 @app.command("baseline")
 @handle_errors
+@stops_on_sigterm
 @user_errors
 def baseline_cmd(
     run: Path = typer.Argument(..., help="run folder to make the baseline from"),

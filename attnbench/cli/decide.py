@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.safety import stops_on_sigterm
 from attnbench.store.safe_text import term_text
 
 FORMATS = ("table", "markdown", "json")
@@ -56,6 +57,7 @@ def _print_table(d, title: str) -> None:
 
 @app.command("decide")
 @handle_errors
+@stops_on_sigterm
 def decide_cmd(
     run: Path = typer.Argument(..., help="run folder (or baseline file) of a scenario with weights, e.g. an imported trace"),
     format: str = typer.Option("table", "--format", help="table | markdown | json (the engine's dispatch document)"),

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.safety import stops_on_sigterm
 from attnbench.cli.numbers import check_numbers
 from attnbench.store.outputs import check_write_target
 from attnbench.store.runfolder import atomic_write
@@ -16,6 +17,7 @@ from attnbench.workload.traces import TraceError, read_trace, scenario_yaml
 
 @app.command("import")
 @handle_errors
+@stops_on_sigterm
 def import_cmd(
     trace: Path = typer.Argument(..., help="a JSONL step trace (format: docs/scenarios.md, 'Traces')"),
     out: Path = typer.Option(..., "--out", "-o", help="the scenario YAML to write"),

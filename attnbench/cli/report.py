@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 
 from attnbench.analyze.report import RunData, build_report
-from attnbench.cli.app import UsageError, app, console, err, handle_errors
-from attnbench.cli.safety import Terminated, sigterm_as_interrupt
+from attnbench.cli.app import UsageError, app, console, handle_errors
+from attnbench.cli.safety import stops_on_sigterm
 from attnbench.store.outputs import check_write_target
 from attnbench.store.run_reader import read_run
 from attnbench.store.runfolder import atomic_write
@@ -33,6 +33,7 @@ def load_runs(paths: List[Path]) -> List[RunData]:
 
 @app.command("report")
 @handle_errors
+@stops_on_sigterm  # a CI cancel: the partial page is removed, as on Ctrl-C
 def report_cmd(
     runs: List[Path] = typer.Argument(..., help="run folders, oldest first (two or more: the last is compared with the first; ratio > 1: slower)"),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
@@ -44,15 +45,6 @@ def report_cmd(
     """Write one self-contained HTML report of runs: the rows (sortable, filterable), the
     comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
     check_write_target(out, "--out/-o", inputs=[*runs, history], example="report.html")
-    try:
-        with sigterm_as_interrupt():  # a CI cancel: the partial page is removed, as on Ctrl-C
-            _write(runs, out, title, history, select)
-    except Terminated as e:
-        err.print(f"terminated (SIGTERM): {out} was not written", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(e.exit_code) from None
-
-
-def _write(runs: List[Path], out: Path, title: str, history: Optional[Path], select: Optional[str]) -> None:
     data = load_runs(runs)
     from attnbench.analyze.decide_render import report_section  # runs of weighted scenarios (attnbench decide)
     extra = [report_section(data)]

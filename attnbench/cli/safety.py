@@ -100,3 +100,27 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def stops_on_sigterm(fn):
+    """A command that writes files stops on SIGTERM (a CI cancel) as on Ctrl-C: the signal is
+    raised where the command is (a write in progress removes its temporary file: ``atomic_write``),
+    and the command ends with a message and exit 143 (the default action killed it mid-write,
+    leaving the temporary file)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import typer
+
+        try:
+            with sigterm_as_interrupt():
+                return fn(*args, **kwargs)
+        except Terminated as e:
+            from attnbench.cli.app import err
+
+            err.print("terminated (SIGTERM): stopped before its output was complete; no partial file is left",
+                      highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper

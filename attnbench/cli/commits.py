@@ -111,7 +111,7 @@ def compare_commits_cmd(
     confidence: str = CONFIDENCE,
     normalize_by: Optional[str] = NORMALIZE_BY,
     out: Optional[Path] = typer.Option(None, "--out", help="keep the checkouts' run folders here (default: a temporary folder, removed)"),
-    timeout: float = typer.Option(600.0, "--timeout", help="seconds one side's process may run"),
+    timeout: float = typer.Option(600.0, "--timeout", help="seconds a worker may take to start (import its attnbench) or to run one turn"),
     all_: bool = typer.Option(False, "--all", help="list every case, not only the failing ones"),
     format: str = typer.Option("table", "--format", help=FORMAT_HELP),
     select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),

@@ -117,10 +117,8 @@ def stops_on_sigterm(fn):
             with sigterm_as_interrupt():
                 return fn(*args, **kwargs)
         except Terminated as e:
-            from attnbench.cli.app import err
-
-            err.print("terminated (SIGTERM): stopped before its output was complete; no partial file is left",
-                      highlight=False, markup=False, soft_wrap=True)
+            print("terminated (SIGTERM): stopped before its output was complete; no partial file is left",
+                  file=sys.stderr, flush=True)
             raise typer.Exit(e.exit_code) from None
 
     return wrapper

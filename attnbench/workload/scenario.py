@@ -19,7 +19,7 @@ from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
-from attnbench.workload.dotted import parse_override, read_file, read_mapping, set_path
+from attnbench.workload.dotted import own_path, parse_override, read_file, read_mapping, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
 from attnbench.workload.units import parse_int, short_repr
@@ -355,17 +355,18 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
         raise ScenarioError(f"{path}: sweep: {total} cases is more than {MAX_CASES}; sweep fewer values")
     keys = list(sweep)
     cases = []
+    common = {k: v for k, v in raw.items() if k != "sweep"}  # what every case shares, read once
+    if isinstance(common.get("batch"), str):
+        try:
+            common["batch"] = parse_batch_string(common["batch"])
+        except ValueError as e:
+            raise ScenarioError(f"{path}: batch: {e}") from None
     for at in itertools.product(*(range(len(sweep[k])) for k in keys)):
         combo, weight = [sweep[k][i] for k, i in zip(keys, at)], case_weight(base.weights, keys, at)
-        doc = copy.deepcopy(raw)
-        doc.pop("sweep", None)
-        if isinstance(doc.get("batch"), str):
-            try:
-                doc["batch"] = parse_batch_string(doc["batch"])
-            except ValueError as e:
-                raise ScenarioError(f"{path}: batch: {e}") from None
+        doc = dict(common)  # the swept paths are copied below, not the whole file (issue 59)
         params = dict(zip(keys, combo))
         for k, v in params.items():
+            own_path(doc, k)
             set_path(doc, k, v, f"{path}: sweep.{k}")
         label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")

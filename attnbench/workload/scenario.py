@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from attnbench.workload import mla
-from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request,
+from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, SCORE_ORDERS, FP8_DTYPES,
+                                     BatchSpec, Request,
                                      check_kv_dtype, softcap_problem)
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
@@ -59,6 +60,21 @@ class ModelShape(_Strict):
     sinks: bool = Field(default=False, description="one seeded sink logit per query head in every softmax denominator")
     softcap: Optional[float] = Field(default=None, description="logit soft-cap c > 0: scores -> c * tanh(scores / c)")
     alibi: bool = Field(default=False, description="ALiBi: scores += slope_h * (key position - query position)")
+    score_order: Literal[SCORE_ORDERS] = Field(
+        default="softcap-alibi",
+        description="with both softcap and alibi: softcap-alibi caps q.k then adds ALiBi; alibi-softcap adds"
+        " ALiBi then caps the sum (FlashInfer's order)",
+    )
+    rope: bool = Field(
+        default=False, description="fused Llama-style rotary embedding on q and k at their positions (the cache"
+        " holds keys before rotation); mha only, even head_dim",
+    )
+    rope_theta: float = Field(default=1e4, gt=0, description="rope: base of the rotary frequencies")
+    rope_scale: float = Field(default=1.0, gt=0, description="rope: positions are divided by this")
+    q_dtype: Optional[Literal[tuple(FP8_DTYPES)]] = Field(
+        default=None, description="FP8 attention: q quantized to this FP8 dtype with a per-tensor scale from the"
+        " data (a 16-bit model); the reference reads the quantized q",
+    )
 
     @model_validator(mode="after")
     def _gqa(self):
@@ -70,6 +86,11 @@ class ModelShape(_Strict):
             )
         if self.softcap is not None and softcap_problem(self.softcap):
             raise ValueError(f"{softcap_problem(self.softcap)}; leave it out for no soft-capping")
+        if self.rope and (self.attention == "mla" or (self.head_dim or 0) % 2):
+            raise ValueError("rope: true needs attention: mha and an even head_dim (MLA keeps its rotary part in"
+                             " rope_dim, already applied)")
+        if self.q_dtype is not None and self.dtype == "float32":
+            raise ValueError(f"q_dtype {self.q_dtype} needs a 16-bit model: set model.dtype to bfloat16 or float16")
         return self
 
 
@@ -86,6 +107,21 @@ class KVCache(_Strict):
     order: Literal[KV_ORDERS] = Field(
         default="NHD", description="page storage order: NHD [page, head, dim] or HND [head, page, dim]"
     )
+    k_scale: Optional[float] = Field(
+        default=None, gt=0, description="a cache in the model dtype: K = k_cache * k_scale (with v_scale)"
+    )
+    v_scale: Optional[float] = Field(
+        default=None, gt=0, description="a cache in the model dtype: V = v_cache * v_scale (with k_scale)"
+    )
+
+    @model_validator(mode="after")
+    def _scales(self):
+        if (self.k_scale is None) != (self.v_scale is None):
+            raise ValueError("give both k_scale and v_scale (1 for the one you do not want), or neither")
+        if self.k_scale is not None and self.dtype is not None and self.dtype.startswith("fp8"):
+            raise ValueError(f"k_scale/v_scale are for a cache in the model dtype; an {self.dtype} cache's scales"
+                             " come from its data: leave them out, or leave out dtype")
+        return self
 
 
 class Group(_Strict):
@@ -94,6 +130,11 @@ class Group(_Strict):
     kind: Literal[KINDS]
     count: SizeInt = Field(default=1, ge=1, le=65536)
     context: SizeInt = Field(default=0, ge=0, le=1 << 24)
+    kv_len: Optional[SizeInt] = Field(
+        default=None, ge=1, le=1 << 24,
+        description="kind: prefill, instead of context: the request's key count L; L < query only with causal:"
+        " false (the cache holds the last L new tokens' keys)",
+    )
     query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)
     tree: Optional[dict[str, Any]] = Field(
         default=None,
@@ -132,7 +173,8 @@ class Group(_Strict):
             if self.query is not None and self.query != len(parents):
                 raise ValueError(f"query ({self.query}) must equal the tree's node count ({len(parents)}) or be left out")
             self.query = len(parents)
-        if self.shared_prefix > self.context:
+        self._kv_len()
+        if self.shared_prefix and self.shared_prefix > self.context:
             raise ValueError(
                 f"shared_prefix ({self.shared_prefix}) is larger than the context ({self.context}): the shared"
                 f" prompt is part of the cached context; lower shared_prefix or raise context"
@@ -144,6 +186,20 @@ class Group(_Strict):
         if self.compare_with and self.kind != "tree":
             raise ValueError(f"compare_with is only for kind: tree (this group is kind: {self.kind}); remove it here")
         return self
+
+    def _kv_len(self) -> None:
+        if self.kv_len is None:
+            return
+        if self.kind != "prefill":
+            raise ValueError(f"kv_len is for kind: prefill (this group is kind: {self.kind}); give context instead")
+        if "context" in self.model_fields_set:
+            raise ValueError("give context or kv_len, not both (kv_len = context + query)")
+        if self.kv_len < self.query and self.causal:
+            raise ValueError(
+                f"kv_len {self.kv_len} < query {self.query} needs causal: false: causal queries aligned bottom-right"
+                f" would leave the first {self.query - self.kv_len} of them no key to see"
+            )
+        self.context = self.kv_len - self.query  # < 0: more queries than keys (docs/semantics.md)
 
     def requests(self, group_id: Optional[int] = None) -> list[Request]:
         """The group's requests; ``group_id`` names its prefix group when it shares a prefix."""
@@ -249,6 +305,13 @@ class Scenario(_Strict):
             kv_dtype=self.kv_dtype(),
             kv_scale=self.kv_cache.scale,
             kv_order=self.kv_cache.order,
+            k_scale=self.kv_cache.k_scale,
+            v_scale=self.kv_cache.v_scale,
+            rope=self.model.rope,
+            rope_theta=self.model.rope_theta,
+            rope_scale=self.model.rope_scale,
+            score_order=self.model.score_order,
+            q_dtype=self.model.q_dtype,
             **mla.attention_fields(self.model),
         )
 

@@ -80,13 +80,7 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
         "v_scale": _cpu(batch.v_scale),
         "kv_dtype": batch.spec.kv_dtype,
         "kv_order": batch.kv_order,
-        "rope": batch.spec.rope,
-        "rope_theta": batch.spec.rope_theta,
-        "rope_scale": batch.spec.rope_scale,
-        "score_order": batch.spec.score_order,
-        "q_dtype": batch.spec.q_dtype,
-        "q_fp8": _cpu(batch.q_fp8),
-        "q_scale": _cpu(batch.q_scale),
+        **_feature_fields(batch),
         "attention": batch.spec.attention,  # "mla": v_cache is k_cache[..., :kv_lora_rank]
         "kv_lora_rank": batch.spec.kv_lora_rank,
         "rope_dim": batch.spec.rope_dim,
@@ -102,6 +96,14 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
             os.unlink(tmp)
         raise
     return path
+
+
+def _feature_fields(batch: Batch) -> dict:
+    """The saved fields of issue 59's batch features (docs/semantics.md "Saved tensors")."""
+    spec = batch.spec
+    return {"rope": spec.rope, "rope_theta": spec.rope_theta, "rope_scale": spec.rope_scale,
+            "score_order": spec.score_order, "q_dtype": spec.q_dtype, "q_fp8": _cpu(batch.q_fp8),
+            "q_scale": _cpu(batch.q_scale)}
 
 
 def _owner(directory: Path) -> Optional[str]:

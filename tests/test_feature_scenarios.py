@@ -50,6 +50,8 @@ BAD = [
     ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32, q_dtype: fp8_e4m3}\nbatch: '1q4'",
      "model", "needs a 16-bit model"),
     (f"{HEAD}, score_order: alibi-first}}\nbatch: '1q4'", "model.score_order", "alibi-softcap"),
+    ("model: {num_q_heads: 4, attention: mla, kv_lora_rank: 16, rope_dim: 8}\nkv_cache: {k_scale: 2, v_scale: 1}\n"
+     "batch: '1q4'", "kv_cache", "for attention: mha"),
 ]
 
 

@@ -75,6 +75,9 @@ class FlashInferBackend(Backend):
     kv_dtypes = ("fp8_e4m3", "fp8_e5m2")
     kv_scales = ("per-tensor",)
     kv_orders = ("NHD", "HND")
+    # a 16-bit cache's k_scale/v_scale go where an FP8 cache's per-tensor scales go (run's k_scale
+    # folded into sm_scale, v_scale on the output, for any cache dtype; XQA's bmm1/bmm2 scales)
+    supports_16bit_kv_scales = True
     options = {
         "route": BackendOption(
             "route", "auto", choices=ROUTES, env=BACKEND_ENV,

@@ -172,11 +172,13 @@ def xqa_step(batch: Batch, f: Facts, cache: dict) -> Step:
     max_len = int(batch.host.kv_lens.max())
     out = torch.empty_like(batch.q)
     sinks = batch.sinks.float().contiguous() if batch.sinks is not None else None
-    q, kv, wl, scale, order = batch.q, _kv(batch), _window_left(batch, f), batch.scale, batch.kv_order
+    q, kv, wl, order = batch.q, _kv(batch), _window_left(batch, f), batch.kv_order
+    sc = _scales(batch)  # TensorRT-LLM's bmm1_scale = sm_scale * k_scale, bmm2_scale = v_scale
+    bmm1, bmm2 = batch.scale * sc.get("k_scale", 1.0), sc.get("v_scale", 1.0)
 
     def call() -> torch.Tensor:
         return trtllm_batch_decode_with_kv_cache(
-            q, kv, ws, table, seq_lens, max_len, bmm1_scale=scale, bmm2_scale=1.0, window_left=wl, out=out,
+            q, kv, ws, table, seq_lens, max_len, bmm1_scale=bmm1, bmm2_scale=bmm2, window_left=wl, out=out,
             sinks=sinks, kv_layout=order, backend="xqa")
 
     return Step(call, "own zeroed workspace")

@@ -109,6 +109,9 @@ class Scenario(Strict):
         if kv > MAX_KV_TOKENS:
             raise ValueError(f"the batch has {kv} KV tokens; at most {MAX_KV_TOKENS} are allowed")
         check_kv_dtype(self.model.dtype, self.kv_cache.dtype)
+        if self.kv_cache.k_scale is not None and self.model.attention == "mla":
+            raise ValueError("kv_cache.k_scale/v_scale are for attention: mha; an MLA latent cache is K and V at"
+                             " once: leave them out")
         return self
 
     def kv_dtype(self) -> Optional[str]:

@@ -159,6 +159,8 @@ class BatchSpec:
     def _check_scales(self) -> None:
         if (self.k_scale is None) != (self.v_scale is None):
             raise ValueError("give both k_scale and v_scale, or neither")
+        if self.k_scale is not None and is_mla(self):
+            raise ValueError("k_scale/v_scale are for attention: mha (an MLA latent cache is K and V at once)")
         if self.k_scale is not None and (self.fp8 or not (self.k_scale > 0 and self.v_scale > 0)):
             raise ValueError("k_scale/v_scale are positive scales of a cache in the model dtype (an FP8 cache's"
                              " scales come from its data)")

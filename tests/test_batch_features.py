@@ -147,3 +147,17 @@ def test_fp8_attention_tolerance_covers_p_in_fp8():
         o = torch.einsum("hql,lhd->qhd", p8, v.repeat_interleave(4, 1)) / p.sum(-1).T[..., None]
         worst = max(worst, compare(o, ref[b.query_start[i]: b.query_start[i + 1]])[0])
     assert default_tolerance(torch.bfloat16) < worst < FP8_ATTENTION_RTOL, worst
+
+
+def test_flashinfer_takes_fp8_queries_on_fa3_only():
+    """FP8 attention on FlashInfer (CPU-side: the route's reasons; the run is in the GPU tests)."""
+    from attnbench.backends.flashinfer_routes import auto_route, facts_of, route_reasons
+
+    reqs = [Request("prefill", 37, 64), Request("prefill", 20, 0)]
+    same = facts_of(make_batch(reqs, dtype="bfloat16", q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3"))
+    assert auto_route(same, 9) == "fa3" and route_reasons("fa3", same, 9) == []
+    assert any("fa3 kernels only" in r for r in route_reasons("fa2", same, 9))
+    other = facts_of(make_batch(reqs, dtype="bfloat16", q_dtype="fp8_e4m3", kv_dtype="fp8_e5m2"))
+    assert any("one FP8 dtype" in r for r in route_reasons("fa3", other, 9))
+    plain_fp8 = facts_of(make_batch(reqs, dtype="bfloat16", kv_dtype="fp8_e4m3"))
+    assert any("only with FP8 queries" in r for r in route_reasons("fa3", plain_fp8, 9))

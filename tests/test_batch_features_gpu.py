@@ -62,3 +62,25 @@ def test_flashinfer_takes_16bit_kv_scales(route):
     if be.reasons(b):
         pytest.skip("; ".join(be.reasons(b)))
     _check(be, b)
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_flashinfer_fa3_runs_fp8_attention(dtype):
+    """FP8 queries over an FP8 cache of the same dtype on FlashInfer's fa3 route (Hopper): rows
+    within FP8_ATTENTION_RTOL of the reference, which reads the same quantized q, K and V."""
+    from attnbench.workload.reference import FP8_ATTENTION_RTOL
+
+    cls = get_backend_class("flashinfer")
+    if cls.unavailable() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(cls.unavailable() or "fa3 needs sm_90")
+    reqs = (Request("prefill", 77, 300), Request("prefill", 130, 0), Request("prefill", 1, 2049))
+    b = _batch(reqs, seed=9, q_dtype=dtype, kv_dtype=dtype)
+    be = make_backend("flashinfer")  # auto: fa3 for FP8 queries
+    assert be.reasons(b) == [], be.reasons(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = be.prepare(b)
+        out = be.run(plan)
+    assert "fa3" in plan.mode and "FP8 attention" in plan.mode
+    rel, _ = compare(out, reference_attention(b)[0])
+    assert rel < FP8_ATTENTION_RTOL, rel

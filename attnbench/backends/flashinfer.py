@@ -78,6 +78,7 @@ class FlashInferBackend(Backend):
     # a 16-bit cache's k_scale/v_scale go where an FP8 cache's per-tensor scales go (run's k_scale
     # folded into sm_scale, v_scale on the output, for any cache dtype; XQA's bmm1/bmm2 scales)
     supports_16bit_kv_scales = True
+    q_dtypes = ("fp8_e4m3", "fp8_e5m2")  # FP8 attention on route fa3 (flashinfer_routes._fp8_query_reasons)
     options = {
         "route": BackendOption(
             "route", "auto", choices=ROUTES, env=BACKEND_ENV,

@@ -136,11 +136,17 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
     extra = {"custom_mask": mask} if mask is not None else {"causal": all(f.causal)}
     if f.alibi:  # alibi_reasons refuses it with sinks: the sink wrapper's variant has none
         extra["pos_encoding_mode"] = pos_encoding_mode(True)
+    fp8q = batch.q_fp8 is not None  # FP8 attention (fa3): FP8 queries, 16-bit output, q_scale at run
+    if fp8q:
+        extra["o_data_type"] = batch.dtype
     w.plan(qo_indptr, indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
-           sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
-           kv_data_type=batch.kv_dtype, **extra)
-    q, kv, sc = batch.q, _kv(batch), _scales(batch)
+           sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap,
+           q_data_type=batch.q_fp8.dtype if fp8q else batch.dtype, kv_data_type=batch.kv_dtype, **extra)
+    q, kv, sc = batch.q_fp8 if fp8q else batch.q, _kv(batch), _scales(batch)
+    if fp8q:
+        sc["q_scale"] = float(batch.q_scale[0])
     detail = "custom mask" if mask is not None else ("causal" if all(f.causal) else "non-causal")
+    detail += ", FP8 attention (q_scale, k_scale, v_scale at run)" if fp8q else ""
     if f.sinks:
         return _sink_step(w, batch, detail)
     return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f, detail))

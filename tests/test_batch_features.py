@@ -161,3 +161,22 @@ def test_flashinfer_takes_fp8_queries_on_fa3_only():
     assert any("one FP8 dtype" in r for r in route_reasons("fa3", other, 9))
     plain_fp8 = facts_of(make_batch(reqs, dtype="bfloat16", kv_dtype="fp8_e4m3"))
     assert any("only with FP8 queries" in r for r in route_reasons("fa3", plain_fp8, 9))
+
+
+def test_flashinfer_rope_routes():
+    """Fused RoPE on FlashInfer: decode, decode-tc and fa2 take ROPE_LLAMA in plan; the other
+    routes, branching trees and ALiBi give reasons, and auto picks a route that takes it."""
+    from attnbench.backends.flashinfer_rope import rope_plan_args
+    from attnbench.backends.flashinfer_routes import auto_route, facts_of, route_reasons
+
+    mixed = [Request("prefill", 37, 64), Request("decode", 1, 90)]
+    f = facts_of(make_batch(mixed, dtype="bfloat16", rope=True, rope_theta=5e5))
+    assert route_reasons("fa2", f, 9) == [] and route_reasons(auto_route(f, 9), f, 9) == []
+    for route in ("fa3", "persistent", "pod"):
+        assert any("Llama RoPE" in r for r in route_reasons(route, f, 9)), route
+    dec = facts_of(make_batch([Request("decode", 1, 90)] * 3, dtype="bfloat16", rope=True))
+    assert route_reasons("decode", dec, 9) == [] and route_reasons("decode-tc", dec, 9) == []
+    tree = facts_of(make_batch([Request("tree", len(TREE), 11, TREE)], dtype="bfloat16", rope=True))
+    assert any("branching tree" in r for r in route_reasons("fa2", tree, 9))
+    b = make_batch(mixed, dtype="bfloat16", rope=True, rope_theta=5e5, rope_scale=4.0)
+    assert rope_plan_args(b.spec) == {"pos_encoding_mode": "ROPE_LLAMA", "rope_scale": 4.0, "rope_theta": 5e5}

@@ -84,3 +84,14 @@ def test_flashinfer_fa3_runs_fp8_attention(dtype):
     assert "fa3" in plan.mode and "FP8 attention" in plan.mode
     rel, _ = compare(out, reference_attention(b)[0])
     assert rel < FP8_ATTENTION_RTOL, rel
+
+
+@pytest.mark.parametrize("route", ["auto", "decode", "decode-tc", "fa2"])
+def test_flashinfer_fused_rope(route):
+    """ROPE_LLAMA in FlashInfer's plan against the reference's exact rotary at positions."""
+    cls = get_backend_class("flashinfer")
+    if cls.unavailable():
+        pytest.skip(cls.unavailable())
+    chain = (Request("tree", 4, 700, (-1, 0, 1, 2)),)  # a chain: its nodes' positions are their slots
+    reqs = DECODES if route in ("decode", "decode-tc") else DECODES + MIXED[1:2] + chain
+    _check(make_backend(f"flashinfer:route={route}"), _batch(reqs, seed=4, rope=True, rope_theta=5e5, rope_scale=2.0))

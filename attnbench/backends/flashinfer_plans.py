@@ -25,6 +25,7 @@ from attnbench.workload.batch import Batch
 
 from ._metadata import custom_mask_flat, dense_masks, flashinfer_page_layout
 from .flashinfer_alibi import pos_encoding_mode
+from .flashinfer_rope import rope_plan_args
 from .flashinfer_routes import Facts
 
 #: the float workspace of a backend instance's wrappers. 128 MB was too small for the fa2 prefill
@@ -94,14 +95,16 @@ def decode_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, tensor_co
         paged_kv_last_page_len_buffer=_i32(b, dev)))
     w.plan(indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
            window_left=_window_left(batch, f), logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
-           kv_data_type=batch.kv_dtype, sm_scale=batch.scale, pos_encoding_mode=pos_encoding_mode(f.alibi))
+           kv_data_type=batch.kv_dtype, sm_scale=batch.scale,
+           **{"pos_encoding_mode": pos_encoding_mode(f.alibi), **rope_plan_args(batch.spec)})
     q, kv, sc = batch.q, _kv(batch), _scales(batch)
     return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f))
 
 
 def _alibi_detail(f: Facts, detail: str = "") -> str:
     """The mode's words for ALiBi (a JIT module of its own: the first-use key tells it apart)."""
-    return ", ".join(x for x in (detail, "ALiBi (FlashInfer's slopes)" if f.alibi else "") if x)
+    return ", ".join(x for x in (detail, "ALiBi (FlashInfer's slopes)" if f.alibi else "",
+                                 "RoPE (FlashInfer's Llama rotary)" if f.rope else "") if x)
 
 
 def _mask_bytes(batch: Batch) -> int:
@@ -136,6 +139,7 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
     extra = {"custom_mask": mask} if mask is not None else {"causal": all(f.causal)}
     if f.alibi:  # alibi_reasons refuses it with sinks: the sink wrapper's variant has none
         extra["pos_encoding_mode"] = pos_encoding_mode(True)
+    extra.update(rope_plan_args(batch.spec))  # rope_reasons: not with ALiBi or sinks
     fp8q = batch.q_fp8 is not None  # FP8 attention (fa3): FP8 queries, 16-bit output, q_scale at run
     if fp8q:
         extra["o_data_type"] = batch.dtype

@@ -64,6 +64,7 @@ from typing import Optional
 from attnbench.workload.trees import is_chain
 
 from .flashinfer_alibi import alibi_reasons
+from .flashinfer_rope import rope_reasons
 
 ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
 #: routes on FlashInfer's fa2 kernel code, whose masked keys keep a weight 2^-mask_bits (above)
@@ -99,6 +100,8 @@ class Facts:
     logit_scale: float = 1.0  # what FlashInfer multiplies raw q.k by: the softmax scale times the FP8 k_scale
     branching_trees: bool = False  # a tree request that is not a chain (its nodes' positions are not their rows)
     q_dtype: Optional[str] = None  # FP8 attention (model.q_dtype): fa3 only
+    rope: bool = False  # fused RoPE (flashinfer_rope.py)
+    short_kv: bool = False  # a non-causal request with more queries than keys
 
     @property
     def mask_bits(self) -> float:
@@ -141,6 +144,8 @@ def facts_of(batch) -> Facts:
         logit_scale=float(batch.scale) * (float(batch.k_scale.max()) if batch.k_scale is not None else 1.0),
         branching_trees=any(r.tree_parents is not None and not is_chain(r.tree_parents) for r in batch.requests),
         q_dtype=spec.q_dtype,
+        rope=spec.rope,
+        short_kv=spec.short_kv,
     )
 
 
@@ -157,7 +162,7 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: FlashInfer's fa3 prefill kernels take no custom mask (trees or mixed causal/non-causal requests)")
     if route == "fa3" and f.kv_dtype is not None and f.q_dtype is None:
         out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries (model.q_dtype)")
-    out += _fp8_query_reasons(route, f)
+    out += _fp8_query_reasons(route, f) + rope_reasons(route, f)
     if route == "fa3" and sm_major is not None and sm_major != 9:
         out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
     if f.sinks and route in SINKLESS:

@@ -180,3 +180,11 @@ def test_flashinfer_rope_routes():
     assert any("branching tree" in r for r in route_reasons("fa2", tree, 9))
     b = make_batch(mixed, dtype="bfloat16", rope=True, rope_theta=5e5, rope_scale=4.0)
     assert rope_plan_args(b.spec) == {"pos_encoding_mode": "ROPE_LLAMA", "rope_scale": 4.0, "rope_theta": 5e5}
+
+
+def test_flashinfer_short_kv_on_fa2_only():
+    from attnbench.backends.flashinfer_routes import auto_route, facts_of, route_reasons
+
+    f = facts_of(make_batch(MIXED[3:], dtype="bfloat16"))
+    assert f.short_kv and auto_route(f, 9) == "fa2" and route_reasons("fa2", f, 9) == []
+    assert any("more queries than keys" in r for r in route_reasons("fa3", f, 9))

@@ -95,3 +95,11 @@ def test_flashinfer_fused_rope(route):
     chain = (Request("tree", 4, 700, (-1, 0, 1, 2)),)  # a chain: its nodes' positions are their slots
     reqs = DECODES if route in ("decode", "decode-tc") else DECODES + MIXED[1:2] + chain
     _check(make_backend(f"flashinfer:route={route}"), _batch(reqs, seed=4, rope=True, rope_theta=5e5, rope_scale=2.0))
+
+
+def test_flashinfer_short_kv_on_fa2():
+    cls = get_backend_class("flashinfer")
+    if cls.unavailable():
+        pytest.skip(cls.unavailable())
+    _check(make_backend("flashinfer"), _batch(SHORT, seed=6))
+    _check(make_backend("flashinfer"), _batch(SHORT, seed=6, window=40, softcap=30.0))

@@ -80,6 +80,7 @@ class FlashInferBackend(Backend):
     supports_16bit_kv_scales = True
     q_dtypes = ("fp8_e4m3", "fp8_e5m2")  # FP8 attention on route fa3 (flashinfer_routes._fp8_query_reasons)
     supports_rope = True  # ROPE_LLAMA on routes decode, decode-tc, fa2 (flashinfer_rope.py)
+    supports_short_kv = True  # non-causal requests with more queries than keys: route fa2
     options = {
         "route": BackendOption(
             "route", "auto", choices=ROUTES, env=BACKEND_ENV,

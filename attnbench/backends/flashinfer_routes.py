@@ -163,6 +163,9 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
     if route == "fa3" and f.kv_dtype is not None and f.q_dtype is None:
         out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries (model.q_dtype)")
     out += _fp8_query_reasons(route, f) + rope_reasons(route, f)
+    if f.short_kv and (route != "fa2" or f.alibi):
+        out.append(f"{name}: more queries than keys (kv_len < query) run on route fa2 without ALiBi only (its "
+                   "prefill kernel takes any qo_len/kv_len pair non-causally; the others are not checked)")
     if route == "fa3" and sm_major is not None and sm_major != 9:
         out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
     if f.sinks and route in SINKLESS:

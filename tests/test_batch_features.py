@@ -188,3 +188,14 @@ def test_flashinfer_short_kv_on_fa2_only():
     f = facts_of(make_batch(MIXED[3:], dtype="bfloat16"))
     assert f.short_kv and auto_route(f, 9) == "fa2" and route_reasons("fa2", f, 9) == []
     assert any("more queries than keys" in r for r in route_reasons("fa3", f, 9))
+
+
+def test_the_input_guard_covers_fp8_queries():
+    """A backend that writes into the FP8 queries is caught like one that writes into q."""
+    from attnbench.execute.inputs import clone_batch, modified_inputs
+
+    b = make_batch(MIXED, dtype="bfloat16", hq=6, hkv=2, d=16, page_size=3, q_dtype="fp8_e4m3")
+    used = clone_batch(b)
+    assert used.q_fp8.data_ptr() != b.q_fp8.data_ptr() and modified_inputs(b, used) == []
+    used.q_fp8[0, 0, 0] = torch.tensor(3.0).to(used.q_fp8.dtype)
+    assert "q_fp8" in modified_inputs(b, used)

@@ -199,3 +199,30 @@ def test_the_input_guard_covers_fp8_queries():
     assert used.q_fp8.data_ptr() != b.q_fp8.data_ptr() and modified_inputs(b, used) == []
     used.q_fp8[0, 0, 0] = torch.tensor(3.0).to(used.q_fp8.dtype)
     assert "q_fp8" in modified_inputs(b, used)
+
+
+@pytest.mark.parametrize("name", ["reference", "sdpa", "flex"])
+def test_fp8_output(name):
+    """model.out_dtype: the output written as round_e4m3(O / out_scale); read back times the scale it
+    is within FP8_ATTENTION_RTOL of the exact reference, and coarser than a bf16 output."""
+    from attnbench.execute.output_check import check_output
+    from attnbench.workload.reference import FP8_ATTENTION_RTOL, batch_tolerance
+
+    reqs = [Request("decode", 1, 300), Request("prefill", 37, 150), Request("prefill", 9, -5, causal=False)]
+    b = make_batch(reqs, dtype="bfloat16", hq=8, hkv=2, d=64, page_size=16, seed=11, out_dtype="fp8_e4m3",
+                   out_scale=0.03)
+    be = get_backend_class(name)()
+    assert be.reasons(b) == [] and batch_tolerance(b) == FP8_ATTENTION_RTOL
+    out = be.run(be.prepare(b))
+    assert out.dtype == torch.float8_e4m3fn == b.out_dtype
+    ref = reference_attention(b)[0]
+    rel, _ = compare(b.output_values(out), ref)
+    assert default_tolerance(torch.bfloat16) < rel < FP8_ATTENTION_RTOL, rel
+    assert check_output(out, ref, b, FP8_ATTENTION_RTOL)[0].value == "ok"
+    status, reason, _, _ = check_output(b.output_values(out).to(torch.bfloat16), ref, b, FP8_ATTENTION_RTOL)
+    assert status.value == "mismatch" and "wrong dtype" in reason
+
+
+def test_fp8_output_is_skipped_by_backends_without_it():
+    b = make_batch(MIXED, dtype="float16", hq=6, hkv=2, d=16, page_size=3, out_dtype="fp8_e4m3")
+    assert "plain-test does not write an fp8_e4m3 output (model.out_dtype)" in Plain().reasons(b)

@@ -32,7 +32,7 @@ def test_fields_reach_the_spec():
 def test_the_schema_lists_the_fields():
     s = json_schema()
     props = {name: set(d.get("properties", {})) for name, d in s["$defs"].items()}
-    assert {"rope", "rope_theta", "rope_scale", "score_order", "q_dtype"} <= props["ModelShape"]
+    assert {"rope", "rope_theta", "rope_scale", "score_order", "q_dtype", "out_dtype", "out_scale"} <= props["ModelShape"]
     assert {"k_scale", "v_scale"} <= props["KVCache"] and "kv_len" in props["Group"]
 
 
@@ -50,6 +50,10 @@ BAD = [
     ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32, q_dtype: fp8_e4m3}\nbatch: '1q4'",
      "model", "needs a 16-bit model"),
     (f"{HEAD}, score_order: alibi-first}}\nbatch: '1q4'", "model.score_order", "alibi-softcap"),
+    ("model: {num_q_heads: 4, num_kv_heads: 2, head_dim: 16, dtype: float32, out_dtype: fp8_e4m3}\nbatch: '1q4'",
+     "model", "needs a 16-bit model"),
+    (f"{HEAD}, out_dtype: fp8_e5m2}}\nbatch: '1q4'", "model.out_dtype", "fp8_e4m3"),
+    (f"{HEAD}, out_dtype: fp8_e4m3, out_scale: 0}}\nbatch: '1q4'", "model.out_scale", "greater than 0"),
     ("model: {num_q_heads: 4, attention: mla, kv_lora_rank: 16, rope_dim: 8}\nkv_cache: {k_scale: 2, v_scale: 1}\n"
      "batch: '1q4'", "kv_cache", "for attention: mha"),
 ]
@@ -73,6 +77,7 @@ EXAMPLES = {  # shipped scenario -> backends that must give ok rows (the others:
     "features-rope-cpu": {"reference", "sdpa", "flex"},
     "features-alibi-softcap-order-cpu": {"reference", "sdpa", "flex"},
     "features-fp8-attention-cpu": {"reference"},
+    "features-fp8-output-cpu": {"reference", "sdpa", "flex"},
 }
 
 
@@ -92,7 +97,8 @@ def test_shipped_examples_run_on_cpu_and_check_independently(name, tmp_path, mon
     assert set(rest.status) <= {"ok", "skipped"} and (rest[rest.status == "skipped"].reason != "").all()
     assert (rest[rest.status == "ok"].rel_err < rest[rest.status == "ok"].tolerance).all()
     blob = torch.load(sorted(saved.glob("*.pt"))[-1], weights_only=True)
-    assert {"rope", "rope_theta", "rope_scale", "score_order", "q_dtype", "q_fp8", "q_scale", "k_scale"} <= set(blob)
+    assert {"rope", "rope_theta", "rope_scale", "score_order", "q_dtype", "q_fp8", "q_scale", "k_scale", "out_dtype",
+            "out_scale"} <= set(blob)
     assert load_script("scripts/gpu/check_saved.py").main([str(saved)]) == 0
     assert "every saved output matches" in capsys.readouterr().out
 

@@ -84,6 +84,8 @@ class Backend(ABC):
     supports_alibi_before_softcap: ClassVar[bool] = False  # model.score_order: alibi-softcap
     #: FP8 query dtypes read natively (model.q_dtype: FP8 attention); empty: none
     q_dtypes: ClassVar[tuple[str, ...]] = ()
+    #: FP8 output dtypes written (model.out_dtype: run returns the FP8 tensor); empty: none
+    out_dtypes: ClassVar[tuple[str, ...]] = ()
     supports_mla: ClassVar[bool] = False  # attention: mla (workload/mla.py); head-dim rules then unused
     #: declared options (``-b NAME:key=value``); see attnbench.backend.options
     options: ClassVar[dict[str, BackendOption]] = {}

@@ -103,6 +103,8 @@ def feature_reasons(cls: Any, label: str, spec: Any) -> list[str]:
     out = [f"{label} does not support {what}" for used, ok, what in wanted if used and not ok]
     if spec.q_dtype is not None and spec.q_dtype not in cls.q_dtypes:
         out.append(f"{label} does not run FP8 attention with {spec.q_dtype} queries (model.q_dtype)")
+    if spec.out_dtype is not None and spec.out_dtype not in cls.out_dtypes:
+        out.append(f"{label} does not write an {spec.out_dtype} output (model.out_dtype)")
     return out
 
 

@@ -96,6 +96,7 @@ class FlexPlan:
     kernel_options: dict
     index: torch.Tensor  # real tokens in [B * Qmax], packed order
     sinks: Optional[torch.Tensor]  # [1, Hq, 1] float32 sink logits, or None
+    finish: Any = None  # Batch.finish_output: the output in the model dtype or in FP8 (model.out_dtype)
 
 
 # On the CPU the unfused path is what runs (and is fine); its warning only adds noise.
@@ -145,6 +146,7 @@ class FlexBackend(Backend):
     # K/V scales applied in convert; more queries than keys: row tables; RoPE rotated in convert;
     # ALiBi before the soft-cap in the score_mod
     supports_16bit_kv_scales = supports_short_kv = supports_rope = supports_alibi_before_softcap = True
+    out_dtypes = ("fp8_e4m3",)  # the output written in FP8 after the kernel (an elementwise op in run)
 
     @classmethod
     def unavailable(cls):
@@ -207,7 +209,8 @@ class FlexBackend(Backend):
                 kernel += ", tiles " + " ".join(f"{k}={v}" for k, v in tiles.items())
         sinks = _sink_logits(batch, tables)
         return FlexPlan(
-            mode=f"{self.option('mask')} block mask, {how}, {kernel}" + (", rope in convert" if batch.spec.rope else ""),
+            mode=f"{self.option('mask')} block mask, {how}, {kernel}" + (", rope in convert" if batch.spec.rope else "")
+            + (", fp8 output after the kernel" if batch.spec.out_dtype else ""),
             q=d.q,
             k=d.k,
             v=d.v,
@@ -218,6 +221,7 @@ class FlexBackend(Backend):
             kernel_options=kernel_options,
             index=d.index,
             sinks=sinks,
+            finish=batch.finish_output,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
@@ -226,11 +230,11 @@ class FlexBackend(Backend):
             kw["score_mod"] = p.score_mod
         if p.sinks is None:
             o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
-            return unpad_output(o, p.index)
+            return p.finish(unpad_output(o, p.index))
         o, aux = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **_lse_kwargs(), **kw)
         lse = getattr(aux, "lse", aux)  # [B, Hq, Qmax], natural log
         o = (o.float() * torch.sigmoid(lse.float() - p.sinks)[..., None]).to(o.dtype)
-        return unpad_output(o, p.index)
+        return p.finish(unpad_output(o, p.index))
 
 
 def alibi_top(t) -> torch.Tensor:

@@ -17,7 +17,7 @@ do (plan_ms ~ 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,7 @@ class SdpaPlan:
     softcap: Optional[float] = None  # set: the eager path (SDPA has no soft-cap)
     mode: str = ""
     alibi: Optional[torch.Tensor] = None  # [B, Hq, Qmax, L(+1)] float32, added before the soft-cap
+    finish: Any = None  # Batch.finish_output: the output in the model dtype or in FP8 (model.out_dtype)
 
 
 def _uniform(batch: Batch) -> Optional[str]:
@@ -70,6 +71,7 @@ class SdpaBackend(Backend):
     # k_scale/v_scale (and FP8 scales) applied in convert; more queries than keys: the padded mask;
     # RoPE: q and k rotated in convert (mode "rope in convert"); ALiBi before the soft-cap: eager path
     supports_16bit_kv_scales = supports_short_kv = supports_rope = supports_alibi_before_softcap = True
+    out_dtypes = ("fp8_e4m3",)  # the output written in FP8 after the kernel (an elementwise op in run)
 
     @classmethod
     def working_set_bytes(cls, spec, device_type: str) -> int:
@@ -109,17 +111,19 @@ class SdpaBackend(Backend):
         cap = d.batch.softcap
         mode = ("eager-softcap" if cap else "") + (", alibi before softcap" if d.alibi is not None else "")
         mode += ", rope in convert" if d.batch.spec.rope else ""
-        return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale, cap, mode.lstrip(", "), d.alibi)
+        mode += ", fp8 output after the kernel" if d.batch.spec.out_dtype else ""
+        return SdpaPlan(d.q, d.k, d.v, d.mask, d.causal, d.index, d.batch.scale, cap, mode.lstrip(", "), d.alibi,
+                        d.batch.finish_output)
 
     def run(self, p: SdpaPlan) -> torch.Tensor:
         if isinstance(p, sdpa_mla.SdpaMlaPlan):
             return sdpa_mla.run(p)
         if p.softcap is not None:
-            return unpad_output(_eager(p), p.index)
+            return p.finish(unpad_output(_eager(p), p.index))
         o = F.scaled_dot_product_attention(
             p.q, p.k, p.v, attn_mask=p.mask, is_causal=p.is_causal, scale=p.scale, enable_gqa=True
         )  # [B, Hq, Qmax, D]
-        return unpad_output(o, p.index)
+        return p.finish(unpad_output(o, p.index))
 
 
 def _eager(p: SdpaPlan) -> torch.Tensor:

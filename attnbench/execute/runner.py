@@ -305,7 +305,7 @@ class Runner:
         row.id.mode = mode if isinstance(mode, str) else ""
         tol, why = route_tolerance(plan, row.correctness.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
         row.correctness.tolerance, row.id.mode = tol, f"{row.id.mode} ({why})".strip() if why else row.id.mode
-        poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
+        poison_allocator(batch.out_shape, batch.out_dtype, batch.device)  # "never written" shows as poison
         with fresh_memory_marked(batch.device):
             out = be.run(plan)
         if batch.device.type == "cuda":

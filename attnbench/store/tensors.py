@@ -55,7 +55,8 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
     ``v_scale`` also hold a 16-bit cache's given scales ([1]); ``context_lens`` is negative for a
     request with more queries than keys (kv_len = query + context); ``rope``, ``rope_theta``,
     ``rope_scale``; ``score_order``; ``q_dtype`` with ``q_fp8`` (the FP8 queries attention reads)
-    and ``q_scale`` ([1] float32: Q = q_fp8.float() * q_scale), None without FP8 attention."""
+    and ``q_scale`` ([1] float32: Q = q_fp8.float() * q_scale), None without FP8 attention;
+    ``out_dtype`` and ``out_scale`` (an FP8 output's values are output.float() * out_scale)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = case_tensor_path(d, case_id)
@@ -103,7 +104,7 @@ def _feature_fields(batch: Batch) -> dict:
     spec = batch.spec
     return {"rope": spec.rope, "rope_theta": spec.rope_theta, "rope_scale": spec.rope_scale,
             "score_order": spec.score_order, "q_dtype": spec.q_dtype, "q_fp8": _cpu(batch.q_fp8),
-            "q_scale": _cpu(batch.q_scale)}
+            "q_scale": _cpu(batch.q_scale), "out_dtype": spec.out_dtype, "out_scale": spec.out_scale}
 
 
 def _owner(directory: Path) -> Optional[str]:

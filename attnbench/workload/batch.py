@@ -14,12 +14,12 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnbench.workload.kvcache import dequantize, quantize_fp8, quantize_q, storage_of, to_order
+from attnbench.workload.kvcache import dequantize, quantize_fp8, quantize_out, quantize_q, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
 from attnbench.workload.mla import default_scale, is_mla
 from attnbench.workload.tree_arrays import deepest, node_depths  # noqa: F401 (re-exported)
-from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
+from attnbench.workload.spec import DTYPE_NAMES, FP8_DTYPES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 
 @dataclass
 class Batch:
@@ -204,11 +204,23 @@ class Batch:
         v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.v_head_dim)[: r.kv_len]
         return dequantize(k, self.k_scale), dequantize(v, self.v_scale)
 
-    def query_values(self) -> torch.Tensor:
-        """``[N, Hq, D]``: the queries as attention reads them: ``q``, or with FP8 attention the
-        dequantized ``q_fp8.float() * q_scale`` (float32)."""
-        return self.q if self.q_fp8 is None else dequantize(self.q_fp8, self.q_scale)
+    @property
+    def out_dtype(self) -> torch.dtype:
+        """The output's dtype: the model's, or the FP8 dtype of ``model.out_dtype``."""
+        return self.dtype if self.spec.out_dtype is None else getattr(torch, FP8_DTYPES[self.spec.out_dtype][0])
 
+    def finish_output(self, o: torch.Tensor) -> torch.Tensor:
+        """An output ``o`` in the model dtype, or written in FP8 with ``out_scale`` (``quantize_out``)."""
+        s = self.spec
+        return o.to(self.dtype) if s.out_dtype is None else quantize_out(o, s.out_dtype, s.out_scale)
+
+    def output_values(self, out: torch.Tensor) -> torch.Tensor:
+        """A backend's output as values to check: itself, or an FP8 output times ``out_scale``."""
+        return out if self.spec.out_dtype is None else out.float() * self.spec.out_scale
+
+    def query_values(self) -> torch.Tensor:
+        """``[N, Hq, D]``: ``q``, or with FP8 attention ``q_fp8.float() * q_scale`` (float32)."""
+        return self.q if self.q_fp8 is None else dequantize(self.q_fp8, self.q_scale)
 
 
 @dataclass(frozen=True)

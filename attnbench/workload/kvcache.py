@@ -43,6 +43,13 @@ def quantize_q(q: torch.Tensor, q_dtype: Optional[str]) -> tuple[Optional[torch.
     return x[0], scale
 
 
+def quantize_out(o: torch.Tensor, out_dtype: str, out_scale: float) -> torch.Tensor:
+    """An attention output ``o`` written in FP8: ``round_fp8(clamp(o / out_scale))`` (docs/semantics.md
+    "FP8 output"), computed in float32."""
+    name, fmax = FP8_DTYPES[out_dtype]
+    return (o.float() / out_scale).clamp_(-fmax, fmax).to(getattr(torch, name))
+
+
 def dequantize(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
     """An ``[..., Hkv, D]`` slice of the cache as float32 values (``x.float() * scale``), or
     ``x`` itself when the cache is not FP8 (``scale`` None)."""

@@ -138,8 +138,10 @@ FP8_ATTENTION_RTOL = 0.05
 
 
 def batch_tolerance(batch) -> float:
-    """The default tolerance of a row on ``batch``: its dtype's, or ``FP8_ATTENTION_RTOL`` with FP8 queries."""
-    return FP8_ATTENTION_RTOL if batch.spec.q_dtype is not None else default_tolerance(batch.dtype)
+    """The default tolerance of a row on ``batch``: its dtype's, or ``FP8_ATTENTION_RTOL`` with FP8
+    queries or an FP8 output."""
+    fp8 = batch.spec.q_dtype is not None or batch.spec.out_dtype is not None
+    return FP8_ATTENTION_RTOL if fp8 else default_tolerance(batch.dtype)
 
 
 def route_tolerance(plan, tol: float, dtype: torch.dtype, explicit: bool = False) -> tuple[float, str]:

@@ -141,6 +141,8 @@ class Scenario(Strict):
             rope_scale=self.model.rope_scale,
             score_order=self.model.score_order,
             q_dtype=self.model.q_dtype,
+            out_dtype=self.model.out_dtype,
+            out_scale=self.model.out_scale,
             **mla.attention_fields(self.model),
         )
 

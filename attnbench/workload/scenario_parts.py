@@ -8,7 +8,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from attnbench.workload import mla
 from attnbench.workload.spec import (FP8_DTYPES, KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES,
-                                     SCORE_ORDERS, Request, softcap_problem)
+                                     OUT_DTYPES, SCORE_ORDERS, Request, softcap_problem)
 from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
 from attnbench.workload.units import parse_int
 
@@ -46,6 +46,11 @@ class ModelShape(Strict):
     )
     rope_theta: float = Field(default=1e4, gt=0, description="rope: base of the rotary frequencies")
     rope_scale: float = Field(default=1.0, gt=0, description="rope: positions are divided by this")
+    out_dtype: Optional[Literal[OUT_DTYPES]] = Field(
+        default=None, description="FP8 output: the attention output O is written as round_fp8(O / out_scale) (a 16-bit"
+        " mha model); the check reads it back times out_scale",
+    )
+    out_scale: float = Field(default=1.0, gt=0, description="out_dtype: the output's scale")
     q_dtype: Optional[Literal[tuple(FP8_DTYPES)]] = Field(
         default=None, description="FP8 attention: q quantized to this FP8 dtype with a per-tensor scale from the"
         " data (a 16-bit model); the reference reads the quantized q",
@@ -64,6 +69,8 @@ class ModelShape(Strict):
         if self.rope and (self.attention == "mla" or (self.head_dim or 0) % 2):
             raise ValueError("rope: true needs attention: mha and an even head_dim (MLA keeps its rotary part in"
                              " rope_dim, already applied)")
+        if self.out_dtype is not None and (self.dtype == "float32" or self.attention == "mla"):
+            raise ValueError(f"out_dtype {self.out_dtype} needs a 16-bit model (bfloat16 or float16) and attention: mha")
         if self.q_dtype is not None and self.dtype == "float32":
             raise ValueError(f"q_dtype {self.q_dtype} needs a 16-bit model: set model.dtype to bfloat16 or float16")
         return self

@@ -28,6 +28,8 @@ FP8_DTYPES = {"fp8_e4m3": ("float8_e4m3fn", 448.0), "fp8_e5m2": ("float8_e5m2", 
 KV_DTYPES = (*FP8_DTYPES, *MODEL_DTYPES)
 KV_SCALES = ("per-tensor", "per-head")
 KV_ORDERS = ("NHD", "HND")
+#: FP8 output dtypes (model.out_dtype): e4m3, as FlashInfer's and TensorRT-LLM's FP8 outputs
+OUT_DTYPES = ("fp8_e4m3",)
 #: the order of soft-cap and ALiBi on a score (docs/semantics.md "Scores, in this order")
 SCORE_ORDERS = ("softcap-alibi", "alibi-softcap")
 
@@ -114,6 +116,8 @@ class BatchSpec:
     rope_scale: float = 1.0
     score_order: str = "softcap-alibi"  # or "alibi-softcap": ALiBi added before the soft-cap
     q_dtype: Optional[str] = None  # FP8 queries (docs/semantics.md "FP8 attention"): "fp8_e4m3" | "fp8_e5m2"
+    out_dtype: Optional[str] = None  # FP8 output (docs/semantics.md "FP8 output"): "fp8_e4m3"
+    out_scale: float = 1.0  # the FP8 output holds O / out_scale
 
     # Multi-head latent attention (workload/mla.py): "mla" caches one latent head of
     # head_dim = kv_lora_rank + rope_dim; its values are the first kv_lora_rank dims.
@@ -168,6 +172,9 @@ class BatchSpec:
             raise ValueError("rope needs attention mha, an even head_dim, rope_theta > 0 and rope_scale > 0")
         if self.score_order not in SCORE_ORDERS:
             raise ValueError(f"score_order must be one of {', '.join(SCORE_ORDERS)}, got {self.score_order!r}")
+        if self.out_dtype is not None and (self.out_dtype not in OUT_DTYPES or self.dtype == "float32"
+                                           or is_mla(self) or not self.out_scale > 0):
+            raise ValueError(f"out_dtype must be one of {', '.join(OUT_DTYPES)} on a 16-bit mha model with out_scale > 0")
         if self.q_dtype is not None and (self.q_dtype not in FP8_DTYPES or self.dtype == "float32"):
             raise ValueError(f"q_dtype must be one of {', '.join(FP8_DTYPES)} on a 16-bit model, got {self.q_dtype!r}")
 
@@ -296,6 +303,8 @@ def variant_words(spec: BatchSpec) -> list[str]:
         words.append(f"k_scale {spec.k_scale:g} v_scale {spec.v_scale:g}")
     if spec.q_dtype is not None:
         words.append(f"{spec.q_dtype} q")
+    if spec.out_dtype is not None:
+        words.append(f"{spec.out_dtype} out scale {spec.out_scale:g}")
     if spec.kv_order != "NHD":
         words.append(f"{spec.kv_order} cache")
     if spec.window is not None:

@@ -163,6 +163,7 @@ def variants(blob: dict) -> str:
              f"rope {blob['rope_theta']:g}" if blob.get("rope") else "",
              "alibi before softcap" if blob.get("score_order") == "alibi-softcap" else "",
              f"{blob['q_dtype']} q" if blob.get("q_dtype") else "",
+             f"{blob['out_dtype']} out" if blob.get("out_dtype") else "",
              f"MLA {blob['kv_lora_rank']}+{blob['rope_dim']}" if blob.get("attention") == "mla" else ""]
     return ", ".join(w for w in words if w) or "plain"
 
@@ -176,9 +177,9 @@ def main(dirs: list[str], jsonl: str | None = None) -> int:
             ref = mla_outputs(blob) if blob.get("attention") == "mla" else recompute(blob)
             parts = []
             for name, out in sorted(blob["outputs"].items()):
-                o = out.double()
+                o = out.double() * (blob["out_scale"] if blob.get("out_dtype") else 1.0)  # an FP8 output
                 rel = float("inf") if not torch.isfinite(o).all() else ((o - ref).norm() / ref.norm()).item()
-                ok = rel <= (FP8_TOLERANCE if blob.get("q_dtype") else TOLERANCE[out.dtype])
+                ok = rel <= (FP8_TOLERANCE if blob.get("q_dtype") or blob.get("out_dtype") else TOLERANCE[out.dtype])
                 bad += not ok
                 parts.append(f"{name} {rel:.1e}{'' if ok else ' OFF'}")
                 records.append({"dir": str(d), "file": f.name, "case_id": blob.get("case_id"), "backend": name,

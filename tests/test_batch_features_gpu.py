@@ -103,3 +103,18 @@ def test_flashinfer_short_kv_on_fa2():
         pytest.skip(cls.unavailable())
     _check(make_backend("flashinfer"), _batch(SHORT, seed=6))
     _check(make_backend("flashinfer"), _batch(SHORT, seed=6, window=40, softcap=30.0))
+
+
+@pytest.mark.parametrize("name", ["sdpa", "flex"])
+def test_fp8_output_on_the_gpu(name):
+    from attnbench.workload.reference import FP8_ATTENTION_RTOL
+
+    b = _batch(MIXED, seed=8, out_dtype="fp8_e4m3", out_scale=0.02)
+    be = get_backend_class(name)()
+    assert be.reasons(b) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = be.run(be.prepare(b))
+    assert out.dtype == torch.float8_e4m3fn
+    rel, _ = compare(b.output_values(out), reference_attention(b)[0])
+    assert rel < FP8_ATTENTION_RTOL, rel

@@ -226,3 +226,13 @@ def test_fp8_output(name):
 def test_fp8_output_is_skipped_by_backends_without_it():
     b = make_batch(MIXED, dtype="float16", hq=6, hkv=2, d=16, page_size=3, out_dtype="fp8_e4m3")
     assert "plain-test does not write an fp8_e4m3 output (model.out_dtype)" in Plain().reasons(b)
+
+
+def test_the_byte_floor_counts_fp8_queries_and_outputs_at_one_byte():
+    from attnbench.measure.metrics import work_of
+
+    reqs = [Request("prefill", 37, 64), Request("decode", 1, 90)]
+    plain = make_batch(reqs, dtype="bfloat16", hq=8, hkv=2, d=64).spec
+    both = make_batch(reqs, dtype="bfloat16", hq=8, hkv=2, d=64, q_dtype="fp8_e4m3", out_dtype="fp8_e4m3").spec
+    assert work_of(plain).bytes - work_of(both).bytes == 38 * 8 * 64 * 2 - 4  # q and out halve; q_scale added
+    assert work_of(plain).flops == work_of(both).flops

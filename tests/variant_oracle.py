@@ -17,9 +17,21 @@ def _depth(parents, i):
     return len(_ancestors(parents, i)) - 1
 
 
+def _rotate(x, pos, spec):
+    """docs/semantics.md "Fused RoPE": dims i and i + D/2 turned by pos / scale * theta^(-2i/D)."""
+    d = x.shape[0]
+    out = x.clone()
+    for i in range(d // 2):
+        a = pos / spec.rope_scale * spec.rope_theta ** (-2.0 * i / d)
+        out[i] = x[i] * math.cos(a) - x[i + d // 2] * math.sin(a)
+        out[i + d // 2] = x[i + d // 2] * math.cos(a) + x[i] * math.sin(a)
+    return out
+
+
 def naive_variants(batch):
     """``[N, Hq, D]`` float64. K/V read page by page through the block table and dequantized
-    with the saved scales by hand; positions, window, soft-cap, ALiBi and sinks per formula."""
+    with the saved scales by hand (FP8 queries too); positions, window, soft-cap, ALiBi (in the
+    batch's order), RoPE and sinks per formula."""
     spec = batch.spec
     g = batch.num_q_heads // batch.num_kv_heads
     out = torch.zeros(batch.q.shape, dtype=torch.float64)
@@ -27,7 +39,7 @@ def naive_variants(batch):
     for i, r in enumerate(batch.requests):
         par = r.tree_parents
         qpos = [r.context + (_depth(par, t) if par is not None else t) for t in range(r.query)]
-        kpos = list(range(r.context)) + qpos
+        kpos = list(range(r.context)) + qpos if par is not None else list(range(r.kv_len))
         for t in range(r.query):
             row = batch.query_start[i] + t
             keys = []
@@ -50,11 +62,18 @@ def naive_variants(batch):
                     if batch.k_scale is not None:
                         k = k * float(batch.k_scale[kvh if batch.k_scale.numel() > 1 else 0])
                         v = v * float(batch.v_scale[kvh if batch.v_scale.numel() > 1 else 0])
-                    s = float(batch.q[row, h].double() @ k) * batch.scale
+                    q = batch.q[row, h].double()
+                    if batch.q_fp8 is not None:
+                        q = batch.q_fp8[row, h].double() * float(batch.q_scale[0])
+                    if spec.rope:
+                        q, k = _rotate(q, qpos[t], spec), _rotate(k, kpos[j], spec)
+                    s = float(q @ k) * batch.scale
+                    bias = float(batch.alibi_slopes[h]) * (kpos[j] - qpos[t]) if spec.alibi else 0.0
+                    if spec.softcap is not None and spec.score_order == "alibi-softcap":
+                        s, bias = s + bias, 0.0
                     if spec.softcap is not None:
                         s = spec.softcap * math.tanh(s / spec.softcap)
-                    if spec.alibi:
-                        s += float(batch.alibi_slopes[h]) * (kpos[j] - qpos[t])
+                    s += bias
                     logits.append(s)
                     values.append(v)
                 m = max(logits)

@@ -77,6 +77,15 @@ class Backend(ABC):
     kv_scales: ClassVar[tuple[str, ...]] = ("per-tensor",)
     #: cache storage orders read ("NHD", "HND")
     kv_orders: ClassVar[tuple[str, ...]] = ("NHD",)
+    # Batch features of issue 59 (docs/semantics.md), each off until its owner turns it on:
+    supports_16bit_kv_scales: ClassVar[bool] = False  # kv_cache.k_scale / v_scale on a model-dtype cache
+    supports_short_kv: ClassVar[bool] = False  # non-causal prefills with more queries than keys (kv_len)
+    supports_rope: ClassVar[bool] = False  # model.rope: rotary on q and k, in the kernel or in convert
+    supports_alibi_before_softcap: ClassVar[bool] = False  # model.score_order: alibi-softcap
+    #: FP8 query dtypes read natively (model.q_dtype: FP8 attention); empty: none
+    q_dtypes: ClassVar[tuple[str, ...]] = ()
+    #: FP8 output dtypes written (model.out_dtype: run returns the FP8 tensor); empty: none
+    out_dtypes: ClassVar[tuple[str, ...]] = ()
     supports_mla: ClassVar[bool] = False  # attention: mla (workload/mla.py); head-dim rules then unused
     #: declared options (``-b NAME:key=value``); see attnbench.backend.options
     options: ClassVar[dict[str, BackendOption]] = {}

@@ -79,6 +79,7 @@ def variant_reasons(cls: Any, label: str, spec: Any) -> list[str]:
         (any(not r.causal for r in spec.requests), cls.supports_noncausal, "non-causal prefill (causal: false)"),
     ]
     out += [f"{label} does not support {what}" for used, ok, what in wanted if used and not ok]
+    out += feature_reasons(cls, label, spec)
     if spec.kv_dtype is not None:
         if spec.kv_dtype not in cls.kv_dtypes:
             has = f" (it reads {', '.join(cls.kv_dtypes)})" if cls.kv_dtypes else ""
@@ -87,6 +88,23 @@ def variant_reasons(cls: Any, label: str, spec: Any) -> list[str]:
             out.append(f"{label} takes {'/'.join(cls.kv_scales)} FP8 scales, not {spec.kv_scale} (kv_cache.scale)")
     if spec.kv_order not in cls.kv_orders:
         out.append(f"{label} reads only {'/'.join(cls.kv_orders)} caches, not {spec.kv_order} (kv_cache.order)")
+    return out
+
+
+def feature_reasons(cls: Any, label: str, spec: Any) -> list[str]:
+    """The batch features of issue 59 the batch uses and ``cls`` does not declare."""
+    wanted = [
+        (spec.k_scale is not None, cls.supports_16bit_kv_scales,
+         f"K/V scales on a {spec.dtype} cache (kv_cache.k_scale/v_scale)"),
+        (spec.short_kv, cls.supports_short_kv, "queries longer than their KV (kv_len < query)"),
+        (spec.rope, cls.supports_rope, "fused RoPE (model.rope)"),
+        (spec.alibi_first, cls.supports_alibi_before_softcap, "ALiBi before the soft-cap (model.score_order)"),
+    ]
+    out = [f"{label} does not support {what}" for used, ok, what in wanted if used and not ok]
+    if spec.q_dtype is not None and spec.q_dtype not in cls.q_dtypes:
+        out.append(f"{label} does not run FP8 attention with {spec.q_dtype} queries (model.q_dtype)")
+    if spec.out_dtype is not None and spec.out_dtype not in cls.out_dtypes:
+        out.append(f"{label} does not write an {spec.out_dtype} output (model.out_dtype)")
     return out
 
 

@@ -18,7 +18,9 @@ from attnbench.workload.batch import Batch
 from attnbench.workload.kvcache import dequantize
 from attnbench.workload.mla import is_mla
 
-from ._metadata import dense_masks
+from attnbench.workload.rope import apply_rope, rope_angles
+
+from ._metadata import dense_masks, padded_positions
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Dense:
     index: Optional[torch.Tensor]  # real tokens in [B * Qmax], packed order; None: nothing padded
     mask: Optional[torch.Tensor] = None  # [B, 1, Qmax, Lmax] bool (SDPA's, when not uniform)
     causal: bool = False  # SDPA: a uniform causal batch (no mask needed)
+    alibi: Optional[torch.Tensor] = None  # SDPA: ALiBi added before the soft-cap (score_order)
 
 
 def dense_working_set(spec, device_type: str, mask: bool) -> int:
@@ -107,3 +110,17 @@ def unpad_output(o: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
     b, hq, qmax, d = o.shape
     o = o.transpose(1, 2).reshape(b * qmax, hq, d)
     return o if index is None else o[index]
+
+
+def rope_dense(batch: Batch, q: torch.Tensor, k: torch.Tensor, cols: Optional[torch.Tensor] = None):
+    """Fused RoPE done in ``convert`` by a backend whose kernel cannot rotate (docs/semantics.md
+    "Fused RoPE"): padded ``q`` ``[B, Hq, Qmax, D]`` and gathered ``k`` ``[B, Hkv, Lk, D]`` rotated at
+    their positions in float32, then cast back to their dtype. ``cols`` ``[B, Lk]``: the logical
+    slot of each key column (a windowed gather), else slots 0..Lk-1."""
+    spec = batch.spec
+    full = int(batch.host.kv_lens.max())
+    qpos, kpos = padded_positions(batch, q.shape[2], full)
+    kpos = kpos.gather(1, cols.clamp(max=full - 1)) if cols is not None else kpos[:, : k.shape[2]]
+    d = batch.head_dim
+    aq, ak = (rope_angles(p, d, spec.rope_theta, spec.rope_scale, torch.float32)[:, None] for p in (qpos, kpos))
+    return apply_rope(q, aq).to(q.dtype), apply_rope(k, ak).to(k.dtype)

@@ -75,6 +75,12 @@ class FlashInferBackend(Backend):
     kv_dtypes = ("fp8_e4m3", "fp8_e5m2")
     kv_scales = ("per-tensor",)
     kv_orders = ("NHD", "HND")
+    # a 16-bit cache's k_scale/v_scale go where an FP8 cache's per-tensor scales go (run's k_scale
+    # folded into sm_scale, v_scale on the output, for any cache dtype; XQA's bmm1/bmm2 scales)
+    supports_16bit_kv_scales = True
+    q_dtypes = ("fp8_e4m3", "fp8_e5m2")  # FP8 attention on route fa3 (flashinfer_routes._fp8_query_reasons)
+    supports_rope = True  # ROPE_LLAMA on routes decode, decode-tc, fa2 (flashinfer_rope.py)
+    supports_short_kv = True  # non-causal requests with more queries than keys: route fa2
     options = {
         "route": BackendOption(
             "route", "auto", choices=ROUTES, env=BACKEND_ENV,
@@ -97,8 +103,8 @@ class FlashInferBackend(Backend):
     def _cascade(self, batch: Batch, f) -> Any:
         if self.option("route") != "auto" or self.option("cascade") != "on" or f.sinks or f.softcap or f.window:
             return None
-        if f.alibi:  # each level's ALiBi is off by its own constant per row, and the levels merge by LSE
-            return None
+        if f.alibi or f.rope:  # each level's ALiBi is off by its own constant per row, and the levels merge
+            return None  # by LSE; the cascade's levels rotate at their own slots
         if batch.k_scale is not None or batch.kv_order != "NHD" or not all(f.causal):
             return None  # the cascade module reads a plain NHD cache with causal masks
         ws = workspace_for(self.__dict__.setdefault("_wrappers", {}), batch.device)

@@ -51,6 +51,8 @@ def mla_reasons(batch: Batch, route: str) -> list[str]:
         out.append(f"route {route}: FlashInfer's MLA wrapper has the routes auto, fa2 and fa3 only")
     if batch.spec.kv_dtype is not None:
         out.append(f"FlashInfer MLA route: a latent cache in the model dtype only, not {batch.spec.kv_dtype}")
+    if batch.spec.k_scale is not None:
+        out.append("FlashInfer MLA route: no K/V scales (kv_cache.k_scale/v_scale) on the latent cache")
     if batch.spec.alibi:  # scenarios refuse it for MLA; a BatchSpec built by hand may have it
         out.append("FlashInfer 0.5.3's BatchMLAPagedAttentionWrapper has no ALiBi (mla.py plan takes no pos_encoding_mode)")
     # a one-token prefill sees every key of its request either way: the causal mask is its mask too

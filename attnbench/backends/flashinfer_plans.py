@@ -25,6 +25,7 @@ from attnbench.workload.batch import Batch
 
 from ._metadata import custom_mask_flat, dense_masks, flashinfer_page_layout
 from .flashinfer_alibi import pos_encoding_mode
+from .flashinfer_rope import rope_plan_args
 from .flashinfer_routes import Facts
 
 #: the float workspace of a backend instance's wrappers. 128 MB was too small for the fa2 prefill
@@ -94,14 +95,16 @@ def decode_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, tensor_co
         paged_kv_last_page_len_buffer=_i32(b, dev)))
     w.plan(indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
            window_left=_window_left(batch, f), logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
-           kv_data_type=batch.kv_dtype, sm_scale=batch.scale, pos_encoding_mode=pos_encoding_mode(f.alibi))
+           kv_data_type=batch.kv_dtype, sm_scale=batch.scale,
+           **{"pos_encoding_mode": pos_encoding_mode(f.alibi), **rope_plan_args(batch.spec)})
     q, kv, sc = batch.q, _kv(batch), _scales(batch)
     return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f))
 
 
 def _alibi_detail(f: Facts, detail: str = "") -> str:
     """The mode's words for ALiBi (a JIT module of its own: the first-use key tells it apart)."""
-    return ", ".join(x for x in (detail, "ALiBi (FlashInfer's slopes)" if f.alibi else "") if x)
+    return ", ".join(x for x in (detail, "ALiBi (FlashInfer's slopes)" if f.alibi else "",
+                                 "RoPE (FlashInfer's Llama rotary)" if f.rope else "") if x)
 
 
 def _mask_bytes(batch: Batch) -> int:
@@ -136,11 +139,18 @@ def prefill_step(batch: Batch, f: Facts, ws: torch.Tensor, cache: dict, kind: st
     extra = {"custom_mask": mask} if mask is not None else {"causal": all(f.causal)}
     if f.alibi:  # alibi_reasons refuses it with sinks: the sink wrapper's variant has none
         extra["pos_encoding_mode"] = pos_encoding_mode(True)
+    extra.update(rope_plan_args(batch.spec))  # rope_reasons: not with ALiBi or sinks
+    fp8q = batch.q_fp8 is not None  # FP8 attention (fa3): FP8 queries, 16-bit output, q_scale at run
+    if fp8q:
+        extra["o_data_type"] = batch.dtype
     w.plan(qo_indptr, indptr, indices, last, batch.num_q_heads, batch.num_kv_heads, batch.head_dim, batch.page_size,
-           sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap, q_data_type=batch.dtype,
-           kv_data_type=batch.kv_dtype, **extra)
-    q, kv, sc = batch.q, _kv(batch), _scales(batch)
+           sm_scale=batch.scale, window_left=wl, logits_soft_cap=batch.softcap,
+           q_data_type=batch.q_fp8.dtype if fp8q else batch.dtype, kv_data_type=batch.kv_dtype, **extra)
+    q, kv, sc = batch.q_fp8 if fp8q else batch.q, _kv(batch), _scales(batch)
+    if fp8q:
+        sc["q_scale"] = float(batch.q_scale[0])
     detail = "custom mask" if mask is not None else ("causal" if all(f.causal) else "non-causal")
+    detail += ", FP8 attention (q_scale, k_scale, v_scale at run)" if fp8q else ""
     if f.sinks:
         return _sink_step(w, batch, detail)
     return Step(lambda: w.run(q, kv, **sc), _alibi_detail(f, detail))
@@ -172,11 +182,13 @@ def xqa_step(batch: Batch, f: Facts, cache: dict) -> Step:
     max_len = int(batch.host.kv_lens.max())
     out = torch.empty_like(batch.q)
     sinks = batch.sinks.float().contiguous() if batch.sinks is not None else None
-    q, kv, wl, scale, order = batch.q, _kv(batch), _window_left(batch, f), batch.scale, batch.kv_order
+    q, kv, wl, order = batch.q, _kv(batch), _window_left(batch, f), batch.kv_order
+    sc = _scales(batch)  # TensorRT-LLM's bmm1_scale = sm_scale * k_scale, bmm2_scale = v_scale
+    bmm1, bmm2 = batch.scale * sc.get("k_scale", 1.0), sc.get("v_scale", 1.0)
 
     def call() -> torch.Tensor:
         return trtllm_batch_decode_with_kv_cache(
-            q, kv, ws, table, seq_lens, max_len, bmm1_scale=scale, bmm2_scale=1.0, window_left=wl, out=out,
+            q, kv, ws, table, seq_lens, max_len, bmm1_scale=bmm1, bmm2_scale=bmm2, window_left=wl, out=out,
             sinks=sinks, kv_layout=order, backend="xqa")
 
     return Step(call, "own zeroed workspace")

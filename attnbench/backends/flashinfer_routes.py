@@ -64,6 +64,7 @@ from typing import Optional
 from attnbench.workload.trees import is_chain
 
 from .flashinfer_alibi import alibi_reasons
+from .flashinfer_rope import rope_reasons
 
 ROUTES = ("auto", "decode", "decode-tc", "fa2", "fa3", "xqa", "persistent", "pod")
 #: routes on FlashInfer's fa2 kernel code, whose masked keys keep a weight 2^-mask_bits (above)
@@ -98,6 +99,9 @@ class Facts:
     head_dim: int
     logit_scale: float = 1.0  # what FlashInfer multiplies raw q.k by: the softmax scale times the FP8 k_scale
     branching_trees: bool = False  # a tree request that is not a chain (its nodes' positions are not their rows)
+    q_dtype: Optional[str] = None  # FP8 attention (model.q_dtype): fa3 only
+    rope: bool = False  # fused RoPE (flashinfer_rope.py)
+    short_kv: bool = False  # a non-causal request with more queries than keys
 
     @property
     def mask_bits(self) -> float:
@@ -139,6 +143,9 @@ def facts_of(batch) -> Facts:
         # one host read of the scale tensor (as _scales does in plan): an engine holds it as a float
         logit_scale=float(batch.scale) * (float(batch.k_scale.max()) if batch.k_scale is not None else 1.0),
         branching_trees=any(r.tree_parents is not None and not is_chain(r.tree_parents) for r in batch.requests),
+        q_dtype=spec.q_dtype,
+        rope=spec.rope,
+        short_kv=spec.short_kv,
     )
 
 
@@ -153,8 +160,12 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name} computes decode-only batches (one query token per request, no trees)")
     if route == "fa3" and f.needs_mask:
         out.append(f"{name}: FlashInfer's fa3 prefill kernels take no custom mask (trees or mixed causal/non-causal requests)")
-    if route == "fa3" and f.kv_dtype is not None:
-        out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries")
+    if route == "fa3" and f.kv_dtype is not None and f.q_dtype is None:
+        out.append(f"{name}: fa3 reads an FP8 cache only with FP8 queries (model.q_dtype)")
+    out += _fp8_query_reasons(route, f) + rope_reasons(route, f)
+    if f.short_kv and (route != "fa2" or f.alibi):
+        out.append(f"{name}: more queries than keys (kv_len < query) run on route fa2 without ALiBi only (its "
+                   "prefill kernel takes any qo_len/kv_len pair non-causally; the others are not checked)")
     if route == "fa3" and sm_major is not None and sm_major != 9:
         out.append(f"{name}: fa3 kernels need a Hopper GPU (sm_90), this one is sm_{sm_major}x")
     if f.sinks and route in SINKLESS:
@@ -187,6 +198,24 @@ SINKLESS = {
     "persistent": "FlashInfer 0.5.3's BatchAttention takes no sinks (attention.py plan/run)",
     "pod": "FlashInfer 0.5.3's BatchPODWithPagedKVCacheWrapper takes no sinks (pod.py plan/run)",
 }
+
+
+def _fp8_query_reasons(route: str, f: Facts) -> list[str]:
+    """FP8 attention (``model.q_dtype``): FlashInfer's fa3 kernels take FP8 queries with an FP8
+    cache of the same dtype (``plan(q_data_type=, kv_data_type=, o_data_type=)``, ``run``'s
+    ``q_scale``/``k_scale``/``v_scale``); its other kernels take 16-bit queries."""
+    if f.q_dtype is None:
+        return []
+    name = f"route {route}"
+    if route != "fa3":
+        return [f"{name}: FlashInfer runs FP8 queries (model.q_dtype) on its fa3 kernels only (route fa3)"]
+    out = []
+    if f.kv_dtype != f.q_dtype:
+        out.append(f"{name}: fa3's FP8 attention reads the queries and the cache in one FP8 dtype (q {f.q_dtype}, "
+                   f"cache {f.kv_dtype or 'in the model dtype'})")
+    if f.sinks:
+        out.append(f"{name}: the attention-sink wrapper is not run with FP8 queries")
+    return out
 
 
 def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]:
@@ -243,6 +272,8 @@ def _pod_reasons(name: str, f: Facts) -> list[str]:
 def auto_route(f: Facts, sm_major: Optional[int] = 9) -> str:
     """The route an engine would take for a batch without shared prefix pages (see the module
     docstring); the cascade is decided before, from the batch's prefix groups."""
+    if f.q_dtype is not None:
+        return "fa3"  # FP8 attention: the only route with FP8 queries (its reasons say when it cannot)
     if f.decode_only:
         if f.sinks and not route_reasons("xqa", f, sm_major):
             return "xqa"

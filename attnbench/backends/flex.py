@@ -47,7 +47,7 @@ import torch
 from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 
-from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, unpad_output
+from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, rope_dense, unpad_output
 from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
 
 BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
@@ -96,6 +96,7 @@ class FlexPlan:
     kernel_options: dict
     index: torch.Tensor  # real tokens in [B * Qmax], packed order
     sinks: Optional[torch.Tensor]  # [1, Hq, 1] float32 sink logits, or None
+    finish: Any = None  # Batch.finish_output: the output in the model dtype or in FP8 (model.out_dtype)
 
 
 # On the CPU the unfused path is what runs (and is fine); its warning only adds noise.
@@ -142,6 +143,10 @@ class FlexBackend(Backend):
             help="blocks: BlockMask.from_kv_blocks from row intervals; dense: create_block_mask over the padded grid"),
     }
     supports_mla = True  # the latent as one KV head (gathered in convert), values its first dims
+    # K/V scales applied in convert; more queries than keys: row tables; RoPE rotated in convert;
+    # ALiBi before the soft-cap in the score_mod
+    supports_16bit_kv_scales = supports_short_kv = supports_rope = supports_alibi_before_softcap = True
+    out_dtypes = ("fp8_e4m3",)  # the output written in FP8 after the kernel (an elementwise op in run)
 
     @classmethod
     def unavailable(cls):
@@ -167,6 +172,8 @@ class FlexBackend(Backend):
     def convert(self, batch: Batch) -> Dense:
         k, v = gather_padded_kv(batch)
         q, index = padded_queries(batch)
+        if batch.spec.rope:
+            q, k = rope_dense(batch, q, k)
         return Dense(batch, q, k, v, index)
 
     def plan(self, dense: Dense) -> FlexPlan:
@@ -202,7 +209,8 @@ class FlexBackend(Backend):
                 kernel += ", tiles " + " ".join(f"{k}={v}" for k, v in tiles.items())
         sinks = _sink_logits(batch, tables)
         return FlexPlan(
-            mode=f"{self.option('mask')} block mask, {how}, {kernel}",
+            mode=f"{self.option('mask')} block mask, {how}, {kernel}" + (", rope in convert" if batch.spec.rope else "")
+            + (", fp8 output after the kernel" if batch.spec.out_dtype else ""),
             q=d.q,
             k=d.k,
             v=d.v,
@@ -213,6 +221,7 @@ class FlexBackend(Backend):
             kernel_options=kernel_options,
             index=d.index,
             sinks=sinks,
+            finish=batch.finish_output,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
@@ -221,11 +230,11 @@ class FlexBackend(Backend):
             kw["score_mod"] = p.score_mod
         if p.sinks is None:
             o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
-            return unpad_output(o, p.index)
+            return p.finish(unpad_output(o, p.index))
         o, aux = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **_lse_kwargs(), **kw)
         lse = getattr(aux, "lse", aux)  # [B, Hq, Qmax], natural log
         o = (o.float() * torch.sigmoid(lse.float() - p.sinks)[..., None]).to(o.dtype)
-        return unpad_output(o, p.index)
+        return p.finish(unpad_output(o, p.index))
 
 
 def alibi_top(t) -> torch.Tensor:
@@ -242,17 +251,21 @@ def _score_mod(batch: Batch, t) -> Any:
     softmax as it is and keeps the terms of the keys that carry a row's weight near 0. Added
     unshifted, a 346-token bidirectional prefill put them near 172 and eager bfloat16 scores (a
     CPU) step by 1 there: rel. err 0.098. The LSE is shifted by the same constant (the sinks
-    in ``plan`` take it back)."""
+    in ``plan`` take it back). With ``score_order: alibi-softcap`` ALiBi goes in first, unshifted
+    (a shift before the tanh would change the scores; the tanh bounds them anyway)."""
     cap, slopes = batch.softcap, batch.alibi_slopes
     if cap is None and slopes is None:
         return None
     kpos = t.kpos
-    top = alibi_top(t) if slopes is not None else None
+    first = batch.spec.alibi_first
+    top = (t.qpos if first else alibi_top(t)) if slopes is not None else None
 
     def score_mod(score, b, h, q_idx, kv_idx):
+        if slopes is not None and first:
+            score = score + (slopes[h] * (kpos[b, kv_idx] - top[b, q_idx]).float()).to(score.dtype)
         if cap is not None:
             score = cap * torch.tanh(score / cap)
-        if slopes is not None:
+        if slopes is not None and not first:
             score = score + (slopes[h] * (kpos[b, kv_idx] - top[b, q_idx]).float()).to(score.dtype)
         return score
 
@@ -266,7 +279,7 @@ def _sink_logits(batch: Batch, t) -> Optional[torch.Tensor]:
     if batch.sinks is None:
         return None
     sinks = batch.sinks.float().view(1, -1, 1)
-    if batch.alibi_slopes is None:
+    if batch.alibi_slopes is None or batch.spec.alibi_first:  # no shift in the score_mod
         return sinks
     shift = (alibi_top(t) - t.qpos).float()  # [B, Qmax], 0 but on bidirectional rows
     return sinks - batch.alibi_slopes.float().view(1, -1, 1) * shift[:, None, :]

@@ -24,6 +24,7 @@ from attnbench.workload.mla import is_mla
 INPUT_FIELDS = (
     "q", "k_cache", "v_cache", "block_table", "query_start_loc", "query_lens", "context_lens", "kv_lens",
     "k_scale", "v_scale", "sinks", "alibi_slopes",  # None unless the batch uses FP8 / sinks / ALiBi
+    "q_fp8", "q_scale",  # None without FP8 attention (model.q_dtype)
 )
 
 

@@ -17,8 +17,8 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
         return Status.MISMATCH, f"run() returned {type(out).__name__}, not a tensor", float("nan"), float("nan")
     if tuple(out.shape) != tuple(batch.out_shape):
         return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.out_shape)}", float("nan"), float("nan")
-    if out.dtype != batch.dtype:
-        return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.dtype}", float("nan"), float("nan")
+    if out.dtype != batch.out_dtype:
+        return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.out_dtype}", float("nan"), float("nan")
     unwritten = count_poison(out)
     if unwritten:
         return (
@@ -27,6 +27,7 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
             "fresh memory) put there before the call",
             float("inf"), float("inf"),
         )
+    out = batch.output_values(out)  # an FP8 output (model.out_dtype) times its scale
     bad = (~torch.isfinite(out)).sum().item()
     if bad:
         return Status.MISMATCH, f"output has {bad} NaN/Inf values of {out.numel()}", float("inf"), float("inf")

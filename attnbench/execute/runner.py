@@ -24,7 +24,7 @@ from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
 from attnbench.measure.ceilings import ceilings_for, checked_roofline
 from attnbench.measure.metrics import device_identity, device_name, work_of
-from attnbench.workload.reference import default_tolerance, reference_attention, route_tolerance
+from attnbench.workload.reference import batch_tolerance, reference_attention, route_tolerance
 from attnbench.store.rows import Row, Status, checked, is_oracle
 from attnbench.store.runfolder import environment
 from attnbench.store.tensors import save_case_tensors
@@ -146,7 +146,7 @@ class Runner:
             _release(self.device)
             yield from self._all_rows(case, spec, names, Status.ERROR, f"building the batch or reference failed: {_error_text(e)}")
             return
-        tol = self.opts.rtol or sc.check.rtol or default_tolerance(batch.dtype)
+        tol = self.opts.rtol or sc.check.rtol or batch_tolerance(batch)
         work = work_of(spec)
         ceil = self._ceilings(spec.dtype)
         outputs: dict[str, torch.Tensor] = {}
@@ -305,7 +305,7 @@ class Runner:
         row.id.mode = mode if isinstance(mode, str) else ""
         tol, why = route_tolerance(plan, row.correctness.tolerance, batch.dtype, explicit=self.opts.rtol is not None)
         row.correctness.tolerance, row.id.mode = tol, f"{row.id.mode} ({why})".strip() if why else row.id.mode
-        poison_allocator(batch.out_shape, batch.dtype, batch.device)  # "never written" shows as poison
+        poison_allocator(batch.out_shape, batch.out_dtype, batch.device)  # "never written" shows as poison
         with fresh_memory_marked(batch.device):
             out = be.run(plan)
         if batch.device.type == "cuda":

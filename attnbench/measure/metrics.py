@@ -64,7 +64,10 @@ def work_of(spec: BatchSpec) -> Work:
     caches = 1 if is_mla(spec) else 2  # MLA: the latent row (K and V at once) read once
     kv = caches * kv_slots(spec) * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
     kv += caches * 4 * spec.kv_scale_count  # FP8 scales, float32
-    qo = spec.num_tokens * spec.num_q_heads * (spec.head_dim + spec.v_head_dim) * el
+    kv += 8 if spec.k_scale is not None else 0  # a 16-bit cache's two float32 scales
+    q_el, o_el = (1 if d is not None else el for d in (spec.q_dtype, spec.out_dtype))  # FP8 q / output: 1 byte
+    qo = spec.num_tokens * spec.num_q_heads * (spec.head_dim * q_el + spec.v_head_dim * o_el)
+    qo += 4 * (spec.q_dtype is not None)  # q_scale
     table = sum(4 * spec.pages_of(r) for r in spec.requests)
     lens = 4 * 3 * len(spec.requests)
     trees = sum(4 * r.query for r in spec.requests if r.tree_parents is not None)

@@ -51,7 +51,12 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
     recompute from the file alone: ``causal`` per request, ``window``, ``softcap``, ``sinks``
     and ``alibi_slopes`` ([Hq] float32 or None), ``k_scale``/``v_scale`` (float32 [1] or [Hkv],
     None without FP8: K = k_cache.float() * k_scale), ``kv_dtype`` and ``kv_order`` (the caches
-    are saved NHD-indexed whatever the storage order)."""
+    are saved NHD-indexed whatever the storage order). The batch features of issue 59: ``k_scale``/
+    ``v_scale`` also hold a 16-bit cache's given scales ([1]); ``context_lens`` is negative for a
+    request with more queries than keys (kv_len = query + context); ``rope``, ``rope_theta``,
+    ``rope_scale``; ``score_order``; ``q_dtype`` with ``q_fp8`` (the FP8 queries attention reads)
+    and ``q_scale`` ([1] float32: Q = q_fp8.float() * q_scale), None without FP8 attention;
+    ``out_dtype`` and ``out_scale`` (an FP8 output's values are output.float() * out_scale)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = case_tensor_path(d, case_id)
@@ -76,6 +81,7 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
         "v_scale": _cpu(batch.v_scale),
         "kv_dtype": batch.spec.kv_dtype,
         "kv_order": batch.kv_order,
+        **_feature_fields(batch),
         "attention": batch.spec.attention,  # "mla": v_cache is k_cache[..., :kv_lora_rank]
         "kv_lora_rank": batch.spec.kv_lora_rank,
         "rope_dim": batch.spec.rope_dim,
@@ -91,6 +97,14 @@ def save_case_tensors(directory: Path, case_id: str, batch: Batch, outputs: dict
             os.unlink(tmp)
         raise
     return path
+
+
+def _feature_fields(batch: Batch) -> dict:
+    """The saved fields of issue 59's batch features (docs/semantics.md "Saved tensors")."""
+    spec = batch.spec
+    return {"rope": spec.rope, "rope_theta": spec.rope_theta, "rope_scale": spec.rope_scale,
+            "score_order": spec.score_order, "q_dtype": spec.q_dtype, "q_fp8": _cpu(batch.q_fp8),
+            "q_scale": _cpu(batch.q_scale), "out_dtype": spec.out_dtype, "out_scale": spec.out_scale}
 
 
 def _owner(directory: Path) -> Optional[str]:

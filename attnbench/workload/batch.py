@@ -14,11 +14,12 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnbench.workload.kvcache import dequantize, quantize_fp8, storage_of, to_order
+from attnbench.workload.kvcache import dequantize, quantize_fp8, quantize_out, quantize_q, storage_of, to_order
 from attnbench.workload.masks import alibi_slopes, query_positions, request_mask  # noqa: F401 (re-exported)
 from attnbench.workload.pages import copy_partial_prefix_pages, page_assignment  # noqa: F401 (re-exported)
 from attnbench.workload.mla import default_scale, is_mla
-from attnbench.workload.spec import DTYPE_NAMES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
+from attnbench.workload.tree_arrays import deepest, node_depths  # noqa: F401 (re-exported)
+from attnbench.workload.spec import DTYPE_NAMES, FP8_DTYPES, LAYOUTS, BatchSpec, Request, describe, variant_words  # noqa: F401  (re-exported)
 
 @dataclass
 class Batch:
@@ -29,7 +30,9 @@ class Batch:
       k_cache      [P, page_size, Hkv, D] kv_dtype, NHD-indexable (with kv_order HND a permuted
                                          view of the contiguous [P, Hkv, page_size, D] storage)
       v_cache      [P, page_size, Hkv, Dv] kv_dtype (MLA: the view k_cache[..., :kv_lora_rank])
-      k_scale, v_scale [1] or [Hkv]      float32 FP8 scales (None without FP8)
+      k_scale, v_scale [1] or [Hkv]      float32: an FP8 cache's scales, or the given scales of a
+                                         model-dtype cache (kv_cache.k_scale); None without either
+      q_fp8        [N, Hq, D]            FP8 queries (model.q_dtype), None without; q_scale [1] float32
       sinks        [Hq]                  float32 sink logits (None without sinks)
       alibi_slopes [Hq]                  float32 (None without ALiBi)
       output       [N, Hq, Dv]           dtype (``out_shape``; Dv = D except for MLA)
@@ -53,6 +56,8 @@ class Batch:
     v_scale: Optional[torch.Tensor] = None
     sinks: Optional[torch.Tensor] = None
     alibi_slopes: Optional[torch.Tensor] = None
+    q_fp8: Optional[torch.Tensor] = None  # FP8 attention: the queries every backend reads (q_fp8 * q_scale)
+    q_scale: Optional[torch.Tensor] = None
     _masks: dict = field(default_factory=dict, repr=False)
 
     # -- host-side views ------------------------------------------------------------------
@@ -199,6 +204,23 @@ class Batch:
         v = self.v_cache[pages].reshape(-1, self.num_kv_heads, self.v_head_dim)[: r.kv_len]
         return dequantize(k, self.k_scale), dequantize(v, self.v_scale)
 
+    @property
+    def out_dtype(self) -> torch.dtype:
+        """The output's dtype: the model's, or the FP8 dtype of ``model.out_dtype``."""
+        return self.dtype if self.spec.out_dtype is None else getattr(torch, FP8_DTYPES[self.spec.out_dtype][0])
+
+    def finish_output(self, o: torch.Tensor) -> torch.Tensor:
+        """An output ``o`` in the model dtype, or written in FP8 with ``out_scale`` (``quantize_out``)."""
+        s = self.spec
+        return o.to(self.dtype) if s.out_dtype is None else quantize_out(o, s.out_dtype, s.out_scale)
+
+    def output_values(self, out: torch.Tensor) -> torch.Tensor:
+        """A backend's output as values to check: itself, or an FP8 output times ``out_scale``."""
+        return out if self.spec.out_dtype is None else out.float() * self.spec.out_scale
+
+    def query_values(self) -> torch.Tensor:
+        """``[N, Hq, D]``: ``q``, or with FP8 attention ``q_fp8.float() * q_scale`` (float32)."""
+        return self.q if self.q_fp8 is None else dequantize(self.q_fp8, self.q_scale)
 
 
 @dataclass(frozen=True)
@@ -297,29 +319,6 @@ def _spec_trees(spec: BatchSpec) -> tuple:
     return out
 
 
-def deepest(parents: np.ndarray) -> int:
-    """The deepest node's depth in ``[Bt, T]`` padded parent arrays (-1: a root or padding)."""
-    return int(node_depths(parents).max(initial=0))
-
-
-def node_depths(parents: np.ndarray) -> np.ndarray:
-    """``[Bt, T]`` int64 depth of every node of padded parent arrays (-1: a root or padding,
-    depth 0), by pointer doubling (``up``: each node's ancestor ``dist`` levels up, a root its
-    own): log2(depth) array steps instead of a Python step per node (issue 33: 64 dynamic trees
-    of 61 nodes took ~150 us a plan)."""
-    t = parents.shape[1]
-    flat = parents.reshape(-1).astype(np.int64)
-    node = np.arange(len(flat))
-    dist = (flat >= 0).astype(np.int64)
-    up = np.where(flat >= 0, flat + node // t * t, node)  # flat rows; a root points at itself
-    while True:
-        nxt = up[up]
-        if (nxt == up).all():  # every pointer is at a root: dist is the depth
-            return dist.reshape(parents.shape)
-        dist += dist[up]
-        up = nxt
-
-
 def _randn(shape: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     # Drawn in float32 on the target device, then cast: deterministic per device and seed.
     return torch.randn(*shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
@@ -343,6 +342,9 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
     qsl[1:] = torch.cumsum(qlens, 0)
     q = _randn((spec.num_tokens, spec.num_q_heads, spec.head_dim), dev_gen, dtype, device)
     (k_cache, k_scale), (v_cache, v_scale) = _caches(spec, table, dev_gen, device)
+    if spec.k_scale is not None:  # given scales of a cache in the model dtype
+        k_scale, v_scale = (torch.tensor([x], dtype=torch.float32, device=device) for x in (spec.k_scale, spec.v_scale))
+    q_fp8, q_scale = quantize_q(q, spec.q_dtype)
     scale = spec.scale if spec.scale is not None else default_scale(spec)
     return Batch(
         spec=spec,
@@ -353,6 +355,8 @@ def materialize(spec: BatchSpec, seed: int, device: str | torch.device = "cpu") 
         v_scale=v_scale,
         sinks=_sinks(spec, seed, device),
         alibi_slopes=alibi_slopes(spec.num_q_heads).to(device) if spec.alibi else None,
+        q_fp8=q_fp8,
+        q_scale=q_scale,
         block_table=table.to(device),
         query_start_loc=qsl.to(device),
         query_lens=qlens.to(device),

@@ -2,6 +2,7 @@
 value at a path, parse a ``KEY=VALUE`` override; the document itself read from YAML text. Errors are :class:`ScenarioError` naming the path."""
 from __future__ import annotations
 
+import copy
 import io
 import os
 import re
@@ -40,6 +41,26 @@ def set_path(doc: Any, path: str, value: Any, where: str) -> None:
                 node = node[part]
         else:
             raise ScenarioError(f"{where}: {short_repr(here)}: cannot set a key inside a {type(node).__name__}")
+
+
+def own_path(doc: Any, path: str) -> None:
+    """Replace every list and mapping on the way to ``path`` in ``doc`` by a shallow copy of
+    itself, so that :func:`set_path` then changes ``doc`` alone, never a container it shares
+    with another document (a sweep's cases share everything they do not set: copying the whole
+    file per case made loading quadratic in the cases, issue 59). Stops where the path does."""
+    node = doc
+    for part in path.split(".")[:-1]:
+        if isinstance(node, dict):
+            key: Any = part
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            key = int(part)
+        else:
+            return
+        child = node[key] if isinstance(node, list) or key in node else None
+        if not isinstance(child, (dict, list)):
+            return
+        node[key] = child = copy.copy(child)
+        node = child
 
 
 def parse_override(text: str) -> tuple[str, Any]:

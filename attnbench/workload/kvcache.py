@@ -34,6 +34,22 @@ def quantize_fp8(x: torch.Tensor, kv_dtype: str, per_head: bool) -> tuple[torch.
     return q.to(getattr(torch, name)), scale
 
 
+def quantize_q(q: torch.Tensor, q_dtype: Optional[str]) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """``(q_fp8, q_scale [1])`` of the drawn queries ``[N, Hq, D]`` for FP8 attention: one scale per
+    tensor, ``amax(|q|) / fp8_max``, as the FP8 caches' (docs/semantics.md); ``(None, None)`` without."""
+    if q_dtype is None:
+        return None, None
+    x, scale = quantize_fp8(q.float().unsqueeze(0), q_dtype, per_head=False)  # [1, N, Hq, D] as [P, page, H, D]
+    return x[0], scale
+
+
+def quantize_out(o: torch.Tensor, out_dtype: str, out_scale: float) -> torch.Tensor:
+    """An attention output ``o`` written in FP8: ``round_fp8(clamp(o / out_scale))`` (docs/semantics.md
+    "FP8 output"), computed in float32."""
+    name, fmax = FP8_DTYPES[out_dtype]
+    return (o.float() / out_scale).clamp_(-fmax, fmax).to(getattr(torch, name))
+
+
 def dequantize(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
     """An ``[..., Hkv, D]`` slice of the cache as float32 values (``x.float() * scale``), or
     ``x`` itself when the cache is not FP8 (``scale`` None)."""

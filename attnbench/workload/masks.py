@@ -24,7 +24,10 @@ def query_positions(r: Request) -> torch.Tensor:
 
 def key_positions(r: Request) -> torch.Tensor:
     """``[L]`` int64: the position of the token in each logical slot of ``r`` (context slots
-    are their own positions; the new tokens' slots hold the query tokens)."""
+    are their own positions; the new tokens' slots hold the query tokens, so outside a tree slot j
+    is at position j, also when a non-causal request has more queries than keys, context < 0)."""
+    if r.tree_parents is None:
+        return torch.arange(r.kv_len, dtype=torch.long)
     return torch.cat([torch.arange(r.context, dtype=torch.long), query_positions(r)])
 
 

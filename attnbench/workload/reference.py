@@ -6,6 +6,7 @@ import torch
 
 from attnbench.workload.batch import Batch
 from attnbench.workload.masks import key_positions, query_positions
+from attnbench.workload.rope import apply_rope, rope_angles
 
 # The backend that runs this oracle: never a competitor (kept out of ranks, bests and summaries,
 # refused as a check's normalizer), since it is written to be right, not fast.
@@ -23,9 +24,11 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
 
     The output stays in float32 (not rounded to the batch's dtype), so that the error of a
     16-bit backend is measured against the exact value. Follows docs/semantics.md: scores
-    ``(q . k) * scale``, then soft-cap, then ALiBi, then the mask (causal / tree / non-causal
-    and the window), then softmax with the sink logit in the denominator (and in the LSE).
-    An FP8 cache is read dequantized (``batch.gather_kv``)."""
+    ``(q . k) * scale``, then soft-cap, then ALiBi (or ALiBi, then soft-cap: ``score_order``),
+    then the mask (causal / tree / non-causal and the window), then softmax with the sink logit
+    in the denominator (and in the LSE). An FP8 or scaled cache is read dequantized
+    (``batch.gather_kv``), FP8 queries too (``batch.query_values``); with ``rope`` q and k are
+    rotated at their positions first."""
     hq = batch.num_q_heads
     out = torch.empty(batch.out_shape, dtype=torch.float32, device=batch.device)
     lse = torch.empty(batch.num_tokens, hq, dtype=torch.float32, device=batch.device)
@@ -53,9 +56,13 @@ def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torc
     mask = batch.mask(i).to(dev)  # [Q, L]
     qpos = query_positions(r).to(dev, cdt)
     kpos = key_positions(r).to(dev, cdt)
+    spec = batch.spec
+    q = batch.query_values()[batch.query_start[i] : batch.query_start[i + 1]].to(cdt)  # [Q, Hq, D]
+    if spec.rope:  # exact rotary at the positions, in the compute dtype
+        q = apply_rope(q, rope_angles(qpos, d, spec.rope_theta, spec.rope_scale, cdt)[:, None, :])
+        k = apply_rope(k, rope_angles(kpos, d, spec.rope_theta, spec.rope_scale, cdt)[None, :, :])
     heads = lambda t: None if t is None else t.to(dev, cdt).reshape(hkv, g, 1, 1)  # noqa: E731
     slopes, sinks = heads(batch.alibi_slopes), heads(batch.sinks)
-    q = batch.q[batch.query_start[i] : batch.query_start[i + 1]].to(cdt)  # [Q, Hq, D]
     out = torch.empty(r.query, hq, dv, dtype=torch.float32, device=dev)
     lse = torch.empty(r.query, hq, dtype=torch.float32, device=dev)
     # Chunk over query rows so a long prefill never builds a huge score matrix.
@@ -64,10 +71,13 @@ def _request(batch: Batch, i: int, cdt: torch.dtype) -> tuple[torch.Tensor, torc
         e = min(r.query, s + rows)
         qc = q[s:e].reshape(e - s, hkv, g, d).permute(1, 2, 0, 3)  # [Hkv, G, q, D]
         scores = torch.einsum("hgqd,hld->hgql", qc, k) * batch.scale
+        alibi = None if slopes is None else slopes * (kpos[None, :] - qpos[s:e, None])
+        if alibi is not None and spec.alibi_first:
+            scores = scores + alibi
         if batch.softcap is not None:
             scores = batch.softcap * torch.tanh(scores / batch.softcap)
-        if slopes is not None:
-            scores = scores + slopes * (kpos[None, :] - qpos[s:e, None])
+        if alibi is not None and not spec.alibi_first:
+            scores = scores + alibi
         scores = scores.masked_fill(~mask[s:e], float("-inf"))
         m = scores.amax(-1, keepdim=True)
         if sinks is not None:
@@ -118,6 +128,20 @@ DEFAULT_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1
 def default_tolerance(dtype: torch.dtype) -> float:
     """Relative-error tolerance by dtype (docs/semantics.md: fp32 << 1e-4, 16-bit 1e-3..1e-2)."""
     return DEFAULT_TOLERANCE[dtype]
+
+
+#: the default tolerance of FP8-attention rows (``model.q_dtype``): the reference reads the same
+#: quantized q, K and V, so what is left is the kernel's own rounding, P in FP8 above all (e4m3
+#: keeps 3 mantissa bits: up to 2^-4 relative per probability; tests/test_batch_features.py
+#: measures 2-3% on random inputs), docs/semantics.md "FP8 attention"
+FP8_ATTENTION_RTOL = 0.05
+
+
+def batch_tolerance(batch) -> float:
+    """The default tolerance of a row on ``batch``: its dtype's, or ``FP8_ATTENTION_RTOL`` with FP8
+    queries or an FP8 output."""
+    fp8 = batch.spec.q_dtype is not None or batch.spec.out_dtype is not None
+    return FP8_ATTENTION_RTOL if fp8 else default_tolerance(batch.dtype)
 
 
 def route_tolerance(plan, tol: float, dtype: torch.dtype, explicit: bool = False) -> tuple[float, str]:

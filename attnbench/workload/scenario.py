@@ -10,28 +10,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from attnbench.workload import mla
-from attnbench.workload.spec import (KINDS, KV_DTYPES, KV_ORDERS, KV_SCALES, LAYOUTS, MODEL_DTYPES, BatchSpec, Request,
-                                     check_kv_dtype, softcap_problem)
+from attnbench.workload.scenario_parts import Group, KVCache, ModelShape, SizeInt, Strict
+from attnbench.workload.spec import BatchSpec, check_kv_dtype
 from attnbench.workload.batchstr import parse_batch_string
 from attnbench.workload.messages import ScenarioError, check_shape, format_validation_error
 from attnbench.workload.schema_keys import keys_at, sweep_key_problems
-from attnbench.workload.trees import TreeError, parse_tree, tree_is_dynamic
-from attnbench.workload.dotted import parse_override, read_file, read_mapping, set_path
+from attnbench.workload.dotted import own_path, parse_override, read_file, read_mapping, set_path
 from attnbench.workload.sweeps import case_id_for, override_sweep, typed_params
 from attnbench.workload.timing_spec import DEFAULTS as _T, FLUSH_MODES, TimingConfig
-from attnbench.workload.units import parse_int, short_repr
+from attnbench.workload.units import short_repr
 from attnbench.workload.variants import variant_docs
 from attnbench.workload.weights import case_weight, drop_overridden, weight_problems
-
-
-SizeInt = Annotated[int, BeforeValidator(parse_int)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # Limits that keep a hostile or mistyped scenario from hanging or exhausting the loader
@@ -43,117 +35,7 @@ MAX_QUERY_TOKENS = 1 << 22  # new tokens in one batch
 MAX_KV_TOKENS = 1 << 31  # cached + new tokens in one batch
 
 
-class ModelShape(_Strict):
-    num_q_heads: SizeInt = Field(ge=1, le=1024)
-    num_kv_heads: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
-    head_dim: Optional[SizeInt] = Field(default=None, ge=1, le=1024, description="required for attention: mha")
-    dtype: Literal[MODEL_DTYPES] = "bfloat16"
-    scale: Optional[float] = Field(default=None, gt=0, description="softmax scale; default head_dim ** -0.5; mla: (qk_nope_head_dim + rope_dim) ** -0.5")
-    attention: Literal["mha", "mla"] = Field(default="mha", description="mla: multi-head latent attention, absorbed")
-    kv_lora_rank: Optional[SizeInt] = Field(default=None, ge=1, le=4096, description="mla: latent = value dims (512)")
-    rope_dim: Optional[SizeInt] = Field(default=None, ge=0, le=1024, description="mla: rotary key dims (64)")
-    qk_nope_head_dim: Optional[SizeInt] = Field(default=None, ge=1, le=4096, description="mla: for the scale (128)")
-    window: Optional[SizeInt] = Field(
-        default=None, description="sliding window W >= 1: a query at position p sees keys at positions > p - W"
-    )
-    sinks: bool = Field(default=False, description="one seeded sink logit per query head in every softmax denominator")
-    softcap: Optional[float] = Field(default=None, description="logit soft-cap c > 0: scores -> c * tanh(scores / c)")
-    alibi: bool = Field(default=False, description="ALiBi: scores += slope_h * (key position - query position)")
-
-    @model_validator(mode="after")
-    def _gqa(self):
-        mla.check_model(self)  # the heads and dims of attention: mha (GQA) or mla
-        if self.window is not None and self.window < 1:
-            raise ValueError(
-                f"window must be >= 1 (got {self.window}): a window of W keys lets a query at position p see keys"
-                " at positions > p - W; leave `window` out for full attention"
-            )
-        if self.softcap is not None and softcap_problem(self.softcap):
-            raise ValueError(f"{softcap_problem(self.softcap)}; leave it out for no soft-capping")
-        return self
-
-
-class KVCache(_Strict):
-    page_size: SizeInt = Field(default=16, ge=1, le=4096)
-    layout: Literal[LAYOUTS] = "shuffled"
-    dtype: Optional[Literal[KV_DTYPES]] = Field(
-        default=None, description="cache dtype: fp8_e4m3 or fp8_e5m2 (scales from the data), else the model dtype"
-    )
-    scale: Literal[KV_SCALES] = Field(
-        default="per-tensor",
-        description="FP8 scales: one per K/V cache (per-tensor) or one per KV head (per-head); unused by a cache in the model dtype",
-    )
-    order: Literal[KV_ORDERS] = Field(
-        default="NHD", description="page storage order: NHD [page, head, dim] or HND [head, page, dim]"
-    )
-
-
-class Group(_Strict):
-    """A group of ``count`` identical requests."""
-
-    kind: Literal[KINDS]
-    count: SizeInt = Field(default=1, ge=1, le=65536)
-    context: SizeInt = Field(default=0, ge=0, le=1 << 24)
-    query: Optional[SizeInt] = Field(default=None, ge=1, le=1 << 20)
-    tree: Optional[dict[str, Any]] = Field(
-        default=None,
-        description="one of: choices, chain, full {depth, branching}, branching [..], random {nodes, max_depth, max_children, seed}, parents [..], preset NAME (`attnbench trees`); add dynamic: true for a tree that changes every step",
-    )
-    shared_prefix: SizeInt = Field(
-        default=0, ge=0, le=1 << 24,
-        description="the group's requests share their first N context tokens: whole pages are the same pages",
-    )
-    causal: bool = Field(
-        default=True, description="kind: prefill only: false makes it bidirectional (every query sees every key of its request)"
-    )
-    compare_with: list[Literal["chain", "decode"]] = Field(
-        default=[], max_length=2,
-        description="kind: tree only: also run each case with this group as chains of equal node count"
-        " (prefill of the tree's node count) and/or as plain decodes (`attnbench tree-costs` reads them)",
-    )
-
-    @model_validator(mode="after")
-    def _shape(self):
-        if self.kind == "decode":
-            if self.query not in (None, 1):
-                raise ValueError(f"a decode has query 1, got {self.query}; use kind: prefill for more tokens")
-            self.query = 1
-        if self.kind == "prefill" and self.query is None:
-            raise ValueError("a prefill needs `query` (new tokens), e.g. query: 512")
-        if self.kind != "tree" and self.tree is not None:
-            raise ValueError("`tree` is only for kind: tree")
-        if self.kind == "tree":
-            if self.tree is None:
-                raise ValueError("kind: tree needs `tree`, e.g. tree: {chain: 4} or tree: {choices: [[0], [1]]}")
-            try:
-                parents = parse_tree(self.tree)
-            except TreeError as e:
-                raise ValueError(str(e)) from None
-            if self.query is not None and self.query != len(parents):
-                raise ValueError(f"query ({self.query}) must equal the tree's node count ({len(parents)}) or be left out")
-            self.query = len(parents)
-        if self.shared_prefix > self.context:
-            raise ValueError(
-                f"shared_prefix ({self.shared_prefix}) is larger than the context ({self.context}): the shared"
-                f" prompt is part of the cached context; lower shared_prefix or raise context"
-            )
-        if not self.causal and self.kind != "prefill":
-            raise ValueError(
-                f"causal: false is for kind: prefill only (a {self.kind} attends causally to its cache); remove it here"
-            )
-        if self.compare_with and self.kind != "tree":
-            raise ValueError(f"compare_with is only for kind: tree (this group is kind: {self.kind}); remove it here")
-        return self
-
-    def requests(self, group_id: Optional[int] = None) -> list[Request]:
-        """The group's requests; ``group_id`` names its prefix group when it shares a prefix."""
-        parents, dyn = (tuple(parse_tree(self.tree)), tree_is_dynamic(self.tree)) if self.kind == "tree" else (None, False)
-        share = dict(shared_prefix=self.shared_prefix, prefix_group=group_id) if self.shared_prefix else {}
-        return [Request(self.kind, self.query, self.context, parents, dyn, causal=self.causal, **share)
-                for _ in range(self.count)]
-
-
-class Timing(_Strict):
+class Timing(Strict):
     """The scenario's ``timing:``; defaults and meaning from ``timing_spec.TimingConfig`` (``config()``)."""
 
     warmup_ms: float = Field(default=_T.warmup_ms, ge=0, le=3_600_000, description="warm-up budget per row, ms")
@@ -183,7 +65,7 @@ class Timing(_Strict):
         return TimingConfig(**self.model_dump())
 
 
-class Check(_Strict):
+class Check(Strict):
     reference: str = Field(default="reference", description="'reference' (exact float64) or a backend name")
     rtol: Optional[float] = Field(default=None, gt=0, description="max ‖out−ref‖/‖ref‖; default by dtype")
 
@@ -194,7 +76,7 @@ def _batch_groups(v: Any) -> Any:
     return v
 
 
-class Scenario(_Strict):
+class Scenario(Strict):
     name: Optional[str] = None
     description: str = ""
     seed: SizeInt = Field(default=0, ge=0, le=2**63 - 1)
@@ -227,6 +109,9 @@ class Scenario(_Strict):
         if kv > MAX_KV_TOKENS:
             raise ValueError(f"the batch has {kv} KV tokens; at most {MAX_KV_TOKENS} are allowed")
         check_kv_dtype(self.model.dtype, self.kv_cache.dtype)
+        if self.kv_cache.k_scale is not None and self.model.attention == "mla":
+            raise ValueError("kv_cache.k_scale/v_scale are for attention: mha; an MLA latent cache is K and V at"
+                             " once: leave them out")
         return self
 
     def kv_dtype(self) -> Optional[str]:
@@ -249,6 +134,15 @@ class Scenario(_Strict):
             kv_dtype=self.kv_dtype(),
             kv_scale=self.kv_cache.scale,
             kv_order=self.kv_cache.order,
+            k_scale=self.kv_cache.k_scale,
+            v_scale=self.kv_cache.v_scale,
+            rope=self.model.rope,
+            rope_theta=self.model.rope_theta,
+            rope_scale=self.model.rope_scale,
+            score_order=self.model.score_order,
+            q_dtype=self.model.q_dtype,
+            out_dtype=self.model.out_dtype,
+            out_scale=self.model.out_scale,
             **mla.attention_fields(self.model),
         )
 
@@ -355,17 +249,18 @@ def expand_sweep(raw: dict, base: Scenario, path: str) -> list[Case]:
         raise ScenarioError(f"{path}: sweep: {total} cases is more than {MAX_CASES}; sweep fewer values")
     keys = list(sweep)
     cases = []
+    common = {k: v for k, v in raw.items() if k != "sweep"}  # what every case shares, read once
+    if isinstance(common.get("batch"), str):
+        try:
+            common["batch"] = parse_batch_string(common["batch"])
+        except ValueError as e:
+            raise ScenarioError(f"{path}: batch: {e}") from None
     for at in itertools.product(*(range(len(sweep[k])) for k in keys)):
         combo, weight = [sweep[k][i] for k, i in zip(keys, at)], case_weight(base.weights, keys, at)
-        doc = copy.deepcopy(raw)
-        doc.pop("sweep", None)
-        if isinstance(doc.get("batch"), str):
-            try:
-                doc["batch"] = parse_batch_string(doc["batch"])
-            except ValueError as e:
-                raise ScenarioError(f"{path}: batch: {e}") from None
+        doc = dict(common)  # the swept paths are copied below, not the whole file (issue 59)
         params = dict(zip(keys, combo))
         for k, v in params.items():
+            own_path(doc, k)
             set_path(doc, k, v, f"{path}: sweep.{k}")
         label = ", ".join(f"{short_repr(k, 40)}={short_repr(v, 40)}" for k, v in params.items())
         sc = _validate(doc, path, prefix=f"[case {label}] " if params else "")

@@ -28,6 +28,10 @@ FP8_DTYPES = {"fp8_e4m3": ("float8_e4m3fn", 448.0), "fp8_e5m2": ("float8_e5m2", 
 KV_DTYPES = (*FP8_DTYPES, *MODEL_DTYPES)
 KV_SCALES = ("per-tensor", "per-head")
 KV_ORDERS = ("NHD", "HND")
+#: FP8 output dtypes (model.out_dtype): e4m3, as FlashInfer's and TensorRT-LLM's FP8 outputs
+OUT_DTYPES = ("fp8_e4m3",)
+#: the order of soft-cap and ALiBi on a score (docs/semantics.md "Scores, in this order")
+SCORE_ORDERS = ("softcap-alibi", "alibi-softcap")
 
 
 def check_kv_dtype(model_dtype: str, d: Optional[str]) -> None:
@@ -102,6 +106,18 @@ class BatchSpec:
     kv_dtype: Optional[str] = None  # None: the model dtype; "fp8_e4m3" | "fp8_e5m2"
     kv_scale: str = "per-tensor"  # FP8 scales: "per-tensor" | "per-head"
     kv_order: str = "NHD"  # storage order of the cache pages: "NHD" | "HND"
+    # Given K/V scales of a cache in the model dtype (docs/semantics.md "K/V scales"): K is
+    # k_cache * k_scale, V is v_cache * v_scale, as FlashInfer's k_scale/v_scale for any dtype.
+    k_scale: Optional[float] = None
+    v_scale: Optional[float] = None
+    # Rotary embedding applied inside attention (docs/semantics.md "Fused RoPE"), Llama style
+    rope: bool = False
+    rope_theta: float = 1e4
+    rope_scale: float = 1.0
+    score_order: str = "softcap-alibi"  # or "alibi-softcap": ALiBi added before the soft-cap
+    q_dtype: Optional[str] = None  # FP8 queries (docs/semantics.md "FP8 attention"): "fp8_e4m3" | "fp8_e5m2"
+    out_dtype: Optional[str] = None  # FP8 output (docs/semantics.md "FP8 output"): "fp8_e4m3"
+    out_scale: float = 1.0  # the FP8 output holds O / out_scale
 
     # Multi-head latent attention (workload/mla.py): "mla" caches one latent head of
     # head_dim = kv_lora_rank + rope_dim; its values are the first kv_lora_rank dims.
@@ -136,13 +152,45 @@ class BatchSpec:
             raise ValueError(f"kv_scale must be one of {', '.join(KV_SCALES)}, got {self.kv_scale!r}")
         if self.kv_order not in KV_ORDERS:
             raise ValueError(f"kv_order must be one of {', '.join(KV_ORDERS)}, got {self.kv_order!r}")
+        self._check_scales()
         for r in self.requests:
             if not r.causal and r.kind != "prefill":
                 raise ValueError(f"causal=False is for prefill requests only, not {r.kind}")
+            if r.context < 0 and (r.causal or r.kind != "prefill" or r.kv_len < 1):
+                raise ValueError(f"a request with more queries ({r.query}) than keys ({r.kv_len}) must be a non-causal"
+                                 " prefill with at least one key")
+
+    def _check_scales(self) -> None:
+        if (self.k_scale is None) != (self.v_scale is None):
+            raise ValueError("give both k_scale and v_scale, or neither")
+        if self.k_scale is not None and is_mla(self):
+            raise ValueError("k_scale/v_scale are for attention: mha (an MLA latent cache is K and V at once)")
+        if self.k_scale is not None and (self.fp8 or not (self.k_scale > 0 and self.v_scale > 0)):
+            raise ValueError("k_scale/v_scale are positive scales of a cache in the model dtype (an FP8 cache's"
+                             " scales come from its data)")
+        if self.rope and (is_mla(self) or self.head_dim % 2 or not (self.rope_theta > 0 and self.rope_scale > 0)):
+            raise ValueError("rope needs attention mha, an even head_dim, rope_theta > 0 and rope_scale > 0")
+        if self.score_order not in SCORE_ORDERS:
+            raise ValueError(f"score_order must be one of {', '.join(SCORE_ORDERS)}, got {self.score_order!r}")
+        if self.out_dtype is not None and (self.out_dtype not in OUT_DTYPES or self.dtype == "float32"
+                                           or is_mla(self) or not self.out_scale > 0):
+            raise ValueError(f"out_dtype must be one of {', '.join(OUT_DTYPES)} on a 16-bit mha model with out_scale > 0")
+        if self.q_dtype is not None and (self.q_dtype not in FP8_DTYPES or self.dtype == "float32"):
+            raise ValueError(f"q_dtype must be one of {', '.join(FP8_DTYPES)} on a 16-bit model, got {self.q_dtype!r}")
 
     @property
     def fp8(self) -> bool:
         return self.kv_dtype is not None
+
+    @property
+    def short_kv(self) -> bool:
+        """Some request has more queries than keys (a non-causal prefill, context < 0)."""
+        return any(r.context < 0 for r in self.requests)
+
+    @property
+    def alibi_first(self) -> bool:
+        """ALiBi is added before the soft-cap (only matters when the batch has both)."""
+        return self.alibi and self.softcap is not None and self.score_order == "alibi-softcap"
 
     @property
     def kv_element_bytes(self) -> int:
@@ -237,6 +285,8 @@ def _request_text(r: Request) -> str:
         s = f"decode@{format_int(r.context)}"
     elif r.kind == "tree":
         s = f"{'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
+    elif r.context < 0:
+        s = f"non-causal prefill {format_int(r.query)} over {format_int(r.kv_len)} keys"
     else:
         s = f"{'' if r.causal else 'non-causal '}prefill {format_int(r.query)}"
         s += f"@{format_int(r.context)}" if r.context else ""
@@ -249,6 +299,12 @@ def variant_words(spec: BatchSpec) -> list[str]:
     words = [f"MLA {spec.kv_lora_rank}+{spec.rope_dim}"] if is_mla(spec) else []
     if spec.fp8:
         words.append(f"{spec.kv_dtype} KV {spec.kv_scale}")
+    if spec.k_scale is not None:
+        words.append(f"k_scale {spec.k_scale:g} v_scale {spec.v_scale:g}")
+    if spec.q_dtype is not None:
+        words.append(f"{spec.q_dtype} q")
+    if spec.out_dtype is not None:
+        words.append(f"{spec.out_dtype} out scale {spec.out_scale:g}")
     if spec.kv_order != "NHD":
         words.append(f"{spec.kv_order} cache")
     if spec.window is not None:
@@ -258,5 +314,7 @@ def variant_words(spec: BatchSpec) -> list[str]:
     if spec.softcap is not None:
         words.append(f"softcap {spec.softcap:g}")
     if spec.alibi:
-        words.append("alibi")
+        words.append("alibi before softcap" if spec.alibi_first else "alibi")
+    if spec.rope:
+        words.append(f"rope theta {spec.rope_theta:g}" + (f" scale {spec.rope_scale:g}" if spec.rope_scale != 1 else ""))
     return words

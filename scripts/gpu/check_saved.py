@@ -19,8 +19,27 @@ from pathlib import Path
 
 import torch
 
-#: relative-error tolerances by output dtype (docs/semantics.md "Tolerances")
+#: relative-error tolerances by output dtype (docs/semantics.md "Tolerances"); FP8 attention
+#: (a saved ``q_dtype``) is checked at FP8_TOLERANCE ("FP8 attention")
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1.5e-2}
+FP8_TOLERANCE = 0.05
+
+
+def key_positions(query: int, context: int, parents) -> torch.Tensor:
+    """Key positions: slot j at j, but a tree's node slots at their nodes' positions (context
+    may be < 0: a non-causal request with more queries than keys holds the last C + Q tokens)."""
+    if parents is None:
+        return torch.arange(context + query)
+    return torch.cat([torch.arange(context), torch.tensor(positions("", query, context, parents))])
+
+
+def rotary(x: torch.Tensor, pos: torch.Tensor, theta: float, scale: float) -> torch.Tensor:
+    """Fused RoPE: dims i and i + D/2 of ``x`` ``[T, H, D]`` turned by pos / scale * theta^(-2i/D)."""
+    half = x.shape[-1] // 2
+    i = torch.arange(half, dtype=torch.float64, device=x.device)
+    a = (pos.to(x.device, torch.float64) / scale)[:, None, None] * theta ** (-2.0 * i / x.shape[-1])
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * torch.cos(a) - x2 * torch.sin(a), x2 * torch.cos(a) + x1 * torch.sin(a)], -1)
 
 
 def positions(kind: str, query: int, context: int, parents) -> list[int]:
@@ -50,8 +69,7 @@ def visible(query: int, context: int, parents, causal: bool, window) -> torch.Te
         m = torch.ones(query, context + query, dtype=torch.bool)
     if window is not None:
         qpos = torch.tensor(positions("", query, context, parents))
-        kpos = torch.cat([torch.arange(context), qpos])
-        m &= kpos[None, :] > qpos[:, None] - window
+        m &= key_positions(query, context, parents)[None, :] > qpos[:, None] - window
     return m
 
 
@@ -59,6 +77,8 @@ def recompute(blob: dict) -> torch.Tensor:
     """``[N, Hq, D]`` float64: the output docs/semantics.md defines for the saved batch."""
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     q = blob["q"].to(dev).double()
+    if blob.get("q_fp8") is not None:  # FP8 attention: the quantized queries
+        q = blob["q_fp8"].to(dev).double() * blob["q_scale"].to(dev).double().view(1, 1, 1)
     hq, d = q.shape[1], q.shape[2]
     kc, vc = blob["k_cache"].to(dev), blob["v_cache"].to(dev)
     ps, hkv = kc.shape[1], kc.shape[2]
@@ -76,13 +96,20 @@ def recompute(blob: dict) -> torch.Tensor:
         k = k_all[pages].reshape(-1, hkv, d)[:kv].repeat_interleave(hq // hkv, dim=1)  # [L, Hq, D]
         v = v_all[pages].reshape(-1, hkv, d)[:kv].repeat_interleave(hq // hkv, dim=1)
         m = visible(ql, cl, par, causal[i], window).to(dev)
-        s = torch.einsum("qhd,lhd->hql", q[row : row + ql], k) * blob["scale"]
+        qpos = torch.tensor(positions("", ql, cl, par), dtype=torch.float64, device=dev)
+        kpos = key_positions(ql, cl, par).to(dev, torch.float64)
+        qi = q[row : row + ql]
+        if blob.get("rope"):
+            qi, k = (rotary(x, p, blob["rope_theta"], blob["rope_scale"]) for x, p in ((qi, qpos), (k, kpos)))
+        s = torch.einsum("qhd,lhd->hql", qi, k) * blob["scale"]
+        alibi = 0.0
+        if slopes is not None:
+            alibi = slopes.to(dev).double()[:, None, None] * (kpos[None, None, :] - qpos[None, :, None])
+        if cap is not None and blob.get("score_order") == "alibi-softcap":
+            s, alibi = s + alibi, 0.0
         if cap is not None:
             s = cap * torch.tanh(s / cap)
-        if slopes is not None:
-            qpos = torch.tensor(positions("", ql, cl, par), dtype=torch.float64, device=dev)
-            kpos = torch.cat([torch.arange(cl, dtype=torch.float64, device=dev), qpos])
-            s = s + slopes.to(dev).double()[:, None, None] * (kpos[None, None, :] - qpos[None, :, None])
+        s = s + alibi
         s = s.masked_fill(~m, float("-inf"))
         if sinks is not None:  # one more column holding the sink logit, whose value is zero
             s = torch.cat([s, sinks.to(dev).double()[:, None, None].expand(hq, ql, 1)], 2)
@@ -131,6 +158,12 @@ def variants(blob: dict) -> str:
              "sinks" if blob.get("sinks") is not None else "", f"softcap {blob['softcap']}" if blob.get("softcap") else "",
              "alibi" if blob.get("alibi_slopes") is not None else "",
              "non-causal" if not all(blob.get("causal") or [True]) else "",
+             "more queries than keys" if (blob["context_lens"] < 0).any() else "",
+             "k/v scales" if blob.get("k_scale") is not None and not blob.get("kv_dtype") else "",
+             f"rope {blob['rope_theta']:g}" if blob.get("rope") else "",
+             "alibi before softcap" if blob.get("score_order") == "alibi-softcap" else "",
+             f"{blob['q_dtype']} q" if blob.get("q_dtype") else "",
+             f"{blob['out_dtype']} out" if blob.get("out_dtype") else "",
              f"MLA {blob['kv_lora_rank']}+{blob['rope_dim']}" if blob.get("attention") == "mla" else ""]
     return ", ".join(w for w in words if w) or "plain"
 
@@ -144,9 +177,9 @@ def main(dirs: list[str], jsonl: str | None = None) -> int:
             ref = mla_outputs(blob) if blob.get("attention") == "mla" else recompute(blob)
             parts = []
             for name, out in sorted(blob["outputs"].items()):
-                o = out.double()
+                o = out.double() * (blob["out_scale"] if blob.get("out_dtype") else 1.0)  # an FP8 output
                 rel = float("inf") if not torch.isfinite(o).all() else ((o - ref).norm() / ref.norm()).item()
-                ok = rel <= TOLERANCE[out.dtype]
+                ok = rel <= (FP8_TOLERANCE if blob.get("q_dtype") or blob.get("out_dtype") else TOLERANCE[out.dtype])
                 bad += not ok
                 parts.append(f"{name} {rel:.1e}{'' if ok else ' OFF'}")
                 records.append({"dir": str(d), "file": f.name, "case_id": blob.get("case_id"), "backend": name,

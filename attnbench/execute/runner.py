@@ -18,7 +18,7 @@ from attnbench.backend import registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
 from attnbench.execute.cases import case_base_row, default_backends, resolved_backends, select_rows, with_specs  # noqa: F401
-from attnbench.execute.output_check import check_output  # noqa: F401 - the runner's, for callers
+from attnbench.execute.output_check import check_output, same_device  # noqa: F401 - check_output: for callers too
 from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
@@ -315,7 +315,7 @@ class Runner:
         if aliased:
             row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
-        if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
+        if self.opts.save_tensors is not None and isinstance(out, torch.Tensor) and same_device(out.device, batch.device):
             outputs[row.id.backend] = out.detach().cpu()
         if status is not Status.OK:
             row.status, row.reason = status, reason

@@ -81,3 +81,25 @@ def test_a_plugin_may_not_take_a_builtin_name_set_or_inherited(tmp_path):
                          "-q"])
     assert r.exit_code == 0, r.output
     assert sorted(row.id.backend for row in RunFolder.load(out).rows) == ["sdpa", "sdpa", "sdpa-own", "sdpa-own"]
+
+
+def test_a_plugin_that_changes_folder_when_imported_moves_nothing(tmp_path, monkeypatch):
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    (here / "s.yaml").write_text(TINY)
+    (there / "s.yaml").write_text(TINY.replace("name: tiny", "name: elsewhere"))
+    plugin = _plugin(tmp_path, f"""
+        import os
+        from attnbench.backends.sdpa import SdpaBackend
+
+        os.chdir({str(there)!r})
+
+        class Moves(SdpaBackend):
+            name = "moves"
+        """)
+    monkeypatch.chdir(here)
+    r = cli.invoke(app, ["run", "s.yaml", "--out", "out", "--backend-file", str(plugin), "-b", "moves", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "changed the working folder" in r.output and "set back to" in r.output
+    assert not (there / "out").exists() and json.loads((here / "out" / "manifest.json").read_text())["scenario"] == "tiny"

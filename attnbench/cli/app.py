@@ -206,19 +206,43 @@ def backend_among(text: str, present: Iterable[str], flag: str, where: str, hint
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:
+    """Import each ``--backend-file`` (it runs its code), in the working folder the command
+    started in: one that changes it (``os.chdir`` at import) gets it set back, so that the
+    scenario, ``--out`` and every other relative path still mean what the user typed."""
     begin_command()
     for f in files or []:
         if not f.is_file():
             raise UsageError(f"--backend-file {f}: no such file")
+        with _same_working_folder(f):
+            _load_one(f)
+
+
+@contextlib.contextmanager
+def _same_working_folder(f: Path):
+    cwd = os.getcwd()
+    try:
+        yield
+    finally:
         try:
-            load_backend_file(f)
-        except registry.UnknownBackend:
-            raise
-        except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
-            raise UsageError(f"--backend-file {f}: importing it called sys.exit({e.code!r}); a backend file must only "
-                             "define (and register) backends") from None
-        except Exception as e:
-            raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
+            moved = os.getcwd()
+        except OSError:  # it removed the folder it moved to
+            moved = None
+        if moved != cwd:
+            os.chdir(cwd)
+            err.print(escape(f"note: --backend-file {f} changed the working folder (to {moved}) while imported; "
+                             f"set back to {cwd}"), highlight=False, soft_wrap=True)
+
+
+def _load_one(f: Path) -> None:
+    try:
+        load_backend_file(f)
+    except registry.UnknownBackend:
+        raise
+    except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
+        raise UsageError(f"--backend-file {f}: importing it called sys.exit({e.code!r}); a backend file must only "
+                         "define (and register) backends") from None
+    except Exception as e:
+        raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
 
 
 def print_notes(sf) -> None:

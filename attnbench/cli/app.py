@@ -380,13 +380,19 @@ def _stopped(folder: RunFolder, how: str) -> None:
 
 def _finish_quietly(folder: RunFolder, complete: bool) -> None:
     """Mark the folder; if even that write fails (a full disk), the manifest already says
-    incomplete (written at the start) and the first error is the one reported."""
+    incomplete (written at the start) and the first error is the one reported: a note only
+    when the manifest on disk says otherwise."""
     try:
         folder.finish(complete)
     except OSError as e:
         if complete:
             raise
-        err.print(escape(f"note: could not mark {folder.path} incomplete: {e}"), highlight=False)
+        from attnbench.store.runfolder import read_manifest
+
+        status = read_manifest(folder.path / "manifest.json").get("status")
+        if status != "incomplete":
+            err.print(escape(f"note: could not mark {folder.path} incomplete (its manifest says {status or 'nothing'}): "
+                             f"{e}"), highlight=False, soft_wrap=True)
 
 
 def rows_per_case(runner: "Runner", done: frozenset = frozenset()) -> dict[str, int]:

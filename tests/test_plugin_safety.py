@@ -103,3 +103,34 @@ def test_a_plugin_that_changes_folder_when_imported_moves_nothing(tmp_path, monk
     assert r.exit_code == 0, r.output
     assert "changed the working folder" in r.output and "set back to" in r.output
     assert not (there / "out").exists() and json.loads((here / "out" / "manifest.json").read_text())["scenario"] == "tiny"
+
+
+def test_sys_exit_or_keyboardinterrupt_inside_run_is_that_backends_error_row(tmp_path):
+    plugin = _plugin(tmp_path, """
+        import sys
+        from attnbench.backends.sdpa import SdpaBackend
+
+        class Exits(SdpaBackend):
+            name = "exits"
+
+            def run(self, plan):
+                sys.exit(3)
+
+        class Interrupts(SdpaBackend):
+            name = "interrupts"
+
+            def run(self, plan):
+                raise KeyboardInterrupt("the library gave up")
+        """)
+    out = tmp_path / "run"
+    r = cli.invoke(app, ["run", str(_scenario(tmp_path)), "--out", str(out), "--backend-file", str(plugin),
+                         "-b", "exits", "-b", "sdpa", "-b", "interrupts", "-q"])
+    assert r.exit_code == 1, r.output  # the run went on past both: a failed row, not a stop (3, or 130)
+    rf = RunFolder.load(out)
+    assert rf.manifest.status == "complete" and len(rf.rows) == 6
+    by = {(row.id.case_id, row.id.backend): row for row in rf.rows}
+    for case in ("page_size=4", "page_size=8"):
+        assert by[case, "sdpa"].status == "ok"
+        assert by[case, "exits"].status == "error" and "called sys.exit(3)" in by[case, "exits"].reason
+        assert by[case, "interrupts"].status == "error" and "raised KeyboardInterrupt (the library gave up)" in \
+            by[case, "interrupts"].reason

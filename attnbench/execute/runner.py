@@ -40,7 +40,7 @@ from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, ti
 from attnbench.measure.left_out import row_note
 from attnbench.measure.poison import fresh_memory_marked, poison_allocator
 from attnbench.execute.error_text import error_text as _error_text
-
+from attnbench.execute.stops import backend_exit_reason
 
 _memory_available = available_bytes  # a name of this module's: tests stand in for the machine here
 
@@ -244,8 +244,8 @@ class Runner:
             result = step()
         except torch.cuda.OutOfMemoryError as e:
             row.status, row.reason = Status.ERROR, f"out of memory: {_error_text(e)[:200]}"
-        except Exception as e:
-            row.status, row.reason = Status.ERROR, _error_text(e)
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # the last two: a backend's own exit (a stop re-raises)
+            row.status, row.reason = Status.ERROR, _error_text(e) if isinstance(e, Exception) else backend_exit_reason(e)
         self.on_step(row, ended=True)
         return result
 

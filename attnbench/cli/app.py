@@ -213,8 +213,16 @@ def load_backend_files(files: Optional[List[Path]]) -> None:
     for f in files or []:
         if not f.is_file():
             raise UsageError(f"--backend-file {f}: no such file")
-        with _same_working_folder(f):
-            _load_one(f)
+        try:
+            with _same_working_folder(f):
+                load_backend_file(f)
+        except registry.UnknownBackend:
+            raise
+        except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
+            raise UsageError(f"--backend-file {f}: importing it called sys.exit({e.code!r}); a backend file must only "
+                             "define (and register) backends") from None
+        except Exception as e:
+            raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
 
 
 @contextlib.contextmanager
@@ -231,18 +239,6 @@ def _same_working_folder(f: Path):
             os.chdir(cwd)
             err.print(escape(f"note: --backend-file {f} changed the working folder (to {moved}) while imported; "
                              f"set back to {cwd}"), highlight=False, soft_wrap=True)
-
-
-def _load_one(f: Path) -> None:
-    try:
-        load_backend_file(f)
-    except registry.UnknownBackend:
-        raise
-    except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
-        raise UsageError(f"--backend-file {f}: importing it called sys.exit({e.code!r}); a backend file must only "
-                         "define (and register) backends") from None
-    except Exception as e:
-        raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
 
 
 def print_notes(sf) -> None:

@@ -64,6 +64,7 @@ def stdout_to_stderr() -> Iterator[None]:
     try:
         out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
         saved = os.dup(out_fd)
+        ident = _identity(saved)
     except (AttributeError, OSError, ValueError):  # captured streams (tests) have no descriptor
         out_fd = saved = None
     if saved is not None:
@@ -73,9 +74,20 @@ def stdout_to_stderr() -> Iterator[None]:
             yield
     finally:
         sys.stderr.flush()
-        if saved is not None:
+        if saved is not None and _identity(saved) == ident:
             os.dup2(saved, out_fd)
             os.close(saved)
+        elif saved is not None:  # a backend closed it (its number may name another file now): never written
+            sys.stderr.write(f"warning: a backend closed file descriptor {saved}, attnbench's copy of its standard "
+                             "output; what the command prints next goes to stderr\n")
+
+
+def _identity(fd: int):
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_rdev
 
 
 @contextlib.contextmanager

@@ -231,6 +231,8 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> 
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
                 ready = False
+            elif kind == ev_.DONE and not remaining:  # its end: a process it left behind may hold the pipe for good
+                break
             elif kind == ev_.RESTART:  # (DONE too: the end of stream follows)
                 restarting, current = True, None  # the backends left are not to blame
     finally:

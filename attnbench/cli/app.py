@@ -321,6 +321,7 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
     when a write fails (the error goes on to ``handle_errors``). Returns whether every row
     was recorded. While backends run, what they print goes to stderr, not stdout."""
     from attnbench.cli.safety import Terminated, WriteError, sigterm_as_interrupt, stdout_to_stderr
+    from attnbench.execute.stops import RowsLeft
     from attnbench.execute.lifeline import announce_run_folder
 
     announce_run_folder(folder.path)
@@ -331,9 +332,9 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
                 folder.add(row)
                 progress.advance(row.id.case_id, row.id.backend, getattr(row.status, "value", row.status))
         complete = True
-    except Terminated as e:
+    except (Terminated, RowsLeft) as e:
         _hold_interrupts()
-        _stopped(folder, "terminated (SIGTERM)")
+        _stopped(folder, e.how)
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
         _hold_interrupts()

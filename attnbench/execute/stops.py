@@ -17,13 +17,23 @@ _ARRIVED = [False]  # a stop signal arrived in this process (the run is stopping
 class Stopped(KeyboardInterrupt):
     """SIGINT (Ctrl-C, ``kill -INT``) arrived: the run stops, its rows kept, exit 130."""
 
-    exit_code = 130
+    exit_code, how = 130, "interrupted"
 
 
 class Terminated(Stopped):
     """SIGTERM arrived: handled like Ctrl-C (the rows so far are kept), exit 143."""
 
-    exit_code = 128 + signal.SIGTERM
+    exit_code, how = 128 + signal.SIGTERM, "terminated (SIGTERM)"
+
+
+class RowsLeft(Exception):
+    """The run went through every case, but rows a kill from outside stopped (an ``--isolate``
+    child's SIGKILL) were not recorded: the run is incomplete, ``--resume`` runs them. ``how``
+    names them; exit 128 + the signal."""
+
+    def __init__(self, how: str, exit_code: int):
+        super().__init__(how)
+        self.how, self.exit_code = how, exit_code
 
 
 def arm() -> None:

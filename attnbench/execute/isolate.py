@@ -207,14 +207,7 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float, lef
         while True:
             ev = child.next_event(deadline)
             if ev is _TIMEOUT:
-                child.timed_out = True
-                child.kill()
-                what = (
-                    f"while running {current}" if current
-                    else "between backends (saving tensors or freeing memory)" if last
-                    else "while loading (before any backend ran)"
-                )
-                failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
+                failure = _timed_out(child, timeout, current, last)
                 break
             if ev is None:
                 if remaining and not (restarting and child.proc.wait() == 0):
@@ -250,20 +243,31 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float, lef
     if failure is not None:  # else every backend is done, or a restart: a fresh child takes the ones left
         # the backend whose step was running; else the one whose steps ended last without its row (a
         # fault reported after its step, e.g. while freeing its memory): the ones after it never ran
-        culprit = current if current is not None else last if last in remaining else None
-        culprit = culprit if ready else None
+        culprit = (current if current is not None else last if last in remaining else None) if ready else None
         if _killed_from_outside(child):
             _leave_for_resume(case, remaining, culprit, child, left)
         else:
             yield from _blame(runner, case, remaining, failure, culprit)
 
 
+def _timed_out(child: _Child, timeout: float, current: Optional[str], last: Optional[str]) -> str:
+    """Kill the child that overran --timeout; the failure's text (what it was doing)."""
+    child.timed_out = True
+    child.kill()
+    what = (
+        f"while running {current}" if current
+        else "between backends (saving tensors or freeing memory)" if last
+        else "while loading (before any backend ran)"
+    )
+    return _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
+
+
 _OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})  # kills no crash makes
 
 
 def _killed_from_outside(child: _Child) -> bool:
-    rc = child.proc.returncode
-    return not child.timed_out and rc is not None and -rc in _OUTSIDE
+    """The child ended by a signal from outside (not by its own crash, nor by our --timeout kill)."""
+    return not getattr(child, "timed_out", False) and -child.proc.wait() in _OUTSIDE
 
 
 def _leave_for_resume(case, remaining: list[str], culprit: Optional[str], child: _Child, left: list) -> None:
@@ -272,7 +276,7 @@ def _leave_for_resume(case, remaining: list[str], culprit: Optional[str], child:
     for n in [culprit] if culprit is not None else list(remaining):
         remaining.remove(n)
         left.append((f"{n} in case {case.case_id}: its --isolate child process was {child.exit_text()} from outside "
-                     "(kill -9, the OOM killer?), no backend's fault, so no row was recorded for it", -child.proc.returncode))
+                     "(kill -9, the OOM killer?), no backend's fault, so no row was recorded for it", -child.proc.wait()))
 
 
 def _blame(runner, case, remaining: list[str], failure: str, culprit: Optional[str]) -> Iterator[Row]:

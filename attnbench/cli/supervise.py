@@ -16,8 +16,11 @@ pipe, each run folder it starts (``folder PATH``) and, on its normal way out, it
 The parent imports nothing heavy (the fork costs about a millisecond). It passes SIGTERM,
 SIGHUP and a SIGINT sent to its pid (``kill -INT``) on to the child, which stops as on Ctrl-C
 (rows kept, folder marked incomplete, exit 130); a SIGINT from the terminal (Ctrl-C) already
-reaches the child, so the parent does not send it a second. The child dies with the parent
-(``lifeline``). Without ``os.fork`` (Windows), or with ``ATTNBENCH_NO_SUPERVISOR=1``, the
+reaches the child, so the parent does not send it a second. A child whose handler of the
+signal has not run ``STOP_GRACE_S`` later (a backend installed its own, or ignores it) is
+killed with SIGKILL; the exit code is still the signal's (143, 130). The parent waits for the
+child's exit, not for the pipe's end (a daemon a backend left may hold the pipe for good). The
+child dies with the parent (``lifeline``). Without ``os.fork`` (Windows), or with ``ATTNBENCH_NO_SUPERVISOR=1``, the
 command runs in this process and these guarantees do not hold.
 """
 from __future__ import annotations
@@ -117,7 +120,7 @@ def _supervise(pid: int, r: int) -> int:
             wait = 0
             stop.arrived(info.si_signo)
             _pass_on(pid, info)
-        stop.enforce(pid)
+        stop.enforce(pid, seen.stopping)
         done, st = os.waitpid(pid, os.WNOHANG)
         status = st if done else None
     for _ in range(64):  # what it wrote before it exited is in the pipe: read it, never waiting for its end
@@ -153,8 +156,10 @@ class _Stop:
         if self.since is None:
             self.signo, self.since = signo, time.monotonic()
 
-    def enforce(self, pid: int) -> None:
-        if self.since is not None and not self.killed and time.monotonic() - self.since > STOP_GRACE_S:
+    def enforce(self, pid: int, stopping: bool) -> None:
+        """SIGKILL once the grace is over, unless the command said it is stopping (marking its
+        folder, printing what it kept: a large table may take a while)."""
+        if self.since is not None and not self.killed and not stopping and time.monotonic() - self.since > STOP_GRACE_S:
             self.killed = True
             sys.stderr.write(f"error: attnbench did not stop within {STOP_GRACE_S:g} s of {_signame(self.signo)} "
                              "(a backend ignores it, or blocks it?): killed with SIGKILL\n")
@@ -171,6 +176,7 @@ class _Reports:
 
     def __init__(self):
         self.buf, self.folders, self.said, self.step = b"", [], None, None
+        self.stopping = False  # its handler of a stop signal ran: it is stopping (not ignoring the signal)
 
     def feed(self, chunk: bytes) -> None:
         self.buf += chunk
@@ -182,6 +188,8 @@ class _Reports:
                 self.folders.append(value)
             elif kind == "exit":
                 self.said = value if isinstance(value, int) and not isinstance(value, bool) else 1
+            elif kind == "stopping":
+                self.stopping = True
             elif kind == "step":
                 self.step = value if isinstance(value, dict) else None
 

@@ -42,8 +42,12 @@ def arm() -> None:
 
 
 def on_stop_signal(signum, frame) -> None:
-    """The signal handler: note the stop, then raise ``Terminated`` (SIGTERM) or ``Stopped``."""
+    """The signal handler: note the stop (and tell the supervising parent that the command is
+    stopping: it kills only a command that does not), then raise ``Terminated`` or ``Stopped``."""
+    from attnbench.execute.lifeline import report
+
     _ARRIVED[0] = True
+    report("stopping", int(signum))
     raise Terminated() if signum == signal.SIGTERM else Stopped()
 
 

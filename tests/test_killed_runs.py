@@ -62,3 +62,33 @@ def test_sigkill_of_the_command_blames_no_backend_and_resume_reruns_the_row(tmp_
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, rows
     saved = torch.load(tmp_path / "tensors" / "page_size=8.pt", weights_only=True)
     assert set(saved["outputs"]) == {"sdpa", "sleeps_once"}
+
+
+def test_sigkill_of_an_isolated_child_blames_no_backend_and_resume_reruns_the_row(tmp_path):
+    """Issue 60 item 22: the same kill of an --isolate child (kill -9, the OOM killer) used to be
+    a permanent `error` row that --resume never measured again, its output missing."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    out, marker = tmp_path / "run", tmp_path / "marker"
+    env = {**os.environ, "ATTNBENCH_TEST_MARKER": str(marker)}
+    args = ["--backend-file", KILLED_FILE, "-q"]
+    p = subprocess.Popen([*CMD, "run", str(scenario), "--out", str(out), "-b", "sdpa", "-b", "sleeps_once", "--isolate",
+                          "--save-tensors", str(tmp_path / "tensors"), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_for(marker, p)  # sleeps_once is inside its step of the second case, in its child process
+    while not marker.read_text():
+        time.sleep(0.05)
+    os.kill(int(marker.read_text()), signal.SIGKILL)
+    _, stderr = p.communicate(timeout=300)
+    assert p.returncode == 137, stderr
+    assert "sleeps_once in case page_size=8: its --isolate child process was killed by SIGKILL" in stderr, stderr
+    assert "no backend's fault" in stderr and f"attnbench run --resume {out}" in stderr
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines() if x.strip()]
+    assert {r["status"] for r in rows} == {"ok"} and len(rows) == 3, rows
+    assert json.loads((out / "manifest.json").read_text())["status"] == "incomplete"
+    r = subprocess.run([*CMD, "run", "--resume", str(out), *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines() if x.strip()]
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, rows
+    saved = torch.load(tmp_path / "tensors" / "page_size=8.pt", weights_only=True)
+    assert set(saved["outputs"]) == {"sdpa", "sleeps_once"}

@@ -207,12 +207,16 @@ def backend_among(text: str, present: Iterable[str], flag: str, where: str, hint
 
 
 def load_backend_files(files: Optional[List[Path]]) -> None:
+    """Import each ``--backend-file`` (it runs its code), in the working folder the command
+    started in: one that changes it (``os.chdir`` at import) gets it set back, so that the
+    scenario, ``--out`` and every other relative path still mean what the user typed."""
     begin_command()
     for f in files or []:
         if not f.is_file():
             raise UsageError(f"--backend-file {f}: no such file")
         try:
-            load_backend_file(f)
+            with _same_working_folder(f):
+                load_backend_file(f)
         except registry.UnknownBackend:
             raise
         except SystemExit as e:  # sys.exit() at import: nothing would run, and exit 0 would say all went well
@@ -220,6 +224,22 @@ def load_backend_files(files: Optional[List[Path]]) -> None:
                              "define (and register) backends") from None
         except Exception as e:
             raise UsageError(f"--backend-file {f}: importing it failed: {type(e).__name__}: {e}") from None
+
+
+@contextlib.contextmanager
+def _same_working_folder(f: Path):
+    cwd = os.getcwd()
+    try:
+        yield
+    finally:
+        try:
+            moved = os.getcwd()
+        except OSError:  # it removed the folder it moved to
+            moved = None
+        if moved != cwd:
+            os.chdir(cwd)
+            err.print(escape(f"note: --backend-file {f} changed the working folder (to {moved}) while imported; "
+                             f"set back to {cwd}"), highlight=False, soft_wrap=True)
 
 
 def print_notes(sf) -> None:
@@ -302,6 +322,7 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
     when a write fails (the error goes on to ``handle_errors``). Returns whether every row
     was recorded. While backends run, what they print goes to stderr, not stdout."""
     from attnbench.cli.safety import Terminated, WriteError, sigterm_as_interrupt, stdout_to_stderr
+    from attnbench.execute.stops import RowsLeft
     from attnbench.execute.lifeline import announce_run_folder
 
     announce_run_folder(folder.path)
@@ -312,9 +333,9 @@ def record_rows(folder: RunFolder, rows: Iterable[Row], counts: dict[str, int], 
                 folder.add(row)
                 progress.advance(row.id.case_id, row.id.backend, getattr(row.status, "value", row.status))
         complete = True
-    except Terminated as e:
+    except (Terminated, RowsLeft) as e:
         _hold_interrupts()
-        _stopped(folder, "terminated (SIGTERM)")
+        _stopped(folder, e.how)
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
         _hold_interrupts()
@@ -357,13 +378,19 @@ def _stopped(folder: RunFolder, how: str) -> None:
 
 def _finish_quietly(folder: RunFolder, complete: bool) -> None:
     """Mark the folder; if even that write fails (a full disk), the manifest already says
-    incomplete (written at the start) and the first error is the one reported."""
+    incomplete (written at the start) and the first error is the one reported: a note only
+    when the manifest on disk says otherwise."""
     try:
         folder.finish(complete)
     except OSError as e:
         if complete:
             raise
-        err.print(escape(f"note: could not mark {folder.path} incomplete: {e}"), highlight=False)
+        from attnbench.store.runfolder import read_manifest
+
+        status = read_manifest(folder.path / "manifest.json").get("status")
+        if status != "incomplete":
+            err.print(escape(f"note: could not mark {folder.path} incomplete (its manifest says {status or 'nothing'}): "
+                             f"{e}"), highlight=False, soft_wrap=True)
 
 
 def rows_per_case(runner: "Runner", done: frozenset = frozenset()) -> dict[str, int]:

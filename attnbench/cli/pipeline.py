@@ -4,6 +4,7 @@ the rows (in this process, in ``--isolate`` children, or on Dask workers) each s
 its re-run command, written as they finish."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -18,7 +19,7 @@ from attnbench.cli.safety import check_writable
 from attnbench.execute.lifeline import announce_run_folder
 from attnbench.store.code_identity import backend_file_hashes
 from attnbench.store.options import RunOptions
-from attnbench.store.runfolder import RunFolder, check_out
+from attnbench.store.runfolder import LOCK_NAME, RunFolder, check_out
 from attnbench.workload.timing_spec import TIMING_FLAGS, override_problem
 from attnbench.workload.cost import case_seconds
 
@@ -114,13 +115,23 @@ def new_folder(runner: "Runner", launch: Launch, results_dir, out, profile: bool
     writing into it (``writing_to``: new options, never the ones ``runner`` was made with). Made
     after the runner, which -k is checked against first: a run that picks nothing leaves no folder."""
     opts = runner.opts
-    from attnbench.store.tensors import check_tensors_folder
+    from attnbench.store.tensors import check_tensors_folder, claim_tensors_folder
 
     check_tensors_folder(opts.save_tensors, out)
     if out is not None:  # before --save-tensors is made: inside --out, it must not make --out "not empty"
         check_out(Path(out), opts.save_tensors)
     check_writable(opts.save_tensors, "--save-tensors")
+    existed = out is not None and Path(out).is_dir()
     folder = RunFolder.create(results_dir, runner.sf.name, out, own=opts.save_tensors)
+    try:  # the run owns its tensors folder now, or another run does and this one stops before it began
+        claim_tensors_folder(opts.save_tensors, str(folder.path), out)
+    except BaseException:
+        folder.unlock()
+        with contextlib.suppress(OSError):
+            (folder.path / LOCK_NAME).unlink()
+            if not existed:
+                folder.path.rmdir()
+        raise
     announce_run_folder(folder.path)  # now: a parent that sees this process die before the manifest removes it
     # run: whose --save-tensors files a resume may merge into
     runner = runner.writing_to(str(folder.path), folder.path / "profiles" if profile else None)

@@ -141,6 +141,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
     folder is rewritten until every check passed."""
     from attnbench.execute.resume import ResumeError, begin, code_now, environment_changes, open_run
     from attnbench.store.code_identity import backend_file_hashes
+    from attnbench.store.tensors import claim_tensors_folder
 
     conflicts = flags_given(ctx, RESUME_KEEPS)
     if set(conflicts) & {"SCENARIO", "--set"}:
@@ -172,6 +173,7 @@ def _resume(ctx, path: Path, isolate: bool, allow_env_change: bool, backend_file
             left = lambda case_id, b, params: runner.picks(case_id, b, params) and (case_id, b) not in prior.done  # noqa: E731
             return print_case_list(case_records(prior.sf, runner.backend_names, left), show["fmt"], console)
         check_writable(opts.save_tensors, "--save-tensors (from the manifest)")
+        claim_tensors_folder(opts.save_tensors, str(prior.folder.path))  # a run of an older attnbench: owned from now
         note = begin(prior, isolate, changes, spec.to_json(), code)
     except ValueError as e:  # Runner: a recorded device that is not here
         prior.folder.unlock()

@@ -12,17 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
+from attnbench.execute.stops import Stopped, Terminated, arm, on_stop_signal  # noqa: F401 - Stopped, Terminated: the command's
+
 # `run` flags that shape the rows; a resumed run keeps the run's own (from its manifest)
 RESUME_KEEPS = (
     "scenario", "set_", "backend", "device", "out", "results_dir", "save_tensors", "warm_l2", "no_graphs",
     "warmup_ms", "measure_ms", "flush", "rtol", "threads", "profile", "timeout", "select",
 )
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: handled like Ctrl-C (the rows so far are kept), exit 143."""
-
-    exit_code = 128 + signal.SIGTERM
 
 
 def flags_given(ctx, names) -> list[str]:
@@ -68,6 +64,7 @@ def stdout_to_stderr() -> Iterator[None]:
     try:
         out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
         saved = os.dup(out_fd)
+        ident = _identity(saved)
     except (AttributeError, OSError, ValueError):  # captured streams (tests) have no descriptor
         out_fd = saved = None
     if saved is not None:
@@ -77,29 +74,44 @@ def stdout_to_stderr() -> Iterator[None]:
             yield
     finally:
         sys.stderr.flush()
-        if saved is not None:
+        if saved is not None and _identity(saved) == ident:
             os.dup2(saved, out_fd)
             os.close(saved)
+        elif saved is not None:  # a backend closed it (its number may name another file now): never written
+            sys.stderr.write(f"warning: a backend closed file descriptor {saved}, attnbench's copy of its standard "
+                             "output; what the command prints next goes to stderr\n")
+
+
+def _identity(fd: int):
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_rdev
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` in the main thread while the block runs (outside it, and
-    in other threads, nothing changes)."""
+    """SIGTERM raises ``Terminated`` and SIGINT ``Stopped`` (a KeyboardInterrupt) in the main
+    thread while the block runs, noting that a stop signal arrived (``execute.stops``: a
+    backend's own KeyboardInterrupt is then told apart from a stop); outside the block, and in
+    other threads, nothing changes. A SIGINT that was ignored stays ignored."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    old = signal.signal(signal.SIGTERM, handler)
+    arm()
+    old = signal.signal(signal.SIGTERM, on_stop_signal)
+    old_int = signal.getsignal(signal.SIGINT)
+    if old_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_stop_signal)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        if old_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, old_int)
 
 
 def stops_on_sigterm(fn):

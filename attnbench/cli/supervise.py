@@ -16,8 +16,11 @@ pipe, each run folder it starts (``folder PATH``) and, on its normal way out, it
 The parent imports nothing heavy (the fork costs about a millisecond). It passes SIGTERM,
 SIGHUP and a SIGINT sent to its pid (``kill -INT``) on to the child, which stops as on Ctrl-C
 (rows kept, folder marked incomplete, exit 130); a SIGINT from the terminal (Ctrl-C) already
-reaches the child, so the parent does not send it a second. The child dies with the parent
-(``lifeline``). Without ``os.fork`` (Windows), or with ``ATTNBENCH_NO_SUPERVISOR=1``, the
+reaches the child, so the parent does not send it a second. A child whose handler of the
+signal has not run ``STOP_GRACE_S`` later (a backend installed its own, or ignores it) is
+killed with SIGKILL; the exit code is still the signal's (143, 130). The parent waits for the
+child's exit, not for the pipe's end (a daemon a backend left may hold the pipe for good). The
+child dies with the parent (``lifeline``). Without ``os.fork`` (Windows), or with ``ATTNBENCH_NO_SUPERVISOR=1``, the
 command runs in this process and these guarantees do not hold.
 """
 from __future__ import annotations
@@ -27,6 +30,8 @@ import os
 import select
 import signal
 import sys
+import time
+from pathlib import Path
 from typing import Optional
 
 from attnbench.execute.lifeline import read_reports
@@ -41,10 +46,10 @@ def _run_app() -> None:
     plain_metavars(get_command(app))(prog_name="attnbench")
 
 
-def _child(w: int, parent: int) -> None:
+def _child(w: int, parent: int, r: int) -> None:
     from attnbench.execute import lifeline
 
-    lifeline.report_to(w)
+    lifeline.report_to(w, parent, r)
     lifeline.die_with_parent(parent)
     code = 1
     try:
@@ -88,7 +93,7 @@ def main() -> None:
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child(w, parent)
+        _child(w, parent, r)
         return  # not reached: the app exits through SystemExit
     os.close(w)
     sys.exit(_supervise(pid, r))
@@ -96,31 +101,73 @@ def main() -> None:
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: Ctrl-C at a terminal, to its whole process group
+STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM, SIGINT, SIGHUP) that still runs after this is killed
 
 
 def _supervise(pid: int, r: int) -> int:
-    """Wait for the child, passing signals on; then the exit code (``verdict``)."""
+    """Wait for the child, passing signals on; then the exit code (``verdict``). The child's end
+    is its exit, not the pipe's: a process a backend left behind (a daemon) may hold the pipe
+    open for good. A child still running ``STOP_GRACE_S`` after a stop signal (a backend that
+    ignores SIGTERM and SIGINT) is killed with SIGKILL."""
     signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # taken one by one below, with who sent them
-    seen = _Reports()
-    while True:
-        try:
-            ready, _, _ = select.select([r], [], [], 0.2)
-            chunk = os.read(r, 1 << 16) if ready else None
-        except InterruptedError:
-            continue
-        if chunk == b"":
-            break
-        seen.feed(chunk or b"")
+    seen, stop, status = _Reports(), _Stop(), None
+    while status is None:
+        wait = 0.2 if _read(r, seen, 0.2) is None else 0  # no writer holds the pipe now: wait on signals instead
         while True:
-            info = signal.sigtimedwait(_SIGNALS, 0)
+            info = signal.sigtimedwait(_SIGNALS, wait)
             if info is None:
                 break
+            wait = 0
+            stop.arrived(info.si_signo)
             _pass_on(pid, info)
-    _, status = os.waitpid(pid, 0)
+        stop.enforce(pid, seen.stopping)
+        done, st = os.waitpid(pid, os.WNOHANG)
+        status = st if done else None
+    for _ in range(64):  # what it wrote before it exited is in the pipe: read it, never waiting for its end
+        if not _read(r, seen, 0):
+            break
     code = os.waitstatus_to_exitcode(status)
     seen.feed(b"\n")
-    folders, said, step = seen.folders, seen.said, seen.step
-    return verdict(code, said, folders, step)
+    out = verdict(code, seen.said, seen.folders, seen.step)
+    return stop.exit_code(out)
+
+
+def _read(r: int, seen: "_Reports", wait: float) -> Optional[bool]:
+    """Feed what the pipe holds (waiting up to ``wait`` s for it): whether something came, None
+    at its end (no process holds its write end)."""
+    try:
+        ready, _, _ = select.select([r], [], [], wait)
+        if not ready:
+            return False
+        chunk = os.read(r, 1 << 16)
+    except InterruptedError:
+        return True
+    seen.feed(chunk)
+    return True if chunk else None
+
+
+class _Stop:
+    """A stop signal the command got: when, which; the SIGKILL after the grace."""
+
+    def __init__(self):
+        self.signo, self.since, self.killed = None, None, False
+
+    def arrived(self, signo: int) -> None:
+        if self.since is None:
+            self.signo, self.since = signo, time.monotonic()
+
+    def enforce(self, pid: int, stopping: bool) -> None:
+        """SIGKILL once the grace is over, unless the command said it is stopping (marking its
+        folder, printing what it kept: a large table may take a while)."""
+        if self.since is not None and not self.killed and not stopping and time.monotonic() - self.since > STOP_GRACE_S:
+            self.killed = True
+            sys.stderr.write(f"error: attnbench did not stop within {STOP_GRACE_S:g} s of {_signame(self.signo)} "
+                             "(a backend ignores it, or blocks it?): killed with SIGKILL\n")
+            _forward(pid, signal.SIGKILL)
+
+    def exit_code(self, out: int) -> int:
+        """The signal the user sent, not the SIGKILL that carried it out."""
+        return 128 + self.signo if self.killed else out
 
 
 class _Reports:
@@ -129,6 +176,7 @@ class _Reports:
 
     def __init__(self):
         self.buf, self.folders, self.said, self.step = b"", [], None, None
+        self.stopping = False  # its handler of a stop signal ran: it is stopping (not ignoring the signal)
 
     def feed(self, chunk: bytes) -> None:
         self.buf += chunk
@@ -140,6 +188,8 @@ class _Reports:
                 self.folders.append(value)
             elif kind == "exit":
                 self.said = value if isinstance(value, int) and not isinstance(value, bool) else 1
+            elif kind == "stopping":
+                self.stopping = True
             elif kind == "step":
                 self.step = value if isinstance(value, dict) else None
 
@@ -238,9 +288,11 @@ def _record_culprit(folder: str, step: dict, how: str) -> str:
         row.reason = (f"the attnbench process {how} while this backend ran "
                       "(without --isolate: the case's other unfinished rows were lost with it; --isolate runs "
                       "each case's backends in a child process)")
-        rf = RunFolder(folder)
-        rf.lock()
+        rf = RunFolder.open_locked(Path(folder))
         try:
+            if any((r.id.case_id, r.id.backend) == (row.id.case_id, row.id.backend) for r in rf.rows):
+                return (f"\n  {row.id.backend} in case {row.id.case_id} has its row already (its step's end never "
+                        "reached this process): no error row added")
             rf.add(checked(row))
         finally:
             rf.unlock()

@@ -40,6 +40,7 @@ from typing import Iterator, Optional
 from attnbench.execute import events as ev_
 from attnbench.execute.job import Job
 from attnbench.execute.options import SaveTensorsError
+from attnbench.execute.stops import RowsLeft
 from attnbench.store.rows import Row, Status, checked
 
 SETUP_GRACE_S = 120.0  # loading torch, the scenario and the backend files, on top of --timeout
@@ -71,6 +72,7 @@ class _Child:
             os.close(w)
         self.fd = r
         self.buf = b""
+        self.timed_out = False  # killed by the parent (--timeout), not from outside
         try:
             self.proc.stdin.write(json.dumps(job.to_json(), default=str).encode())
             self.proc.stdin.close()
@@ -169,14 +171,20 @@ class IsolatedRunner:
 
 
 def isolated_rows(runner, job: Job, timeout: float, done: frozenset = frozenset()) -> Iterator[Row]:
-    """Like ``Runner.rows`` with each case's backends in child processes."""
+    """Like ``Runner.rows`` with each case's backends in child processes. A child killed from
+    outside (SIGKILL: ``kill -9``, the OOM killer; SIGTERM, SIGINT, SIGHUP) is no backend's
+    fault: no row is recorded for the backend that ran, the others go on, and the run ends
+    with ``RowsLeft`` (marked incomplete: ``--resume`` measures it again)."""
+    left: list[tuple[str, int]] = []  # (what was left, the signal)
     for case in runner.sf.cases:
         remaining = runner.todo(case, done)
         while remaining:
             # the runner's options: the backend specs it resolved, the run folder it writes
             case_job = job.for_case(case.case_id, remaining, options=runner.opts)
-            for row in _run_child(runner, case, remaining, case_job, timeout):
+            for row in _run_child(runner, case, remaining, case_job, timeout, left):
                 yield checked(row)
+    if left:
+        raise RowsLeft("; ".join(text for text, _ in left), 128 + left[0][1])
 
 
 def _failed_row(runner, case, name: str, reason: str) -> Row:
@@ -185,8 +193,9 @@ def _failed_row(runner, case, name: str, reason: str) -> Row:
     return row
 
 
-def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> Iterator[Row]:
-    """One child for the case's ``remaining`` backends; removes each finished one from the list."""
+def _run_child(runner, case, remaining: list[str], job: Job, timeout: float, left: list) -> Iterator[Row]:
+    """One child for the case's ``remaining`` backends; removes each finished one from the list
+    (and each one a kill from outside stopped, named in ``left``)."""
     child = _Child(job)
     current: Optional[str] = None  # the backend whose step is running
     last: Optional[str] = None  # the backend that started a step last
@@ -198,13 +207,7 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> 
         while True:
             ev = child.next_event(deadline)
             if ev is _TIMEOUT:
-                child.kill()
-                what = (
-                    f"while running {current}" if current
-                    else "between backends (saving tensors or freeing memory)" if last
-                    else "while loading (before any backend ran)"
-                )
-                failure = _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
+                failure = _timed_out(child, timeout, current, last)
                 break
             if ev is None:
                 if remaining and not (restarting and child.proc.wait() == 0):
@@ -231,6 +234,8 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> 
                 failure = f"the isolated child could not set up the case: {ev.get('reason', '')}"
                 current = None
                 ready = False
+            elif kind == ev_.DONE and not remaining:  # its end: a process it left behind may hold the pipe for good
+                break
             elif kind == ev_.RESTART:  # (DONE too: the end of stream follows)
                 restarting, current = True, None  # the backends left are not to blame
     finally:
@@ -238,8 +243,40 @@ def _run_child(runner, case, remaining: list[str], job: Job, timeout: float) -> 
     if failure is not None:  # else every backend is done, or a restart: a fresh child takes the ones left
         # the backend whose step was running; else the one whose steps ended last without its row (a
         # fault reported after its step, e.g. while freeing its memory): the ones after it never ran
-        culprit = current if current is not None else last if last in remaining else None
-        yield from _blame(runner, case, remaining, failure, culprit if ready else None)
+        culprit = (current if current is not None else last if last in remaining else None) if ready else None
+        if _killed_from_outside(child):
+            _leave_for_resume(case, remaining, culprit, child, left)
+        else:
+            yield from _blame(runner, case, remaining, failure, culprit)
+
+
+def _timed_out(child: _Child, timeout: float, current: Optional[str], last: Optional[str]) -> str:
+    """Kill the child that overran --timeout; the failure's text (what it was doing)."""
+    child.timed_out = True
+    child.kill()
+    what = (
+        f"while running {current}" if current
+        else "between backends (saving tensors or freeing memory)" if last
+        else "while loading (before any backend ran)"
+    )
+    return _describe(child, f"timed out: no result after {timeout:g} s (--timeout) {what}; child process killed")
+
+
+_OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})  # kills no crash makes
+
+
+def _killed_from_outside(child: _Child) -> bool:
+    """The child ended by a signal from outside (not by its own crash, nor by our --timeout kill)."""
+    return not getattr(child, "timed_out", False) and -child.proc.wait() in _OUTSIDE
+
+
+def _leave_for_resume(case, remaining: list[str], culprit: Optional[str], child: _Child, left: list) -> None:
+    """No row for the backend a kill from outside stopped (every backend left, when none had
+    started): it is named in ``left``, and --resume runs it again."""
+    for n in [culprit] if culprit is not None else list(remaining):
+        remaining.remove(n)
+        left.append((f"{n} in case {case.case_id}: its --isolate child process was {child.exit_text()} from outside "
+                     "(kill -9, the OOM killer?), no backend's fault, so no row was recorded for it", -child.proc.wait()))
 
 
 def _blame(runner, case, remaining: list[str], failure: str, culprit: Optional[str]) -> Iterator[Row]:

@@ -1,5 +1,5 @@
 """A backend's output against the reference: the checks every output passes, in order
-(a tensor, its shape and dtype, never-written values, NaN/Inf, all zeros, the tolerance)."""
+(a tensor, its shape, dtype and device, never-written values, NaN/Inf, all zeros, the tolerance)."""
 from __future__ import annotations
 
 import torch
@@ -19,6 +19,8 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
         return Status.MISMATCH, f"wrong shape {list(out.shape)}, expected {list(batch.out_shape)}", float("nan"), float("nan")
     if out.dtype != batch.out_dtype:
         return Status.MISMATCH, f"wrong dtype {out.dtype}, expected {batch.out_dtype}", float("nan"), float("nan")
+    if not same_device(out.device, batch.device):  # a meta tensor's values cannot even be read
+        return Status.MISMATCH, f"output on the wrong device: {out.device}, expected {batch.device}", float("nan"), float("nan")
     unwritten = count_poison(out)
     if unwritten:
         return (
@@ -38,3 +40,8 @@ def check_output(out, ref: torch.Tensor, batch: Batch, tol: float) -> tuple[Stat
         where = mismatch_where(out, ref, batch.query_start_loc, [q.kind for q in batch.spec.requests], tol)
         return Status.MISMATCH, f"relative error {rel:.3g} exceeds tolerance {tol:.3g}" + (f"; {where}" if where else ""), rel, mx
     return Status.OK, "", rel, mx
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """One device (an index left out is the current one: ``cuda`` and ``cuda:0`` match)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)

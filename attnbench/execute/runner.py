@@ -18,7 +18,7 @@ from attnbench.backend import registry
 from attnbench.execute.inputs import aliased_inputs, clone_batch, input_problem
 from attnbench.execute.device import resolve_device
 from attnbench.execute.cases import case_base_row, default_backends, resolved_backends, select_rows, with_specs  # noqa: F401
-from attnbench.execute.output_check import check_output  # noqa: F401 - the runner's, for callers
+from attnbench.execute.output_check import check_output, same_device  # noqa: F401 - check_output: for callers too
 from attnbench.execute.memory import available_bytes, split_by_memory
 from attnbench.execute.options import RunOptions, SaveTensorsError
 from attnbench.workload.batch import Batch, BatchSpec, materialize
@@ -40,7 +40,7 @@ from attnbench.measure.timing import TimingConfig, TimingResult, cpu_threads, ti
 from attnbench.measure.left_out import row_note
 from attnbench.measure.poison import fresh_memory_marked, poison_allocator
 from attnbench.execute.error_text import error_text as _error_text
-
+from attnbench.execute.stops import backend_exit_reason
 
 _memory_available = available_bytes  # a name of this module's: tests stand in for the machine here
 
@@ -244,8 +244,8 @@ class Runner:
             result = step()
         except torch.cuda.OutOfMemoryError as e:
             row.status, row.reason = Status.ERROR, f"out of memory: {_error_text(e)[:200]}"
-        except Exception as e:
-            row.status, row.reason = Status.ERROR, _error_text(e)
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # the last two: a backend's own exit (a stop re-raises)
+            row.status, row.reason = Status.ERROR, _error_text(e) if isinstance(e, Exception) else backend_exit_reason(e)
         self.on_step(row, ended=True)
         return result
 
@@ -315,7 +315,7 @@ class Runner:
         if aliased:
             row.status, row.reason = Status.ERROR, f"its output aliases its inputs ({', '.join(aliased)})"
             return
-        if self.opts.save_tensors is not None and isinstance(out, torch.Tensor):
+        if self.opts.save_tensors is not None and isinstance(out, torch.Tensor) and same_device(out.device, batch.device):
             outputs[row.id.backend] = out.detach().cpu()
         if status is not Status.OK:
             row.status, row.reason = status, reason

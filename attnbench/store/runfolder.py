@@ -33,15 +33,12 @@ from typing import Optional
 from attnbench.store.code_identity import code_diff_sha256
 from attnbench.store.manifest import Manifest
 from attnbench.store.rows import Row, rows_csv, typed_row
+from attnbench.store.writer import FolderBusy, leave_if_copy, lock_file, release
 from attnbench.workload.units import safe_name
 
 
 CSV_EVERY_S = 10.0  # rewriting results.csv after every row made a 300-row sweep quadratic
-
-
 LOCK_NAME = ".lock"
-
-
 RESULTS_ENV = "ATTNBENCH_RESULTS_DIR"
 
 
@@ -144,28 +141,13 @@ LOCK = LOCK_NAME
 
 
 def _lock(path: Path):
-    """An exclusive, non-blocking lock on ``path/.lock`` (the open file: closing it, or the
-    end of the process, releases it); RunFolderError when another process holds it."""
+    """An exclusive, non-blocking lock on ``path/.lock`` (``store.writer.lock_file``);
+    RunFolderError when another process holds it."""
     try:
-        import fcntl
-    except ImportError:  # no flock (Windows): one writer per folder is then up to the user
-        return None
-    f = open(path / LOCK, "a+")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "?"
-        f.close()
-        raise RunFolderError(
-            f"{path}: another attnbench process (pid {holder}) is writing this run folder; "
-            "wait for it to finish, or use another --out"
-        ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
+        return lock_file(path / LOCK)
+    except FolderBusy as e:
+        raise RunFolderError(f"{path}: another attnbench process (pid {e.holder}) is writing this run folder; "
+                             "wait for it to finish, or use another --out") from None
 
 
 def _entries(path: Path, own: Optional[Path] = None) -> list[str]:
@@ -206,6 +188,7 @@ class RunFolder:
         self.manifest = Manifest()
         self.broken_lines: list[int] = []  # 1-based numbers of rows.jsonl lines that are not rows
         self._lock = None
+        self._pid = None  # the process holding the lock: the only one that writes (store.writer)
         self._csv_written = -math.inf
 
     @classmethod
@@ -238,11 +221,11 @@ class RunFolder:
     def lock(self) -> None:
         """Hold the folder's write lock (RunFolderError when another process holds it)."""
         if self._lock is None:
-            self._lock = _lock(self.path)
+            self._lock, self._pid = _lock(self.path), os.getpid()
 
     def unlock(self) -> None:
         if self._lock is not None:
-            self._lock.close()
+            release(self._lock)
             self._lock = None
 
     def start(self, manifest: Manifest | dict) -> None:
@@ -253,11 +236,13 @@ class RunFolder:
         self.write_manifest()
 
     def write_manifest(self) -> None:
+        leave_if_copy(self._pid)
         atomic_write(self.path / "manifest.json", json.dumps(self.manifest.to_json(), indent=2, default=str))
 
     def add(self, row: Row) -> None:
         """Append ``row`` to rows.jsonl; it counts (``self.rows``) only once it is written. A
         write that fails (a full disk) leaves no half line behind and names the file."""
+        leave_if_copy(self._pid)
         path = self.path / "rows.jsonl"
         line = json.dumps(row.to_json(), default=str, allow_nan=False).encode() + b"\n"
         # unbuffered: a buffered file's truncate flushed the failing buffer first (cutting nothing)
@@ -282,6 +267,7 @@ class RunFolder:
             self.write_csv()
 
     def write_csv(self) -> None:
+        leave_if_copy(self._pid)
         atomic_write(self.path / "results.csv", rows_csv(self.rows))
         self._csv_written = time.monotonic()
 

@@ -107,10 +107,14 @@ def _feature_fields(batch: Batch) -> dict:
             "q_scale": _cpu(batch.q_scale), "out_dtype": spec.out_dtype, "out_scale": spec.out_scale}
 
 
-def _owner(directory: Path) -> Optional[str]:
-    """The run folder whose case files ``directory`` holds (the ``run`` of its first ``.pt``
-    file that names one), else None. Memory-mapped: only the small fields are read."""
-    for f in sorted(Path(directory).glob("*.pt"))[:8]:
+OWNER_FILE = ".attnbench-owner"  # in a --save-tensors folder: the run folder whose case files it holds
+
+
+def _legacy_owner(directory: Path) -> Optional[str]:
+    """The run named by a case file of a folder an older attnbench filled (no owner file):
+    the ``run`` of any ``.pt`` file that names one, every file read (memory-mapped: only the
+    small fields are read), so that stray files named before the case files hide nothing."""
+    for f in sorted(Path(directory).glob("*.pt")):
         try:
             blob = torch.load(f, weights_only=True, map_location="cpu", mmap=True)
         except Exception:  # not a case file of ours
@@ -121,10 +125,10 @@ def _owner(directory: Path) -> Optional[str]:
 
 
 def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None:
-    """Refuse, before a new run starts, a ``--save-tensors`` folder whose files are another
-    run's (case files would be replaced, their outputs lost): a run folder (another's, or this
-    run's own ``--out``), a folder inside another run folder, a folder holding the case files of a
-    run folder that still exists. RunFolderError names the flag, the folder and the fix."""
+    """Refuse, before a new run starts, a ``--save-tensors`` folder that cannot be a run's own:
+    a run folder (another's, or this run's own ``--out``), a folder inside another run folder.
+    Whether another run owns it is decided by ``claim_tensors_folder``. RunFolderError names the
+    flag, the folder and the fix."""
     if directory is None:
         return
     from attnbench.store.outputs import is_run_folder as _is_run_folder
@@ -132,8 +136,7 @@ def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None
 
     d = Path(os.path.realpath(directory))
     own = Path(os.path.realpath(out)) if out is not None else None
-    fix = f"choose a folder of its own, e.g. {Path(out) / 'tensors'}" if out is not None else \
-        "choose a new folder for this run's tensors"
+    fix = _fix(out)
     if d == own or (d.is_dir() and _is_run_folder(d)):
         raise RunFolderError(f"--save-tensors {directory}: a run folder (its case files would sit among the run's "
                              f"files, and replace another run's); {fix}")
@@ -143,11 +146,48 @@ def check_tensors_folder(directory: Optional[Path], out: Optional[Path]) -> None
         if _is_run_folder(parent):
             raise RunFolderError(f"--save-tensors {directory}: inside the run folder {parent}, whose files are its own; "
                                  f"{fix}")
-    if d.is_dir():
-        owner = _owner(d)
-        if owner and _is_run_folder(Path(owner)) and (own is None or Path(os.path.realpath(owner)) != own):
-            raise RunFolderError(f"--save-tensors {directory}: holds the case files of the run {owner}; this run would "
-                                 f"replace them (their outputs lost): {fix}, or remove those files first")
+
+
+def _fix(out) -> str:
+    return f"choose a folder of its own, e.g. {Path(out) / 'tensors'}" if out is not None else \
+        "choose a new folder for this run's tensors"
+
+
+def claim_tensors_folder(directory: Optional[Path], run: str, out: Optional[Path] = None) -> None:
+    """Make the run folder ``run`` the owner of the ``--save-tensors`` folder ``directory``
+    (made if new), or refuse (RunFolderError) when another run folder that still exists owns
+    it. The owner is named in ``OWNER_FILE``, read and written under an exclusive lock of that
+    file: of two runs started at once into one folder, one owns it and the other is refused
+    (an owner check that looked for case files passed both while neither had written one). A
+    folder whose owner was removed is taken over; one an older attnbench filled, without the
+    file, is owned by the run its case files name."""
+    if directory is None:
+        return
+    from attnbench.store.runfolder import RunFolderError
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        _lock(fd)  # released when fd is closed
+        owner = os.read(fd, 1 << 16).decode(errors="replace").strip() or _legacy_owner(d)
+        if owner and os.path.realpath(owner) != os.path.realpath(run) and os.path.isdir(owner):
+            raise RunFolderError(f"--save-tensors {directory}: holds the case files of the run {owner} (it owns the "
+                                 f"folder: {d / OWNER_FILE}); this run would replace them (their outputs lost): "
+                                 f"{_fix(out)}, or remove that run's folder first")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{run}\n".encode(), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): two runs started at the same instant are up to the user
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _cpu(t):

@@ -1,0 +1,153 @@
+"""The FlashAttention-4 backend (``flash-attn4``): what a CPU can check without the library.
+
+The tables its tree ``mask_mod`` reads are built on the CPU here and the ``mask_mod``'s predicate
+(``_fa4_mask.visible``, the arithmetic the CuTe DSL version runs) is evaluated on every
+(request, query, key) and on the padding reads the kernel may make, against the batch's masks
+(docs/semantics.md "Visibility"); the call's arguments per route; the skip reasons. GPU tests
+(``-m gpu``) run each route against the float64 reference.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.backend import get_backend_class, make_backend
+from attnbench.backends._fa4_mask import KEY_PAD, ROW_PAD, build_tables, visible
+from attnbench.backends.flash_attn4 import UNSPLIT, call_args
+from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.trees import chain, full, random_tree
+
+T40 = full({"depth": 3, "branching": 3})
+TRND = random_tree({"nodes": 30, "max_depth": 7, "max_children": 4, "seed": 3})
+
+
+def tree(parents, context):
+    return Request("tree", len(parents), context, tuple(parents))
+
+
+def decode(context):
+    return Request("decode", 1, context)
+
+
+def prefill(q, context=0, causal=True):
+    return Request("prefill", q, context, causal=causal)
+
+
+def batch(reqs, page=16, dtype="float32", hq=4, hkv=2, d=16, **kw):
+    return materialize(BatchSpec(tuple(reqs), hq, hkv, d, dtype, page, "shuffled", **kw), 0)
+
+
+BATCHES = {
+    "trees+decode": [tree(T40, 50), decode(37), tree(TRND, 5), decode(1)],
+    "mixed causality": [prefill(9, 5, causal=False), prefill(4, 3), decode(20)],
+    "tree at context 0 and 1": [tree((-1, 0, 0, 1), 0), tree(chain(3), 1), prefill(7)],
+    "dynamic-free chain + tree": [tree(chain(6), 12), tree(TRND, 40)],
+}
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 17])
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_mask_mod_predicate_is_the_semantic_mask(name, window):
+    b = batch(BATCHES[name], window=window)
+    tables = build_tables(b)
+    for i, r in enumerate(b.requests):
+        q = torch.arange(r.query)[:, None]
+        kv = torch.arange(r.kv_len)[None, :]
+        got = visible(tables, torch.full_like(q, i), q, kv)
+        assert torch.equal(got, b.mask(i)), (name, window, i)
+
+
+def test_mask_mod_reads_stay_inside_the_tables():
+    """The kernel may evaluate rows past a request's queries and keys up to one tile past its
+    keys: every such read indexes inside the tables (and padding rows see nothing)."""
+    b = batch(BATCHES["trees+decode"], window=4)
+    tables = build_tables(b)
+    qpad = tables.rows.shape[2]
+    assert qpad >= max(r.query for r in b.requests) + ROW_PAD
+    for i, r in enumerate(b.requests):
+        q = torch.arange(qpad)[:, None]
+        kv = torch.arange(r.kv_len + KEY_PAD)[None, :]
+        off, base = tables.rows[3][i, q].long(), tables.rows[2][i, q].long()
+        idx = off + kv - base
+        assert int(idx.min()) >= 0 and int(idx.max()) < tables.seen.numel(), i
+        pad_rows = visible(tables, torch.full_like(q, i), q, kv)[r.query:]
+        assert not pad_rows.any()
+
+
+def test_routes_and_their_arguments():
+    route, mode, kw, aux = call_args(batch([decode(40), decode(7)]), 9)
+    assert route == "paged causal" and kw["causal"] is True and kw["num_splits"] == 1 and not aux
+    assert UNSPLIT in mode and "GQA packed" in mode and "page 16" in mode
+    assert kw["page_table"].dtype == torch.int32 and kw["seqused_k"].dtype == torch.int32
+    assert kw["max_seqlen_k"] == 41 and kw["max_seqlen_q"] == 1
+    route, mode, kw, aux = call_args(batch([prefill(9, 5), tree(chain(4), 30)], window=8, sinks=True, softcap=5.0), 9)
+    assert route == "paged causal" and kw["window_size"] == (7, 0) and UNSPLIT not in mode
+    assert kw["softcap"] == 5.0 and kw["learnable_sink"].dtype == torch.float32
+    route, _, kw, aux = call_args(batch([prefill(9, 5, causal=False)]), 9)
+    assert route == "paged non-causal" and kw["causal"] is False
+    route, _, kw, aux = call_args(batch([prefill(9, 5, causal=False)], window=3), 9)
+    assert route == "paged tree mask_mod" and len(aux) == 5 and kw["causal"] is False
+    route, _, kw, aux = call_args(batch(BATCHES["trees+decode"]), 9)
+    assert route == "paged tree mask_mod" and kw["aux_tensors"] is aux
+    assert all(t.dtype == torch.int32 and t.is_contiguous() for t in aux)
+    assert call_args(batch([decode(40)]), 10)[2]["num_splits"] == 0  # the library's heuristic off sm_90
+
+
+def test_reasons_name_the_library_limit():
+    be = make_backend("flash-attn4")
+    cpu = be.reasons(batch([decode(40)]))
+    assert "FlashAttention-4 runs on CUDA devices only" in cpu
+    assert "FlashAttention-4 takes float16/bfloat16, not float32" in cpu
+    fp8 = be.reasons(batch([decode(40)], dtype="bfloat16", kv_dtype="fp8_e4m3"))
+    assert any("FP8 is only supported on SM100" in r and "interface.py" in r for r in fp8)
+    assert any("ALiBi" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", alibi=True)))
+    assert any("multiple of 8 and at most 256" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=12)))
+
+
+def test_missing_library_names_the_install():
+    cls = get_backend_class("flash-attn4")
+    why = cls.unavailable()
+    if why is None:
+        pytest.skip("flash-attn-4 is installed here")
+    assert "not installed" in why or "does not import" in why
+    assert "attnbench[flash-attn4]" in cls.install_hint and "fetch_wheels.sh" in cls.install_hint
+
+
+# -- GPU: every route against the float64 reference -------------------------------------------
+def gpu_cases():
+    for page in (16, 256):
+        yield f"decode p{page}", [decode(c) for c in (1000, 4095, 17, 2048)], page, {}
+        yield f"prefill+chunked p{page}", [prefill(300), prefill(77, 700), decode(900)], page, {}
+        yield f"tree+decode p{page}", [tree(T40, 1000), decode(600), tree(TRND, 3000), decode(3)], page, {}
+        yield f"tree window p{page}", [tree(TRND, 500), decode(300), prefill(33, 200)], page, {"window": 40}
+    yield "mixed causality", [prefill(96, 300, causal=False), prefill(64), decode(40)], 64, {}
+    yield "odd lengths, sinks, softcap", [decode(1), decode(257), tree(T40, 129), prefill(130, 3)], 16, \
+        {"sinks": True, "softcap": 20.0}
+    yield "window decode", [decode(c) for c in (5000, 100, 2049)], 128, {"window": 512}
+    yield "non-causal", [prefill(100, 20, causal=False), prefill(7, 0, causal=False)], 16, {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c[0] for c in gpu_cases()])
+@pytest.mark.parametrize("gqa", [(16, 4), (8, 8)])
+def test_gpu_against_reference(case, gqa):
+    from attnbench.workload.reference import compare, reference_attention
+
+    from .gpu_backends import gpu_backend, skip_for
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    be, why = gpu_backend("flash-attn4")
+    if be is None:
+        pytest.skip(why)
+    _, reqs, page, kw = next(c for c in gpu_cases() if c[0] == case)
+    b = materialize(BatchSpec(tuple(reqs), gqa[0], gqa[1], 128, "bfloat16", page, "shuffled", **kw), 5, "cuda")
+    if be.reasons(b):
+        skip_for("flash-attn4", be.reasons(b))
+    plan = be.prepare(b)
+    out = be.run(plan)
+    torch.cuda.synchronize()
+    ref, _ = reference_attention(b)
+    rel, mx = compare(out, ref)
+    assert rel < 1.5e-2, (case, plan.mode, rel, mx)
+

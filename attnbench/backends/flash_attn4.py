@@ -144,7 +144,6 @@ class FlashAttn4Backend(Backend):
     dtypes = (torch.float16, torch.bfloat16)
     head_dim_multiple = 8  # 16 bytes (_validate_head_dims: "divisible by 16 // element size")
     max_head_dim = 256  # sm_90: 8..256 (_validate_head_dims)
-    cuda_only = True
     supports_window = True
     supports_sinks = True
     supports_softcap = True

@@ -151,3 +151,42 @@ def test_gpu_against_reference(case, gqa):
     rel, mx = compare(out, ref)
     assert rel < 1.5e-2, (case, plan.mode, rel, mx)
 
+
+
+# -- Flex on its FLASH backend (flex:kernel=flash) ------------------------------------------------
+def test_flex_flash_option_and_reasons():
+    be = make_backend("flex:kernel=flash")
+    assert be.option("kernel") == "flash" and make_backend("flex").option("kernel") == "triton"
+    if get_backend_class("flash-attn4").unavailable():
+        assert "FlashAttention-4" in be.why_unavailable()
+    rs = be.reasons(batch([decode(40)]))
+    assert any("CUDA devices only" in r for r in rs) and any("float16/bfloat16" in r for r in rs)
+    rs = be.reasons(batch([decode(40)], dtype="bfloat16", d=8))
+    assert any("at least 16" in r for r in rs)
+    assert not any("head dims" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))
+    assert make_backend("flex").reasons(batch([decode(40)])) == []  # the Triton route is unchanged
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c[0] for c in gpu_cases()])
+def test_gpu_flex_flash_against_reference(case):
+    from attnbench.workload.reference import compare, reference_attention
+
+    from .gpu_backends import skip_for
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    be = make_backend("flex:kernel=flash")
+    if be.why_unavailable():
+        pytest.skip(be.why_unavailable())
+    _, reqs, page, kw = next(c for c in gpu_cases() if c[0] == case)
+    b = materialize(BatchSpec(tuple(reqs), 16, 4, 128, "bfloat16", page, "shuffled", **kw), 5, "cuda")
+    if be.reasons(b):
+        skip_for("flex:kernel=flash", be.reasons(b))
+    plan = be.prepare(b)
+    assert "BACKEND=FLASH" in plan.mode
+    out = be.run(plan)
+    torch.cuda.synchronize()
+    ref, _ = reference_attention(b)
+    rel, mx = compare(out, ref)
+    assert rel < 1.5e-2, (case, plan.mode, rel, mx)

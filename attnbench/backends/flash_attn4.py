@@ -193,7 +193,8 @@ class FlashAttn4Backend(Backend):
         """The first plan of a configuration (what FlashAttention-4 compiles a kernel for) in
         this process: one untimed call, its seconds reported apart from every row."""
         g = batch.num_q_heads // batch.num_kv_heads
-        key = (f"{route} {batch.dtype} d{batch.head_dim} g{g} page {batch.page_size} window "
+        one_tile = int(batch.host.query_lens.max()) * g <= 128  # its compile key holds whether one query tile does
+        key = (f"{route} {batch.dtype} d{batch.head_dim} g{g} page {batch.page_size} one-tile {one_tile} window "
                f"{batch.window is not None} softcap {batch.softcap} sinks {batch.sinks is not None}"
                ).replace("torch.", "")
         if key not in FIRST_USE_S:

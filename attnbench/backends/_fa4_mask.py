@@ -23,11 +23,11 @@ context slots of a tree row), each tree request's ``[T, T]`` ancestor mask (the 
 on depths), then ``Lmax`` + ``KEY_PAD`` zeros that every non-tree row reads (its tree term is
 always 0). A key is visible when ``lo <= kv <= hi`` or (``kv >= base`` and its ``seen`` entry is
 1): docs/semantics.md "Visibility". :func:`visible` is that predicate in torch (for tests on a
-CPU); :func:`cute_mask_mod` the same arithmetic in the CuTe DSL, which FlashAttention-4 compiles.
+CPU); :func:`cute_mask_mod` the same arithmetic in the CuTe DSL (``_fa4_cute.py``),
+which FlashAttention-4 compiles.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,26 +108,9 @@ def visible(tables: MaskTables, b: torch.Tensor, q: torch.Tensor, kv: torch.Tens
     return ((kv >= lo) & (kv <= hi)) | ((kv >= base) & (seen > 0))
 
 
-@functools.lru_cache(maxsize=None)
 def cute_mask_mod():
-    """The ``mask_mod`` FlashAttention-4 compiles (one function object, so that its hash, which
-    FlashAttention-4 keys its compile cache on, is computed once): :func:`visible` in the CuTe
-    DSL, on the aux tensors of :meth:`MaskTables.aux`."""
-    import cutlass
-    import cutlass.cute as cute
-    from flash_attn.cute import utils
-
-    @cute.jit
-    def attnbench_tree_mask(batch_idx, head_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
-        b = batch_idx[0]
-        q = q_idx[0]
-        base = aux_tensors[2][b, q]
-        seen = aux_tensors[4][aux_tensors[3][b, q] + kv_idx[0] - base]
-        lo = utils.scalar_to_ssa(aux_tensors[0][b, q], cutlass.Int32)
-        hi = utils.scalar_to_ssa(aux_tensors[1][b, q], cutlass.Int32)
-        tree_start = utils.scalar_to_ssa(base, cutlass.Int32)
-        seen_ssa = utils.scalar_to_ssa(seen, cutlass.Int32)
-        zero = utils.scalar_to_ssa(0, cutlass.Int32)
-        return ((kv_idx >= lo) & (kv_idx <= hi)) | ((kv_idx >= tree_start) & (seen_ssa > zero))
+    """The ``mask_mod`` FlashAttention-4 compiles: :func:`visible` in the CuTe DSL, on the aux
+    tensors of :meth:`MaskTables.aux` (``_fa4_cute.py``, imported here: it needs the CuTe DSL)."""
+    from ._fa4_cute import attnbench_tree_mask
 
     return attnbench_tree_mask

@@ -39,7 +39,8 @@ def flash_unavailable() -> Optional[str]:
     except ModuleNotFoundError:
         found = False
     if not found:
-        return f"torch {torch.__version__} has no Flex FLASH backend (torch/_inductor/kernel/flex/flex_flash_attention.py)"
+        return (f"torch {torch.__version__} has no Flex FLASH backend "
+                "(torch/_inductor/kernel/flex/flex_flash_attention.py)")
     from .flash_attn4 import FlashAttn4Backend
 
     why = FlashAttn4Backend.unavailable()

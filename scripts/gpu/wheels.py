@@ -158,7 +158,8 @@ def main(argv: list[str]) -> int:
     elif a.cmd == "layout":
         for d in layout(a.src, a.out, a.limit_mib, a.part_mib):
             size = sum(p.stat().st_size for p in d.iterdir()) / MIB
-            print(f"{d}: {size:.1f} MiB: " + " ".join(sorted(p.name for p in d.iterdir() if not p.name.startswith("MANIFEST"))))
+            names = sorted(p.name for p in d.iterdir() if not p.name.startswith("MANIFEST"))
+            print(f"{d}: {size:.1f} MiB: " + " ".join(names))
     else:
         for w in join(a.stash, a.dest):
             print(f"{w}: ok")

@@ -102,6 +102,9 @@ def test_reasons_name_the_library_limit():
     assert any("FP8 is only supported on SM100" in r and "interface.py" in r for r in fp8)
     assert any("ALiBi" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", alibi=True)))
     assert any("multiple of 8 and at most 256" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=12)))
+    assert any("multiples of 16" in r and "flash_fwd_sm90.py" in r
+               for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=40)))
+    assert not any("multiples of 16" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=64)))
 
 
 def test_missing_library_names_the_install():

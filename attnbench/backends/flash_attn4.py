@@ -173,6 +173,10 @@ class FlashAttn4Backend(Backend):
         if batch.spec.kv_dtype is not None:
             out.append(f"{v} reads FP8 only on SM100 and only with FP8 queries (flash_attn/cute/interface.py, "
                        "_flash_attn_fwd: 'FP8 is only supported on SM100', and q, k, v must share one dtype)")
+        if batch.head_dim % 16 and not is_mla(batch):
+            out.append(f"{v} loads pages that are not one key tile wide by cp.async, which needs head dims that "
+                       f"are multiples of 16 (flash_attn/cute/flash_fwd_sm90.py: 'assert self.use_tma_KV or not "
+                       f"(self.check_hdim_oob ...)'), got {batch.head_dim}")
         if batch.spec.alibi:
             out.append(f"{v} has no ALiBi argument (flash_attn_varlen_func)")
         if is_mla(batch):

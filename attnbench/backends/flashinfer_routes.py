@@ -2,7 +2,7 @@
 engine would pick on this GPU (``route=auto``). Pure logic over the batch's facts: no
 FlashInfer import, so the choice and its skip reasons are tested on the CPU.
 
-Routes (FlashInfer 0.5.3; ``docs/backends.md``):
+Routes (FlashInfer 0.5.3 and 0.7.2.post1, which take the same arguments here; ``docs/backends.md``):
 - ``decode``: ``BatchDecodeWithPagedKVCacheWrapper`` on CUDA cores; decode-only batches.
 - ``decode-tc``: the same wrapper with ``use_tensor_cores=True`` (its prefill kernels);
   measured faster than ``decode`` on an H100 at GQA group 4 (shared/device/NOTES.md), and
@@ -54,7 +54,9 @@ ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc`` and ``fa2`` hand Flas
 prefills (``decode-tc`` for decodes); branching trees, soft-cap and sinks are refused with it.
 
 Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md
-lists each one (its footnotes) with a link to that source.
+lists each one (its footnotes) with a link to that source, and whether 0.7.2.post1's sources show
+the same. The fa2 kernel's mask limit follows the installed ``math.cuh`` (``fa2_mask_fill``):
+0.7.2.post1 masks with IEEE -inf, and nothing is refused for it there.
 """
 from __future__ import annotations
 

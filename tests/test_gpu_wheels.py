@@ -50,11 +50,12 @@ def test_layout_then_join_gives_the_same_wheels(tmp_path):
     assert len([p for d in folders for p in d.glob("big-*.part-*")]) == 3
     stash = tmp_path / "stash"
     stash.mkdir()
-    for d in folders[:-1]:  # one transfer still to come: nothing joined, the missing piece named
+    for d in folders[:-1]:  # one transfer still to come: nothing joined, the missing folder named
         for p in d.iterdir():
             (stash / p.name).write_bytes(p.read_bytes())
     with pytest.raises(SystemExit, match="missing"):
         wheels.join(stash, tmp_path / "whl")
+    assert not (tmp_path / "whl").exists() or not list((tmp_path / "whl").glob("*.whl"))
     for p in folders[-1].iterdir():
         (stash / p.name).write_bytes(p.read_bytes())
     done = wheels.join(stash, tmp_path / "whl")

@@ -9,8 +9,8 @@ scripts/gpu/install_wheels.sh (on the GPU machine); docs/backends.md "Offline in
 
 ``layout`` splits every wheel larger than the limit into parts (``NAME.part-00``, ...), packs wheels
 and parts into folders ``OUT_DIR/1``, ``OUT_DIR/2``, ... each at most the limit (one folder per
-transfer), and writes ``OUT_DIR/<k>/MANIFEST-<k>`` in each: every wheel's name, size and SHA-256
-and which parts make it. ``join`` reads the manifests found in STASH_DIR (the folders' files,
+transfer), and writes ``OUT_DIR/<k>/MANIFEST-<k>`` in each: how many folders there are, and every
+wheel's name, size and SHA-256 and which parts make it. ``join`` reads the manifests found in STASH_DIR (the folders' files,
 gathered there over several transfers), joins the parts, checks every wheel's size and SHA-256
 and puts the wheels in WHEEL_DIR; a missing part or a wrong checksum is an error naming it.
 """
@@ -88,10 +88,11 @@ def layout(src: Path, out: Path, limit_mib: float, part_mib: float) -> list[Path
         raise ValueError(f"--part-mib {part_mib} is more than --limit-mib {limit_mib}")
     folders = []
     sums = {w.name: (w.stat().st_size, sha256(w)) for w in src.glob("*.whl")}
-    for k, b in enumerate(pack(pieces(src, limit, part), limit - 64 * 1024), 1):  # room for the manifest
+    bins = pack(pieces(src, limit, part), limit - 64 * 1024)  # room for the manifest
+    for k, b in enumerate(bins, 1):
         d = out / str(k)
         d.mkdir(parents=True, exist_ok=True)
-        manifest = []
+        manifest = [f"#folders\t{len(bins)}"]
         for wheel, name, size in b:
             if name == wheel:
                 shutil.copy2(src / wheel, d / name)
@@ -111,12 +112,19 @@ def layout(src: Path, out: Path, limit_mib: float, part_mib: float) -> list[Path
 def join(stash: Path, dest: Path) -> list[Path]:
     """The wheels the manifests in ``stash`` describe, joined from their pieces and checked."""
     want: dict[str, tuple[int, str, int]] = {}
-    for m in sorted(stash.glob("MANIFEST*")):
+    folders = 0
+    for m in sorted(stash.glob("MANIFEST-*")):
         for line in m.read_text().splitlines():
+            if line.startswith("#folders"):
+                folders = max(folders, int(line.split("\t")[1]))
+                continue
             wheel, total, digest, nparts, _ = line.split("\t")
             want[wheel] = (int(total), digest, int(nparts))
     if not want:
         raise SystemExit(f"no MANIFEST in {stash}: stash the folders made by fetch_wheels.sh first")
+    absent = [str(k) for k in range(1, folders + 1) if not (stash / f"MANIFEST-{k}").is_file()]
+    if absent:
+        raise SystemExit(f"missing folder(s) {', '.join(absent)} of {folders} in {stash} (bring them)")
     dest.mkdir(parents=True, exist_ok=True)
     done = []
     for wheel, (total, digest, nparts) in sorted(want.items()):

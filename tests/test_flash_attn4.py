@@ -163,7 +163,7 @@ def test_flex_flash_option_and_reasons():
     if get_backend_class("flash-attn4").unavailable():
         assert "FlashAttention-4" in be.why_unavailable()
     rs = be.reasons(batch([decode(40)]))
-    assert any("CUDA devices only" in r for r in rs) and any("float16/bfloat16" in r for r in rs)
+    assert any("needs a CUDA GPU" in r for r in rs) and any("float16/bfloat16" in r for r in rs)
     rs = be.reasons(batch([decode(40)], dtype="bfloat16", d=8))
     assert any("at least 16" in r for r in rs)
     assert not any("head dims" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))

@@ -51,7 +51,7 @@ def flash_reasons(batch: Any) -> list[str]:
     """Why Flex's FLASH backend cannot compute ``batch`` here (module docstring)."""
     v, out = flash_version(), []
     if batch.device.type != "cuda":
-        out.append(f"Flex's FLASH backend ({v}) runs on CUDA devices only")
+        out.append(f"Flex's FLASH backend ({v}) needs a CUDA GPU")
     if batch.dtype not in (torch.float16, torch.bfloat16):
         out.append(f"Flex's FLASH backend: {v} takes float16/bfloat16 (flash_attn/cute/interface.py), "
                    f"not {str(batch.dtype).replace('torch.', '')}")

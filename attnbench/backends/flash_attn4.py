@@ -173,6 +173,14 @@ class FlashAttn4Backend(Backend):
         if batch.spec.kv_dtype is not None:
             out.append(f"{v} reads FP8 only on SM100 and only with FP8 queries (flash_attn/cute/interface.py, "
                        "_flash_attn_fwd: 'FP8 is only supported on SM100', and q, k, v must share one dtype)")
+        if batch.dtype not in (torch.float16, torch.bfloat16):
+            out.append(f"{v}: 'inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2' (interface.py, "
+                       "_flash_attn_fwd)")
+        if batch.head_dim > 256 and not is_mla(batch):
+            out.append(f"{v}: head dims 8..256 on SM90 (interface.py, _validate_head_dims), got {batch.head_dim}")
+        if batch.kv_order != "NHD":
+            out.append(f"{v} reads paged K/V as [num_pages, page_size, kv_heads, d] only (interface.py, "
+                       "_flash_attn_fwd asserts that shape)")
         if batch.head_dim % 16 and not is_mla(batch):
             out.append(f"{v} loads pages that are not one key tile wide by cp.async, which needs head dims that "
                        f"are multiples of 16 (flash_attn/cute/flash_fwd_sm90.py: 'assert self.use_tma_KV or not "

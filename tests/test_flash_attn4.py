@@ -90,7 +90,8 @@ def test_routes_and_their_arguments():
     route, _, kw, aux = call_args(batch(BATCHES["trees+decode"]), 9)
     assert route == "paged tree mask_mod" and kw["aux_tensors"] is aux
     assert all(t.dtype == torch.int32 and t.is_contiguous() for t in aux)
-    assert call_args(batch([decode(40)]), 10)[2]["num_splits"] == 0  # the library's heuristic off sm_90
+    assert call_args(batch([decode(40)]), 10)[2]["num_splits"] == 0  # the library's heuristic on SM100
+    assert call_args(batch([decode(40)]), 8)[2]["num_splits"] == 1
 
 
 def test_reasons_name_the_library_limit():

@@ -113,7 +113,7 @@ def call_args(batch: Batch, major: Optional[int]) -> tuple[str, str, dict, list]
         cu_seqlens_q=batch.query_start_loc, seqused_k=batch.kv_lens,
         max_seqlen_q=int(h.query_lens.max()), max_seqlen_k=int(h.kv_lens.max()),
         page_table=batch.block_table.contiguous(), softmax_scale=batch.scale,
-        num_splits=1 if major == 9 else 0, pack_gqa=None,
+        num_splits=0 if major in (10, 11) else 1, pack_gqa=None,  # 0: its split heuristic (SM100/110)
     )
     if batch.softcap is not None:
         kw["softcap"] = float(batch.softcap)
@@ -181,6 +181,10 @@ class FlashAttn4Backend(Backend):
         if batch.kv_order != "NHD":
             out.append(f"{v} reads paged K/V as [num_pages, page_size, kv_heads, d] only (interface.py, "
                        "_flash_attn_fwd asserts that shape)")
+        major = _major(batch.device)
+        if major in (8, 12):
+            out.append(f"{v} reads no paged KV cache on SM {major}.x (interface.py, _flash_attn_fwd: 'paged KV not "
+                       "supported on SM 8.0' / 'Paged KV not supported on SM 12.0')")
         if batch.head_dim % 16 and not is_mla(batch):
             out.append(f"{v} loads pages that are not one key tile wide by cp.async, which needs head dims that "
                        f"are multiples of 16 (flash_attn/cute/flash_fwd_sm90.py: 'assert self.use_tma_KV or not "

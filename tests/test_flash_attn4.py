@@ -132,9 +132,10 @@ def gpu_cases():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("trees", ["mask", "split"])
 @pytest.mark.parametrize("case", [c[0] for c in gpu_cases()])
 @pytest.mark.parametrize("gqa", [(16, 4), (8, 8)])
-def test_gpu_against_reference(case, gqa):
+def test_gpu_against_reference(case, gqa, trees):
     from attnbench.workload.reference import compare, reference_attention
 
     from .gpu_backends import gpu_backend, skip_for
@@ -144,6 +145,7 @@ def test_gpu_against_reference(case, gqa):
     be, why = gpu_backend("flash-attn4")
     if be is None:
         pytest.skip(why)
+    be = make_backend(f"flash-attn4:trees={trees}")
     _, reqs, page, kw = next(c for c in gpu_cases() if c[0] == case)
     b = materialize(BatchSpec(tuple(reqs), gqa[0], gqa[1], 128, "bfloat16", page, "shuffled", **kw), 5, "cuda")
     if be.reasons(b):
@@ -232,3 +234,67 @@ def test_gpu_rows_are_graph_timed_and_pass_the_stale_graph_check():
             continue
         assert r.status == "ok", (r.id.backend, r.status, r.reason)
         assert r.timing.timing_method == "cuda-graph", (r.id.backend, r.timing.timing_method)
+
+
+# -- trees=split: the prefix/suffix route, with FlashAttention-4's call stood in on the CPU ----------
+def fake_fa4(q, k_cache, v_cache, *, cu_seqlens_q, seqused_k, page_table, causal, softmax_scale,
+             window_size=(None, None), softcap=0.0, learnable_sink=None, return_lse=False, **_):
+    """flash_attn_varlen_func's paged forward as its docstring and interface.py define it, in
+    float64: bottom-right causal, window (left, right), soft-cap, a natural-log sink per head;
+    returns (out, lse [H, total_q])."""
+    n, hq, d = q.shape
+    page, hkv = k_cache.shape[1], k_cache.shape[2]
+    out = torch.zeros(n, hq, d, dtype=q.dtype)
+    lse = torch.full((hq, n), float("-inf"), dtype=torch.float32)
+    for b in range(len(seqused_k)):
+        q0, q1, lk = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]), int(seqused_k[b])
+        pages = page_table[b, : -(-lk // page)].long() if lk else page_table[b, :0].long()
+        k = k_cache[pages].reshape(-1, hkv, d)[:lk].double().repeat_interleave(hq // hkv, 1)
+        v = v_cache[pages].reshape(-1, hkv, d)[:lk].double().repeat_interleave(hq // hkv, 1)
+        s = torch.einsum("qhd,khd->hqk", q[q0:q1].double(), k) * softmax_scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        qpos = torch.arange(q1 - q0)[:, None] + lk - (q1 - q0)
+        kpos = torch.arange(lk)[None, :]
+        left, right = window_size
+        right = 0 if causal else right
+        ok = torch.ones(q1 - q0, lk, dtype=torch.bool)
+        if right is not None:
+            ok &= kpos <= qpos + right
+        if left is not None:
+            ok &= kpos >= qpos - left
+        s = s.masked_fill(~ok, float("-inf"))
+        if learnable_sink is not None:
+            s = torch.cat([s, learnable_sink.double()[:, None, None].expand(hq, q1 - q0, 1)], -1)
+            v = torch.cat([v, torch.zeros(1, hq, d, dtype=v.dtype)], 0)
+        m = torch.logsumexp(s, -1)
+        p = torch.exp(s - m[..., None]).nan_to_num(0.0)
+        out[q0:q1] = torch.einsum("hqk,khd->qhd", p, v).to(q.dtype)
+        lse[:, q0:q1] = m.float()
+    return out, (lse if return_lse else None)
+
+
+@pytest.mark.parametrize("variant", [{}, {"sinks": True}, {"softcap": 3.0}, {"sinks": True, "softcap": 3.0}])
+def test_trees_split_route_matches_the_reference(variant):
+    from attnbench.backends._fa4_split import plan_split, run_split
+    from attnbench.workload.reference import compare, reference_attention
+
+    reqs = [tree(T40, 50), decode(37), tree(TRND, 0), prefill(9, 5, causal=False), prefill(4, 3)]
+    b = batch(reqs, dtype="float32", **variant)
+    be = make_backend("flash-attn4:trees=split")
+    assert not [r for r in be.unsupported(b) if "trees=split" in r]
+    route, _, kw, aux = call_args(b, 9)
+    p = plan_split(b, kw)
+    out = run_split(p, fake_fa4, b.q, b.k_cache, b.v_cache)
+    rel, _ = compare(out, reference_attention(b)[0])
+    assert rel < 1e-4, (variant, rel)
+
+
+def test_trees_split_refuses_windows_on_trees():
+    be = make_backend("flash-attn4:trees=split")
+    rs = be.unsupported(batch([tree(T40, 50), decode(3)], dtype="bfloat16", window=8))
+    assert any("trees=split" in r and "C + depth" in r for r in rs)
+    assert not [r for r in make_backend("flash-attn4").unsupported(batch([tree(T40, 50)], dtype="bfloat16", window=8))
+                if "trees=split" in r]
+    chains = batch([tree(chain(5), 30), decode(37)], dtype="bfloat16", window=8)  # a causal prefill: runs
+    assert not [r for r in be.unsupported(chains) if "trees=split" in r] and call_args(chains, 9)[0] == "paged causal"

@@ -53,11 +53,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from attnbench.backend import Backend
+from attnbench.backend import Backend, BackendOption
 from attnbench.workload.batch import Batch
 from attnbench.workload.mla import is_mla
 
 from ._fa4_mask import build_tables, cute_mask_mod
+from ._fa4_split import SplitPlan, plan_split, run_split, split_reasons
 
 #: seconds each configuration's first call took in this process (compile + first call)
 FIRST_USE_S: dict[str, float] = {}
@@ -81,6 +82,7 @@ class FA4Plan:
     fn: Callable
     kw: dict = field(default_factory=dict)  # every other argument of the call, made in plan
     aux: list = field(default_factory=list)  # the mask tables (kept alive with the plan)
+    split: Optional[SplitPlan] = None  # trees=split: the prefix/suffix split's calls
 
 
 def _fn() -> Callable:
@@ -148,6 +150,13 @@ class FlashAttn4Backend(Backend):
     supports_sinks = True
     supports_softcap = True
     supports_noncausal = True
+    options = {
+        "trees": BackendOption(
+            "trees", "mask", choices=("mask", "split"),
+            help="mask: trees (and mixed causality) through a CuTe mask_mod over plan-built tables; split: the "
+                 "tree nodes' context through FA4 with its LSE, their own keys dense in torch, merged (flash-attn 2's "
+                 "route), other requests one paged call per causality"),
+    }
 
     @classmethod
     def unavailable(cls) -> Optional[str]:
@@ -173,6 +182,8 @@ class FlashAttn4Backend(Backend):
         if batch.spec.kv_dtype is not None:
             out.append(f"{v} reads FP8 only on SM100 and only with FP8 queries (flash_attn/cute/interface.py, "
                        "_flash_attn_fwd: 'FP8 is only supported on SM100', and q, k, v must share one dtype)")
+        if self.option("trees") == "split":
+            out += split_reasons(batch, v)
         if batch.dtype not in (torch.float16, torch.bfloat16):
             out.append(f"{v}: 'inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2' (interface.py, "
                        "_flash_attn_fwd)")
@@ -200,9 +211,14 @@ class FlashAttn4Backend(Backend):
     def plan(self, batch: Batch) -> FA4Plan:
         t0 = time.perf_counter()
         route, mode, kw, aux = call_args(batch, _major(batch.device))
-        if aux:
+        split = None
+        if aux and self.option("trees") == "split":
+            split, aux = plan_split(batch, kw), []
+            route, mode = "paged split", mode.replace("paged tree mask_mod", "paged split (context via FA4 + dense "
+                                                      "tree + LSE merge; one call per causality)")
+        elif aux:
             kw["mask_mod"] = cute_mask_mod()
-        p = FA4Plan(mode, batch.q, batch.k_cache, batch.v_cache, _fn(), kw, aux)
+        p = FA4Plan(mode, batch.q, batch.k_cache, batch.v_cache, _fn(), kw, aux, split)
         return self._first_use(p, batch, route, t0)
 
     def _first_use(self, p: FA4Plan, batch: Batch, route: str, t0: float) -> FA4Plan:
@@ -222,5 +238,7 @@ class FlashAttn4Backend(Backend):
         return p
 
     def run(self, p: FA4Plan) -> torch.Tensor:
+        if p.split is not None:
+            return run_split(p.split, p.fn, p.q, p.k_cache, p.v_cache)
         out, _ = p.fn(p.q, p.k_cache, p.v_cache, **p.kw)
         return out

@@ -9,7 +9,7 @@
 #   bash scripts/gpu/gpu_peers.sh runs         # scenarios with --save-tensors, rechecked
 #
 # runs: every attnbench/scenarios/gpu/*.yaml and the shipped tree and decode scenarios
-# (SCENARIOS to change them) through flash-attn4, flex:kernel=flash, flex, flashinfer, sdpa and
+# (SCENARIOS to change them) through flash-attn4 (both tree routes), flex:kernel=flash, flex, flashinfer, sdpa and
 # triton (BACKENDS to change them; PICK: attnbench run -k EXPR), each case's tensors saved and
 # every saved output recomputed by scripts/gpu/check_saved.py. Leaves in $OUT (/tmp/peers) the
 # run folders, the logs and check_saved.jsonl. BUDGET_S (570): seconds for the whole command.
@@ -39,7 +39,7 @@ case "${1:-fa4}" in
   runs)
     scen=${SCENARIOS:-"$(ls attnbench/scenarios/gpu/*.yaml) attnbench/scenarios/tree-verify-llama3-8b.yaml attnbench/scenarios/decode-llama3-8b.yaml"}
     bargs=()
-    for b in ${BACKENDS:-flash-attn4 flex:kernel=flash flex flashinfer sdpa triton}; do bargs+=(-b "$b"); done
+    for b in ${BACKENDS:-flash-attn4 flash-attn4:trees=split flex:kernel=flash flex flashinfer sdpa triton}; do bargs+=(-b "$b"); done
     for s in $scen; do
       name=$(basename "$s" .yaml)
       [ "$(left)" -gt 60 ] || { el "out of budget before $name"; rc=1; break; }

@@ -18,7 +18,7 @@ SCENARIO_DIRS = (ROOT / "attnbench" / "scenarios", ROOT / "attnbench" / "scenari
 #: options of a backend that pick the kernel family ("route"): each value is a row of its own
 #: in the verification (attnbench backends --probe lists every option; the others are build or
 #: mode flags set from the environment: flash-attn's hdim128_only, xformers' triton_only)
-ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask", "kernel")}
+ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask", "kernel"), "flash-attn4": ("trees",)}
 
 
 def shipped_scenarios() -> list[Path]:

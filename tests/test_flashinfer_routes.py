@@ -68,8 +68,16 @@ def test_a_route_that_cannot_express_the_batch_says_why(route, reqs, kw, needle)
     assert any(needle in r and f"route {route}" in r for r in reasons), reasons
 
 
+@pytest.fixture
+def finite_mask_fill(monkeypatch):
+    """FlashInfer 0.5.3's math.cuh (``inf = 5e4``), whatever FlashInfer is installed here."""
+    from attnbench.backends import flashinfer_routes
+
+    monkeypatch.setattr(flashinfer_routes, "fa2_mask_fill", lambda: flashinfer_routes.FA2_MASK_FILL)
+
+
 @pytest.mark.parametrize("route, reqs", [("fa2", TREES), ("fa2", PREFILLS), ("fa2", DECODES), ("decode-tc", DECODES)])
-def test_e5m2_is_refused_on_the_fa2_kernel(route, reqs):
+def test_e5m2_is_refused_on_the_fa2_kernel(route, reqs, finite_mask_fill):
     """Issue 32: FlashInfer 0.5.3's fa2 kernel (fa2, and decode-tc, which plans it) masks keys with
     the logit -5e4 before scaling by sm_scale * k_scale; an amax-scaled e5m2 cache makes that scale
     ~1e-5, so masked keys keep weight ~2^-0.5 (rel. err 0.58-0.77 on an H100, nothing raised): a
@@ -80,14 +88,33 @@ def test_e5m2_is_refused_on_the_fa2_kernel(route, reqs):
     reasons = route_reasons(route, f, 9)
     assert len(reasons) == 1, reasons
     why = reasons[0]
-    assert why.startswith(f"route {route}: FlashInfer 0.5.3's fa2 kernel masks keys with the finite logit -5e4")
+    assert why.startswith(f"route {route}: FlashInfer's fa2 kernel masks keys with the finite logit -5e4")
     assert "fp8_e5m2" in why and "2^-0." in why and "math.cuh inf = 5e4" in why
     assert facts(reqs, kv_dtype="fp8_e4m3").mask_bits > 40
     assert not route_reasons(route, facts(reqs, kv_dtype="fp8_e4m3"), 9)
     assert not route_reasons("decode", facts(DECODES, kv_dtype="fp8_e5m2"), 9)
 
 
-def test_the_fa2_mask_limit_is_the_logit_scale_not_the_format():
+@pytest.mark.parametrize("route, reqs", [("fa2", TREES), ("decode-tc", DECODES)])
+def test_e5m2_runs_where_flashinfer_masks_with_ieee_inf(route, reqs):
+    """FlashInfer 0.7.2.post1's math.cuh makes math::inf IEEE infinity (0.5.3: the finite 5e4): a
+    masked key keeps no weight whatever the scale, so the e5m2 refusal is gone with it; the
+    header's text decides (read from the installed wheel, fa2_mask_fill)."""
+    import dataclasses
+
+    from attnbench.backends.flashinfer_routes import mask_fill_of
+
+    v053 = "constexpr float loge2 = 0.69f;\n\nconstexpr float inf = 5e4;\n"
+    v072 = "constexpr float inf = cuda::std::numeric_limits<float>::infinity();\n"
+    assert mask_fill_of(v053) == 5e4 and mask_fill_of("constexpr float inf = 5e4f;") == 5e4
+    assert mask_fill_of(v072) == float("inf") and mask_fill_of("no such line") is None
+    f = dataclasses.replace(facts(reqs, kv_dtype="fp8_e5m2"), mask_fill=mask_fill_of(v072))
+    assert f.mask_bits == float("inf") and not route_reasons(route, f, 9)
+    f053 = dataclasses.replace(f, mask_fill=mask_fill_of(v053))
+    assert route_reasons(route, f053, 9)
+
+
+def test_the_fa2_mask_limit_is_the_logit_scale_not_the_format(finite_mask_fill):
     """The same e5m2 values stored 2^7 smaller (scale amax / 448: what tests/test_issue32_gpu.py
     runs on the GPU) pass; a 16-bit cache under a tiny softmax scale is refused the same way."""
     import dataclasses
@@ -105,11 +132,11 @@ def test_the_fa2_mask_limit_is_the_logit_scale_not_the_format():
     assert not route_reasons("fa2", facts(TREES), 9)
 
 
-def test_e5m2_batches_through_the_backend_are_skipped_rows_naming_the_route():
+def test_e5m2_batches_through_the_backend_are_skipped_rows_naming_the_route(finite_mask_fill):
     """What a run shows: the mixed batch (auto: fa2) a skipped row saying why; decodes run."""
     tree = make_batch(TREES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e5m2")
     r = make_backend("flashinfer").unsupported(tree)
-    assert len(r) == 1 and r[0].startswith("route fa2: FlashInfer 0.5.3's fa2 kernel masks keys"), r
+    assert len(r) == 1 and r[0].startswith("route fa2: FlashInfer's fa2 kernel masks keys"), r
     decodes = make_batch(DECODES, dtype="bfloat16", page_size=16, kv_dtype="fp8_e5m2")
     assert make_backend("flashinfer:route=decode-tc").unsupported(decodes)
     assert make_backend("flashinfer").unsupported(decodes) == []  # auto: decode

@@ -178,8 +178,12 @@ def test_reasons_name_flashinfer_and_its_file(route, kw, needle):
 
 
 @pytest.mark.parametrize("route", ["persistent", "pod"])
-def test_e5m2_is_refused_on_the_routes_that_share_the_fa2_masking(route):
-    """persistent.cuh and batch_pod.cuh run prefill.cuh's logits_mask before the scale (issue 32)."""
+def test_e5m2_is_refused_on_the_routes_that_share_the_fa2_masking(route, monkeypatch):
+    """persistent.cuh and batch_pod.cuh run prefill.cuh's logits_mask before the scale (issue 32;
+    FlashInfer 0.5.3's header, whatever FlashInfer is installed here)."""
+    from attnbench.backends import flashinfer_routes
+
+    monkeypatch.setattr(flashinfer_routes, "fa2_mask_fill", lambda: flashinfer_routes.FA2_MASK_FILL)
     why = route_reasons(route, facts_of(_batch(PREFILLS + DECODES, kv_dtype="fp8_e5m2")), 9)
     assert len(why) == 1 and "masks keys with the finite logit -5e4" in why[0], why
     assert not route_reasons(route, facts_of(_batch(PREFILLS + DECODES, kv_dtype="fp8_e4m3")), 9)

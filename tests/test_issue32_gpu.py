@@ -150,9 +150,19 @@ def test_flashinfer_e5m2_rows_are_skipped_or_right():
     cls = get_backend_class("flashinfer")
     if cls.unavailable():
         pytest.skip(f"flashinfer: {cls.unavailable()}")
+    from attnbench.backends.flashinfer_routes import fa2_mask_fill
+
     mixed = _fi_batch("mixed", "fp8_e5m2")
     reasons = cls().reasons(mixed)
-    assert reasons and reasons[0].startswith("route fa2: FlashInfer 0.5.3's fa2 kernel masks keys"), reasons
+    if fa2_mask_fill() == float("inf"):  # FlashInfer 0.7.2.post1 masks with IEEE -inf: the batch runs
+        assert reasons == [], reasons
+        be = cls()
+        out = be.run(be.prepare(mixed))
+        torch.cuda.synchronize()
+        ref, _ = reference_attention(mixed)
+        assert compare(out, ref)[0] < default_tolerance(mixed.dtype), "FlashInfer e5m2 mixed batch"
+    else:
+        assert reasons and reasons[0].startswith("route fa2: FlashInfer's fa2 kernel masks keys"), reasons
     decodes = _fi_batch("decode", "fp8_e5m2")
     be = cls()
     assert be.reasons(decodes) == []

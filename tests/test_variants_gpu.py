@@ -29,7 +29,7 @@ from .gpu_backends import gpu_backend, skip_for, xformers_triton_only
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-BACKENDS = ["reference", "sdpa", "flex", "triton", "flashinfer", "flash-attn", "xformers"]
+BACKENDS = ["reference", "sdpa", "flex", "triton", "flashinfer", "flash-attn", "flash-attn4", "xformers"]
 FEATURES = {
     "plain": {},
     "window": dict(window=128),

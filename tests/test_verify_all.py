@@ -39,7 +39,8 @@ def test_route_specs_cover_every_route_option():
     fi = gpulib.route_specs("flashinfer")
     assert fi[0] == "flashinfer" and "flashinfer:cascade=off" in fi
     assert {f"flashinfer:route={r}" for r in ROUTES if r != "auto"} <= set(fi)
-    assert gpulib.route_specs("flex") == ["flex", "flex:mask=dense"]
+    assert gpulib.route_specs("flex") == ["flex", "flex:mask=dense", "flex:kernel=flash"]
+    assert gpulib.route_specs("flash-attn4") == ["flash-attn4", "flash-attn4:trees=split"]
     assert gpulib.route_specs("sdpa") == ["sdpa"]
 
 

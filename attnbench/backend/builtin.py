@@ -33,6 +33,11 @@ BUILTIN_INFO: dict[str, BuiltinInfo] = {
         "pip install 'attnbench[flash-attn]' (builds from source; needs nvcc)", True, distribution="flash-attn",
         option_envs=("ATTNBENCH_FA2_HDIM128_ONLY",),
     ),
+    "flash-attn4": BuiltinInfo(
+        "attnbench.backends.flash_attn4:FlashAttn4Backend", "flash_attn.cute",
+        "pip install 'attnbench[flash-attn4]' (flash-attn-4 and the CuTe DSL; offline: docs/backends.md, "
+        "scripts/gpu/fetch_wheels.sh)", True, distribution="flash-attn-4",
+    ),
     "xformers": BuiltinInfo(
         "attnbench.backends.xformers:XformersBackend", "xformers",
         "pip install 'attnbench[xformers]' (the wheel must match your torch version)", True, distribution="xformers",

@@ -2,7 +2,7 @@
 engine would pick on this GPU (``route=auto``). Pure logic over the batch's facts: no
 FlashInfer import, so the choice and its skip reasons are tested on the CPU.
 
-Routes (FlashInfer 0.5.3; ``docs/backends.md``):
+Routes (FlashInfer 0.5.3 and 0.7.2.post1, which take the same arguments here; ``docs/backends.md``):
 - ``decode``: ``BatchDecodeWithPagedKVCacheWrapper`` on CUDA cores; decode-only batches.
 - ``decode-tc``: the same wrapper with ``use_tensor_cores=True`` (its prefill kernels);
   measured faster than ``decode`` on an H100 at GQA group 4 (shared/device/NOTES.md), and
@@ -54,11 +54,18 @@ ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc`` and ``fa2`` hand Flas
 prefills (``decode-tc`` for decodes); branching trees, soft-cap and sinks are refused with it.
 
 Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md
-lists each one (its footnotes) with a link to that source.
+lists each one (its footnotes) with a link to that source, and whether 0.7.2.post1's sources show
+the same. The fa2 kernel's mask limit follows the installed ``math.cuh`` (``fa2_mask_fill``):
+0.7.2.post1 masks with IEEE -inf, and nothing is refused for it there.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
+import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from attnbench.workload.trees import is_chain
@@ -98,6 +105,7 @@ class Facts:
     page_size: int
     head_dim: int
     logit_scale: float = 1.0  # what FlashInfer multiplies raw q.k by: the softmax scale times the FP8 k_scale
+    mask_fill: float = FA2_MASK_FILL  # the installed FlashInfer's math::inf (fa2_mask_fill)
     branching_trees: bool = False  # a tree request that is not a chain (its nodes' positions are not their rows)
     q_dtype: Optional[str] = None  # FP8 attention (model.q_dtype): fa3 only
     rope: bool = False  # fused RoPE (flashinfer_rope.py)
@@ -108,7 +116,7 @@ class Facts:
         """-log2 of the weight a masked key keeps on FlashInfer's fa2 kernel (row max 0). With
         ALiBi the kernel applies the scale in its logits transform, before the mask, and then
         multiplies by log2 e alone (flashinfer_alibi.py): the scale does not shrink the mask."""
-        return FA2_MASK_FILL * (1.0 if self.alibi else self.logit_scale) * LOG2E
+        return self.mask_fill * (1.0 if self.alibi else self.logit_scale) * LOG2E
 
     @property
     def needs_mask(self) -> bool:
@@ -146,7 +154,41 @@ def facts_of(batch) -> Facts:
         q_dtype=spec.q_dtype,
         rope=spec.rope,
         short_kv=spec.short_kv,
+        mask_fill=fa2_mask_fill(),
     )
+
+
+def mask_fill_of(header: str) -> Optional[float]:
+    """The magnitude of ``math::inf`` in the text of FlashInfer's ``math.cuh``: 5e4 in 0.5.3
+    (``constexpr float inf = 5e4;``), infinity from the release that made it IEEE -inf (0.7.2.post1:
+    ``cuda::std::numeric_limits<float>::infinity()``); None when the text has no such line."""
+    m = re.search(r"constexpr\s+float\s+inf\s*=\s*([^;]+);", header)
+    if m is None:
+        return None
+    value = m.group(1).strip()
+    if "infinity" in value:
+        return math.inf
+    try:
+        return float(value.rstrip("fF"))
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def fa2_mask_fill() -> float:
+    """The installed FlashInfer's mask logit magnitude, read from its ``math.cuh`` (found without
+    importing FlashInfer); 0.5.3's 5e4 when it cannot be read (no FlashInfer, another layout)."""
+    try:
+        spec = importlib.util.find_spec("flashinfer")
+    except (ImportError, ValueError):
+        spec = None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(root) / "data" / "include" / "flashinfer" / "math.cuh"
+        if path.is_file():
+            found = mask_fill_of(path.read_text(errors="replace"))
+            if found is not None:
+                return found
+    return FA2_MASK_FILL
 
 
 def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str]:
@@ -172,9 +214,11 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: {SINKLESS[route]} (use route xqa, fa2 or fa3)")
     if route in FA2_KERNEL and f.mask_bits < MIN_MASK_BITS:
         kv = f" (an {f.kv_dtype} cache's k_scale folded in)" if f.kv_dtype else ""
-        out.append(f"{name}: FlashInfer 0.5.3's {MASK_KERNEL.get(route, 'fa2 kernel')} masks keys with the finite "
-                   f"logit -5e4 before it applies the softmax scale, here {f.logit_scale:.3g}{kv}: a masked key keeps "
-                   f"weight 2^-{f.mask_bits:.2g} (wrong outputs, no error; math.cuh inf = 5e4, prefill.cuh); "
+        fill = f"{f.mask_fill:.0e}".replace("e+0", "e")
+        out.append(f"{name}: FlashInfer's {MASK_KERNEL.get(route, 'fa2 kernel')} masks keys with the finite "
+                   f"logit -{fill} before it applies the softmax scale, here {f.logit_scale:.3g}{kv}: a "
+                   f"masked key keeps weight 2^-{f.mask_bits:.2g} (wrong outputs, no error; math.cuh inf = "
+                   f"{fill} as in 0.5.3, prefill.cuh; 0.7.2.post1 masks with IEEE -inf); "
                    "not run (route decode scales before masking)")
     if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
         out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant (AttentionSink, jit/attention/variants.py) "

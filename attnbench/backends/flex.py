@@ -13,7 +13,9 @@ decides inside partial blocks: keys past the request's length hidden; causal (bo
 for prefill/decode, every key for a non-causal prefill, prefix + ancestors for tree nodes (an
 ancestor table); the window on positions (a tree node at C + its depth). Option
 ``mask=dense`` builds the block mask the old way instead (``create_block_mask`` evaluating the
-``mask_mod`` over the padded grid), to measure the difference.
+``mask_mod`` over the padded grid), to measure the difference. Option ``kernel=flash`` runs Flex's
+FLASH backend (``kernel_options={"BACKEND": "FLASH"}``: FlashAttention-4's CuTe kernel under the
+same masks and score_mod, flash-attn-4 installed; what it refuses: ``_flex_flash.py``).
 
 Variants: soft-cap and ALiBi in a ``score_mod`` (``c * tanh(s / c)``, then
 ``slope_h * (key position - query position)``); sinks exactly from Flex's LSE (natural log):
@@ -49,6 +51,7 @@ from attnbench.workload.batch import Batch
 
 from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, rope_dense, unpad_output
 from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
+from ._flex_flash import flash_reasons, flash_unavailable, flash_version
 
 BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
 SMEM_LIMIT = 232448  # bytes of shared memory one program may use on an H100/H200 (227 KB)
@@ -141,6 +144,10 @@ class FlexBackend(Backend):
         "mask": BackendOption(
             "mask", "blocks", choices=("blocks", "dense"),
             help="blocks: BlockMask.from_kv_blocks from row intervals; dense: create_block_mask over the padded grid"),
+        "kernel": BackendOption(
+            "kernel", "triton", choices=("triton", "flash"),
+            help="triton: Flex's Triton kernels; flash: kernel_options BACKEND=FLASH, FlashAttention-4's CuTe "
+                 "kernel under Flex's masks (needs flash-attn-4)"),
     }
     supports_mla = True  # the latent as one KV head (gathered in convert), values its first dims
     # K/V scales applied in convert; more queries than keys: row tables; RoPE rotated in convert;
@@ -156,7 +163,14 @@ class FlexBackend(Backend):
             return f"torch {torch.__version__} has no FlexAttention (needs torch >= 2.5)"
         return None
 
+    def why_unavailable(self):
+        if self.option("kernel") == "flash":
+            return flash_unavailable()
+        return super().why_unavailable()
+
     def unsupported(self, batch: Batch) -> list[str]:
+        if self.option("kernel") == "flash":
+            return flash_reasons(batch)
         if batch.device.type == "cuda" and batch.dtype == torch.float32 and batch.head_dim > 128:
             return ["flex kernel: float32 with head_dim > 128 exceeds shared memory"]
         if batch.device.type == "cuda" and wide_tiles(batch.head_dim, batch.v_head_dim, batch.q.element_size()) is None:
@@ -193,7 +207,9 @@ class FlexBackend(Backend):
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         how = "torch.compile(dynamic=False)" if on_gpu else "eager"
         kernel = "flex kernel forced" if kernel_options else "default kernel"
-        if on_gpu:  # head dims past 256: tiles that fit in shared memory (the decoding kernel's
+        if self.option("kernel") == "flash":  # Flex's FLASH backend: FlashAttention-4's kernel, its own tiles
+            kernel_options, kernel = {"BACKEND": "FLASH"}, f"BACKEND=FLASH ({flash_version()})"
+        elif on_gpu:  # head dims past 256: tiles that fit in shared memory (the decoding kernel's
             # rows are the G query heads of a KV head: no taller tile than they fill, and its
             # BLOCK_M must be a multiple of G (tl.device_assert(BLOCK_M % G == 0): 128 MLA heads
             # failed to build at BLOCK_M=32 on an H100); where no such tile fits, the flex kernel)

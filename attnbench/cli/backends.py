@@ -35,12 +35,24 @@ def _version(dist: str) -> str:
         return dist
 
 
+def _found(lib: str, dist: Optional[str]) -> bool:
+    """The library is installed. A subpackage (``flash_attn.cute``) is asked of its distribution's
+    metadata: finding it would import its parent package (and torch with it)."""
+    if "." in lib and dist:
+        try:
+            md.distribution(dist)
+            return True
+        except md.PackageNotFoundError:
+            return False
+    return importlib.util.find_spec(lib) is not None
+
+
 def quick_status(name: str, device_type: str) -> tuple[str, str, str]:
     """(installed, default here, version or reason) of a built-in backend, found without
     importing it or its library."""
     info = registry.BUILTIN_INFO[name]
     lib = info.library or "torch"
-    if importlib.util.find_spec(lib) is None:
+    if not _found(lib, info.distribution):
         hint = f"; install with: {info.install_hint}" if info.install_hint else ""
         return "no", "no", f"{lib} not installed{hint}"
     version = _version(info.distribution or lib)

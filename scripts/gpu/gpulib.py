@@ -18,7 +18,7 @@ SCENARIO_DIRS = (ROOT / "attnbench" / "scenarios", ROOT / "attnbench" / "scenari
 #: options of a backend that pick the kernel family ("route"): each value is a row of its own
 #: in the verification (attnbench backends --probe lists every option; the others are build or
 #: mode flags set from the environment: flash-attn's hdim128_only, xformers' triton_only)
-ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask",)}
+ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask", "kernel"), "flash-attn4": ("trees",)}
 
 
 def shipped_scenarios() -> list[Path]:
@@ -36,7 +36,7 @@ def pinned_to_cpu(path: Path) -> bool:
 def route_specs(name: str) -> list[str]:
     """``name`` and one spec per non-default value of each of its route options, from the
     backend's declared ``options`` (BackendOption): flashinfer, flashinfer:cascade=off,
-    flashinfer:route=decode, ...; flex, flex:mask=dense. Canonical strings (the rows' backend)."""
+    flashinfer:route=decode, ...; flex, flex:mask=dense, flex:kernel=flash. Canonical strings (the rows' backend)."""
     from attnbench.backend import canonical_spec, get_backend_class
 
     cls = get_backend_class(name)

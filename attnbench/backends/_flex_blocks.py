@@ -101,10 +101,21 @@ def make_mask_mod(t: RowTables, window: Any):
     if window is not None and kpos is None:
         raise ValueError("row_tables built without key positions, but the batch has a window")
 
+    trees = bool((t.host["tree_base"] != FAR).any())
+
+    # torch.where rather than clamp: Flex's FLASH backend renders the mask_mod in the CuTe DSL,
+    # whose lowering has no maximum/minimum (torch 2.11 on the H200: "UNSUPPORTED CUTEDSL
+    # OPERATION: 'maximum'"); a batch without a tree leaves the ancestor lookup out
     def mask_mod(b, h, q_idx, kv_idx):
+        ok = (kv_idx < kv_len[b]) & (kv_idx >= lo[b, q_idx])
+        if not trees:
+            return window_ok(ok & (kv_idx <= hi[b, q_idx]), b, q_idx, kv_idx)
         rel = kv_idx - base[b, q_idx]
-        in_tree = (rel >= 0) & anc[b, q_idx, rel.clamp(0, tmax - 1)]
-        ok = (kv_idx < kv_len[b]) & (kv_idx >= lo[b, q_idx]) & ((kv_idx <= hi[b, q_idx]) | in_tree)
+        col = torch.where(rel < 0, 0, torch.where(rel > tmax - 1, tmax - 1, rel))
+        in_tree = (rel >= 0) & anc[b, q_idx, col]
+        return window_ok(ok & ((kv_idx <= hi[b, q_idx]) | in_tree), b, q_idx, kv_idx)
+
+    def window_ok(ok, b, q_idx, kv_idx):
         if window is not None:
             ok = ok & (kpos[b, kv_idx] > qpos[b, q_idx] - window)
         return ok

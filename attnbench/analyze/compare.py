@@ -28,7 +28,7 @@ from attnbench.analyze.significance import (
 from attnbench.analyze import ranks
 from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
 from attnbench.analyze.gate_defaults import judge_noise
-from attnbench.analyze.verdict import Thresholds, judge
+from attnbench.analyze.verdict import Thresholds, judge, thresholds_for
 from attnbench.store.fingerprint import compare_fingerprints
 
 
@@ -274,6 +274,16 @@ def check(
         out.append(CaseResult(r.id.scenario, r.id.case_id, r.id.backend, "vanished", gate,
                               baseline_status=r.status, baseline_ms=r.timing.median_ms))
     return CheckResult(out, normalize_by)
+
+
+def report_runs(current: Sequence[Row], baseline: Sequence[Row], normalize_by: Optional[str] = None) -> CheckResult:
+    """Two runs as ``compare runs`` and ``report`` show them: ``check``'s verdicts with the
+    thresholds it uses without flags (``verdict.thresholds_for``), nothing marked failed (a
+    report, not a gate)."""
+    res = check(current, baseline, thresholds_for(current, baseline), normalize_by, gate=False)
+    for c in res.cases:
+        c.failed = False
+    return res
 
 
 # ---------------------------------------------------------------------------- backends

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from html import escape
 from typing import Optional, Sequence
 
-from attnbench.analyze.compare import CheckResult, CompareError, check, compare_backends
+from attnbench.analyze.compare import CheckResult, CompareError, compare_backends, report_runs
 from attnbench.analyze.plots import ceilings_of
 from attnbench.analyze.report_page import page
 from attnbench.analyze.coverage import scenario_change
 from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.svg_charts import case_bars, color, roofline
-from attnbench.analyze.verdict import thresholds_for
 from attnbench.store.manifest import Manifest
 from attnbench.store.options import options_to_json
 from attnbench.store.columns import COLUMNS as REGISTRY, context_of
@@ -150,7 +149,7 @@ def run_table_section(runs: Sequence[RunData]) -> str:
 def runs_check(base: RunData, cur: RunData) -> CheckResult:
     """``cur`` against ``base`` as ``attnbench check`` without flags judges it (the thresholds
     ``verdict.thresholds_for`` gives their rows); CompareError when they cannot be compared."""
-    return check(cur.rows, base.rows, thresholds_for(cur.rows, base.rows), gate=False)
+    return report_runs(cur.rows, base.rows)
 
 
 def _runs_comparison(base: RunData, cur: RunData) -> str:

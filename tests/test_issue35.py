@@ -459,7 +459,7 @@ def test_the_readmes_first_steps_go_from_a_baseline_to_a_failing_check_a_report_
     seen = {}
     for line in walk.strip().splitlines():
         script = f'attnbench() {{ "{sys.executable}" -m attnbench "$@"; }}\n{line}\n'
-        r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         cmd = line.split("attnbench ", 1)[1].split()[0]
         seen[cmd if cmd not in seen else cmd + "2"] = r
         want = 1 if cmd == "check" else 0

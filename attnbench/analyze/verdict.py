@@ -70,5 +70,5 @@ def judge(r: Ratio, candidate_ms: float, th: Thresholds) -> Judgement:
 def rule_text(th: Thresholds) -> str:
     """The rule in one line, for legends: what each word means at ``th``."""
     return (f"regressed: the {th.confidence:.0%} interval lies above 1 and the ratio exceeds "
-            f"{1 + th.max_slowdown:.2f}× and {th.min_delta_ms * 1e3:g} µs; slower: above 1, within those; "
+            f"{1 + th.max_slowdown:.2f}× and the difference {th.min_delta_ms * 1e3:g} µs; slower: above 1, within those; "
             f"faster: below 1; same: it holds 1 within ±{SAME_WITHIN:.0%}; unclear: it holds 1, wider")

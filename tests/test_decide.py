@@ -8,6 +8,7 @@ imported trace on the CPU end to end."""
 import json
 import math
 import random
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -72,6 +73,20 @@ def rounds(rng, ms, n=8, spread=0.05):
     return [ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
 
 
+def walsh_center(xs) -> float:
+    """The median of the Walsh averages (x_i + x_j) / 2, i <= j: the statistic decide's totals
+    and their signed-rank intervals come from."""
+    return statistics.median((xs[i] + xs[j]) / 2 for i in range(len(xs)) for j in range(i, len(xs)))
+
+
+def round_totals(parts, rounds_of, w, backend) -> list[float]:
+    """A backend's weighted step cost per round: plan + convert (their medians: no samples kept)
+    + the kernel's round median, summed over the cases with their weights."""
+    n = len(next(iter(rounds_of.values())))
+    return [sum(w[cid] * (parts[(cid, backend)][0] + parts[(cid, backend)][1] + rounds_of[(cid, backend)][i])
+                for cid in w) for i in range(n)]
+
+
 def decide_json(run: Path, *args) -> dict:
     r = cli.invoke(app, ["decide", str(run), "--format", "json", *args])
     assert r.exit_code == 0, r.output
@@ -127,7 +142,7 @@ def _two_backends(rng, fast_a=(True, False, False)):
     Case times within 2x of each other (base in [0.5, 1)), so that the weights decide the best
     single backend whatever the seed: with bases from 0.05 to 2, seed 201371927 drew a case 0 so
     short that b won under weights (20, 1, 1)."""
-    parts = {}
+    parts, rounds_of = {}, {}
 
     def rows_of(cases):
         out = []
@@ -137,9 +152,11 @@ def _two_backends(rng, fast_a=(True, False, False)):
                 plan, conv = rng.uniform(0, 0.02), rng.uniform(0, 0.02)
                 r = _row(case, b, rounds(rng, base * factor), plan, conv)
                 parts[(case.case_id, b)] = (plan, conv, r.timing.median_ms)
+                rounds_of[(case.case_id, b)] = r.timing.round_medians_ms
                 out.append(r)
         out.append(_row(case, "reference", rounds(rng, 50 * base)))  # the oracle: never a candidate
         return out
+    rows_of.rounds = rounds_of
     return rows_of, parts
 
 
@@ -154,15 +171,19 @@ def test_weights_decide_the_best_single_backend(tmp_path, weights, best):
     w = {c.case_id: c.weight for c in cases}
     per_step = {b: sum(w[cid] * sum(parts[(cid, b)]) for cid in w) / sum(w.values()) for b in "ab"}
     got = {t["backend"]: t for t in doc["backends"]}
-    for b in "ab":
-        assert got[b]["per_step_ms"] == pytest.approx(per_step[b], rel=1e-9), seed
+    for b in "ab":  # the center of the weighted round totals, inside its interval, near the sum of medians
+        totals = round_totals(parts, rows_of.rounds, w, b)
+        assert got[b]["per_step_ms"] == pytest.approx(walsh_center(totals) / sum(w.values()), rel=1e-9), seed
+        assert got[b]["lo_ms"] <= got[b]["per_step_ms"] <= got[b]["hi_ms"], (seed, got[b])
+        assert got[b]["per_step_ms"] == pytest.approx(per_step[b], rel=0.05), seed
+        assert got[b]["kernel_ms"] + got[b]["plan_ms"] + got[b]["convert_ms"] == pytest.approx(per_step[b], rel=1e-9)
         assert got[b]["full"] and got[b]["cases"] == 3 and got[b]["weight"] == sum(weights)
-        assert got[b]["lo_ms"] <= got[b]["per_step_ms"] * 1.06 and got[b]["hi_ms"] >= got[b]["per_step_ms"] * 0.94
     assert doc["best_single"] == best and "reference" not in got, seed
     assert doc["dispatch"] == {"2 decode@16": "a", "2 decode@32": "b", "2 decode@48": "b"}
     dis = sum(w[cid] * min(sum(parts[(cid, b)]) for b in "ab") for cid in w) / sum(w.values())
-    assert doc["dispatch_total"]["per_step_ms"] == pytest.approx(dis, rel=1e-9)
-    assert doc["gain"]["over"] == best and doc["gain"]["ratio"] == pytest.approx(per_step[best] / dis, rel=1e-9)
+    assert doc["dispatch_total"]["per_step_ms"] == pytest.approx(dis, rel=0.05)
+    assert doc["gain"]["over"] == best and doc["gain"]["ratio"] == pytest.approx(per_step[best] / dis, rel=0.1)
+    assert doc["gain"]["lo"] <= doc["gain"]["ratio"] <= doc["gain"]["hi"], (seed, doc["gain"])
     assert 1 < doc["gain"]["lo"] <= doc["gain"]["hi"], (seed, doc["gain"])  # 2x per case: sure in every round
     assert all(not c["tie"] for c in doc["cases"]) and doc["rounds"] == 8
 
@@ -270,7 +291,7 @@ def test_one_round_gives_no_interval_and_says_how_to_get_one(tmp_path):
         return [r for c in cases for r in (_row(c, "a", rounds(rng, 1.0, n=1)), _row(c, "b", rounds(rng, 3.0, n=1)))]
     doc = decide_json(make_run(tmp_path / "run", scenario(), rows_of))
     assert doc["rounds"] == 1 and doc["gain"]["lo"] is None and all(c["tie"] for c in doc["cases"])
-    assert any("intervals need at least 6" in n and "timing.rounds=8" in n for n in doc["notes"])
+    assert any("intervals need at least 8 at 99%" in n and "timing.rounds=10" in n for n in doc["notes"])
 
 
 def test_exports_and_the_report_section(tmp_path):
@@ -446,10 +467,20 @@ def test_the_plans_spread_is_in_the_intervals(tmp_path):
     doc = decide_json(make_run(tmp_path / "run", scenario(), rows_of))
     a = next(t for t in doc["backends"] if t["backend"] == "a")
     assert a["hi_ms"] - a["lo_ms"] > 0.03 * a["per_step_ms"], a  # was 0: the kernel's rounds alone
-    assert not any("fewer plan/convert samples" in n for n in doc["notes"])
-    old = decide_json(make_run(tmp_path / "old", scenario(), lambda cases: [_row(c, b, [0.2] * 8, plan=p)
-                                                                          for c in cases for b, p in (("a", 1), ("b", 1.5))]))
-    assert any("a, b: fewer plan/convert samples kept than rounds" in n for n in old["notes"]), old["notes"]
+    assert not any("sample(s) for" in n for n in doc["notes"])
+
+    def few(cases):  # 5 to 7 plan samples for 8 rounds: the notes say how many, not a guess about old runs
+        out = []
+        for i, c in enumerate(cases):
+            for b, p in (("a", 1), ("b", 1.5)):
+                r = _row(c, b, [0.2] * 8, plan=p)
+                r.timing.plan_samples_ms = [p] * (5 + i)
+                out.append(r)
+        return out
+    old = decide_json(make_run(tmp_path / "old", scenario(), few))
+    said = [n for n in old["notes"] if "sample(s) for" in n]
+    assert [n.split(":")[0] for n in said] == ["a", "b"], old["notes"]
+    assert all("5-7 plan sample(s) for 8 rounds in 3 case(s)" in n and "before" not in n for n in said), said
 
 
 @pytest.mark.slow

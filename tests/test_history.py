@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.analyze.compare import check
 from attnbench.analyze.history_trends import trends
+from attnbench.analyze.verdict import thresholds_for
 from attnbench.cli.app import app
 from attnbench.store.history import add_run, points
 from attnbench.store.runfolder import RunFolder
@@ -48,8 +49,9 @@ def test_add_then_show_judges_each_point_against_the_one_before(runs, tmp_path):
     steps = found[("quickstart", "page_size=16", "sdpa")]
     assert steps[0].result is None and len(steps) == 3
     rows = [RunFolder.load(r).rows for r in runs]
-    for i in (1, 2):  # the same verdict and ratio as attnbench check of the two runs
-        want = next(c for c in check(rows[i], rows[i - 1], gate=False).cases
+    for i in (1, 2):  # the same verdict and ratio as attnbench check of the two runs, with its CPU default
+        th = thresholds_for(rows[i], rows[i - 1])
+        want = next(c for c in check(rows[i], rows[i - 1], th, gate=False).cases
                     if (c.case_id, c.backend) == ("page_size=16", "sdpa"))
         assert steps[i].result.verdict == want.verdict and steps[i].result.ratio == want.ratio
     shown = cli.invoke(app, ["history", "show", "--db", str(db), "-k", "sdpa", "--since", "2000-01-01"])

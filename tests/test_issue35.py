@@ -459,18 +459,24 @@ def test_the_readmes_first_steps_go_from_a_baseline_to_a_failing_check_a_report_
     seen = {}
     for line in walk.strip().splitlines():
         script = f'attnbench() {{ "{sys.executable}" -m attnbench "$@"; }}\n{line}\n'
-        r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         cmd = line.split("attnbench ", 1)[1].split()[0]
         seen[cmd if cmd not in seen else cmd + "2"] = r
         want = 1 if cmd == "check" else 0
         assert r.returncode == want, (line, r.stdout, r.stderr)
     check = seen["check"].stdout
-    # the slowed plugin regresses; sdpa's verdict is left alone: on a loaded 2-core machine an
-    # unchanged backend can read regressed too (docs/ci.md: calibrate measures how often)
-    assert re.search(r"my-decode\s*│\s*regressed", check), check
-    assert re.search(r"my-decode(.|\n)*regressed", seen["history2"].stdout), seen["history2"].stdout  # history show
-    page = (tmp_path / "report.html").read_text()
-    assert "regressed" in page and 'data-chart="trend"' in page
+    # the slowed plugin regresses in both cases; sdpa's verdict is left alone: on a loaded 2-core
+    # machine an unchanged backend can read regressed too (docs/ci.md: calibrate measures how often)
+    assert len(re.findall(r"my-decode\s*│\s*regressed", check)) == 2, check
+    shown = seen["history2"].stdout  # history show: each my-decode trend's second point, as check says
+    trends = re.split(r"\n(?=quickstart · )", "\n" + shown)  # a table per case and backend, titled so
+    mine = [t for t in trends if t.split("\n", 1)[0].rstrip().endswith("· my-decode")]
+    assert len(mine) == 2 and all("regressed" in t for t in mine), shown
+    page = parse((tmp_path / "report.html").read_text())
+    runs = next(t for t in page.tables if t["attrs"].get("data-compare") == "runs")
+    decode = [[c for c, _ in r["cells"]] for r in runs["rows"][1:] if r["cells"][1][0] == "my-decode"]
+    assert len(decode) == 2 and all(r[2] == "regressed" and float(r[5].split()[0]) > 1.2 for r in decode), decode
+    assert 'data-chart="trend"' in (tmp_path / "report.html").read_text()
 
 
 def test_each_command_sizes_its_consoles_from_its_own_environment():

@@ -22,12 +22,13 @@ from typing import Optional, Sequence
 
 from attnbench.store.rows import Row, Status, is_oracle
 from attnbench.analyze.significance import (
-    GATE_CONFIDENCE, REPORT_CONFIDENCE, Ratio, RoundsError, compare_paired, compare_runs, round_logs,
+    REPORT_CONFIDENCE, Ratio, RoundsError, compare_paired, compare_runs, round_logs,
     rounds_needed,
 )
 from attnbench.analyze import ranks
 from attnbench.analyze.normalizer import NormalizerError, normalizer_note, refuse_normalizer
 from attnbench.analyze.gate_defaults import judge_noise
+from attnbench.analyze.verdict import Thresholds, judge, thresholds_for
 from attnbench.store.fingerprint import compare_fingerprints
 
 
@@ -97,23 +98,19 @@ def _usable(r: Optional[Row]) -> bool:
 
 # ---------------------------------------------------------------------------- check
 @dataclass
-class Thresholds:
-    max_slowdown: float = 0.10  # relative: 0.10 = 10% slower
-    min_delta_ms: float = 0.002  # absolute, in ms (2 µs)
-    strict: bool = False  # new cases fail too
-    confidence: float = GATE_CONFIDENCE  # a slowdown is real when this interval lies above 1
-
-
-@dataclass
 class CaseResult:
-    """One matched (or unmatched) key and what the check says about it. Verdicts:
+    """One matched (or unmatched) key and what the check says about it. Verdicts of a compared
+    pair (``verdict.judge``, the rule every command uses):
 
     - ``regressed``: slower beyond both thresholds, and the interval lies above 1 (fails)
-    - ``broken``: was ok, now mismatch or error (fails)
     - ``slower``: slower (the interval lies above 1), but within a threshold
     - ``same``: not significant, and the interval lies within ±5%
     - ``unclear``: not significant, but the interval is too wide to call it the same
     - ``faster``: faster (the interval lies below 1)
+
+    and of the statuses:
+
+    - ``broken``: was ok, now mismatch or error (fails)
     - ``fixed``: was failing or skipped, now ok
     - ``still failing``: failing in both runs
     - ``skipped``: skipped now, was ok: not measured (fails)
@@ -219,20 +216,8 @@ def _judge(cur: Row, base: Row, cn: Optional[Row], bn: Optional[Row], th: Thresh
     if norm:
         res.raw_ratio = ratio(round_logs(cur), round_logs(base), th.confidence)
         res.normalized_by = normalizer_note(norm, cn, bn)
-    res.delta_ms = cur.timing.median_ms * (1 - 1 / r.ratio) if r.ratio > 0 else math.nan
-    if r.slower_for_sure:
-        if r.ratio > 1 + th.max_slowdown and res.delta_ms > th.min_delta_ms:
-            res.verdict, res.failed = "regressed", True
-        else:
-            res.verdict = "slower"
-            res.note = "under --max-slowdown" if r.ratio <= 1 + th.max_slowdown else "under --min-delta-us"
-    elif r.faster_for_sure:
-        res.verdict = "faster"
-    elif r.same:
-        res.verdict = "same"
-    else:
-        res.verdict = "unclear"
-        res.note = f"p={r.p:.2g}, not significant; more rounds narrow the interval"
+    j = judge(r, cur.timing.median_ms, th)  # the one verdict rule (analyze/verdict.py)
+    res.verdict, res.failed, res.note, res.delta_ms = j.verdict, j.failed, j.note, j.delta_ms
     if res.raw_ratio is not None and _disagree(r, res.raw_ratio):
         how = "faster" if res.raw_ratio.ratio < 1 else "slower"
         res.note = (f"{res.note}; " if res.note else "") + (
@@ -289,6 +274,16 @@ def check(
         out.append(CaseResult(r.id.scenario, r.id.case_id, r.id.backend, "vanished", gate,
                               baseline_status=r.status, baseline_ms=r.timing.median_ms))
     return CheckResult(out, normalize_by)
+
+
+def report_runs(current: Sequence[Row], baseline: Sequence[Row], normalize_by: Optional[str] = None) -> CheckResult:
+    """Two runs as ``compare runs`` and ``report`` show them: ``check``'s verdicts with the
+    thresholds it uses without flags (``verdict.thresholds_for``), nothing marked failed (a
+    report, not a gate)."""
+    res = check(current, baseline, thresholds_for(current, baseline), normalize_by, gate=False)
+    for c in res.cases:
+        c.failed = False
+    return res
 
 
 # ---------------------------------------------------------------------------- backends

@@ -14,19 +14,23 @@ is the replicate). Round ``i`` of a row costs ``plan_i + convert_i + its round-i
 and convert are timed on the host apart from the kernel's rounds (``plan_samples_ms``,
 ``convert_samples_ms``), so their samples are split in order into as many groups as there are
 rounds and group ``i``'s median stands for round ``i`` (``spread``): their spread enters the
-intervals, which it dominates where the plan is most of a step. Rows of runs made before the
-samples were kept (or with fewer samples than rounds) count their median in every round, and
-the notes say so. A backend's total in round ``i`` is its weighted mean step ``sum(w * cost_i) /
-sum(w)`` over the cases it covers, with each weight taken relative to the largest of them (so
-that no weight, however small or large a scenario gives it, underflows or overflows the sums:
-``5e-324`` weighs as much as ``1``), and:
+intervals, which it dominates where the plan is most of a step. A row with fewer samples than
+rounds counts its median in every round, and the notes say how many samples it kept. A
+backend's total in round ``i`` is its weighted mean step ``sum(w * cost_i) / sum(w)`` over the
+cases it covers, with each weight taken relative to the largest of them (so that no weight,
+however small or large a scenario gives it, underflows or overflows the sums: ``5e-324`` weighs
+as much as ``1``); every estimate shown is the center of the statistic its interval comes from,
+so it lies inside its interval by construction:
 
-* a total's interval is the signed-rank interval of the round totals' center;
+* a total is the center of the round totals (median of their Walsh averages) with its
+  signed-rank interval (the parts, plan, convert and kernel, are weighted means of medians: they need not
+  add up to it exactly);
 * per case, the runner-up against the pick is the paired ratio of their round costs, with its
-  interval; ``tie`` when that interval holds 1 (the rounds cannot tell them apart, and the
-  pick is the lower median);
+  interval and its verdict (``verdict.judge``, the rule of every command); ``tie`` when the
+  verdict is ``same`` or ``unclear`` (the interval holds 1: the rounds cannot tell them apart,
+  and the pick is the lower median);
 * the gain of dispatching over one backend is the paired ratio of the round totals (that
-  backend's over the dispatch's), with its interval; the point is the ratio of the totals.
+  backend's over the dispatch's), with its interval.
 
 Only ``ok`` rows count, the oracle never does. A backend not ``ok`` in every dispatched case
 is shown with its coverage and never ranked as a single backend: its total covers fewer steps.
@@ -39,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 from attnbench.analyze import ranks
-from attnbench.analyze.significance import REPORT_CONFIDENCE, compare_paired, rounds_needed
+from attnbench.analyze.significance import Ratio, compare_paired, rounds_needed
+from attnbench.analyze.verdict import TIES, Thresholds, judge, thresholds_for
 from attnbench.store.rows import Row, Status, is_oracle
 
 
@@ -58,7 +63,9 @@ class Timed:
 
 @dataclass(frozen=True)
 class Gain:
-    """``other / dispatch`` total (> 1: dispatching is faster) and its paired interval."""
+    """``other / dispatch`` total (> 1: dispatching is faster) and its paired interval; the
+    ratio is the interval's own center (exp of the Hodges-Lehmann center of the per-round log
+    ratios) where the rounds pair up, so it always lies inside it."""
 
     ratio: float
     lo: float
@@ -92,7 +99,8 @@ class CaseChoice:
     costs: list[Cost]  # ok competitors, lowest step cost first
     not_ok: dict[str, str]  # backend -> status (skipped / error / mismatch / no row)
     runner_up: Optional[Gain] = None  # runner-up / pick, paired by round
-    tie: bool = False  # the runner-up's interval holds 1
+    verdict: str = ""  # the runner-up against the pick (verdict.judge): regressed, slower, same, unclear, faster
+    tie: bool = False  # the runner-up's interval holds 1 (verdict same or unclear)
     kernel_pick: str = ""  # the fastest by kernel alone, when plan (or convert) changed the pick
 
     @property
@@ -163,12 +171,21 @@ def cost_of(row: Row, parts: Sequence[str]) -> Cost:
                 [p + c + m for p, c, m in zip(plans, convs, row.timing.round_medians_ms)])
 
 
-def _paired_gain(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
-    """Interval of ``a / b`` paired by round (NaN when the rounds do not pair up)."""
+def _paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float) -> Optional[Ratio]:
+    """``a / b`` paired by round (``significance.compare_paired``); None when the rounds do not
+    pair up."""
     if not a or len(a) != len(b) or min(min(a), min(b)) <= 0:
-        return math.nan, math.nan
-    r = compare_paired([math.log(x) for x in a], [math.log(x) for x in b], confidence)
-    return _bounded(r.lo if r.lo > 0 else math.nan, r.hi)
+        return None
+    return compare_paired([math.log(x) for x in a], [math.log(x) for x in b], confidence)
+
+
+def _gain(a: Sequence[float], b: Sequence[float], total_a: float, total_b: float, confidence: float) -> Gain:
+    """``a / b``: the paired ratio and its interval, or the ratio of the totals (no interval)
+    where the rounds do not pair up."""
+    r = _paired_ratio(a, b, confidence)
+    if r is None:
+        return Gain(total_a / total_b if total_b > 0 else math.nan, math.nan, math.nan)
+    return Gain(r.ratio, *_bounded(r.lo if r.lo > 0 else math.nan, r.hi))
 
 
 def _bounded(lo: float, hi: float) -> tuple[float, float]:
@@ -177,7 +194,7 @@ def _bounded(lo: float, hi: float) -> tuple[float, float]:
 
 
 def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[str], parts: Sequence[str],
-           confidence: float) -> CaseChoice:
+           th: Thresholds) -> CaseChoice:
     """The pick of one case among its ok competitors, and how sure it is against the runner-up."""
     by_backend = {r.id.backend: r for r in rows if not is_oracle(r.id.backend)}
     ok = [r for r in by_backend.values() if r.status is Status.OK and math.isfinite(r.timing.median_ms)]
@@ -187,19 +204,22 @@ def choose(case_id: str, rows: Sequence[Row], weight: float, backends: Sequence[
     first = rows[0]
     ch = CaseChoice(case_id, first.workload.batch, dict(first.workload.params), weight, costs, not_ok)
     if len(costs) >= 2:
-        lo, hi = _paired_gain(costs[1].rounds, costs[0].rounds, confidence)
-        ch.runner_up = Gain(costs[1].step / costs[0].step, lo, hi)
-        ch.tie = not (math.isfinite(lo) and lo > 1)
+        ch.runner_up = _gain(costs[1].rounds, costs[0].rounds, costs[1].step, costs[0].step, th.confidence)
+        r = _paired_ratio(costs[1].rounds, costs[0].rounds, th.confidence)
+        ch.verdict = judge(r, costs[1].step, th).verdict if r is not None else "unclear"
+        ch.tie = ch.verdict in TIES
         by_kernel = min(costs, key=lambda c: (c.kernel, c.backend))
         ch.kernel_pick = by_kernel.backend if by_kernel.backend != costs[0].backend else ""
     return ch
 
 
-def _center(totals: Sequence[float], confidence: float) -> tuple[float, float]:
+def _center(totals: Sequence[float], confidence: float) -> Optional[Timed]:
+    """The center of the round totals (median of their Walsh averages) with its signed-rank
+    interval: the estimate lies inside its interval by construction. None without rounds."""
     if len(totals) < 1:
-        return math.nan, math.nan
+        return None
     s = ranks.paired_shift(totals, confidence)
-    return _bounded(s.lo, s.hi)
+    return Timed(s.estimate, *_bounded(s.lo, s.hi))
 
 
 def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,
@@ -216,19 +236,22 @@ def total_of(name: str, picks: Sequence[tuple[CaseChoice, Cost]], full: bool,
 
     n = {len(c.rounds) for _, c in picks}
     rounds = [mean([c.rounds[i] for _, c in picks]) for i in range(n.pop())] if len(n) == 1 else []
-    lo, hi = _center(rounds, confidence)
     costs = [c for _, c in picks]
+    step = _center(rounds, confidence) or Timed(mean([c.step for c in costs]))
     return Total(name, len(picks), sum(ch.weight for ch, _ in picks),  # shown only (may be inf)
-                 Timed(mean([c.step for c in costs]), lo, hi), mean([c.plan for c in costs]),
-                 mean([c.convert for c in costs]), mean([c.kernel for c in costs]), full), rounds
+                 step, mean([c.plan for c in costs]), mean([c.convert for c in costs]),
+                 mean([c.kernel for c in costs]), full), rounds
 
 
 def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] = PARTS,
-           confidence: float = REPORT_CONFIDENCE) -> Decision:
+           thresholds: Optional[Thresholds] = None) -> Decision:
     """The decision over ``rows`` (one run), each case weighed by ``weights[case_id]``, a step
-    counting ``parts`` (``kernel`` always)."""
+    counting ``parts`` (``kernel`` always), the runner-ups judged by ``thresholds`` (default:
+    what ``check`` uses without flags on these rows, ``verdict.thresholds_for``)."""
     parts = tuple(p for p in PARTS if p in parts or p == "kernel")
     rows_list = list(rows)
+    th = thresholds or thresholds_for(rows_list)
+    confidence = th.confidence
     by_case: dict[str, list[Row]] = {}
     for r in rows_list:
         by_case.setdefault(r.id.case_id, []).append(r)
@@ -241,7 +264,7 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
         raise DecideError(f"case {bad[0]} weighs {weights.get(bad[0], 1.0)!r}: a weight is a finite number > 0 "
                           "(the scenario's weights multiply to more than a float holds, or to 0): give smaller "
                           "or larger weights; they count relative to each other")
-    cases = [choose(cid, rs, weights.get(cid, 1.0), backends, parts, confidence) for cid, rs in by_case.items()]
+    cases = [choose(cid, rs, weights.get(cid, 1.0), backends, parts, th) for cid, rs in by_case.items()]
     dispatched = [c for c in cases if c.pick is not None]
     if not dispatched:
         raise DecideError("no case has an ok competitor row: nothing to choose from (see the run's reasons)")
@@ -253,22 +276,40 @@ def decide(rows: Iterable[Row], weights: dict[str, float], parts: Sequence[str] 
             continue
         t, t_rounds = total_of(b, picks, len(picks) == len(dispatched), confidence)
         if t.full:
-            lo, hi = _paired_gain(t_rounds, dis_rounds, confidence)
-            t.vs_dispatch = Gain(t.step.ms / dis.step.ms, lo, hi)
+            t.vs_dispatch = _gain(t_rounds, dis_rounds, t.step.ms, dis.step.ms, confidence)
         totals.append(t)
     totals.sort(key=lambda t: (not t.full, t.step.ms if t.full else -t.weight, t.backend))
     best = totals[0] if totals and totals[0].full else None
     rounds = {len(c.rounds) for ch in dispatched for c in ch.costs}
     d = Decision(cases, totals, dis, best, parts, confidence, rounds.pop() if len(rounds) == 1 else 0)
-    d.notes = notes(d)
-    const = sorted({r.id.backend for r in rows_list if r.status is Status.OK and host_constant(r, parts)}
-                   & set(backends))
-    if const:
-        d.notes.append(f"{', '.join(const)}: fewer plan/convert samples kept than rounds (a run made before they were "
-                       "kept): their median counts in every round, so the intervals leave the host times' spread out")
+    d.notes = notes(d) + host_notes([r for r in rows_list if r.id.backend in backends], parts)
     if parts != ("kernel",):
-        d.kernel_only = decide(rows_list, weights, ("kernel",), confidence)
+        d.kernel_only = decide(rows_list, weights, ("kernel",), th)
     return d
+
+
+def host_notes(rows: Sequence[Row], parts: Sequence[str]) -> list[str]:
+    """Per backend whose ok rows kept fewer plan or convert samples than timing rounds: how many
+    were kept, and that the median then counts in every round (``spread``)."""
+    few: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for r in rows:
+        if r.status is not Status.OK or not host_constant(r, parts):
+            continue
+        n, t = len(r.timing.round_medians_ms), r.timing
+        for part, kept in (("plan", t.plan_samples_ms), ("convert", t.convert_samples_ms)):
+            ms = t.plan_ms if part == "plan" else t.convert_ms
+            if part in parts and ms and math.isfinite(ms) and len(kept) < n:
+                few.setdefault(r.id.backend, {}).setdefault(part, []).append((len(kept), n))
+    out = []
+    for backend, by_part in sorted(few.items()):
+        said = []
+        for part, counts in by_part.items():
+            k, n = [c for c, _ in counts], sorted({n for _, n in counts})
+            kept = f"{min(k)}" if min(k) == max(k) else f"{min(k)}-{max(k)}"
+            said.append(f"{kept} {part} sample(s) for {'/'.join(map(str, n))} rounds in {len(counts)} case(s)")
+        out.append(f"{backend}: {'; '.join(said)}, fewer than one per round: there its median counts in every "
+                   "round, so the intervals leave that part's spread between rounds out")
+    return out
 
 
 def notes(d: Decision) -> list[str]:
@@ -278,7 +319,7 @@ def notes(d: Decision) -> list[str]:
     need = rounds_needed(d.confidence, paired=True)
     if d.rounds < need:
         out.append(f"{d.rounds or 'no common number of'} timing round(s) per row: intervals need at least {need} "
-                   f"at {d.confidence:.0%} (run with --set timing.rounds={max(need, 8)}); until then every pick is "
+                   f"at {d.confidence:.0%} (run with --set timing.rounds={max(need, 10)}); until then every pick is "
                    "marked ≈ (the rounds cannot tell it from the runner-up)")
     lost = [c for c in d.cases if c.pick is None]
     if lost:

@@ -97,7 +97,7 @@ def case_record(c: CaseChoice, key: str) -> dict:
             "convert_ms": p.convert if p else math.nan, "kernel_ms": p.kernel if p else math.nan,
             "runner_up": c.costs[1].backend if len(c.costs) > 1 else None,
             "runner_up_ratio": ru.ratio if ru else math.nan, "lo": ru.lo if ru else math.nan,
-            "hi": ru.hi if ru else math.nan, "tie": c.tie if ru else False, "kernel_pick": c.kernel_pick or None,
+            "hi": ru.hi if ru else math.nan, "verdict": c.verdict or None, "tie": c.tie if ru else False, "kernel_pick": c.kernel_pick or None,
             "candidates": {x.backend: x.step for x in c.costs}, "not_ok": c.not_ok}
 
 
@@ -171,7 +171,8 @@ def tables(d: Decision) -> tuple[list[list[str]], list[list[str]]]:
 
 def legend(d: Decision) -> str:
     return (f"step = {step_text(d)}, weighted mean per step; intervals: {d.confidence:.0%} over "
-            f"{d.rounds or 'differing'} timing round(s); ≈: the runner-up's interval holds 1 (a tie); "
+            f"{d.rounds or 'differing'} timing round(s), each estimate the center of its interval's statistic; "
+            "≈: the runner-up's verdict is same or unclear (its interval holds 1: a tie); "
             "plan+convert share: the part of the step outside the kernel; ÷ dispatch: the backend's total over the dispatch's")
 
 

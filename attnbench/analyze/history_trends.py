@@ -1,7 +1,8 @@
 """Trends of a history (``store.history``): per (scenario, case, backend), its points oldest
 first, each judged against the point before it by the regression gate's own ``compare.check``
-(the timing rounds as replicates, the 99% interval, the slowdown thresholds), so a trend
-reads the way ``attnbench check`` would have on that night. A point measured on another device
+(the timing rounds as replicates, the 99% interval, and the thresholds ``check`` uses without
+flags: ``verdict.thresholds_for``, 20% on a CPU and 10% on a GPU), so a trend reads the way
+``attnbench check`` would have on that night. A point measured on another device
 (or another host of the same device name, by the host fields both runs recorded), with
 another scenario text or other ``--set`` overrides than the one before is not compared (its
 note says why).
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Callable, Optional, Sequence
 
-from attnbench.analyze.compare import CaseResult, CompareError, Thresholds, check
+from attnbench.analyze.compare import CaseResult, CompareError, check
+from attnbench.analyze.verdict import Thresholds, thresholds_for
 from attnbench.analyze.svg_charts import trend
 from attnbench.store.fingerprint import compare_fingerprints
 from attnbench.store.history import Point
@@ -29,8 +31,9 @@ class Step:
 
 
 def trends(pts: Sequence[Point], pick: Optional[Callable[..., bool]] = None,
-           thresholds: Thresholds = Thresholds()) -> dict[Key, list[Step]]:
-    """The steps of every (scenario, case, backend) ``pick(case_id, backend, params)`` keeps."""
+           thresholds: Optional[Thresholds] = None) -> dict[Key, list[Step]]:
+    """The steps of every (scenario, case, backend) ``pick(case_id, backend, params)`` keeps,
+    judged by ``thresholds`` (default: what ``check`` uses without flags on the two points' rows)."""
     by_key: dict[Key, list[Point]] = {}
     for p in pts:
         if pick is None or pick(p.row.id.case_id, p.row.id.backend, p.row.workload.params):
@@ -38,7 +41,7 @@ def trends(pts: Sequence[Point], pick: Optional[Callable[..., bool]] = None,
     return {key: _steps(ps, thresholds) for key, ps in by_key.items()}
 
 
-def _steps(ps: list[Point], th: Thresholds) -> list[Step]:
+def _steps(ps: list[Point], thresholds: Optional[Thresholds]) -> list[Step]:
     out = [Step(ps[0], None)]
     for prev, cur in zip(ps, ps[1:]):
         if prev.run.device != cur.run.device:
@@ -57,6 +60,7 @@ def _steps(ps: list[Point], th: Thresholds) -> list[Step]:
             out.append(Step(cur, None, f"--set overrides changed ({sets}): not compared"))
             continue
         try:
+            th = thresholds or thresholds_for([prev.row], [cur.row])
             res = check([cur.row], [prev.row], th, gate=False).cases[0]
         except CompareError as e:
             out.append(Step(cur, None, str(e)))
@@ -132,7 +136,8 @@ def history_html(found: dict[Key, list[Step]], source: str) -> str:
     if not found:
         return f'<h2>History</h2><p class="note">{escape(source)}: no stored point matches</p>'
     parts = [f'<h2>History</h2><p class="note">{escape(source)}; each point against the one before by the '
-             "gate's statistics (attnbench check: timing rounds as replicates, 99% interval)</p>"]
+             "gate's statistics and verdicts (attnbench check without flags: timing rounds as replicates, 99% "
+             "interval, 20% slowdown allowed on a CPU, 10% on a GPU)</p>"]
     cases: dict[tuple[str, str], list[Key]] = {}
     for key in found:
         cases.setdefault(key[:2], []).append(key)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Optional, Sequence
 
-from attnbench.analyze.compare import CompareError, Thresholds, check, compare_backends
+from attnbench.analyze.compare import CheckResult, CompareError, compare_backends, report_runs
 from attnbench.analyze.plots import ceilings_of
 from attnbench.analyze.report_page import page
 from attnbench.analyze.coverage import scenario_change
@@ -146,6 +146,12 @@ def run_table_section(runs: Sequence[RunData]) -> str:
 
 
 # ---------------------------------------------------------------------------- comparison
+def runs_check(base: RunData, cur: RunData) -> CheckResult:
+    """``cur`` against ``base`` as ``attnbench check`` without flags judges it (the thresholds
+    ``verdict.thresholds_for`` gives their rows); CompareError when they cannot be compared."""
+    return report_runs(cur.rows, base.rows)
+
+
 def _runs_comparison(base: RunData, cur: RunData) -> str:
     differ = _scenarios_differ(base, cur)
     if differ:
@@ -153,7 +159,7 @@ def _runs_comparison(base: RunData, cur: RunData) -> str:
                 f"not compared: {escape(differ)}; the ratios would compare workloads, not code "
                 "(attnbench check refuses them too)</p>")
     try:
-        res = check(cur.rows, base.rows, Thresholds(), gate=False)
+        res = runs_check(base, cur)
     except CompareError as e:
         return f'<p class="note">{escape(base.label)} vs {escape(cur.label)}: not compared: {escape(str(e))}</p>'
     warn = ""
@@ -174,7 +180,7 @@ def _runs_comparison(base: RunData, cur: RunData) -> str:
     return (f"<h3>{escape(cur.label)} against {escape(base.label)}</h3>{warn}"
             f'<p class="note">ratio = {escape(cur.label)} / {escape(base.label)} (&gt; 1: slower), the timing rounds as '
             f"replicates, {res.cases and next((c.ratio.confidence for c in res.cases if c.ratio), 0.99):.0%} "
-            "interval (the gate's statistics, attnbench check)</p>"
+            "interval and the verdicts of attnbench check without flags (docs/ci.md, \"The verdict\")</p>"
             f'<table class="sortable compare" data-compare="runs"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
 

@@ -26,9 +26,10 @@ from attnbench.cli.pipeline import (
     new_options, new_runner, run_rows,
 )
 from attnbench.analyze.compare import (
-    CompareError, Thresholds, check as run_check, compare_backends, ensure_rows_same_device, ensure_same_device,
+    CompareError, compare_backends, report_runs, ensure_rows_same_device, ensure_same_device,
 )
 from attnbench.analyze.significance import GATE_CONFIDENCE, REPORT_CONFIDENCE, rounds_needed
+from attnbench.analyze.verdict import rule_text, thresholds_for
 from attnbench.analyze.compare_tables import (
     backend_columns, backend_records, check_records, check_summary, render, run_pair_columns,
 )
@@ -197,27 +198,23 @@ def compare_runs_cmd(
     """The same rows of two runs side by side, with ratios and intervals.
 
     Rows are matched by scenario, case and backend, never by order; ratio = after/before with
-    an exact 95% Mann-Whitney interval over the two runs' timing rounds; rows on one side only
-    are listed."""
+    an exact 99% Mann-Whitney interval over the two runs' timing rounds, and the verdict check
+    gives without flags (regressed, slower, faster, same, unclear); rows on one side only are
+    listed. The exit code stays 0: check is the gate."""
     fmt = check_format(format)
     b, a = load_pair(run_b, run_a, allow_cross_device, fmt)
     if normalize_by:
         normalize_by = backend_among(normalize_by, [r.id.backend for r in b.rows + a.rows], "--normalize-by",
                                      "the rows' backends")
     b.rows, a.rows = pick_rows(b.rows, select, normalize_by), pick_rows(a.rows, select, normalize_by)
-    # no thresholds: this is a report, not a gate
-    th = Thresholds(max_slowdown=0.0, min_delta_ms=0.0, confidence=REPORT_CONFIDENCE)
-    res = run_check(b.rows, a.rows, th, normalize_by, gate=False)
-    for c in res.cases:
-        c.failed = False
-        if c.verdict == "regressed":
-            c.verdict = "slower"
-    render(check_records(res.cases), run_pair_columns(bool(normalize_by), REPORT_CONFIDENCE), fmt, console,
+    th = thresholds_for(b.rows, a.rows)  # the verdicts check gives without flags (analyze/verdict.py)
+    res = report_runs(b.rows, a.rows, normalize_by)
+    render(check_records(res.cases), run_pair_columns(bool(normalize_by), th.confidence), fmt, console,
            f"{a.label} (baseline) → {b.label}")
     info = info_console(fmt)
     info.print(
-        f"ratio = after / before over timing rounds (> 1: slower), {REPORT_CONFIDENCE:.0%} interval and Mann-Whitney p "
-        "over the rounds' medians; same = the interval lies within ±5%; unclear = it contains 1 but is wider"
+        f"ratio = after / before over timing rounds (> 1: slower), {th.confidence:.0%} interval and Mann-Whitney p "
+        f"over the rounds' medians; verdicts as check's without flags: {rule_text(th)}"
         + (f"; each round divided by {normalize_by}'s in the same round" if normalize_by else ""),
         style="dim", highlight=False,
     )

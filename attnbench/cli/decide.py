@@ -67,9 +67,10 @@ def decide_cmd(
     export_markdown: Optional[Path] = typer.Option(None, "--export-markdown", help="also write the Markdown here"),
 ):
     """Which backend to run per batch shape, and what that buys: per backend the weighted step time
-    (plan + kernel + convert, weighted by each case's steps) with its 95% interval over timing
-    rounds, the dispatch table (the fastest ok backend per case, ≈ when its runner-up ties), and
-    the gain of dispatching over the best single backend. Needs timing.rounds >= 6 for intervals."""
+    (plan + kernel + convert, weighted by each case's steps) with its 99% interval over timing
+    rounds, the dispatch table (the fastest ok backend per case, ≈ when its runner-up ties: check's
+    verdict same or unclear), and the gain of dispatching over the best single backend. Needs
+    timing.rounds >= 8 for intervals."""
     from attnbench.analyze.decide_render import json_doc, markdown
     from attnbench.store.outputs import check_write_target
     from attnbench.store.runfolder import atomic_write

@@ -1,5 +1,5 @@
-"""``attnbench report RUN [RUN...] -o report.html``: one self-contained HTML file of runs
-(``analyze.report``), optionally with a history's trends (``--history DB -k EXPR``)."""
+"""``attnbench report RUN [RUN...] [--baseline RUN] -o report.html``: one self-contained HTML
+file of runs (``analyze.report``), optionally with a history's trends (``--history DB -k EXPR``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +35,10 @@ def load_runs(paths: List[Path]) -> List[RunData]:
 @handle_errors
 @stops_on_sigterm  # a CI cancel: the partial page is removed, as on Ctrl-C
 def report_cmd(
-    runs: List[Path] = typer.Argument(..., help="run folders, oldest first (two or more: the last is compared with the first; ratio > 1: slower)"),
+    runs: List[Path] = typer.Argument(..., help="run folders; without --baseline, oldest first (the first is the "
+                                                "baseline the others are compared with, as in compare runs BEFORE AFTER)"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="the run folder every run is compared with, "
+                                            "as in check RUN --baseline B (ratio = run / baseline, > 1: slower)"),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
     title: str = typer.Option("", help="the page title (default: the runs' names)"),
     history: Optional[Path] = typer.Option(None, "--history", help="also draw the trends of this history database"),
@@ -43,9 +46,14 @@ def report_cmd(
                                          help="with --history: which case/backend trends to draw (like pytest -k)"),
 ):
     """Write one self-contained HTML report of runs: the rows (sortable, filterable), the
-    comparison with intervals, per-case bars, the roofline, the environment, repro commands."""
-    check_write_target(out, "--out/-o", inputs=[*runs, history], example="report.html")
-    data = load_runs(runs)
+    comparison with intervals and check's verdicts, per-case bars, the roofline, the environment,
+    repro commands. Which run is the baseline: --baseline B (as check takes it), else the first."""
+    if baseline is not None and any(p.resolve() == baseline.resolve() for p in runs):
+        raise UsageError(f"--baseline {baseline} is also one of the runs: name it once, as --baseline "
+                         "(the runs after it are compared with it)")
+    paths = [baseline, *runs] if baseline is not None else list(runs)
+    check_write_target(out, "--out/-o", inputs=[*paths, history], example="report.html")
+    data = load_runs(paths)
     from attnbench.analyze.decide_render import report_section  # runs of weighted scenarios (attnbench decide)
     extra = [report_section(data)]
     if history is not None:

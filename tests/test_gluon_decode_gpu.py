@@ -1,4 +1,4 @@
-"""The Gluon decode kernel (issue 33, decode round 1; attnbench/backends/gluon_decode_kernels.py) on a Hopper GPU
+"""The Gluon decode kernel (issue 33, decode round 1; attnbench/kernels/decode/gluon_kernels.py) on a Hopper GPU
 against the reference: FP8 caches (e4m3 / e5m2, scales per tensor or per head) and 16-bit ones, decodes over
 contexts of odd lengths (none included: the decode's own key alone), pages of 16 to 512 keys in every layout, NHD
 and HND caches, head dims 64 and 128, GQA groups 1 to 16, forced splits (partials and the merge) or the plan's own,
@@ -12,8 +12,8 @@ import random
 import pytest
 import torch
 
-from attnbench.backends import triton_decode_gluon as dec
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.decode import gluon as dec
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 
 from .hopper import count_launches, matches_reference, on_hopper

@@ -1,4 +1,4 @@
-"""The Gluon MLA kernel (issue 33, MLA round 2; attnbench/backends/gluon_mla_kernels.py) on a Hopper GPU against
+"""The Gluon MLA kernel (issue 33, MLA round 2; attnbench/kernels/mla/gluon_kernels.py) on a Hopper GPU against
 the reference: DeepSeek-V3's latent row (512 + 64), 128 and 16 heads (and 1, 96: a unit's rows short of 64 or
 a request's last unit partial), decodes over contexts of odd lengths (key counts 1, 63, 65, 1000, 16384) in
 shuffled pages of 8 to 256 keys, bf16 and fp16, split by the plan's rule, forced to 1 split or to 3 and 7
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.backends import triton_mla_gluon as mg
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.mla import gluon as mg
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 

@@ -1,4 +1,4 @@
-"""The Gluon prefill kernel (issue 33, prefill round 3; attnbench/backends/gluon_prefill_kernels.py) on
+"""The Gluon prefill kernel (issue 33, prefill round 3; attnbench/kernels/prefill/gluon_kernels.py) on
 a Hopper GPU against the reference: odd prefill lengths beside a chunked prefill and a decode,
 pages of 64/128/256 keys, NHD and HND caches, head dims 64 and 128, GQA groups 1/4/8, with and
 without forced splits (partials and the merge). Each case asserts the Gluon kernel launched."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.backends import triton_prefill_gluon as gluon
+from attnbench.kernels.prefill import gluon
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.backends.triton import TritonBackend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -1,4 +1,4 @@
-"""The Gluon tree kernel (issue 33, tree round 1; attnbench/backends/gluon_tree_kernels.py) on a Hopper GPU
+"""The Gluon tree kernel (issue 33, tree round 1; attnbench/kernels/tree/gluon_kernels.py) on a Hopper GPU
 against the reference: full, random and chain trees over contexts of odd lengths (none included), beside
 decodes and a short causal chunk, pages of 8 to 256 keys in every layout, NHD and HND caches, head dims 64
 and 128, GQA groups 1/4/8, with and without forced splits (partials and the merge), the output NaN-filled
@@ -11,8 +11,8 @@ import random
 import pytest
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.tree import gluon as tree
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.backends import triton_features as tf
-from attnbench.backends import triton_mla as tm
-from attnbench.backends import triton_plan as tp
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.shared import features as tf
+from attnbench.kernels.mla import plan as tm
+from attnbench.kernels.shared import plan as tp
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import Request, materialize
 from attnbench.workload.scenario import load
 from attnbench.workload.trees import random_tree
@@ -223,7 +223,7 @@ def test_the_step_split_pick_is_the_reference_pick():
     """triton_step.large_chunk (one product with a per-(longest, slots, hkv) work table, or the
     reference past DENSE_CELLS) picks triton_plan.large_chunk's chunk: ragged and equal tile
     counts, 1 to 3000 tiles, 4 to 1056 program slots, 1 to 8 KV heads."""
-    from attnbench.backends import triton_step as ts
+    from attnbench.kernels.shared import step as ts
 
     rng = np.random.default_rng(3)
     for _ in range(2000):

@@ -19,7 +19,7 @@ import torch
 from .interpreted import import_interpreted
 
 # the kernels interpreted on a CPU machine (tests/interpreted.py says why and when)
-triton_kernels, _paged = import_interpreted("attnbench.backends.triton_kernels", "attnbench.backends.triton_paged")
+triton_kernels, _paged = import_interpreted("attnbench.kernels.paged.kernels", "attnbench.backends.triton")
 TritonBackend, triton_mode = _paged.TritonBackend, _paged.triton_mode
 
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
@@ -227,7 +227,7 @@ GPU_SCRIPT = textwrap.dedent(
     from attnbench.workload.batch import BatchSpec, Request, materialize
     from attnbench.workload.reference import compare, reference_attention
     from attnbench.workload.trees import from_choices, full, random_tree
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     t40 = tuple(full({"depth": 3, "branching": 3}))
     t70 = tuple(random_tree({"nodes": 70, "max_depth": 8, "max_children": 4, "seed": 1}))
     cases = [
@@ -264,7 +264,7 @@ def test_gpu_bf16():
 
 def test_programs_per_sm():
     """Shared memory and registers decide how many programs share an SM (H100/H200)."""
-    from attnbench.backends import triton_plan as tp
+    from attnbench.kernels.shared import plan as tp
 
     assert tp.ctas_per_sm(tp.Config(64, 16, 64, 4, 3), 128) == 2  # 112 KB of smem, 255 registers
     assert tp.ctas_per_sm(tp.Config(64, 16, 32, 4, 3, 32, 168), 128) == 3  # 64 KB, 168 registers
@@ -277,7 +277,7 @@ def test_split_counts_latency_model():
     trees), never for short trees or a causal prefill; decode keeps its 2-wave chunks."""
     import math
 
-    from attnbench.backends import triton_plan as tp
+    from attnbench.kernels.shared import plan as tp
 
     cfg = tp.Config(64, 16, 64, 4, 3)
     tree = lambda ctx: tp.split_counts([math.ceil((ctx + 40) / 64)] * 24, [160] * 24, cfg, 128, 132, 8)

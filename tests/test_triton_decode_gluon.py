@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.backends import triton_decode_gluon as dec
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.decode import gluon as dec
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 
@@ -68,7 +68,7 @@ def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_var
     """With a window, sinks and soft-capping (the variants the Gluon decode kernel takes): every unit's keys lie in
     its window's tiles (kv_lo on the 64-key tile holding the unit's ``win_lo``, which is the decode's position minus
     the window plus one), and the plan the shipped kernel runs on the CPU matches the reference."""
-    from attnbench.backends.triton_plan import COL
+    from attnbench.kernels.shared.plan import COL
 
     monkeypatch.setattr(dec, "wanted", lambda batch: True)
     ctxs = (150, 0, 1000, 63, 4097)
@@ -89,7 +89,7 @@ def test_a_plan_the_kernel_fits_is_run_by_it_then_merged(monkeypatch):
     """The plan decides once whether the Gluon decode kernel runs it (the row's 'ran as' names it) and run launches
     it, then the split merge (here fit and the launch are stand-ins: Gluon has no interpreter); a plan fit refuses
     runs the shipped kernel and matches the reference; off Hopper the row says nothing more."""
-    from attnbench.backends import triton_launch
+    from attnbench.kernels.shared import launch as triton_launch
 
     calls, merged = [], []
     b = _decodes(300, 7, hq=8, hkv=2, d=64, dtype="float16")
@@ -151,7 +151,7 @@ def test_run_launches_with_the_tiles_and_the_copy_layout_of_the_batch(monkeypatc
     """``run``'s launch arguments, the kernel a stand-in (Gluon has no interpreter): head dim 64 takes 128-key tiles,
     pages of 16 keys the cp.async layout (``copy_layout``), pages of 64 TMA boxes (None); head dim 128 64-key tiles.
     The grid is units x KV heads."""
-    from attnbench.backends import gluon_decode_kernels as gk
+    from attnbench.kernels.decode import gluon_kernels as gk
 
     launches = []
 

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.backends import triton_plan as tp
+from attnbench.kernels.shared import plan as tp
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import chain, from_choices, random_tree
@@ -42,7 +42,7 @@ from .interpreted import import_interpreted
 from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, tree
 
 ROOT = Path(__file__).resolve().parent.parent
-_pk, _mk = import_interpreted("attnbench.backends.triton_prefill_kernels", "attnbench.backends.triton_mla_kernels")
+_pk, _mk = import_interpreted("attnbench.kernels.prefill.kernels", "attnbench.kernels.mla.kernels")
 from attnbench.backends import triton_mla, triton_prefill  # noqa: E402
 
 VARIANTS = {c.name: c for c in runpy.run_path(str(ROOT / "scripts/dev/triton_variants.py"))["VARIANTS"]}
@@ -296,7 +296,7 @@ GPU_SCRIPT = textwrap.dedent(
     from attnbench.workload.reference import compare, reference_attention
     from attnbench.workload.trees import chain, full
     from attnbench.backends import triton_mla, triton_prefill
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     t40 = tuple(full({"depth": 3, "branching": 3}))
     ran = []
     real = triton_prefill.run

@@ -92,7 +92,7 @@ def test_tree_variants_match_the_reference(name, kv_dtype):
 def test_the_option_reaches_the_launch():
     """``KV_A`` as launched: both bits for an FP8 tree batch with "kv", 0 by default and for a
     16-bit cache (the option is for FP8 tiles only)."""
-    import attnbench.backends.triton_kernels as tk
+    import attnbench.kernels.paged.kernels as tk
 
     seen = []
     real = tk.paged_attention_kernel

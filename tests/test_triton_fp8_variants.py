@@ -17,7 +17,7 @@ from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices
 
-from attnbench.backends import triton_plan as tp
+from attnbench.kernels.shared import plan as tp
 
 from .test_triton_backend import CHOICES, TritonBackend, need_interpreter, tree
 from .scripts import load_script

@@ -10,11 +10,11 @@ import torch
 
 from .interpreted import import_interpreted
 
-_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+_kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 
-from attnbench.backends import triton_mla  # noqa: E402
-from attnbench.backends import triton_mla_gluon as mg  # noqa: E402
-from attnbench.backends import triton_plan as tp  # noqa: E402
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
+from attnbench.kernels.mla import gluon as mg  # noqa: E402
+from attnbench.kernels.shared import plan as tp  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain  # noqa: E402
@@ -145,7 +145,7 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
     pytest.importorskip("triton.experimental.gluon")
     import inspect
 
-    from attnbench.backends import gluon_mla_kernels as gk
+    from attnbench.kernels.mla import gluon_kernels as gk
 
     names = gk.mla_gluon_kernel.arg_names
     seen = {}

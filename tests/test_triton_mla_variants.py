@@ -15,9 +15,9 @@ import pytest
 from .interpreted import import_interpreted
 from .scripts import load_script
 
-_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+_kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 
-from attnbench.backends import triton_mla  # noqa: E402
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices  # noqa: E402

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.backends import triton_prefill_gluon as gluon
+from attnbench.kernels.prefill import gluon
 from attnbench.workload.batch import BatchSpec, Request, materialize
 
 
@@ -44,7 +44,7 @@ def test_fit_names_what_is_missing_on_the_cpu():
 def test_off_hopper_the_rows_mode_is_the_shipped_kernels():
     """Off Hopper (here the CPU: Gluon has no interpreter) the Gluon kernel is never a candidate: the
     default plan keeps the shipped config and the plan's mode (a row's 'ran as') stays 'interpreted'."""
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
 
     prefill = materialize(BatchSpec((Request("prefill", 70, 0), Request("prefill", 90, 20)), 4, 2, 64,
                                     dtype="float16", page_size=64), 1)
@@ -85,7 +85,7 @@ def test_one_backend_shapes_each_page_size_for_itself(monkeypatch):
     """The per-shape cache keys on the page size (and the variants): one backend that plans the same
     query lengths at page 16 and then at page 256 (a page-size sweep) shapes the second for the Gluon
     kernel (Hopper patched in), and the first again as before."""
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
 
     monkeypatch.setattr(gluon, "hopper", lambda device: True)
     be = TritonBackend()
@@ -99,7 +99,7 @@ def test_one_backend_shapes_each_page_size_for_itself(monkeypatch):
 def test_on_hopper_a_mixed_batchs_row_says_why_not_gluons(monkeypatch):
     """On a Hopper GPU (patched in) a prefill beside a decode keeps the shipped config and kernel, and the
     row's 'ran as' gives ``unwanted``'s reason (the decode), not fit's complaint about the unit size."""
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
 
     monkeypatch.setattr(gluon, "hopper", lambda device: True)
     b = materialize(BatchSpec((Request("prefill", 300, 0), Request("decode", 1, 50)), 8, 2, 128,
@@ -116,7 +116,7 @@ def test_the_default_plan_shapes_its_units_for_the_gluon_kernel_where_wanted(mon
     KV head's G query heads with 64-key tiles, which ``fit`` takes; a config the caller sets wins; the
     plan still runs (here the shipped prefill kernel, Gluon having no interpreter) and matches the
     reference."""
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     from attnbench.workload.reference import compare, reference_attention
 
     monkeypatch.setattr(gluon, "wanted", lambda batch: True)

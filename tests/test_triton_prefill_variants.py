@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.backends import triton_plan as tp
+from attnbench.kernels.shared import plan as tp
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices
@@ -21,8 +21,8 @@ from .interpreted import import_interpreted
 from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, tree
 from .scripts import load_script
 
-(_pk,) = import_interpreted("attnbench.backends.triton_prefill_kernels")
-from attnbench.backends import triton_prefill  # noqa: E402
+(_pk,) = import_interpreted("attnbench.kernels.prefill.kernels")
+from attnbench.kernels.prefill import launch as triton_prefill  # noqa: E402
 
 
 def _variants() -> dict:

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.tree import gluon as tree
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
@@ -130,8 +130,8 @@ def test_the_gluon_tree_plan_counts_its_splits_in_waves(monkeypatch):
     (144 programs: a second wave); 8 x 40 trees at 4k keep 2 splits (128 programs)."""
     import numpy as np
 
-    from attnbench.backends import triton_plan as tp
-    from attnbench.backends import triton_step as ts
+    from attnbench.kernels.shared import plan as tp
+    from attnbench.kernels.shared import step as ts
 
     ragged = np.array([65, 3, 33, 48, 13, 1, 33])
     assert tp.large_chunk(ragged, 65, 132, 8) == 13 and ts.wave_chunk(np.bincount(ragged), 132, 8) == 17
@@ -209,7 +209,7 @@ def test_fit_takes_an_fp8_plan_and_refuses_its_variants(monkeypatch, kv):
 @pytest.mark.parametrize("order", ["NHD", "HND"])
 def test_fits_cache_check_agrees_with_the_launchs_view(order):
     """fit's stride check (no view made at plan time) takes exactly the caches the launch's 2-d view takes."""
-    from attnbench.backends.triton_prefill_gluon import kv_view
+    from attnbench.kernels.prefill.gluon import kv_view
 
     b = _trees(100, kv_order=order, page_size=64)
     for t in (b.k_cache, b.v_cache, b.k_cache[:, :32], b.v_cache[..., :64]):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 import timeit
 
-from attnbench.backends import triton_tree_gluon as tg
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.tree import gluon as tg
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 

@@ -10,9 +10,9 @@ off, FP8 decodes split as 16-bit ones, round 1's MLA config); ``triton-r1`` roun
 """
 from __future__ import annotations
 
-from attnbench.backends import triton_mla
-from attnbench.backends import triton_plan as tp
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.mla import plan as triton_mla
+from attnbench.kernels.shared import plan as tp
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.mla import is_mla
 
 
@@ -53,7 +53,7 @@ def with_constants(module, consts: dict, fn):
 def gluon_variant(name: str, **consts):
     """``triton-pf-gl`` with triton_prefill_gluon's module constants (TILE_KEYS, STAGES,
     COMPUTE_REGS, PERSISTENT, SPLIT_ROWS, EARLY_PAGE) set to ``consts`` while it runs."""
-    from attnbench.backends import triton_prefill_gluon as gluon
+    from attnbench.kernels.prefill import gluon
 
     def __init__(self):
         TritonBackend.__init__(self, prefill="lean,fold,heavy,gluon", block_m=512)
@@ -65,7 +65,7 @@ def gluon_variant(name: str, **consts):
 def tree_variant(name: str, backend: dict | None = None, **consts):
     """``TritonBackend(tree="gluon", **backend)`` with triton_tree_gluon's module constants (STAGES,
     COMPUTE_REGS, FUSED_MERGE, HALF_PARTIALS) set to ``consts`` while it plans and runs."""
-    from attnbench.backends import triton_tree_gluon as tree
+    from attnbench.kernels.tree import gluon as tree
 
     def __init__(self):
         TritonBackend.__init__(self, tree="gluon", **(backend or {}))
@@ -93,7 +93,7 @@ def mla_variant(name: str, **mla):
 def mla_gluon_variant(name: str, **consts):
     """``TritonBackend(mla_gluon=True)`` with triton_mla_gluon's module constants (BLOCK_N, STAGES,
     COMPUTE_REGS, WAVES, HALF_PARTIALS, EARLY_PV, PIPE_S) set to ``consts`` while it plans and runs."""
-    from attnbench.backends import triton_mla_gluon as mg
+    from attnbench.kernels.mla import gluon as mg
 
     def __init__(self):
         TritonBackend.__init__(self, mla_gluon=True)
@@ -142,7 +142,7 @@ MLA_GLUON_VARIANTS = [
 def decode_variant(name: str, backend: dict | None = None, **consts):
     """``TritonBackend(decode="gluon", **backend)`` with triton_decode_gluon's module constants (STAGES, MAXNREG,
     FP8_ONLY) set to ``consts`` while it plans and runs."""
-    from attnbench.backends import triton_decode_gluon as dec
+    from attnbench.kernels.decode import gluon as dec
 
     def __init__(self):
         TritonBackend.__init__(self, decode="gluon", **(backend or {}))

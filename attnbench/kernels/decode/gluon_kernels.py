@@ -35,10 +35,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .gluon_pages import copy_tile, issue_tile, row_pages, tile_pages
-from .gluon_tree_epilogue import store
-from .triton_fp8_words import CVT_E4M3, CVT_E5M2
-from .triton_plan import UNIT_COLUMNS
+from attnbench.kernels.shared.gluon_pages import copy_tile, issue_tile, row_pages, tile_pages
+from attnbench.kernels.shared.gluon_epilogue import store
+from attnbench.kernels.shared.fp8_words import CVT_E4M3, CVT_E5M2
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_KVLO, U_KVHI, U_SPLIT, U_PROW, U_WINLO) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("req", "q_start", "kv_lo", "kv_hi", "split", "prow", "win_lo"))

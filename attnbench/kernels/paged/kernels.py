@@ -47,9 +47,8 @@ except AttributeError:  # pragma: no cover
 
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
-from .triton_merge import merge_kernel  # noqa: F401  (the split merge: triton_paged runs tk.merge_kernel)
-from .triton_plan import UNIT_COLUMNS
-from .triton_tile_math import softmax_step
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
+from attnbench.kernels.shared.tile_math import softmax_step
 
 # the unit table's column offsets, named by the plan that writes them (one source of truth)
 (C_REQ, C_QSTART, C_QCOUNT, C_CTX, C_KVLO, C_KVHI, C_FULL, C_SPLIT, C_PROW, C_TREE, C_Q0, C_NSPLIT, C_BLOCK,

@@ -41,12 +41,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .gluon_clocks import stamp
-from .gluon_pages import issue_tile, tile_pages
-from .gluon_steps import softmax_p, softmax_pv
-from .gluon_tree_mask import allowed, keep, row_bits
-from .gluon_tree_epilogue import merge_rows, store
-from .triton_plan import UNIT_COLUMNS
+from attnbench.kernels.tree.clocks import stamp
+from attnbench.kernels.shared.gluon_pages import issue_tile, tile_pages
+from attnbench.kernels.shared.gluon_steps import softmax_p, softmax_pv
+from attnbench.kernels.tree.mask import allowed, keep, row_bits
+from attnbench.kernels.shared.gluon_epilogue import merge_rows, store
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in (

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import torch
 
-from . import triton_plan as tp
-from ._metadata import token_ids
+from attnbench.kernels.shared import plan as tp
+from attnbench.workload.tokens import token_ids
 
 
 class Words:

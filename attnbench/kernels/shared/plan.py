@@ -61,8 +61,8 @@ import torch
 
 from attnbench.workload.batch import Batch
 
-from . import triton_features as tf
-from ._metadata import token_ids, topology_masks
+from attnbench.kernels.shared import features as tf
+from attnbench.workload.tokens import token_ids, topology_masks
 
 WAVES = 2
 MIN_CHUNK_TILES = 4

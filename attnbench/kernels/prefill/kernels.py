@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_plan import UNIT_COLUMNS
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 (P_REQ, P_QSTART, P_QCOUNT, P_CTX, P_KVLO, P_KVHI, P_FULL, P_SPLIT, P_PROW, P_Q0) = (
     tl.constexpr(UNIT_COLUMNS.index(name)) for name in (

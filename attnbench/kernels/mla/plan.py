@@ -24,9 +24,9 @@ import torch
 
 from attnbench.workload.batch import Batch
 
-from . import triton_mla_gluon as mg
-from . import triton_step as ts
-from .triton_plan import host_tree_words
+from attnbench.kernels.mla import gluon as mg
+from attnbench.kernels.shared import step as ts
+from attnbench.kernels.shared.plan import host_tree_words
 
 PROGRAMS_PER_SM = 2
 MIN_SPLIT_KEYS = 256
@@ -63,7 +63,7 @@ class MlaPlan:
     splits_p2: int
     qk_scale: float
     mode: str = ""
-    gluon: bool = False  # the Gluon MLA kernel runs it (triton_mla_gluon.fit passed at plan time)
+    route: object = None  # the route that runs it (kernels/routes.py; set by the caller)
 
 
 def mla_problems(batch: Batch) -> list[str]:
@@ -182,29 +182,24 @@ def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
 
 
 def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None, *,
-         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, wide: bool = False, gluon: bool = False,
+         shapes: Optional[dict] = None, staging: Optional[ts.Staging] = None, gluon: bool = False,
          **config) -> MlaPlan:
     """The step's tables, as ``build_units`` and ``host_tree_words`` define them, built by the
-    cached per-shape parts (``shapes``: the backend's cache; ``MlaShape``) and written into one
-    host buffer sent to the device in one copy (``staging``, triton_step.py): units, merge
-    rows, context lengths, query starts, tree words. ``wide``: ``default_config``'s overrides
-    (a function of the shape, so taken once per shape), under ``config``'s. ``gluon`` (issue 33's
-    MLA round 2; the backend's ``mla_gluon``, on by default): batches triton_mla_gluon.wanted takes get its units
-    (``config_args``, unless ``config`` sets block_m or block_n) and run its Gluon kernel where
-    ``fit`` passes; the mode says which kernel ran (``route_note``)."""
+    cached per-shape parts (``shapes``: the caller's cache; ``MlaShape``) and written into one
+    host buffer sent to the device in one copy (``staging``, shared/step.py): units, merge
+    rows, context lengths, query starts, tree words. The config: ``default_config``'s overrides
+    (a function of the shape, so taken once per shape) under ``config``'s; ``gluon``: units
+    shaped for the Gluon MLA kernel instead (mla/gluon.py's ``config_args``, MTP chains as causal chunks)."""
     dev, h = batch.device, batch.host
     shapes = {} if shapes is None else shapes
-    key = ("mla", sms, batch.q.shape, batch.dtype, splits, wide, gluon, tuple(sorted(config.items())) if config else (),
+    key = ("mla", sms, batch.q.shape, batch.dtype, splits, gluon, tuple(sorted(config.items())) if config else (),
            h.query_lens.tobytes(), h.is_tree.tobytes(), h.causal.tobytes(), ts.tree_key(batch.trees))
     sh = shapes.get(key)
     if sh is None:
         if len(shapes) >= ts.SHAPES:
             shapes.clear()
-        kw = {**(default_config(batch) if wide else {}), **config}
-        shaped = gluon and not {"block_m", "block_n"} & config.keys() and mg.wanted(batch)
-        if shaped:
-            kw = mg.config_args()
-        sh = shapes[key] = MlaShape(batch, choose_config(batch, **kw), sms, splits, causal_chains=shaped)
+        kw = mg.config_args() if gluon else {**default_config(batch), **config}
+        sh = shapes[key] = MlaShape(batch, choose_config(batch, **kw), sms, splits, causal_chains=gluon)
     staging = staging or ts.Staging()
     buf, lay = sh.fill(batch, staging)
     d_buf = staging.send(buf, dev)
@@ -223,10 +218,6 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
         qk_scale=batch.scale * LOG2E,
         mode=("interpreted (TRITON_INTERPRET=1), " if interpreted else "") + lay.mode,
     )
-    if gluon:
-        note = sh.gluon_note(p)
-        p.gluon = note == mg.RAN
-        p.mode = "; ".join(m for m in (p.mode, note) if m)
     return p
 
 
@@ -263,16 +254,6 @@ class MlaShape:
         self.fixed = self.ctx_at + ts.al(nb)
         self.layouts: dict = {}
         self.first = h.query_start_loc[req] * heads + self.row0
-        self.notes: dict = {}
-
-    def gluon_note(self, p: "MlaPlan") -> str:
-        """triton_mla_gluon.route_note, once per device and q / cache layout of the shape."""
-        b = p.batch
-        key = (b.device, b.q.stride(), b.q.data_ptr() % 16, b.k_cache.shape, b.k_cache.stride(),
-               b.k_cache.data_ptr() % 16, b.k_cache.dtype)
-        if key not in self.notes:
-            self.notes[key] = mg.route_note(p)
-        return self.notes[key]
 
     def fill(self, batch: Batch, staging: ts.Staging):
         """This step's tables in one host buffer: ``(buffer, its MlaLayout)``."""
@@ -343,15 +324,26 @@ class MlaLayout:
     mode: str
 
 
-def run(p: MlaPlan) -> torch.Tensor:
-    from . import triton_mla_kernels as mk
+def launch(p: MlaPlan) -> torch.Tensor:
+    """The ``mla`` route: kernels.py's Triton MLA kernel over the plan's units, then the split merge."""
+    from attnbench.kernels.mla import kernels as mk
+
+    _launch(p, mk)
+    return merge(p)
+
+
+def launch_gluon(p: MlaPlan) -> torch.Tensor:
+    """The ``gluon-mla`` route: gluon.py's kernel over the plan's units, then the split merge."""
+    mg.launch(p)
+    return merge(p)
+
+
+def merge(p: MlaPlan) -> torch.Tensor:
+    """``mla_merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch)."""
+    from attnbench.kernels.mla import kernels as mk
 
     b = p.batch
     out = p.out.view(-1, b.v_head_dim)
-    if p.gluon:
-        mg.run(p)
-    else:
-        _launch(p, mk)
     if p.num_merge:
         mk.mla_merge_kernel[(p.num_merge,)](
             p.po, p.pl, out, p.merge,

@@ -20,7 +20,7 @@ import torch
 
 from attnbench.workload.batch import Batch, node_depths
 
-from ._metadata import token_ids
+from attnbench.workload.tokens import token_ids
 
 LOG2E = math.log2(math.e)
 FP8_NAMES = ("fp8_e4m3", "fp8_e5m2")
@@ -78,6 +78,16 @@ def features(batch: Batch, positions: Optional[torch.Tensor], bidir: Optional[bo
         positions=positions,
         bidir=not causal_flags(batch).all() if bidir is None else bidir,
     )
+
+
+def variants(batch: Batch) -> list[str]:
+    """The attention variants the batch asks for besides an FP8 cache, in words ([] for none): the Gluon routes
+    and the Triton prefill route take none of them (the paged kernel takes them all)."""
+    out = ["a sliding window"] if window_of(batch) else []
+    out += ["soft-capping"] if getattr(batch, "softcap", None) else []
+    out += [words for attr, words in (("sinks", "sinks"), ("alibi_slopes", "ALiBi"))
+            if getattr(batch, attr, None) is not None]
+    return out + (["a bidirectional prefill"] if not causal_flags(batch).all() else [])
 
 
 def needs_positions(batch: Batch) -> bool:

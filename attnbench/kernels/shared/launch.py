@@ -1,11 +1,10 @@
-"""What the triton backend's launches share (no triton import here): the stride arguments every
-attention kernel takes in the same order (``paged_attention_kernel``, ``prefill_attention_kernel``),
-and the split merge's second launch."""
+"""What the routes' launches share (no triton import here): the stride arguments every attention kernel takes
+in the same order (``paged_attention_kernel``, ``prefill_attention_kernel``), and the split merge's second launch."""
 from __future__ import annotations
 
 import torch
 
-from . import triton_plan as tp
+from attnbench.kernels.shared import plan as tp
 
 
 def io_strides(p) -> tuple[int, ...]:
@@ -26,21 +25,19 @@ def merge_heads(heads: int, splits_p2: int, d_pad: int) -> int:
     return max(1, min(tp.next_pow2(heads), MERGE_ELEMENTS // (splits_p2 * d_pad)))
 
 
-def merge(p, pdl: bool = False) -> torch.Tensor:
-    """``merge_kernel`` over the plan's split rows into ``p.out`` (none: nothing to launch). ``pdl``: launched as
-    a programmatic dependent of the launch before it (CUDA's PDL, Hopper and later: the merge's launch overlaps that
-    kernel's end, and its programs wait for that kernel's writes before reading); the caller says when that holds."""
+def merge(p) -> torch.Tensor:
+    """``merge_kernel`` (kernels/merge.py) over the plan's split rows into ``p.out`` (none: nothing to launch)."""
     if p.num_merge:
-        from . import triton_kernels as tk
+        from attnbench.kernels import merge as mk
 
         b, out, po, pl = p.batch, p.out, p.po, p.pl
         d_pad = tp.next_pow2(b.head_dim)
         bh = merge_heads(b.num_q_heads, p.splits_p2, d_pad)
-        tk.merge_kernel[(p.num_merge, -(-b.num_q_heads // bh))](
+        mk.merge_kernel[(p.num_merge, -(-b.num_q_heads // bh))](
             out, po, pl, p.merge,
             out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
             b.num_q_heads,
-            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, PDL=pdl,
-            num_warps=4, **({"launch_pdl": True} if pdl else {}),
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, PDL=False,
+            num_warps=4,
         )
     return p.out

@@ -32,7 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .gluon_pages import tile_pages
+from attnbench.kernels.shared.gluon_pages import tile_pages
 
 #: the MLA plan's unit columns (triton_mla_kernels.UNIT_COLS): request, first row, rows, first key, key end,
 #: split (-1: none), first partial row, kind

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from . import triton_features as tf
-from . import triton_plan as tp
-from .triton_stage import Staging, Words
+from attnbench.kernels.shared import features as tf
+from attnbench.kernels.shared import plan as tp
+from attnbench.kernels.shared.stage import Staging, Words
 
 __all__ = ["Shape", "Layout", "Staging", "Words", "shape_key", "tree_key", "make_shape", "fill", "al"]
 C = tp.COL

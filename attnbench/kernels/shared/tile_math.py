@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_fp8_words import split_words
+from attnbench.kernels.shared.fp8_words import split_words
 
 
 @triton.jit

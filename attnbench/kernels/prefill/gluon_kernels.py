@@ -36,9 +36,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from .gluon_steps import softmax_pv
+from attnbench.kernels.shared.gluon_steps import softmax_pv
 
-from .triton_plan import UNIT_COLUMNS
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_SPLIT, U_PROW, U_Q0) = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in (

@@ -1,25 +1,25 @@
-"""Launch of the Gluon decode kernel (gluon_decode_kernels.py; issue 33's decode round 1, docs/triton_notes.md):
-the ``decode="gluon"`` option of the triton backend.
+"""The ``gluon-decode`` route: gluon_kernels.py's Hopper kernel over batches of decodes alone (issue 33's decode
+round 1). H200, 8 x 16k FP8 e4m3 decodes: 82.4 against the paged kernel's 87.0 us at page 16, 73.7 against 79.5 at
+page 64.
 
-``unwanted`` says why the option does not take a batch ('' when it does): a Hopper GPU, batches of decodes alone
-(one query token a request, no tree), 16-bit q over an FP8 cache (``FP8_ONLY``; a 16-bit cache of q's dtype
-otherwise too), head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64 keys or of 16 or 32
-keys (``MIN_PAGE``), and no ALiBi (sliding windows, sinks and soft-capping run in the kernel). ``config_args`` then
-asks the shipped config for the kernel's tiles (``block_nf``, ``tile_keys``: 64 keys, 128 for head dim 64; the
-splits start on them); the plan (units, splits, partials, the merge) is the shipped kernel's.
-``fit`` checks the plan; elsewhere (the CPU interpreter included: Gluon has none) the shipped kernel runs, and the
-plan's mode names the kernel that ran (``route_note``).
+It takes (``reasons``) a Hopper GPU, decodes alone (one query token a request, no tree), a 16-bit q over a 16-bit
+cache of its dtype or an FP8 one, head dim 64 or 128, at most 16 query heads a KV head, pages of a multiple of 64
+keys or of 8, 16 or 32 keys, and no ALiBi or bidirectional rows (sliding windows, sinks and soft-capping run in the
+kernel); ``auto`` takes it for FP8 caches at pages of >= 16 keys only (``declines``). ``config_args`` asks the
+paged plan for the kernel's tiles (``block_nf``: ``tile_keys``, the splits start on them); the plan (units,
+splits, partials, the merge) is the paged kernel's.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from . import triton_plan as tp
-from .gluon_route import note, refusal
-from .triton_prefill_gluon import hopper, kv_view
-from .triton_tree_gluon import FP8_TYPES, cache_ok, page_ok, tma_problem
+from attnbench.kernels.shared import launch as kl
+from attnbench.kernels.shared import plan as tp
+from attnbench.kernels.shared.gluon import BLOCK_N, FP8_TYPES, cache_ok, hopper, kv_view, page_ok, tma_problem
 
-BLOCK_N = 64  # keys a tile (the splits start on them), but for the head dims in TILES
+# BLOCK_N keys a tile (the splits start on them), but for the head dims in TILES
 # head dim -> keys a tile: each tile pays the same barriers, waits and softmax reductions whatever its bytes, so head
 # dim 64 takes 128-key tiles (offline sm_90, FP8 e4m3: 552 / 546 / 476 instructions for 128 keys at pages 16 / 64 /
 # 256 against 648 / 616 / 616 as two 64-key tiles, 105-126 registers). H200, 8 x 16k e4m3 d 64, sixteenth session:
@@ -44,34 +44,50 @@ COPY_DIMS = (64,)
 # pages under this many keys stay on the shipped kernel: at page 8 (8 TMA boxes a tile for K and 8 for V, the compiler
 # putting a CTA barrier before each) 8 x 16k FP8 decodes ran 110 us against its 87.7 (H200, fifteenth session)
 MIN_PAGE = 16
-# 16-bit caches stay on the shipped kernel (94% of their floor, H200 8 x 16k); the Gluon kernel's 16-bit path ran
+# auto: 16-bit caches stay on the paged kernel (94% of their floor, H200 8 x 16k); the Gluon kernel's 16-bit path ran
 # about 1.1-1.3x its time there (fifteenth session, call 2's geo-means over the bf16 and FP8 cases, variant
 # triton-gd-all)
-FP8_ONLY = True
-RAN = "gluon decode kernel"  # route_note when the kernel runs the plan
 
 
-def unwanted(batch) -> str:
-    """'' when the option takes this batch (``config_args`` shapes its plan), else why not."""
+@dataclass(frozen=True)
+class Tuning:
+    """The kernel's build choices (their measurements: the comments above each default's constant)."""
+
+    stages: int = STAGES
+    maxnreg: int = MAXNREG
+    copy_below: int = COPY_BELOW
+    copy_dims: tuple = COPY_DIMS
+
+
+TUNING = Tuning()
+
+
+def reasons(batch) -> list[str]:
+    """Why the route cannot take ``batch``, in the words a skipped row gives ([] when it can)."""
     if not hopper(batch.device):
-        return "not a Hopper GPU"
-    h = batch.host
-    if batch.trees.tmax or int(h.query_lens.max(initial=0)) != 1:
-        return "not decodes alone"
-    fp8 = batch.k_cache.dtype in FP8_TYPES
-    if batch.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(batch) or (FP8_ONLY and not fp8):
-        return "not a 16-bit q over an FP8 cache" if FP8_ONLY else "not a 16-bit q with a 16-bit or FP8 cache"
+        return ["the Gluon decode kernel needs a Hopper GPU (sm_90)"]
+    out = []
+    if batch.trees.tmax or int(batch.host.query_lens.max(initial=0)) != 1:
+        out.append("the Gluon decode kernel takes decodes alone (one query token a request, no tree)")
+    if batch.dtype not in (torch.float16, torch.bfloat16) or not cache_ok(batch):
+        out.append("the Gluon decode kernel takes a 16-bit q with a 16-bit or FP8 (e4m3 / e5m2) cache")
     g = batch.num_q_heads // batch.num_kv_heads
-    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or batch.page_size < MIN_PAGE or g > MAX_G:
-        return f"head dim {batch.head_dim}, page {batch.page_size}, G {g} (it takes 64/128, pages of a multiple of " \
-               f"64 keys or of 16 or 32, G <= {MAX_G})"
-    if getattr(batch, "alibi_slopes", None) is not None:
-        return "ALiBi (the Gluon decode kernel takes windows, sinks and soft-capping)"
-    return ""
+    if batch.head_dim not in (64, 128) or not page_ok(batch.page_size) or g > MAX_G:
+        out.append(f"the Gluon decode kernel takes head dim 64/128, pages of a multiple of 64 keys or of 8, 16 or 32 "
+                   f"and G <= {MAX_G} (head dim {batch.head_dim}, page {batch.page_size}, G {g})")
+    if getattr(batch, "alibi_slopes", None) is not None or not batch.host.causal.all():
+        out.append("the Gluon decode kernel takes no ALiBi or bidirectional rows (windows, sinks and soft-capping "
+                   "it takes)")
+    return out or [why for why in (tma_problem(batch, "decode"),) if why]
 
 
-def wanted(batch) -> bool:
-    return not unwanted(batch)
+def declines(batch) -> list[str]:
+    """Why ``auto`` leaves a batch the route can take to the paged kernel (measured slower here)."""
+    if batch.k_cache.dtype not in FP8_TYPES:
+        return ["a 16-bit cache (the paged kernel reads it at 94% of its floor; this kernel ran 1.1-1.3x its time)"]
+    if batch.page_size < MIN_PAGE:
+        return [f"page {batch.page_size} (< {MIN_PAGE} keys: one TMA box and barrier a page made it slower)"]
+    return []
 
 
 def tile_keys(batch) -> int:
@@ -85,52 +101,33 @@ def config_args(batch) -> dict:
 
 
 def fit(p) -> str:
-    """'' when the Gluon decode kernel can run the plan's batch, else why not."""
-    b, cfg = p.batch, p.cfg
-    why = refusal(b, "decode", unwanted, hopper)
-    if why:
-        return why
-    if any(p.feat.constexprs()[k] for k in ("ALIBI", "BIDIR")):
-        return "the Gluon decode kernel takes no ALiBi or bidirectional rows"
+    """'' when the kernel can run the plan (its tiles), else why not."""
+    cfg, b = p.cfg, p.batch
     if cfg.block_nf != tile_keys(b) or cfg.block_m > MAX_G:
         return f"the Gluon decode kernel needs {tile_keys(b)}-key tiles and <= {MAX_G} rows (block_nf " \
                f"{cfg.block_nf}, block_m {cfg.block_m})"
-    return tma_problem(b, "decode")
+    return ""
 
 
-def route_note(p) -> str:
-    """The kernel a decode batch runs with the option: 'gluon decode kernel', or the shipped one and why ('' for a
-    batch the option never considers: one with a tree or more than one query token a request)."""
-    h = p.batch.host
-    if p.has_tree or int(h.query_lens.max(initial=0)) != 1:
-        return ""
-    return note(p, fit, unwanted, hopper, RAN, "shipped kernel, not Gluon's decode kernel")
-
-
-def _regs() -> dict:
-    """The launch's register cap (none for None)."""
-    return {"maxnreg": MAXNREG} if MAXNREG else {}
-
-
-def copy_layout(b):
-    """``COPY_BELOW`` / ``COPY_DIMS``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's
+def copy_layout(b, tuning: Tuning = TUNING):
+    """``copy_below`` / ``copy_dims``: the cp.async layout (16-byte pieces of key rows over 4 warps) for this batch's
     pages and head dim, else None (TMA boxes)."""
     from triton.experimental.gluon import language as gl
 
     (k2, *_), (v2, *_) = kv_view(b.k_cache), kv_view(b.v_cache)
-    if b.page_size >= COPY_BELOW or b.head_dim not in COPY_DIMS or k2.stride() != v2.stride():  # (one row stride)
+    if b.page_size >= tuning.copy_below or b.head_dim not in tuning.copy_dims or k2.stride() != v2.stride():  # (one row stride)
         return None
     vec = 16 // b.k_cache.element_size()
     tpr = b.head_dim // vec  # threads a row
     return gl.BlockedLayout([1, vec], [32 // tpr, tpr], [4, 1], [1, 0])
 
 
-def run(p) -> None:
-    """``decode_gluon_kernel`` over the plan's units x KV heads (split units: partials for triton_launch.merge)."""
+def launch(p, tuning: Tuning = TUNING) -> torch.Tensor:
+    """``decode_gluon_kernel`` over the plan's units x KV heads then the split merge (shared.launch.merge)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from . import gluon_decode_kernels as gk
+    from attnbench.kernels.decode import gluon_kernels as gk
 
     b, f = p.batch, p.feat
     d = b.head_dim
@@ -152,7 +149,8 @@ def run(p) -> None:
         pl.stride(0), pl.stride(1), b.block_table.stride(0), 1 if fp8 and f.k_scale.numel() > 1 else 0, k2.stride(0),
         p.qk_scale, f.cap, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
-        STAGES=STAGES, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
-        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, COPY=copy_layout(b),
-        num_warps=4, **_regs(),
+        STAGES=tuning.stages, UNIT_COLS=tp.UNIT_COLS, FP8=fp8, E5M2=b.k_cache.dtype == torch.float8_e5m2,
+        WORD_LAYOUT=words, WINDOW=f.window > 0, SINK=f.sinks is not None, SOFTCAP=f.cap > 0, COPY=copy_layout(b, tuning),
+        num_warps=4, **({"maxnreg": tuning.maxnreg} if tuning.maxnreg else {}),
     )
+    return kl.merge(p)

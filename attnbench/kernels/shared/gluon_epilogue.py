@@ -7,7 +7,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .triton_plan import UNIT_COLUMNS
+from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 U_QSTART, U_PROW, U_NSPLIT, U_BLOCK = (
     gl.constexpr(UNIT_COLUMNS.index(name)) for name in ("q_start", "prow", "nsplit", "block"))

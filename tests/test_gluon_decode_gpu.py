@@ -58,7 +58,7 @@ def test_gluon_decode_matches_the_reference(reqs, page, order, dtype, kv, scale,
     fp8 = dict(kv_dtype=kv, kv_scale=scale) if kv else {}
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", **fp8)
     batch = materialize(spec, seed=page + d + hq + stages, device="cuda")
-    plan = _check(TritonBackend(decode="gluon", splits=splits), batch, launches)
+    plan = _check(TritonBackend(splits=splits), batch, launches)
     assert plan.feat.fp8 == bool(kv)
     if splits:  # forced splits: partials and the merge
         assert plan.num_merge > 0
@@ -88,7 +88,7 @@ def test_gluon_decode_variants_match_the_reference(window, sinks, softcap, page,
     fp8 = dict(kv_dtype=kv, kv_scale="per-head") if kv else {}
     spec = BatchSpec(VARIANT_REQS, 32, 8, 128, dtype="bfloat16", page_size=page, layout="shuffled", window=window,
                      sinks=sinks, softcap=softcap, **fp8)
-    plan = _check(TritonBackend(decode="gluon", splits=splits), materialize(spec, seed=page + (window or 7),
+    plan = _check(TritonBackend(splits=splits), materialize(spec, seed=page + (window or 7),
                                                                             device="cuda"), launches)
     assert plan.feat.constexprs()["WINDOW"] == bool(window) and plan.feat.constexprs()["SINK"] == sinks
 
@@ -108,7 +108,7 @@ def test_head_dim_64_on_128_key_tiles(page, kv, window, sinks, splits, copy, lau
     on_hopper("decode", dec, monkeypatch, TILES={64: 128}, COPY_BELOW=copy)
     spec = BatchSpec(VARIANT_REQS, 32, 4, 64, dtype="bfloat16", page_size=page, layout="shuffled", window=window,
                      sinks=sinks, kv_dtype=kv, kv_scale="per-head")
-    plan = _check(TritonBackend(decode="gluon", splits=splits), materialize(spec, seed=page + 3, device="cuda"),
+    plan = _check(TritonBackend(splits=splits), materialize(spec, seed=page + 3, device="cuda"),
                   launches)
     assert plan.cfg.block_nf == 128
 
@@ -134,5 +134,5 @@ def test_random_decode_batches_run_through_the_gluon_kernel(seed, launches, monk
                     sinks=rng.random() < 0.4, softcap=rng.choice([None, None, 10.0, 50.0]))
     spec = BatchSpec(reqs, hkv * g, hkv, d, dtype=dtype, page_size=page, kv_order=rng.choice(["NHD", "HND"]),
                      layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **variants, **fp8)
-    _check(TritonBackend(decode="gluon", splits=rng.choice([None, None, 2, 7])), materialize(spec, seed=seed,
+    _check(TritonBackend(splits=rng.choice([None, None, 2, 7])), materialize(spec, seed=seed,
                                                                                           device="cuda"), launches)

@@ -61,7 +61,7 @@ def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, s
     _on_hopper(monkeypatch, BLOCK_N=tiles, STAGES=slots, HALF_PARTIALS=half, EARLY_PV=early, PIPE_S=pipe)
     spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=page + hq + len(reqs), device="cuda")
-    plan = _check(TritonBackend(mla_gluon=True, splits=splits), batch, launches)
+    plan = _check(TritonBackend(splits=splits), batch, launches)
     if splits and splits > 1:
         assert plan.num_merge > 0
     if splits == 1:
@@ -74,7 +74,7 @@ def test_refused_batches_keep_the_triton_kernel(launches, monkeypatch):
     spec = BatchSpec((Request("tree", 3, 1000, (-1, 0, 0)),) * 2, 128, 1, 576, "bfloat16", 64, "shuffled",
                      attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=1, device="cuda")
-    be = TritonBackend(mla_gluon=True)
+    be = TritonBackend()
     plan = be.plan(batch)
     assert not plan.gluon and "not a batch of decodes and MTP chains" in plan.mode
     assert compare(be.run(plan), reference_attention(batch)[0])[0] < 1e-2 and not launches

@@ -55,7 +55,7 @@ def test_gluon_prefill_matches_the_reference(page, order, dtype, d, hq, hkv, spl
     monkeypatch.setattr(gluon, "DYNAMIC", (2 if persistent.startswith("d2") else 1) if dynamic else 0)
     monkeypatch.setattr(gluon, "SPLIT_ROWS", split_rows)
     monkeypatch.setattr(gluon, "EARLY_PAGE", early_page)
-    be = TritonBackend(prefill="lean,fold,heavy,gluon", block_m=rows, splits=splits)
+    be = TritonBackend(block_m=rows, splits=splits)
     spec = BatchSpec(REQS, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
     plan = be.plan(batch)

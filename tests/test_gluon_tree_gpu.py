@@ -76,7 +76,7 @@ def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, 
     _on_hopper(monkeypatch, STAGES=stages, FUSED_MERGE=fused, PIPE_S=pipe, PIPE_S_FP8=pipe)
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
-    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
+    plan = _check(TritonBackend(splits=splits), batch, launches, runs=2)  # 2: counters back at 0
     assert not plan.sem.any()
     if splits:  # forced splits: partials and the merge (the plan may split on its own without)
         assert plan.num_merge > 0
@@ -108,7 +108,7 @@ def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, h
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
                      kv_scale=scale)
     batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")
-    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
+    plan = _check(TritonBackend(splits=splits), batch, launches, runs=2)
     assert plan.feat.fp8
     if splits:
         assert plan.num_merge > 0
@@ -116,7 +116,7 @@ def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, h
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
-    """TritonBackend(tree="gluon") on random tree batches its plan shapes for the Gluon kernel: 1-9 random
+    """TritonBackend() on random tree batches its plan shapes for the Gluon kernel: 1-9 random
     trees of 2-48 nodes (<= 192 rows with G) beside decodes, contexts of 0-5000, GQA groups 1-8, head dims
     64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16; seeds 30-39 with FP8 caches."""
     _on_hopper()
@@ -139,7 +139,7 @@ def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
     spec = BatchSpec(tuple(reqs), hkv * g, hkv, rng.choice([64, 128]), dtype=rng.choice(["float16", "bfloat16"]),
                      page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
                      layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
-    _check(TritonBackend(tree="gluon"), materialize(spec, seed=seed, device="cuda"), launches)
+    _check(TritonBackend(), materialize(spec, seed=seed, device="cuda"), launches)
 
 
 # the mask's options (fourteenth session): the element-wise mask, the first masked tile's words worked out ahead,
@@ -165,4 +165,4 @@ def test_trees_of_more_than_64_nodes(nodes, g, ctx, page, splits, option, launch
     reqs = (Request("tree", nodes, ctx, random_tree(nodes, rng)), Request("tree", 13, ctx + 77, full_tree(2, 3)),
             Request("decode", 1, 333))
     spec = BatchSpec(reqs, 4 * g, 4, 128, dtype="bfloat16", page_size=page, layout="shuffled")
-    _check(TritonBackend(tree="gluon", splits=splits), materialize(spec, seed=nodes, device="cuda"), launches, runs=2)
+    _check(TritonBackend(splits=splits), materialize(spec, seed=nodes, device="cuda"), launches, runs=2)

@@ -54,14 +54,14 @@ def test_the_option_plans_64_key_tiles_and_falls_back_on_the_cpu(monkeypatch):
     monkeypatch.setattr(dec, "wanted", lambda batch: True)
     b = _decodes(150, 0, 1000, 63, hq=8, hkv=2, d=32, dtype="float16")
     for splits in (None, 3):
-        be = TritonBackend(decode="gluon", splits=splits)
+        be = TritonBackend(splits=splits)
         p = be.plan(b)
         shipped = TritonBackend(splits=splits).plan(b).cfg
         assert p.cfg.block_nf == 64 and (p.cfg.block_m, p.cfg.block_n) == (shipped.block_m, shipped.block_n)
         assert all(int(u[4]) % 64 == 0 for u in p.units.cpu().numpy())  # kv_lo on a 64-key tile
         assert not p.gluon_decode and "Hopper" in dec.fit(p)
         assert compare(be.run(p), reference_attention(b)[0])[0] < 2e-2
-    assert TritonBackend(decode="gluon", block_nf=32).plan(b).cfg.block_nf == 32  # a config the caller sets wins
+    assert TritonBackend(block_nf=32).plan(b).cfg.block_nf == 32  # a config the caller sets wins
 
 
 def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_variants(monkeypatch):
@@ -74,7 +74,7 @@ def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_var
     ctxs = (150, 0, 1000, 63, 4097)
     b = _decodes(*ctxs, hq=8, hkv=2, d=32, dtype="float16", window=100, sinks=True, softcap=8.0)
     for splits in (None, 3):
-        be = TritonBackend(decode="gluon", splits=splits)
+        be = TritonBackend(splits=splits)
         p = be.plan(b)
         assert {k for k, v in p.feat.constexprs().items() if v} >= {"FP8", "WINDOW", "SINK", "SOFTCAP"}
         units = p.units.cpu().numpy()
@@ -93,12 +93,12 @@ def test_a_plan_the_kernel_fits_is_run_by_it_then_merged(monkeypatch):
 
     calls, merged = [], []
     b = _decodes(300, 7, hq=8, hkv=2, d=64, dtype="float16")
-    assert TritonBackend(decode="gluon").plan(b).mode == "interpreted (TRITON_INTERPRET=1)"
+    assert TritonBackend().plan(b).mode == "interpreted (TRITON_INTERPRET=1)"
     monkeypatch.setattr(dec, "hopper", lambda device: True)
     monkeypatch.setattr(dec, "fit", lambda p: "")
     monkeypatch.setattr(dec, "run", lambda p: calls.append(p))
     monkeypatch.setattr(triton_launch, "merge", lambda p, pdl=False: merged.append(p) or p.out)
-    be = TritonBackend(decode="gluon")
+    be = TritonBackend()
     p = be.plan(b)
     assert p.gluon_decode and p.mode.endswith("gluon decode kernel")
     assert be.run(p) is p.out and calls == [p] and merged == [p]
@@ -140,11 +140,11 @@ def test_tiles_follow_the_head_dim(monkeypatch):
     monkeypatch.setattr(dec, "TILES", {64: 128})
     b64 = _decodes(150, 0, 1000, 300, hq=8, hkv=2, d=64, dtype="float16")
     for splits in (None, 3):
-        p = TritonBackend(decode="gluon", splits=splits).plan(b64)
+        p = TritonBackend(splits=splits).plan(b64)
         assert p.cfg.block_nf == 128 and dec.tile_keys(b64) == 128
         assert all(int(u[4]) % 128 == 0 for u in p.units.cpu().numpy())
-        assert compare(TritonBackend(decode="gluon", splits=splits).run(p), reference_attention(b64)[0])[0] < 2e-2
-    assert TritonBackend(decode="gluon").plan(_decodes(150, d=128)).cfg.block_nf == 64
+        assert compare(TritonBackend(splits=splits).run(p), reference_attention(b64)[0])[0] < 2e-2
+    assert TritonBackend().plan(_decodes(150, d=128)).cfg.block_nf == 64
 
 
 def test_run_launches_with_the_tiles_and_the_copy_layout_of_the_batch(monkeypatch):
@@ -164,7 +164,7 @@ def test_run_launches_with_the_tiles_and_the_copy_layout_of_the_batch(monkeypatc
     monkeypatch.setattr(gk, "decode_gluon_kernel", Kernel())
     for d, page, keys, copied in ((64, 16, 128, True), (64, 64, 128, False), (128, 16, 64, False)):
         b = _decodes(300, 7, hq=8, hkv=2, d=d, page_size=page)
-        p = TritonBackend(decode="gluon").plan(b)
+        p = TritonBackend().plan(b)
         dec.run(p)
         grid, kw = launches[-1]
         assert grid == (p.units.shape[0] * 2,) and kw["BLOCK_N"] == keys and kw["HEAD_DIM"] == d, (d, page)

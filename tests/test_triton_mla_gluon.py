@@ -62,17 +62,17 @@ def test_off_hopper_the_option_changes_nothing():
     """Off Hopper (the CPU here) the plan is the shipped one and the row's mode says nothing more."""
     b = mla(DECODES)
     assert mg.unwanted(b) == "not a Hopper GPU"
-    shipped, gluon = TritonBackend().plan(b), TritonBackend(mla_gluon=True).plan(b)
+    shipped, gluon = TritonBackend().plan(b), TritonBackend().plan(b)
     assert shipped.cfg == gluon.cfg and shipped.mode == gluon.mode and not gluon.gluon
     assert "Hopper" in mg.fit(gluon)
 
 
 def test_the_option_is_on_by_default_and_false_keeps_the_triton_kernel(on_hopper):
     """On Hopper the default plans decodes for the Gluon kernel (thirteenth session: faster at 128 and 16 heads);
-    ``mla_gluon=False`` keeps the Triton MLA kernel's wide config, and its row says nothing of Gluon's."""
+    ``route="mla"`` keeps the Triton MLA kernel's wide config, and its row says nothing of Gluon's."""
     p = TritonBackend().plan(mla(DECODES))
     assert p.cfg.block_m == 64 and p.cfg.value_chunks == 1
-    off = TritonBackend(mla_gluon=False).plan(mla(DECODES))
+    off = TritonBackend(route="mla").plan(mla(DECODES))
     assert not off.gluon and off.cfg.block_m == 128 and "Gluon" not in off.mode and "gluon" not in off.mode
 
 
@@ -82,7 +82,7 @@ def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per
     132 SMs (8 x 16k at 128 heads: 8 splits, 128 programs), 16-bit partials, one value program a unit."""
     monkeypatch.setattr(tp, "num_sms", lambda device: 132)
     b = mla(tuple(Request("decode", 1, 16384) for _ in range(8)), hq)
-    p = TritonBackend(mla_gluon=True).plan(b)
+    p = TritonBackend().plan(b)
     assert p.gluon and mg.RAN in p.mode, p.mode
     assert (p.cfg.block_m, p.cfg.block_n, p.cfg.value_chunks, p.cfg.waves) == (64, 64, 1, 1)
     units = p.units.cpu().numpy()
@@ -90,15 +90,15 @@ def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per
     assert (units[:, 3] % 64 == 0).all() and (units[:, 2] == min(hq, 64)).all()
     assert p.num_merge and p.po.dtype == torch.bfloat16
     monkeypatch.setattr(mg, "HALF_PARTIALS", False)
-    assert TritonBackend(mla_gluon=True).plan(b).po.dtype == torch.float32
+    assert TritonBackend().plan(b).po.dtype == torch.float32
 
 
 def test_refused_batches_say_why_on_hopper(on_hopper):
     """A batch the option does not take keeps the backend's own MLA config, and the row says why."""
-    be = TritonBackend(mla_gluon=True)
+    be = TritonBackend()
     branching = mla((Request("tree", 3, 100, (-1, 0, 0)),) * 2)
     p = be.plan(branching)
-    assert not p.gluon and p.cfg == TritonBackend(mla_gluon=False).plan(branching).cfg
+    assert not p.gluon and p.cfg == TritonBackend(route="mla").plan(branching).cfg
     assert "Triton MLA kernel, not Gluon's MLA kernel: not a batch of decodes and MTP chains" in p.mode, p.mode
     assert be.plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).gluon
     assert "page 16" not in be.plan(mla(DECODES, page=16)).mode
@@ -117,7 +117,7 @@ def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hop
     b = mla((Request("decode", 1, 300), Request("decode", 1, 0), Request("decode", 1, 129)), 16, dtype="float16",
             page=16, seed=3)
     for splits in (None, 3):
-        p = TritonBackend(mla_gluon=True, splits=splits).plan(b)
+        p = TritonBackend(splits=splits).plan(b)
         assert p.gluon and p.cfg.block_m == 64
         p.gluon = False  # the CPU: the Triton MLA kernel
         p.out.fill_(float("nan"))
@@ -160,7 +160,7 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
 
     monkeypatch.setattr(gk, "mla_gluon_kernel", Recorder())
     b = mla(DECODES, hq, page=page)
-    p = TritonBackend(mla_gluon=True, splits=2).plan(b)
+    p = TritonBackend(splits=2).plan(b)
     assert p.gluon and p.num_merge
     mg.run(p)
     assert set(names) - {"EARLY_PV"} <= set(seen) and seen["grid"] == (p.units.shape[0],)

@@ -48,7 +48,7 @@ def test_off_hopper_the_rows_mode_is_the_shipped_kernels():
 
     prefill = materialize(BatchSpec((Request("prefill", 70, 0), Request("prefill", 90, 20)), 4, 2, 64,
                                     dtype="float16", page_size=64), 1)
-    for be in (TritonBackend(), TritonBackend(prefill="lean,fold,heavy,gluon")):
+    for be in (TritonBackend(), TritonBackend()):
         p = be.plan(prefill)
         assert p.mode == "interpreted (TRITON_INTERPRET=1)" and p.cfg.block_q != 128
 

@@ -74,7 +74,7 @@ def test_the_prefill_variants_exist_and_the_shipped_backend_runs_lean_fold_heavy
                              "triton-pf-lfh-2cta", "triton-pf-lfh-m64", "triton-pf-lfh-nf128"}
     # lean,fold,heavy the default since issue 33's defaults round; gluon (Hopper, where wanted) since prefill round 8
     assert TritonBackend().prefill == {"lean", "fold", "heavy", "gluon"}
-    assert TritonBackend(prefill=None).prefill is None  # the one-launch kernel (triton-r3, triton-nopf)
+    assert TritonBackend(route="paged").prefill is None  # the one-launch kernel (triton-r3, triton-nopf)
     assert VARIANTS["triton-pf"]().prefill == frozenset()
     assert VARIANTS["triton-pf-lfh"]().prefill == {"lean", "fold", "heavy"}
 

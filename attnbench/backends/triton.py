@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from attnbench.backend import Backend, BackendOption
+from attnbench.backend.options import resolve
 from attnbench.kernels import routes
 from attnbench.kernels.mla import plan as mla
 from attnbench.kernels.paged.plan import Planner
@@ -76,16 +77,19 @@ class TritonBackend(Backend):
         "num_stages": _int_option("num_stages", "pipeline stages of the Triton kernels (0: the plan's choice)"),
     }
 
-    def __init__(self) -> None:
+    def __init__(self, **options) -> None:
+        """``options``: the declared options' values (``TritonBackend(route="paged", splits=2)`` is
+        ``-b triton:route=paged,splits=2``; a spec's values, set by the registry, replace them)."""
+        if options:
+            self.__dict__["_option_values"] = resolve(self.name, {k: str(v) for k, v in options.items() if v is not None},
+                                                      self.options).values
         self._planner = Planner()  # the paged routes' per-shape caches
         self._mla_shapes: dict = {}
         self._routes: dict = {}  # (options, batch's shape and layout) -> route
 
     def settings(self) -> routes.Options:
         """The options as the kernels take them (a frozen dataclass)."""
-        o = routes.Options(self.option("route"), *(int(self.option(k)) for k in routes.Options.__dataclass_fields__
-                                                   if k != "route"))
-        return o
+        return routes.Options(self.option("route"), **{k: int(self.option(k)) for k in routes.Options.TUNING})
 
     def unsupported(self, batch: Batch) -> list[str]:
         """Device and interpreter rules (CUDA, or the CPU under ``TRITON_INTERPRET=1``), then the route's."""

@@ -44,6 +44,8 @@ class Options:
     num_warps: int = 0
     num_stages: int = 0
 
+    TUNING = ("splits",) + TILES  # the numeric options, in the backend's declaration
+
     def tiles(self) -> dict:
         """The tile options set (the plan's config overrides)."""
         return {k: getattr(self, k) for k in TILES if getattr(self, k)}

@@ -80,7 +80,8 @@ def declines(batch) -> list[str]:
     beside prefills fills a 64-row partition per query head with a few rows, where the Triton kernels fold a KV
     head's G query heads into their rows: gpu/ragged-prefill at page 256 (four decodes, chunks of 8 and 17 tokens)
     ran 127.6 us through this kernel against 82.9 (H200, docs/triton_notes.md, "Prefill rounds 8 and 9")."""
-    shortest = int(batch.host.query_lens.min(initial=0))
+    lens = batch.host.query_lens
+    shortest = int(lens.min()) if len(lens) else 0
     if shortest < MIN_QUERY:
         return [f"a request of {shortest} query tokens (auto takes batches whose every request brings >= {MIN_QUERY})"]
     return []

@@ -132,41 +132,12 @@ def test_small_row_blocks(name, reqs, page, layout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,reqs,page,layout", CASES[:5], ids=[c[0] for c in CASES[:5]])
-def test_fused_merge(name, reqs, page, layout):
-    check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=True)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,reqs,page,layout", [CASES[0], CASES[4], CASES[6]], ids=["decode", "tree70", "mixed"])
-def test_kv_major_half_partials(name, reqs, page, layout):
-    """The 1-D grid with the KV head fastest, and split partials kept in float16."""
-    _, plan = check(reqs, page=page, layout=layout, splits=3, block_n=16, dtype="float16", kv_major=True,
-                    half_partials=True)
-    assert plan.po.dtype == torch.float16
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("page", [16, 3])
 def test_wide_unmasked_tiles(page):
     """block_nf: the unmasked loop steps 32 keys, the masked one 16; splits start on 32."""
     reqs = [Request("decode", 1, 150), tree(from_choices(CHOICES), 70), Request("prefill", 20, 50)]
     _, plan = check(reqs, page=page, block_n=16, block_nf=32, dtype="float16", splits=2)
     assert plan.cfg.block_nf == 32 and (plan.units[:, 4] % 32 == 0).all()
-
-
-@pytest.mark.slow
-def test_fused_merge_counters_reset():
-    """The fused merge's arrival counters return to 0, so a second run (a graph replay) is right."""
-    need_interpreter()
-    reqs = (Request("decode", 1, 70), tree(from_choices(CHOICES), 30))
-    batch = materialize(BatchSpec(reqs, 4, 2, 32, dtype="float32", page_size=16), 1)
-    be = TritonBackend(splits=3, block_n=16, fused_merge=True)
-    plan = be.plan(batch)
-    first = be.run(plan).clone()
-    assert int(plan.sem.abs().sum()) == 0
-    plan.out.fill_(float("nan"))
-    assert torch.equal(be.run(plan), first)
 
 
 @pytest.mark.slow

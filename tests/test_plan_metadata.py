@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnbench.backends import _dense, _metadata
+from attnbench.workload import tokens
 from attnbench.kernels.shared import plan as tp
 from attnbench.backends._common_libs import build_tree_split
 from attnbench.backends._flex_blocks import row_tables
@@ -217,8 +218,8 @@ def test_static_topologies_are_built_once_across_plans(monkeypatch):
     from attnbench.backends.flex import FlexBackend
     from attnbench.backends.sdpa import SdpaBackend
 
-    _metadata.topology_masks.cache_clear()
-    calls = count_calls(monkeypatch, _metadata, "ancestor_masks")
+    tokens.topology_masks.cache_clear()
+    calls = count_calls(monkeypatch, tokens, "ancestor_masks")
     shape = tuple(random_tree({"nodes": 23, "max_depth": 4, "max_children": 3, "seed": 1234}))
     spec = BatchSpec((Request("tree", 23, 40, shape), Request("decode", 1, 9), Request("tree", 23, 5, shape)),
                      4, 2, 8, "float32", 4, "shuffled")

@@ -83,8 +83,7 @@ class TritonBackend(Backend):
         if options:
             self.__dict__["_option_values"] = resolve(self.name, {k: str(v) for k, v in options.items() if v is not None},
                                                       self.options).values
-        self._planner = Planner()  # the paged routes' per-shape caches
-        self._mla_shapes: dict = {}
+        self.planner = Planner()  # the per-shape caches of the plans
         self._routes: dict = {}  # (options, batch's shape and layout) -> route
 
     def settings(self) -> routes.Options:
@@ -132,10 +131,10 @@ class TritonBackend(Backend):
         dev = batch.device
         splits = opts.splits or None
         if chosen.mla:
-            p = mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", splits, shapes=self._mla_shapes,
-                         staging=self._planner.staging, **chosen.plan_kw, **opts.tiles())
+            p = mla.plan(batch, tp.num_sms(dev), dev.type == "cpu", splits, shapes=self.planner.mla_shapes,
+                         staging=self.planner.staging, **chosen.plan_kw, **opts.tiles())
         else:
-            p = self._planner.plan(batch, {**opts.tiles(), **chosen.config(batch)}, splits, **chosen.plan_kw)
+            p = self.planner.plan(batch, {**opts.tiles(), **chosen.config(batch)}, splits, **chosen.plan_kw)
             p.mode = INTERPRETED_MODE if dev.type == "cpu" else ""
         p.route, why = routes.settle(chosen, p, opts)
         p.mode = "; ".join(m for m in (p.mode, routes.mode(p.route, chosen, why)) if m)
@@ -144,8 +143,8 @@ class TritonBackend(Backend):
     def forget_shapes(self) -> None:
         """Drop the per-shape caches: the next plan pays what a step with a new query side pays
         (scripts/dev/triton_plan_time.py's new-shape column)."""
-        self._planner.shapes.clear()
-        self._mla_shapes.clear()
+        self.planner.shapes.clear()
+        self.planner.mla_shapes.clear()
         self._routes.clear()
 
     def run(self, p) -> torch.Tensor:

@@ -42,7 +42,8 @@ class Planner:
     """Plans of one backend instance: the config and query side once per (shape, route), the rest every step."""
 
     def __init__(self) -> None:
-        self.shapes: dict = {}  # (shape key, config overrides) -> (Config, Shape, 16-bit partials)
+        self.shapes: dict = {}  # (shape key, config overrides, waves) -> (Config, Shape)
+        self.mla_shapes: dict = {}  # the MLA routes' (mla/plan.py's MlaShape)
         self.staging = ts.Staging()
 
     def plan(self, batch: Batch, config: dict, splits: Optional[int], half: bool = False,

@@ -71,7 +71,8 @@ def test_off_hopper_auto_runs_the_triton_mla_route():
     assert mg.reasons(b) == ["the Gluon MLA kernel needs a Hopper GPU (sm_90)"]
     p = TritonBackend().plan(b)
     assert p.route.name == "mla" and p.mode.endswith("; mla (Triton MLA kernel)") and p.cfg.block_m == 128
-    assert TritonBackend(route="gluon-mla").unsupported(b)[-1] == "the Gluon MLA kernel needs a Hopper GPU (sm_90)"
+    assert TritonBackend(route="gluon-mla").unsupported(b)[-1] == \
+        "route gluon-mla: the Gluon MLA kernel needs a Hopper GPU (sm_90)"
 
 
 def test_auto_takes_the_route_and_route_mla_keeps_the_triton_kernel(on_hopper):

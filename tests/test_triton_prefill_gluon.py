@@ -54,7 +54,7 @@ def test_off_hopper_auto_runs_the_triton_prefill_route():
     assert p.route.name == "prefill" and p.cfg.block_q != 128
     assert p.mode == "interpreted (TRITON_INTERPRET=1); prefill (Triton prefill kernel)"
     assert TritonBackend(route="gluon-prefill").unsupported(prefill) == \
-        ["the Gluon prefill kernel needs a Hopper GPU (sm_90)"]
+        ["route gluon-prefill: the Gluon prefill kernel needs a Hopper GPU (sm_90)"]
 
 
 def test_auto_takes_causal_prefills_of_64_tokens_or_more_and_nothing_else(monkeypatch):

@@ -113,7 +113,7 @@ def test_a_tree_beside_a_prefill_runs_the_paged_route(calls):
     assert rel < TOL["float16"], f"mixed: rel err {rel}"
     assert plan.has_tree and plan.route.name == "paged" and not calls
     batch = materialize(BatchSpec(tuple(reqs), 8, 2, 32, dtype="float16", page_size=16), 9)
-    assert TritonBackend(route="prefill").unsupported(batch) == ["the Triton prefill kernel takes no tree"]
+    assert TritonBackend(route="prefill").unsupported(batch) == ["route prefill: the Triton prefill kernel takes no tree"]
 
 
 def test_a_variant_batch_runs_the_paged_route(calls):

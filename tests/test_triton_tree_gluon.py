@@ -85,7 +85,7 @@ def test_off_hopper_auto_runs_the_paged_route_and_a_forced_route_is_skipped():
     b = _trees(100, 0, dtype="float32", d=32)
     p = TritonBackend().plan(b)
     assert p.route.name == "paged" and p.mode == "interpreted (TRITON_INTERPRET=1); paged (Triton paged kernel)"
-    assert TritonBackend(route="gluon-tree").unsupported(b) == ["the Gluon tree kernel needs a Hopper GPU (sm_90)"]
+    assert TritonBackend(route="gluon-tree").unsupported(b) == ["route gluon-tree: the Gluon tree kernel needs a Hopper GPU (sm_90)"]
 
 
 def test_a_plan_the_kernel_fits_is_run_by_it_and_one_it_does_not_falls_back(monkeypatch):

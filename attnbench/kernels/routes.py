@@ -78,12 +78,13 @@ class Route:
     plan_kw: dict = field(default_factory=dict)  # how its plan differs (paged/plan.py, mla/plan.py's arguments)
 
     def refusals(self, batch, opts: Options) -> list[str]:
-        """Every reason it cannot take ``batch`` with ``opts``, in the words a skipped row gives."""
+        """Every reason it cannot take ``batch`` with ``opts``, in the words a skipped row gives (each naming the
+        route)."""
         out = [f"route {self.name} runs {'MLA' if self.mla else 'MHA / GQA'} batches only"] \
             if self.mla != _is_mla(batch) else []
         out += [f"route {self.name} sets {k} itself (option {k}={getattr(opts, k)})" for k in self.fixed_tiles
                 if getattr(opts, k)]
-        return out + (self.reasons(batch) if not out else [])
+        return out or [f"route {self.name}: {why}" for why in self.reasons(batch)]
 
 
 def _is_mla(batch) -> bool:

@@ -1,10 +1,10 @@
 """The triton backend's split merge (a second launch after ``paged_attention_kernel`` when a
 row block was split and the merge is not fused): one program per (split row, block of ``BLOCK_H``
 query heads), out = sum_s w_s o_s / sum_s w_s with w_s = exp(lse_s - max). Moved out of
-triton_kernels.py (issue 33, FP8 round 2) to keep that module under the 400-line rule; imported there.
+paged/kernels.py (issue 33, FP8 round 2) to keep that module under the 400-line rule; imported there.
 
 One head a program made 10240 programs of 256 elements for 8 x 40-node trees with 32 heads; a block of
-heads a program (``BLOCK_H``, triton_launch.merge_heads) makes one wave of them, but the launch took the
+heads a program (``BLOCK_H``, shared/launch.merge_heads) makes one wave of them, but the launch took the
 same 9.5-11 us (H200, ``--profile``): its cost there was reading float32 partials, 3.3 us in 16 bits
 (docs/triton_notes.md, "tree round 1").
 """
@@ -15,7 +15,7 @@ import triton.language as tl
 
 try:
     from triton.language.extra.cuda import gdc_wait
-except ImportError:  # triton before grid dependency control: PDL never asked for (triton_tree_gluon.PDL_MERGE)
+except ImportError:  # triton before grid dependency control: PDL never asked for (tree/gluon.PDL_MERGE)
     gdc_wait = None
 
 

@@ -34,7 +34,7 @@ STAGES = 2
 # about 1.3-1.4x the shipped kernel's time; 96 or 80 (5 or 6 an SM, 208-280 spill bytes, the split rule aiming at as
 # many) 2-3x
 MAXNREG = 128
-# pages under COPY_BELOW keys of a head dim in COPY_DIMS come by cp.async (gluon_pages.copy_tile: 16-byte pieces of
+# pages under COPY_BELOW keys of a head dim in COPY_DIMS come by cp.async (shared/gluon_pages.copy_tile: 16-byte pieces of
 # whole key rows, each row's page looked up by its threads, one CTA barrier a tile) instead of one TMA box a page, each
 # of which the compiler puts behind a CTA barrier of its own (18 a tile at page 16; offline sm_90, FP8 d 128: the
 # loop's 604 instructions a tile 480). H200, 8 x 16k e4m3 (sixteenth session): head dim 64, page 16 55.8 us against

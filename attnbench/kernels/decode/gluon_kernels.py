@@ -1,10 +1,10 @@
 """A paged decode kernel written in Gluon for Hopper (issue 33, decode round 1; docs/triton_notes.md): the
-``decode="gluon"`` option of the triton backend (triton_decode_gluon.py says which batches take it).
+``decode="gluon"`` option of the triton backend (decode/gluon.py says which batches take it).
 
 The shipped Triton kernel reads FP8 decodes at 73% of their byte floor at pages of 16 keys and 80% at 64 or more
 (H200): at page 16 each key of a tile looks its page up in the block table and builds its own 64-bit address,
 for K's layout and again for V's (thirteenth session, SASS and TTGIR), and Triton's layouts give no way to read
-a page's entry once for its keys. Here the keys come by TMA, one box a page (gluon_pages), so a tile's block-table
+a page's entry once for its keys. Here the keys come by TMA, one box a page (shared/gluon_pages.py), so a tile's block-table
 reads are NB entries in one load, a tile ahead, and no key has an address of its own.
 
 One program per work item (a unit of the plan: one request's decode token and one split of its keys; times the
@@ -15,7 +15,7 @@ programs an SM, as the shipped kernel's is):
   the cache's dtype, filled by TMA, each with its barrier;
   tile j + STAGES is issued into tile j's slot once every warp has read it (its pages loaded a tile before); with
   ``COPY`` (a layout: the launch's choice for small pages of some head dims) by cp.async instead, one group a tile
-  (gluon_pages.copy_tile), its threads' pieces made visible by a CTA barrier;
+  (shared/gluon_pages.copy_tile), its threads' pieces made visible by a CTA barrier;
 - the G query heads of the KV head are the rows of an Ampere-style MMA (``mma_v2``: 16 rows, G of them used), q
   in registers; K and V read from shared memory straight into the MMA's operand layouts and, from an FP8 cache,
   converted there to float16 (the KV head's K scale folded into ``qk_scale``, its V scale into the output);
@@ -23,7 +23,7 @@ programs an SM, as the shipped kernel's is):
   request's last page reads that page again: its keys must hold finite values, as attnbench's caches do);
 - ``WINDOW``: keys below the unit's ``win_lo`` masked too (the plan starts the unit on the tile holding it);
   ``SINK``: split 0's softmax starts from the head's sink; ``SOFTCAP``: c tanh(s / c) on the scores;
-- a split unit writes its partial output and natural-log LSE for triton_merge's kernel (gluon_tree_epilogue.store).
+- a split unit writes its partial output and natural-log LSE for merge.py's kernel (shared/gluon_epilogue.store).
 
 A loader warp issuing the boxes (``gl.warp_specialize``) ran 1.2-1.45x this kernel's time (sixteenth session,
 docs/triton_notes.md) and was removed.

@@ -52,7 +52,7 @@ def reasons(batch) -> list[str]:
 
 def chains(batch) -> np.ndarray:
     """Per request: a static tree whose nodes form one chain (an MTP draft: node i's parent is i - 1), which sees
-    what a causal chunk of its tokens would. The option plans them as such (``triton_mla.MlaShape``'s
+    what a causal chunk of its tokens would. The option plans them as such (``mla/plan.MlaShape``'s
     ``causal_chains``): a unit's key end is its last token's; where a unit holds one token's heads (a multiple
     of ``ROWS`` heads) the kernel masks nothing but that end, else each row its own token's (``ROW_LIMITS``)."""
     return np.array([r.tree_parents is not None and not r.tree_dynamic
@@ -61,7 +61,7 @@ def chains(batch) -> np.ndarray:
 
 
 def config_args() -> dict:
-    """``triton_mla.choose_config``'s arguments: 64-row units (a warpgroup's MMA rows), BLOCK_N-key tiles (the
+    """``mla/plan.choose_config``'s arguments: 64-row units (a warpgroup's MMA rows), BLOCK_N-key tiles (the
     splits start on them), one value program a unit, splits in ``WAVES``, ``HALF_PARTIALS``."""
     return dict(block_m=ROWS, block_n=BLOCK_N, value_chunks=1, tail_stages=0, waves=WAVES,
                 half_partials=HALF_PARTIALS, max_block_m=ROWS)

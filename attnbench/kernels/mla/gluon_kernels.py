@@ -1,11 +1,11 @@
 """A warp-specialized MLA decode kernel written in Gluon for Hopper (issue 33, MLA round 2; docs/triton_notes.md,
-"the thirteenth session"): the ``gluon`` option of the triton backend's MLA path (triton_mla_gluon.py says which
+"the thirteenth session"): the ``gluon`` option of the triton backend's MLA path (mla/gluon.py says which
 batches take it; on by default since the thirteenth session).
 
 The absorbed form (docs/semantics.md, "MLA"): every query head reads the one latent row of a key,
 ``[c_kv (512) | k_rope (64)]``; scores are ``q . row`` over all 576 dims and the values are the row's first 512
 (``c_kv``), so one tile of latent rows in shared memory is both K and V. A program is one unit of the MLA plan
-(triton_mla.py: 64 rows of one request's (token, head) pairs, token-major, and one split of its keys; MTP chains
+(mla/plan.py: 64 rows of one request's (token, head) pairs, token-major, and one split of its keys; MTP chains
 are planned as causal chunks: a unit sees keys up to its last token's, and with ``ROW_LIMITS`` each row up to its
 own token's):
 
@@ -23,7 +23,7 @@ own token's):
 
 Keys of a split's last tile past its end (``k1``) are read and masked (their weight is 0; the cache there must
 hold finite values, as attnbench's caches do). Split units write normalized partial outputs and base-2 LSEs
-(of the scaled scores) for triton_mla_kernels.mla_merge_kernel, as the Triton MLA kernel does.
+(of the scaled scores) for mla/kernels.mla_merge_kernel, as the Triton MLA kernel does.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from attnbench.kernels.shared.gluon_pages import tile_pages
 
-#: the MLA plan's unit columns (triton_mla_kernels.UNIT_COLS): request, first row, rows, first key, key end,
+#: the MLA plan's unit columns (mla/kernels.UNIT_COLS): request, first row, rows, first key, key end,
 #: split (-1: none), first partial row, kind
 U_REQ, U_ROW0, U_NROWS, U_K0, U_K1, U_SPLIT, U_PROW = (gl.constexpr(i) for i in range(7))
 ROWS = gl.constexpr(64)  # a unit's rows: one warpgroup's MMA rows

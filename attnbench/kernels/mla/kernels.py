@@ -17,7 +17,7 @@ causally (prefill, decode) or by per-token ancestor bitmasks (trees), decided pe
 when the tile reaches the tail; a bidirectional prefill (``causal: false``, column 7 = 2, kernels
 built with ``BIDIR``) sees every key of its request.
 
-``NCH`` 2 (off by default: ``triton_mla.choose_config``'s ``value_chunks``) gives a unit two
+``NCH`` 2 (off by default: ``mla/plan.choose_config``'s ``value_chunks``) gives a unit two
 adjacent programs, each computing the whole scores and accumulating half the value dims (half
 the accumulator: 128-row units fit 8 warps); ``TAIL_STAGES`` 1 keeps the masked tail loop out
 of the software pipeline (its shared buffers).

@@ -1,5 +1,5 @@
 """The MLA path of the ``triton`` backend: plan (host side, numpy) and launch of
-triton_mla_kernels.py. The ``triton`` backend (triton_paged.py) hands an MLA batch here.
+mla/kernels.py. The ``triton`` backend (backends/triton.py) hands an MLA batch here.
 
 Why inside ``triton`` and not a backend of its own: which kernel runs follows from the batch
 (``attention: mla``), as each library backend picks its MLA wrapper; one ``triton`` row per
@@ -176,7 +176,7 @@ def build_units(batch: Batch, cfg: MlaConfig, sms: int, splits: Optional[int] = 
 
 def tree_words(batch: Batch) -> tuple[np.ndarray, bool]:
     """``[N, W]`` int64 ancestor-or-self bitmasks (bit j of a tree token: node j is itself or
-    an ancestor), on the host; zeros for other tokens. The MHA plan's (triton_plan.py): static
+    an ancestor), on the host; zeros for other tokens. The MHA plan's (shared/plan.py): static
     topologies packed once, dynamic trees rebuilt in every plan."""
     return host_tree_words(batch)
 
@@ -221,7 +221,7 @@ def plan(batch: Batch, sms: int, interpreted: bool, splits: Optional[int] = None
     return p
 
 
-mk_cols = 8  # the MLA unit table's columns (triton_mla_kernels.UNIT_COLS)
+mk_cols = 8  # the MLA unit table's columns (mla/kernels.UNIT_COLS)
 
 
 class MlaShape:
@@ -240,7 +240,7 @@ class MlaShape:
         self.row0 = k * bm
         self.nrows = np.minimum(bm, rows[req] - self.row0)
         self.kind = unit_kind(h, req)
-        if causal_chains:  # chain trees as the causal chunks they equal (triton_mla_gluon.chains)
+        if causal_chains:  # chain trees as the causal chunks they equal (mla/gluon.chains)
             self.kind = np.where(mg.chains(batch)[req], 0, self.kind)
         self.off = np.where(self.kind > 0, h.query_lens[req], (self.row0 + self.nrows - 1) // heads + 1)  # kend - ctx
         self.want = split_want(cfg, sms, len(req))
@@ -354,7 +354,7 @@ def merge(p: MlaPlan) -> torch.Tensor:
 
 
 def _launch(p: MlaPlan, mk) -> None:
-    """triton_mla_kernels.mla_attention_kernel over the plan's units (x value programs)."""
+    """mla/kernels.mla_attention_kernel over the plan's units (x value programs)."""
     b, cfg = p.batch, p.cfg
     q = b.q.reshape(b.num_tokens * b.num_q_heads, b.head_dim)
     kv = b.k_cache

@@ -1,7 +1,7 @@
 """Triton kernels of the ``triton`` backend: paged + tree attention with split-KV, and the merge.
 
 ``paged_attention_kernel``: one program per (unit, KV head); a unit is a block of query tokens
-of one request and a range of key tiles (triton_plan.py). The M side of every ``tl.dot`` is
+of one request and a range of key tiles (shared/plan.py). The M side of every ``tl.dot`` is
 ``G`` query heads x ``BLOCK_Q`` tokens (row m = token m // G, head m % G), so K/V are read once
 per KV head, through the block table (slot j: page ``block_table[req, j // PAGE]``, offset
 ``j % PAGE``; any page size, a tile may span pages).
@@ -24,7 +24,7 @@ dtype after the load, the program's K scale folded into ``qk_scale`` and its V s
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
 queries; off by default: ``V_PAIRS`` V's tile converted before its transpose, ``V_WORDS`` V read
 as int16 words of two FP8 dims and P.V as two half-width dots joined back (2: each word converted by one
-cvt.rn.f16x2, triton_fp8_words), ``KV_A`` bit 1/2: K/V the A operand from registers, S^T = K Q^T /
+cvt.rn.f16x2, shared/fp8_words.py), ``KV_A`` bit 1/2: K/V the A operand from registers, S^T = K Q^T /
 O^T = V^T P^T; docs/triton_notes.md, issue 33's FP8 rounds); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below

@@ -1,6 +1,6 @@
 """A warp-specialized prefill kernel written in Gluon for Hopper (issue 33, prefill round 3;
 docs/triton_notes.md): the ``gluon`` option of the triton backend's prefill path (on by default since
-round 8, for the batches triton_prefill_gluon.wanted takes on a Hopper GPU).
+round 8, for the batches prefill/gluon.wanted takes on a Hopper GPU).
 
 Round 2 asked triton 3.6's automatic pass to specialize the prefill loop and it crashed (an
 out-of-range shared-memory address in compiler-generated code, compute-sanitizer). Here the
@@ -28,7 +28,7 @@ viewed as 2-d rows: row = page * ROW_PAGE + kv_head * ROW_HEAD + slot, column kv
 (NHD: [pages x page, kv heads x d]; HND: [pages x kv heads x page, d]). Keys of the last tile
 past ``kv_hi`` are read and masked (their weight is 0; the cache there must hold finite values,
 as attnbench's caches do). Causal rows, the split's key range, partial outputs and LSEs follow
-the shipped kernel (triton_plan.py's unit table).
+the shipped kernel (shared/plan.py's unit table).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The prefill kernel of the ``triton`` backend (issue 33, prefill round 1; docs/triton_notes.md).
 
-``prefill_attention_kernel`` is ``triton_kernels.paged_attention_kernel`` reduced to what a
+``prefill_attention_kernel`` is ``paged/kernels.paged_attention_kernel`` reduced to what a
 causal prefill, chunked prefill or decode batch needs (no tree, no FP8, window, sink,
-soft-cap, ALiBi, bidirectional rows or padded head dim: ``triton_prefill.applies`` sends
+soft-cap, ALiBi, bidirectional rows or padded head dim: ``prefill/launch.applies`` sends
 other batches to the shipped kernel), with three options, each a constexpr (all off: the
 shipped kernel's algorithm and code shape, the control of the A/B run):
 
@@ -16,7 +16,7 @@ shipped kernel's algorithm and code shape, the control of the A/B run):
 - ``HEAVY_FIRST``: programs launched in reverse unit order, so each request's longest causal
   row blocks start first and the shortest ones fill the tail of the launch.
 
-Units, masks, split partials and the merge are the shipped kernel's (triton_plan.py); the
+Units, masks, split partials and the merge are the shipped kernel's (shared/plan.py); the
 unit table's columns are read by the plan's names.
 """
 from __future__ import annotations

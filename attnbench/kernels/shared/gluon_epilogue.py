@@ -1,5 +1,5 @@
-"""The Gluon tree kernel's epilogue (gluon_tree_kernels.py): a compute partition's rows written out, normalized,
-or as a split unit's partial output and natural-log LSE for triton_merge's kernel; with ``FUSED_MERGE``, the
+"""The Gluon tree kernel's epilogue (tree/gluon_kernels.py): a compute partition's rows written out, normalized,
+or as a split unit's partial output and natural-log LSE for merge.py's kernel; with ``FUSED_MERGE``, the
 last split of a (row block, KV head) merging them in the same launch (``merge_rows``).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A key tile's pages by TMA, shared by the Gluon kernels that read a paged cache (gluon_tree_kernels.py,
-gluon_mla_kernels.py, gluon_decode_kernels.py): a key tile (64 keys; the decode kernel's are 128 at head dim 64)
+"""A key tile's pages by TMA, shared by the Gluon kernels that read a paged cache (tree/gluon_kernels.py,
+mla/gluon_kernels.py, decode/gluon_kernels.py): a key tile (64 keys; the decode kernel's are 128 at head dim 64)
 lies in one page (pages of at least its keys) or spans tile / PAGE pages, one TMA box each. The block table is
 read once a box, never once a key (issue 33: the shipped Triton kernel's per-key lookup costs its FP8 decodes ~7 us
 at page 16).

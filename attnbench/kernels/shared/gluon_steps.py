@@ -1,4 +1,4 @@
-"""The online-softmax step shared by the Gluon kernels (gluon_prefill_kernels.py, gluon_tree_kernels.py).
+"""The online-softmax step shared by the Gluon kernels (prefill/gluon_kernels.py, tree/gluon_kernels.py).
 
 After a tile's S = Q K^T (and its mask): the running max and sum (base 2), P = exp2(S - max) in the
 V slot's 16-bit dtype, O rescaled and O += P V as a warpgroup MMA, then the slot handed back to the

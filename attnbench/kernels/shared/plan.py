@@ -3,7 +3,7 @@
 Everything data-dependent happens here, by numpy array ops on the batch's host lengths
 (``batch.host``) and tree inputs (``batch.trees``), with no Python loop over requests, row
 blocks, tree nodes or split candidates. ``build_units`` and ``host_tree_words`` define the
-tables; the backend's plan builds the same values per step through ``triton_step.py`` (the
+tables; the backend's plan builds the same values per step through ``shared/step.py`` (the
 query side cached per shape) into one host buffer, and every table reaches the device in one
 copy (the unit table, merge rows, tree words, the fused merge's zeroed counters, positions):
 on a GPU a plan costs one host-to-device copy and the output buffer's allocation (and the
@@ -75,7 +75,7 @@ SPLIT_TILES = 3  # partial outputs + merge, per split, in key tiles
 SMEM_PER_SM = 228 * 1024  # Hopper (H100/H200)
 REGS_PER_SM = 65536
 # columns of the int32 unit table, in order; the kernel reads them by these names
-# (triton_kernels.py turns each into a constexpr offset), the table is padded to UNIT_COLS
+# (paged/kernels.py turns each into a constexpr offset), the table is padded to UNIT_COLS
 UNIT_COLUMNS = (
     "req",  # request index (its block-table row)
     "q_start",  # packed index of the row block's first query token
@@ -347,7 +347,7 @@ def build_units(batch: Batch, cfg: Config, sms: int, splits: Optional[int] = Non
     (tests use it to force both paths). Numpy array ops over row blocks, no loop.
     With a sliding window a row block's key range (and its splits) starts at the first tile
     holding a key inside some row's window (``positions``: the tokens' positions,
-    triton_features.token_positions); a bidirectional prefill's row blocks read every key of
+    shared/features.token_positions); a bidirectional prefill's row blocks read every key of
     their request."""
     bn, bq = cfg.block_nf, cfg.block_q  # splits start on the unmasked loop's tiles
     h = batch.host

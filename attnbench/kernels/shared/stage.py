@@ -1,6 +1,6 @@
 """What a triton plan step writes besides the unit table (plan round 3, issue 33): a dynamic
 tree's words (``Words``) and the host buffer every table is written into, with its one copy to
-the device (``Staging``). triton_step.py builds the rest of the step's tables."""
+the device (``Staging``). shared/step.py builds the rest of the step's tables."""
 from __future__ import annotations
 
 import os

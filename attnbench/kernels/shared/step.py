@@ -1,6 +1,6 @@
 """The triton plan's per-step fast path (issue 33: <= 200 us of host time a step).
 
-``triton_plan.build_units`` and ``host_tree_words`` say what the tables hold; this module
+``shared/plan.build_units`` and ``host_tree_words`` say what the tables hold; this module
 builds the same values with far fewer numpy calls, in three parts:
 
 - a *shape* (``Shape``), cached per backend instance, holds what depends only on the step's
@@ -20,7 +20,7 @@ builds the same values with far fewer numpy calls, in three parts:
   key tiles cross a split boundary (scripts/dev/triton_plan_time.py's ``serving us`` column
   times steps whose contexts grow, so the pattern changes as it would).
 - the tables are written straight into one host buffer and sent in one copy
-  (``triton_stage.Staging``; dynamic tree words: ``triton_stage.Words``).
+  (``shared/stage.Staging``; dynamic tree words: ``shared/stage.Words``).
 
 Layout of the buffer (int32 elements, each table 16-byte aligned): tree words ``[N, W]``
 int64, the fused merge's counters ``[row blocks, Hkv]`` (zeros), positions ``[N]`` (with a
@@ -85,7 +85,7 @@ def shape_key(batch, positions: bool, long: bool, window: Optional[int] = None) 
     rule), window, positions, long keys, the query lengths, tree and causal flags, and a static
     tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step);
     also the page size and the sink, soft-cap and ALiBi inputs, which decide whether the default
-    plan shapes a prefill's units for the Gluon kernel (triton_prefill_gluon.unwanted)."""
+    plan shapes a prefill's units for the Gluon kernel (prefill/gluon.unwanted)."""
     h, q = batch.host, batch.q
     variants = (getattr(batch, "softcap", None), getattr(batch, "sinks", None) is not None,
                 getattr(batch, "alibi_slopes", None) is not None)

@@ -1,6 +1,6 @@
-"""The arithmetic of one key tile in the triton backend's kernel (triton_kernels.py): the scores, the online softmax
+"""The arithmetic of one key tile in the triton backend's kernel (paged/kernels.py): the scores, the online softmax
 and the P V product, for 16-bit and FP8 caches (V, and with ``K_WORDS`` K, read as int16 words of two FP8 dims:
-triton_fp8_words)."""
+shared/fp8_words.py)."""
 from __future__ import annotations
 
 import triton

@@ -1,8 +1,8 @@
 """A warp-specialized tree kernel written in Gluon for Hopper (issue 33, tree round 1;
 docs/triton_notes.md): the ``gluon`` option of the triton backend's tree path
-(triton_tree_gluon.py says which batches take it).
+(tree/gluon.py says which batches take it).
 
-The prefill kernel's design (gluon_prefill_kernels.py) applied to a speculative-decoding batch,
+The prefill kernel's design (prefill/gluon_kernels.py) applied to a speculative-decoding batch,
 where a request brings a few dozen query tokens (a draft tree) over a long context:
 
 - one program per work item (a unit of the plan: one request's query tokens and one split of its
@@ -12,7 +12,7 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   tiles by TMA into a ring of ``STAGES`` slots. A tile lies in one page (pages of 64 keys or
   more) or spans 64 / PAGE pages, one box each (pages of 8-32 keys), each box's block-table
   entry read before the slot wait (a box past the request's last key reads its last page: its
-  keys are masked); the block-table entries of a tile come in one load an iteration ahead (``gluon_pages``);
+  keys are masked); the block-table entries of a tile come in one load an iteration ahead (``shared/gluon_pages.py``);
 - FP8 caches (tree round 2): the TMA writes each tile into one of ``STAGES8`` FP8 staging slots, and the
   loader's 128 threads widen it into the ring slot as float16 (exact for e4m3 and e5m2), fence it for the
   MMAs and arrive on ``ready``; the compute partitions convert q to float16 (|q| below 65504, as the
@@ -23,16 +23,16 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
   warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
   run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (1 on 16-bit
-  caches since tree round 3, 0 on FP8 ones: triton_tree_gluon): the next tile's S issued behind this tile's
+  caches since tree round 3, 0 on FP8 ones: tree/gluon.py): the next tile's S issued behind this tile's
   P V (1) or before its softmax (2), one wait for both (``_tile_piped``).
 
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
-unit's ``kv_hi`` (gluon_tree_mask: one 64-bit word a row and tile, ``MASK_WORDS``). Keys read past ``kv_hi``
-must hold finite values (attnbench's caches do). ``CLOCKS``: the partitions' timestamps (gluon_clocks).
-Split units write partial outputs (the plan's dtype) and natural-log LSEs for triton_merge's kernel, or, with
-``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (gluon_tree_epilogue.py).
+unit's ``kv_hi`` (tree/mask.py: one 64-bit word a row and tile, ``MASK_WORDS``). Keys read past ``kv_hi``
+must hold finite values (attnbench's caches do). ``CLOCKS``: the partitions' timestamps (tree/clocks.py).
+Split units write partial outputs (the plan's dtype) and natural-log LSEs for merge.py's kernel, or, with
+``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (shared/gluon_epilogue.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Gluon tree kernel's mask of a key tile (gluon_tree_kernels.py), worked out as one 64-bit word a row.
+"""The Gluon tree kernel's mask of a key tile (tree/gluon_kernels.py), worked out as one 64-bit word a row.
 
 A tile's mask used to be worked out element by element (each of a partition's 64 x 64 scores took its
 ancestor word, a 64-bit shift and four compares: ~900 instructions a thread a masked tile, sm_90). A key

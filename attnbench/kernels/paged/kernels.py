@@ -13,12 +13,8 @@ causal diagonal, or a tree's own nodes) apply the mask: prefill/decode ``j <= ct
 
 Softmax runs in base 2 (scores scaled by ``scale * log2(e)``). A unit whose row block is not
 split writes the output directly; a split one writes a float32 partial output and its natural-
-log LSE (``-inf`` when the row saw no key in that split); the last split of a row block to
-finish (an atomic counter per row block and KV head) merges them in the same launch
-(``FUSED_MERGE``), or ``merge_kernel`` does it in a second launch.
-
-``KV_MAJOR``: a 1-D grid, KV head fastest, instead of ``(units, KV heads)``; partial outputs in
-``PO``'s dtype (float32 or 16-bit). Options, measured no faster (docs/triton_notes.md).
+log LSE (``-inf`` when the row saw no key in that split); kernels/merge.py's ``merge_kernel`` merges
+them in a second launch. The grid is (units, KV heads).
 Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to q's
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
@@ -158,31 +154,25 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
 
 @triton.jit
 def paged_attention_kernel(
-    Q, K, V, Out, PO, PL, BT, UNITS, ANC, SEM, QPOS, SINKS, SLOPES, KSC, VSC,
+    Q, K, V, Out, PO, PL, BT, UNITS, ANC, QPOS, SINKS, SLOPES, KSC, VSC,
     stride_qt, stride_qh,
     stride_kp, stride_ks, stride_kh,
     stride_vp, stride_vs, stride_vh,
     stride_ot, stride_oh,
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr,
-    stride_bt, stride_anc, stride_sem, stride_scale,
+    stride_bt, stride_anc, stride_scale,
     qk_scale, cap, window,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NF: tl.constexpr,
     UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, KV_MAJOR: tl.constexpr, NUM_KV: tl.constexpr,
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
     FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0,
     K_WORDS: tl.constexpr = False,
 ):
-    if KV_MAJOR:  # 1-D grid, KV head fastest: the programs reading one request's keys at one
-        # position (every KV head of the same pages) are launched side by side
-        unit = tl.program_id(0) // NUM_KV
-        kvh = tl.program_id(0) % NUM_KV
-    else:
-        unit = tl.program_id(0)
-        kvh = tl.program_id(1)
+    unit = tl.program_id(0)
+    kvh = tl.program_id(1)
     meta = UNITS + unit * UNIT_COLS
     req = tl.load(meta + C_REQ)
     q_start = tl.load(meta + C_QSTART)
@@ -306,33 +296,3 @@ def paged_attention_kernel(
                  + offs_d[None, :], o.to(PO.dtype.element_ty), mask=row_d)
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(PL + split * stride_pls + prow_m * stride_plr + head, lse, mask=row_ok)
-        if FUSED_MERGE:
-            # The last split of this (row block, KV head) to finish merges all of them: the
-            # barrier + acq_rel atomic publish this program's partials and, in the last one,
-            # make every other split's partials visible. It resets the counter for the next run.
-            nsplit = tl.load(meta + C_NSPLIT)
-            sem = SEM + tl.load(meta + C_BLOCK) * stride_sem + kvh
-            tl.debug_barrier()
-            arrived = tl.atomic_add(sem, 1, sem="acq_rel")
-            if arrived == nsplit - 1:
-                tl.debug_barrier()
-                m_all = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                w_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
-                o_sum = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-                for sp in range(0, nsplit):
-                    lse_s = tl.load(PL + sp * stride_pls + prow_m * stride_plr + head, mask=row_ok,
-                                    other=float("-inf"), cache_modifier=".cg")
-                    o_s = tl.load(PO + sp * stride_pos + prow_m[:, None] * stride_por + head[:, None] * stride_poh
-                                  + offs_d[None, :], mask=row_d, other=0.0,
-                                  cache_modifier=".cg").to(tl.float32)
-                    m_new = tl.maximum(m_all, lse_s)
-                    m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    scale_old = tl.exp(m_all - m_sub)
-                    w = tl.exp(lse_s - m_sub)
-                    w_sum = w_sum * scale_old + w
-                    o_sum = o_sum * scale_old[:, None] + w[:, None] * o_s
-                    m_all = m_new
-                w_sum = tl.where(w_sum > 0.0, w_sum, 1.0)
-                tl.store(Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                         (o_sum / w_sum[:, None]).to(Out.dtype.element_ty), mask=row_d)
-                tl.atomic_xchg(sem, 0)

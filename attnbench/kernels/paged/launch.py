@@ -35,16 +35,15 @@ def launch(p) -> torch.Tensor:
     vw = v_words(cfg, b, f.fp8, tk.INTERPRETED)
     regs = cfg.maxnreg if cfg.maxnreg is not None else CVT_MAXNREG if vw == 2 else 0
     tk.paged_attention_kernel[(p.units.shape[0], b.num_kv_heads)](
-        q, k, v, out, po, pl, b.block_table, p.units, p.anc, p.sem,
+        q, k, v, out, po, pl, b.block_table, p.units, p.anc,
         *(dummy if t is None else t for t in (f.positions, f.sinks, f.slopes, f.k_scale, f.v_scale)),
-        *kl.io_strides(p), p.anc.stride(0), p.sem.stride(0),
+        *kl.io_strides(p), p.anc.stride(0),
         1 if f.fp8 and f.k_scale.numel() > 1 else 0,  # per-head scales, or one per tensor
         p.qk_scale, f.cap, f.window,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=b.head_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
         UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
-        TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, FUSED_MERGE=False,
-        KV_MAJOR=False, NUM_KV=b.num_kv_heads, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
+        TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
         **f.constexprs(), FP8_F16=f.fp8 and q.element_size() == 2, V_PAIRS=False,
         V_WORDS=vw, K_WORDS=False, KV_A=0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,

@@ -4,8 +4,6 @@ run through the paged launch on the CPU (Gluon has no interpreter) against the r
 with the kernel stood in. The kernel itself runs on a GPU: tests/test_gluon_decode_gpu.py."""
 from __future__ import annotations
 
-import pytest
-
 from attnbench.kernels import routes
 from attnbench.kernels.decode import gluon as dec
 from attnbench.backends.triton import TritonBackend

@@ -12,8 +12,6 @@ them in one go, and tree masks come from the parent arrays (``batch.trees``):
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 

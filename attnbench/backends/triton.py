@@ -26,7 +26,6 @@ from attnbench.kernels.shared import features as tf
 from attnbench.kernels.shared import plan as tp
 from attnbench.kernels.shared import step as ts
 from attnbench.workload.batch import Batch
-from attnbench.workload.mla import is_mla
 
 INTERPRETED_MODE = "interpreted (TRITON_INTERPRET=1)"
 

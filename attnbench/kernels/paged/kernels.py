@@ -18,10 +18,9 @@ them in a second launch. The grid is (units, KV heads).
 Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V converted to q's
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
-queries; off by default: ``V_PAIRS`` V's tile converted before its transpose, ``V_WORDS`` V read
-as int16 words of two FP8 dims and P.V as two half-width dots joined back (2: each word converted by one
-cvt.rn.f16x2, shared/fp8_words.py), ``KV_A`` bit 1/2: K/V the A operand from registers, S^T = K Q^T /
-O^T = V^T P^T; docs/triton_notes.md, issue 33's FP8 rounds); ``SINK``: split 0
+queries; ``V_WORDS`` (decode configs) V read as int16 words of two FP8 dims and P.V as two half-width dots
+joined back, 2: each word converted by one cvt.rn.f16x2, shared/fp8_words.py; docs/triton_notes.md, issue 33's
+FP8 rounds); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below
 every row's window (``full_lo``), slots below ``win_lo`` never read; ``BIDIR``: bidirectional
@@ -107,8 +106,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                  HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, qk_scale, cap, window,
                  stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d, HAS_TREE: tl.constexpr,
                  IEEE: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_PAIRS: tl.constexpr,
-                 V_WORDS: tl.constexpr, KV_A: tl.constexpr, K_WORDS: tl.constexpr = False, q2=None, F8: tl.constexpr = None):
+                 WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr, V_WORDS: tl.constexpr):
     """One key tile with the mask: causal (or every key of a bidirectional prefill), tree,
     sliding window, the split's end. ``kv_lo``: with a window, slots below it are not read."""
     slots = start + offs_n
@@ -117,7 +115,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
         in_range = in_range & (slots >= kv_lo)
     page = tl.load(bt_row + slots // PAGE, mask=in_range, other=0).to(tl.int64)
     within = slots % PAGE
-    k = _load_v(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True, K_WORDS)
+    k = _load_v(k_base, page * stride_kp + within * stride_ks, offs_d, in_range, HEAD_DIM, PAD_D, True, False)
     v = _load_v(v_base, page * stride_vp + within * stride_vs, offs_d, in_range, HEAD_DIM, PAD_D, True, V_WORDS)
     allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
     if BIDIR:  # (scalar conditions broadcast by hand: the interpreter rejects tensor | scalar-bool)
@@ -149,7 +147,7 @@ def _masked_tile(start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
     if ALIBI:
         bias = slope2[:, None] * (kpos[None, :] - qpos[:, None]).to(tl.float32)
     return softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, bias, cap, True, IEEE, SOFTCAP, ALIBI, FP8,
-                        V_PAIRS, V_WORDS, KV_A, K_WORDS, q2, F8)
+                        V_WORDS)
 
 
 @triton.jit
@@ -168,8 +166,7 @@ def paged_attention_kernel(
     UNIT_COLS: tl.constexpr, HAS_TREE: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
     BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, FP8: tl.constexpr, SINK: tl.constexpr, SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, BIDIR: tl.constexpr, POSITIONS: tl.constexpr,
-    FP8_F16: tl.constexpr = False, V_PAIRS: tl.constexpr = False, V_WORDS: tl.constexpr = False, KV_A: tl.constexpr = 0,
-    K_WORDS: tl.constexpr = False,
+    FP8_F16: tl.constexpr = False, V_WORDS: tl.constexpr = False,
 ):
     unit = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -197,9 +194,6 @@ def paged_attention_kernel(
     q = _load_rows(Q, tok * stride_qt + head * stride_qh, offs_d, row_ok, HEAD_DIM, PAD_D, True)
     if FP8_F16:  # both dots in float16: FP8 -> f16 is one cvt per 2 elements (bf16: 2 more each)
         q = q.to(tl.float16)
-    q2 = None
-    if K_WORDS:  # K read as words too: q's even dims against the low bytes, its odd dims against the high ones
-        q, q2 = tl.split(tl.reshape(q, [BLOCK_M, BLOCK_D // 2, 2]))
 
     if SINK:  # the sink is a key without a value: split 0 starts from it (m = sink, l = 1), so
         # the output, the LSE and the split merge count it exactly once
@@ -218,10 +212,6 @@ def paged_attention_kernel(
         v_base = v_base.to(tl.pointer_type(tl.int16))
         stride_vp = stride_vp // 2
         stride_vs = stride_vs // 2
-    if K_WORDS:
-        k_base = k_base.to(tl.pointer_type(tl.int16))
-        stride_kp = stride_kp // 2
-        stride_ks = stride_ks // 2
     if FP8:  # one K/V scale per program (per tensor, or this program's KV head)
         qk_scale = qk_scale * tl.load(KSC + kvh * stride_scale)
     qpos = qi
@@ -247,8 +237,7 @@ def paged_attention_kernel(
                 start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
                 win_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
                 qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-                HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2,
-                K.dtype.element_ty)
+                HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_WORDS)
 
     # 1) tiles every row sees in full, BLOCK_NF keys each: no mask. Tile i+1's block-table read is
     # issued in iteration i (loop-carried offsets), so the pipeliner can prefetch K/V stages
@@ -261,13 +250,13 @@ def paged_attention_kernel(
         voff = voff_n
         koff_n, voff_n = _tile_offsets(bt_row, start + BLOCK_NF, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp,
                                        stride_vs, PAGE, TILE_IN_PAGE)
-        k = _load_v(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False, K_WORDS)
+        k = _load_v(k_base, koff, offs_d, None, HEAD_DIM, PAD_D, False, False)
         v = _load_v(v_base, voff, offs_d, None, HEAD_DIM, PAD_D, False, V_WORDS)
         bias = None
         if ALIBI:
             bias = slope2[:, None] * (start + offs_nf - qpos[:, None]).to(tl.float32)
         m_i, l_i, acc = softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, bias, cap, False, IEEE, SOFTCAP, ALIBI,
-                                     FP8, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2, K.dtype.element_ty)
+                                     FP8, V_WORDS)
 
     # 2) tiles on the causal diagonal / holding tree nodes / past the split's end: masked
     for start in range(mid, kv_hi, BLOCK_N):
@@ -275,8 +264,7 @@ def paged_attention_kernel(
             start, q, m_i, l_i, acc, k_base, v_base, bt_row, ANC, QPOS,
             kv_lo, kv_hi, ctx, q0, qi, tok, row_ok, is_tree, bidir, req_tok0, qpos, slope2, HEAD_DIM, PAGE,
             qk_scale, cap, window, stride_kp, stride_ks, stride_vp, stride_vs, stride_anc, offs_n, offs_d,
-            HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_PAIRS, V_WORDS, KV_A, K_WORDS, q2,
-                K.dtype.element_ty)
+            HAS_TREE, IEEE, PAD_D, FP8, SOFTCAP, ALIBI, WINDOW, BIDIR, POSITIONS, V_WORDS)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     if FP8:

@@ -44,8 +44,7 @@ def launch(p) -> torch.Tensor:
         BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
         UNIT_COLS=tp.UNIT_COLS, HAS_TREE=p.has_tree, IEEE=b.dtype == torch.float32,
         TILE_IN_PAGE=b.page_size % cfg.block_nf == 0, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim,
-        **f.constexprs(), FP8_F16=f.fp8 and q.element_size() == 2, V_PAIRS=False,
-        V_WORDS=vw, K_WORDS=False, KV_A=0,
+        **f.constexprs(), FP8_F16=f.fp8 and q.element_size() == 2, V_WORDS=vw,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": regs} if regs and not tk.INTERPRETED else {}),
     )

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import torch
 
-from attnbench.backends import triton_plan as tp
-from attnbench.backends._metadata import token_ids, topology_masks
+from attnbench.kernels.shared import plan as tp
+from attnbench.workload.tokens import token_ids, topology_masks
 from attnbench.workload.trees import ancestor_mask
 
 

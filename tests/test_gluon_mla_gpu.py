@@ -1,21 +1,17 @@
-"""The Gluon MLA kernel (issue 33, MLA round 2; attnbench/backends/gluon_mla_kernels.py) on a Hopper GPU against
+"""The Gluon MLA kernel (issue 33, MLA round 2; attnbench/kernels/mla/gluon_kernels.py) on a Hopper GPU against
 the reference: DeepSeek-V3's latent row (512 + 64), 128 and 16 heads (and 1, 96: a unit's rows short of 64 or
 a request's last unit partial), decodes over contexts of odd lengths (key counts 1, 63, 65, 1000, 16384) in
 shuffled pages of 8 to 256 keys, bf16 and fp16, split by the plan's rule, forced to 1 split or to 3 and 7
-(partials and the merge), float32 or 16-bit partials, 64-key tiles in 2 slots or 32-key tiles in 4, the P V
-issued before or after P's hand-over (EARLY_PV), the next tile's S before this tile's softmax (PIPE_S); random
-(never zero) inputs, the output NaN-filled first. Each case asserts the Gluon kernel launched."""
+(partials and the merge), MTP chains as causal chunks; random (never zero) inputs, the output NaN-filled first.
+Each case forces the route (or asserts auto selected it)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnbench.backends import triton_mla_gluon as mg
-from attnbench.backends.triton_paged import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
-from attnbench.workload.reference import compare, reference_attention
 
-from .hopper import count_launches, matches_reference, on_hopper
+from .hopper import check_route, on_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -35,49 +31,28 @@ CASES = [  # requests, q heads, page, dtype, splits
 ]
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    return count_launches(monkeypatch, mg, lambda p: p.units.shape[0])
+def _check(batch, runs: int = 2, **options):
+    on_hopper("MLA")
+    return check_route("gluon-mla", batch, runs=runs, **options)
 
 
-def _on_hopper(monkeypatch, **consts):
-    """Skip off Hopper, then set triton_mla_gluon's constants ``consts`` (tests/hopper.py)."""
-    on_hopper("MLA", mg, monkeypatch, **consts)
-
-
-def _check(be, batch, launches, runs: int = 2):
-    plan = be.plan(batch)
-    assert plan.gluon and mg.RAN in plan.mode, plan.mode
-    return matches_reference(be, plan, batch, launches, runs)
-
-
-@pytest.mark.parametrize("tiles,slots,half,early,pipe", [(64, 2, True, False, False), (64, 2, False, False, False),
-                                                        (32, 4, True, False, False), (64, 2, True, True, False),
-                                                        (32, 4, True, True, True)],
-                         ids=["n64s2", "n64s2-f32", "n32s4", "n64s2-epv", "n32s4-ps-epv"])
 @pytest.mark.parametrize("reqs,hq,page,dtype,splits", CASES)
-def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits, tiles, slots, half, early, pipe, launches,
-                                         monkeypatch):
-    _on_hopper(monkeypatch, BLOCK_N=tiles, STAGES=slots, HALF_PARTIALS=half, EARLY_PV=early, PIPE_S=pipe)
+def test_gluon_mla_matches_the_reference(reqs, hq, page, dtype, splits):
     spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=page + hq + len(reqs), device="cuda")
-    plan = _check(TritonBackend(mla_gluon=True, splits=splits), batch, launches)
+    plan = _check(batch, splits=splits)
     if splits and splits > 1:
         assert plan.num_merge > 0
     if splits == 1:
         assert plan.num_merge == 0
 
 
-def test_refused_batches_keep_the_triton_kernel(launches, monkeypatch):
-    """A branching tree keeps the Triton MLA kernel with the option on (and matches the reference)."""
-    _on_hopper(monkeypatch)
+def test_refused_batches_keep_the_triton_kernel():
+    """A branching tree takes the mla route under auto (and matches the reference)."""
+    on_hopper("MLA")
     spec = BatchSpec((Request("tree", 3, 1000, (-1, 0, 0)),) * 2, 128, 1, 576, "bfloat16", 64, "shuffled",
                      attention="mla", kv_lora_rank=512, rope_dim=64)
-    batch = materialize(spec, seed=1, device="cuda")
-    be = TritonBackend(mla_gluon=True)
-    plan = be.plan(batch)
-    assert not plan.gluon and "not a batch of decodes and MTP chains" in plan.mode
-    assert compare(be.run(plan), reference_attention(batch)[0])[0] < 1e-2 and not launches
+    check_route("mla", materialize(spec, seed=1, device="cuda"), auto=True)
 
 
 def _chains(n, ctxs):
@@ -86,7 +61,6 @@ def _chains(n, ctxs):
     return tuple(Request("tree", n + 1, c, tuple(chain(n))) for c in ctxs)
 
 
-@pytest.mark.parametrize("early", [True, False], ids=["epv", "pv-after"])
 @pytest.mark.parametrize("reqs,hq,page,dtype,splits", [
     (_chains(2, (16383,) * 8), 128, 64, "bfloat16", None),  # the target's MTP row: 8 x 16k, chain of 2 drafts
     (_chains(2, (999, 62, 0, 64)) + ODD[:2], 128, 16, "bfloat16", 3),  # chains beside decodes, odd lengths
@@ -98,12 +72,11 @@ def _chains(n, ctxs):
     (_chains(3, (1000, 130, 5)), 96, 8, "bfloat16", 3),  # 96 heads: a unit across two tokens
     (_chains(1, (4000, 63)), 1, 256, "bfloat16", None),
 ])
-def test_gluon_mla_takes_mtp_chains_as_causal_chunks(reqs, hq, page, dtype, splits, early, launches, monkeypatch):
+def test_gluon_mla_takes_mtp_chains_as_causal_chunks(reqs, hq, page, dtype, splits):
     """MTP chains (a static chain of drafts: node i sees nodes below it) run the Gluon kernel as causal chunks: a
     unit's key end is its last token's; at a multiple of 64 heads a unit is one token's heads, else each row is
-    masked at its own token's end (ROW_LIMITS); against the reference, each launch asserted."""
-    _on_hopper(monkeypatch, EARLY_PV=early)
+    masked at its own token's end (ROW_LIMITS); against the reference."""
     spec = BatchSpec(reqs, hq, 1, 576, dtype, page, "shuffled", attention="mla", kv_lora_rank=512, rope_dim=64)
     batch = materialize(spec, seed=page + hq, device="cuda")
-    plan = _check(TritonBackend(splits=splits), batch, launches)
-    assert plan.gluon and (plan.units[:, 7] == 0).all()
+    plan = _check(batch, splits=splits)
+    assert (plan.units[:, 7] == 0).all()

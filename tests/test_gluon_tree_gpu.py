@@ -1,4 +1,4 @@
-"""The Gluon tree kernel (issue 33, tree round 1; attnbench/backends/gluon_tree_kernels.py) on a Hopper GPU
+"""The Gluon tree kernel (issue 33, tree round 1; attnbench/kernels/tree/gluon_kernels.py) on a Hopper GPU
 against the reference: full, random and chain trees over contexts of odd lengths (none included), beside
 decodes and a short causal chunk, pages of 8 to 256 keys in every layout, NHD and HND caches, head dims 64
 and 128, GQA groups 1/4/8, with and without forced splits (partials and the merge), the output NaN-filled
@@ -11,12 +11,11 @@ import random
 import pytest
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.tree import gluon as tree
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 
-from .hopper import count_launches, matches_reference, on_hopper
+from .hopper import check_route, on_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -49,35 +48,15 @@ CASES = [  # requests, page, order, dtype, head dim, q heads, kv heads, splits
 ]
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    return count_launches(monkeypatch, tree, tree.warpgroups)
-
-
-def _on_hopper(monkeypatch=None, **consts):
-    """Skip off Hopper, then set triton_tree_gluon's constants ``consts`` (tests/hopper.py)."""
-    on_hopper("tree", tree, monkeypatch, **consts)
-
-
-def _check(be, batch, launches, runs: int = 1):
-    plan = be.plan(batch)
-    assert tree.fit(plan) == "", tree.fit(plan)
-    assert "gluon tree kernel" in plan.mode, plan.mode
-    return matches_reference(be, plan, batch, launches, runs)
-
-
-# fused: the merge in the kernel; pipe: PIPE_S (the next tile's S issued early; 2 slots its least)
-@pytest.mark.parametrize("stages,fused,pipe", [(4, False, 0), (2, False, 0), (4, True, 0), (4, False, 1), (2, False, 1),
-                                               (4, False, 2), (2, False, 2)],
-                         ids=["s4", "s2", "s4-fused", "s4-pipe1", "s2-pipe1", "s4-pipe2", "s2-pipe2"])
+# the kernel's tuning (tree.Tuning): ring slots, pipe: pipe_s (the next tile's S issued early; 2 slots its least)
+@pytest.mark.parametrize("stages,pipe", [(4, 1), (2, 0), (4, 0), (2, 1), (4, 2), (2, 2)],
+                         ids=["default", "s2", "s4-pipe0", "s2-pipe1", "s4-pipe2", "s2-pipe2"])
 @pytest.mark.parametrize("reqs,page,order,dtype,d,hq,hkv,splits", CASES)
-def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, fused, pipe, launches,
-                                          monkeypatch):
-    _on_hopper(monkeypatch, STAGES=stages, FUSED_MERGE=fused, PIPE_S=pipe, PIPE_S_FP8=pipe)
+def test_gluon_tree_matches_the_reference(reqs, page, order, dtype, d, hq, hkv, splits, stages, pipe):
+    on_hopper("tree")
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled")
     batch = materialize(spec, seed=page + d + hq, device="cuda")
-    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)  # 2: counters back at 0
-    assert not plan.sem.any()
+    plan = check_route("gluon-tree", batch, tuning=tree.Tuning(stages=stages, pipe_s=pipe), runs=2, splits=splits)
     if splits:  # forced splits: partials and the merge (the plan may split on its own without)
         assert plan.num_merge > 0
 
@@ -93,33 +72,29 @@ FP8_CASES = [  # requests, page, order, kv dtype, scale, head dim, q heads, kv h
 ]
 
 
-# pipe: PIPE_S; ring, staging: STAGES_FP8 and STAGES8 (0: the default's, as many as fit); pipe1-r4s1: a fourth
-# ring slot and one staging slot (the eleventh session's next try for PIPE_S on FP8; twelfth session, H200: 14
-# passed, the build slower than the default's)
-@pytest.mark.parametrize("pipe,ring,staging", [(0, 3, 0), (1, 3, 0), (2, 3, 0), (1, 4, 1)],
-                         ids=["plain", "pipe1", "pipe2", "pipe1-r4s1"])
+# ring: stages_fp8 (the staging slots: as many as fit beside it)
+@pytest.mark.parametrize("ring", [3, 2], ids=["default", "ring2"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("reqs,page,order,kv,scale,d,hq,hkv,splits", FP8_CASES)
-def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, pipe, ring,
-                                              staging, launches, monkeypatch):
+def test_gluon_tree_fp8_matches_the_reference(reqs, page, order, kv, scale, d, hq, hkv, splits, dtype, ring):
     """FP8 caches: TMA into staging slots, widened to float16 by the loader, q to float16, the scales folded
     into the scores and the output; the reference dequantizes in float32."""
-    _on_hopper(monkeypatch, PIPE_S=pipe, PIPE_S_FP8=pipe, STAGES_FP8=ring, STAGES8=staging)
+    on_hopper("tree")
     spec = BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page, kv_order=order, layout="shuffled", kv_dtype=kv,
                      kv_scale=scale)
     batch = materialize(spec, seed=page + d + hq + len(kv), device="cuda")
-    plan = _check(TritonBackend(tree="gluon", splits=splits), batch, launches, runs=2)
+    plan = check_route("gluon-tree", batch, tuning=tree.Tuning(stages_fp8=ring), runs=2, splits=splits)
     assert plan.feat.fp8
     if splits:
         assert plan.num_merge > 0
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
-    """TritonBackend(tree="gluon") on random tree batches its plan shapes for the Gluon kernel: 1-9 random
+def test_random_tree_batches_run_through_the_gluon_kernel(seed):
+    """TritonBackend() (auto) on random tree batches it runs through the Gluon kernel: 1-9 random
     trees of 2-48 nodes (<= 192 rows with G) beside decodes, contexts of 0-5000, GQA groups 1-8, head dims
     64/128, pages of 8-512 keys in every layout, NHD or HND, fp16 or bf16; seeds 30-39 with FP8 caches."""
-    _on_hopper()
+    on_hopper("tree")
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 8])
     g = rng.choice([1, 2, 4, 8])
@@ -139,16 +114,9 @@ def test_random_tree_batches_run_through_the_gluon_kernel(seed, launches):
     spec = BatchSpec(tuple(reqs), hkv * g, hkv, rng.choice([64, 128]), dtype=rng.choice(["float16", "bfloat16"]),
                      page_size=rng.choice([8, 16, 32, 64, 128, 256, 512]), kv_order=rng.choice(["NHD", "HND"]),
                      layout=rng.choice(["contiguous", "shuffled", "shuffled-within"]), **fp8)
-    _check(TritonBackend(tree="gluon"), materialize(spec, seed=seed, device="cuda"), launches)
+    check_route("gluon-tree", materialize(spec, seed=seed, device="cuda"), auto=True)
 
 
-# the mask's options (fourteenth session): the element-wise mask, the first masked tile's words worked out ahead,
-# the unit's columns loaded late, the merge as a programmatic dependent; each beside the default (words)
-MASK_OPTIONS = {"default": {}, "elementwise": dict(MASK_WORDS=False), "ahead": dict(MASK_AHEAD=True),
-                "late-columns-pdl": dict(EARLY_META=False, PDL_MERGE=True)}
-
-
-@pytest.mark.parametrize("option", list(MASK_OPTIONS))
 @pytest.mark.parametrize("nodes,g,ctx,page,splits", [
     (150, 1, 1000, 16, None),  # three 64-node words: tiles spanning two of them at an odd offset
     (192, 1, 63, 8, 3),  # a tile starting one key before the nodes, split units cutting through the nodes
@@ -156,13 +124,13 @@ MASK_OPTIONS = {"default": {}, "elementwise": dict(MASK_WORDS=False), "ahead": d
     (130, 1, 0, 64, 2),  # a tree over no context: the nodes start on a tile
     (70, 1, 5000, 256, None),
 ])
-def test_trees_of_more_than_64_nodes(nodes, g, ctx, page, splits, option, launches, monkeypatch):
+def test_trees_of_more_than_64_nodes(nodes, g, ctx, page, splits):
     """Trees whose ancestor masks take two or three 64-bit words, at contexts that put the words' edges inside the
     key tiles, beside a shorter tree and a decode: gluon_tree_mask's word arithmetic (``row_bits``: a tile across
-    two words, a tile starting in the context) against the reference, with each mask option."""
-    _on_hopper(monkeypatch, **MASK_OPTIONS[option])
+    two words, a tile starting in the context) against the reference."""
+    on_hopper("tree")
     rng = random.Random(nodes + ctx)
     reqs = (Request("tree", nodes, ctx, random_tree(nodes, rng)), Request("tree", 13, ctx + 77, full_tree(2, 3)),
             Request("decode", 1, 333))
     spec = BatchSpec(reqs, 4 * g, 4, 128, dtype="bfloat16", page_size=page, layout="shuffled")
-    _check(TritonBackend(tree="gluon", splits=splits), materialize(spec, seed=nodes, device="cuda"), launches, runs=2)
+    check_route("gluon-tree", materialize(spec, seed=nodes, device="cuda"), runs=2, splits=splits)

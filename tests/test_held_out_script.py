@@ -29,7 +29,7 @@ def test_the_fp8_route_keeps_fp8_caches_without_mla(tmp_path):
 
 def test_the_tree_route_keeps_16_bit_trees(tmp_path):
     files = draw(tmp_path, 918, "flashinfer")
-    from attnbench.backends import triton_tree_gluon
+    from attnbench.kernels.tree import gluon as triton_tree_gluon
 
     hopper = triton_tree_gluon.hopper
     keep = held.eligible(files)
@@ -44,7 +44,7 @@ mla_held = load_script("scripts/gpu/mla_held_out.py", "mla_held_out_under_test")
 def test_the_mla_draws_are_decodes_of_deepseeks_latent_row_the_gluon_kernel_takes(monkeypatch):
     """Every draw is a batch of MLA decodes the Gluon MLA option takes on Hopper (its ``unwanted`` empty), over
     the head counts, pages and layouts; the same seed draws the same batches."""
-    from attnbench.backends import triton_mla_gluon as mg
+    from attnbench.kernels.mla import gluon as mg
     from attnbench.workload.batch import materialize
 
     specs = mla_held.draw(950, 60)
@@ -72,7 +72,7 @@ def test_the_mla_check_runs_the_default_backend_against_the_reference_on_the_cpu
 
 def test_the_mla_route_keeps_scenarios_with_a_case_the_gluon_mla_kernel_takes(tmp_path):
     files = draw(tmp_path, 941, "all")
-    from attnbench.backends import triton_mla_gluon
+    from attnbench.kernels.mla import gluon as triton_mla_gluon
 
     hopper = triton_mla_gluon.hopper
     keep = held.with_mla_gluon(files)
@@ -86,7 +86,7 @@ def test_the_decode_route_keeps_fp8_decode_draws_the_gluon_decode_kernel_takes(t
     the scenarios with a case the Gluon decode option takes (windows, sinks and soft-capping among them) and leaves
     out the ones it refuses (head dims past 128, pages under 16 keys, ALiBi)."""
     files = draw(tmp_path, 990, "decode")
-    from attnbench.backends import triton_decode_gluon
+    from attnbench.kernels.decode import gluon as triton_decode_gluon
     from attnbench.workload import scenario as sc
 
     hopper = triton_decode_gluon.hopper

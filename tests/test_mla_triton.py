@@ -14,10 +14,10 @@ import torch
 from .interpreted import import_interpreted
 
 # the kernels interpreted on a CPU machine (tests/interpreted.py says why and when)
-triton_mla_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+triton_mla_kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 TritonBackend, triton_mode = _paged.TritonBackend, _paged.triton_mode
 
-from attnbench.backends import triton_mla  # noqa: E402
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices, random_tree  # noqa: E402
@@ -141,7 +141,7 @@ def test_gpu_mla_against_reference():
         "from attnbench.workload.batch import BatchSpec, Request, materialize\n"
         "from attnbench.workload.reference import compare, reference_attention\n"
         "from attnbench.workload.trees import full\n"
-        "from attnbench.backends.triton_paged import TritonBackend\n"
+        "from attnbench.backends.triton import TritonBackend\n"
         "t = tuple(full({'depth': 3, 'branching': 3}))\n"
         "worst = 0.0\n"
         "for hq in (16, 128):\n"

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from attnbench.backends import _dense, _metadata
-from attnbench.backends import triton_plan as tp
+from attnbench.workload import tokens
+from attnbench.kernels.shared import plan as tp
 from attnbench.backends._common_libs import build_tree_split
 from attnbench.backends._flex_blocks import row_tables
 from attnbench.workload.batch import LAYOUTS, BatchSpec, Request, materialize
@@ -161,9 +162,9 @@ def test_plan_tables_equal_the_old_plan(monkeypatch, seed, dynamic, window):
     """Every table the triton plan uploads (in one copy) equals what the plan before issue 33
     built: units and merge rows from the split-candidate loop, the tree words built by torch
     ops (pointer doubling, packed topologies), the zeroed merge counters, the positions."""
-    from attnbench.backends import triton_features as tf
-    from attnbench.backends.triton_mla import tree_words as mla_words
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.kernels.shared import features as tf
+    from attnbench.kernels.mla.plan import tree_words as mla_words
+    from attnbench.backends.triton import TritonBackend
 
     b = plan_batch(seed, dynamic, window)
     words, has_tree = tp.host_tree_words(b)
@@ -217,8 +218,8 @@ def test_static_topologies_are_built_once_across_plans(monkeypatch):
     from attnbench.backends.flex import FlexBackend
     from attnbench.backends.sdpa import SdpaBackend
 
-    _metadata.topology_masks.cache_clear()
-    calls = count_calls(monkeypatch, _metadata, "ancestor_masks")
+    tokens.topology_masks.cache_clear()
+    calls = count_calls(monkeypatch, tokens, "ancestor_masks")
     shape = tuple(random_tree({"nodes": 23, "max_depth": 4, "max_children": 3, "seed": 1234}))
     spec = BatchSpec((Request("tree", 23, 40, shape), Request("decode", 1, 9), Request("tree", 23, 5, shape)),
                      4, 2, 8, "float32", 4, "shuffled")

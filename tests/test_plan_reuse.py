@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.backends import triton_features as tf
-from attnbench.backends import triton_mla as tm
-from attnbench.backends import triton_plan as tp
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.shared import features as tf
+from attnbench.kernels.mla import plan as tm
+from attnbench.kernels.shared import plan as tp
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import Request, materialize
 from attnbench.workload.scenario import load
 from attnbench.workload.trees import random_tree
@@ -94,7 +94,7 @@ def test_a_reused_plan_equals_a_fresh_one(monkeypatch, seed, dynamic, window):
                 kept.append((p, want))
             for p, want in kept:  # no later plan wrote into an earlier plan's tables
                 assert same(got(p), want)
-            assert len(be._shapes) >= 2  # another shape (other query lengths) was planned
+            assert len(be.planner.shapes) >= 2  # another shape (other query lengths) was planned
 
 
 def test_a_grown_context_keeps_the_shape_and_rebuilds_the_key_side():
@@ -102,12 +102,12 @@ def test_a_grown_context_keeps_the_shape_and_rebuilds_the_key_side():
     b = plan_batch(3, False, False)
     be = TritonBackend()
     be.plan(b)
-    shapes = dict(be._shapes)
+    shapes = dict(be.planner.shapes)
     for _ in range(3):  # decode steps: every context one longer, the query side as it was
         b = with_requests(b, [dataclasses.replace(r, context=r.context + 1) for r in b.spec.requests], rng.randint(0, 99))
         p = be.plan(b)
         assert same(got(p), reference(b, p.cfg, tp.num_sms(b.device), None))
-    assert all(be._shapes.get(k) is v for k, v in shapes.items()) and len(be._shapes) == len(shapes)
+    assert all(be.planner.shapes.get(k) is v for k, v in shapes.items()) and len(be.planner.shapes) == len(shapes)
 
 
 def mla_batches():
@@ -131,7 +131,7 @@ def test_a_reused_mla_plan_equals_a_fresh_one(splits):
     for b in mla_batches():
         for sms in (4, 132):
             b.new_step()
-            p = tm.plan(b, sms, True, splits, shapes=be._shapes, staging=be._staging)
+            p = tm.plan(b, sms, True, splits, shapes=be.planner.mla_shapes, staging=be.planner.staging)
             units, merge, s = tm.build_units(b, tm.choose_config(b), sms, splits)
             want = [torch.from_numpy(units), torch.from_numpy(merge if len(merge) else np.zeros((1, 2), np.int32)),
                     torch.from_numpy(b.host.context_lens.astype(np.int32)),
@@ -155,7 +155,7 @@ def test_on_a_gpu_each_plan_keeps_the_tables_it_sent(monkeypatch, pinned):
         pytest.skip("no CUDA device")
     monkeypatch.setenv("ATTNBENCH_TRITON_PINNED_STAGING", pinned)
     be, kept = TritonBackend(), []
-    assert be._staging.pinned == (pinned == "1")
+    assert be.planner.staging.pinned == (pinned == "1")
     for seed in range(9):
         b = plan_batch(seed, seed % 2 == 1, seed % 3 == 0)
         b = materialize(b.spec, seed, "cuda")
@@ -179,8 +179,8 @@ def test_a_plan_without_splits_shares_partials_no_kernel_touches(monkeypatch):
     s = TritonBackend(splits=2).plan(b)
     assert s.num_merge and s.po.shape[1] == s.num_merge and s.pl.shape[1] == s.num_merge and s.po is not p.po
     m = next(iter(mla_batches()))
-    mp = tm.plan(m, 132, True, 1, shapes=be._shapes, staging=be._staging)
-    assert mp.num_merge == 0 and mp.po.shape[:2] == (1, 1) and mp.po is tm.plan(m, 132, True, 1, staging=be._staging).po
+    mp = tm.plan(m, 132, True, 1, shapes=be.planner.mla_shapes, staging=be.planner.staging)
+    assert mp.num_merge == 0 and mp.po.shape[:2] == (1, 1) and mp.po is tm.plan(m, 132, True, 1, staging=be.planner.staging).po
 
 
 @pytest.mark.parametrize("layout", ["all-trees", "uneven-trees", "mixed"])
@@ -203,7 +203,7 @@ def test_dynamic_tree_words_are_the_reference_on_every_token_layout(seed, layout
         b.new_step()
         p = be.plan(b)
         assert torch.equal(p.anc, torch.from_numpy(tp.host_tree_words(b)[0]))
-    words = next(iter(be._shapes.values()))[1].words
+    words = next(iter(be.planner.shapes.values()))[1].words
     assert (words.span is not None) == (layout != "mixed") and (words.real is None) == (layout == "all-trees")
 
 
@@ -223,7 +223,7 @@ def test_the_step_split_pick_is_the_reference_pick():
     """triton_step.large_chunk (one product with a per-(longest, slots, hkv) work table, or the
     reference past DENSE_CELLS) picks triton_plan.large_chunk's chunk: ragged and equal tile
     counts, 1 to 3000 tiles, 4 to 1056 program slots, 1 to 8 KV heads."""
-    from attnbench.backends import triton_step as ts
+    from attnbench.kernels.shared import step as ts
 
     rng = np.random.default_rng(3)
     for _ in range(2000):

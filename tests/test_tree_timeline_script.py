@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
-from attnbench.backends.triton_plan import COL
+from attnbench.kernels.tree import gluon as tree
+from attnbench.backends.triton import TritonBackend
+from attnbench.kernels.shared.plan import COL
 
 ROOT = Path(__file__).resolve().parent.parent
 

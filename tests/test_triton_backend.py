@@ -19,7 +19,7 @@ import torch
 from .interpreted import import_interpreted
 
 # the kernels interpreted on a CPU machine (tests/interpreted.py says why and when)
-triton_kernels, _paged = import_interpreted("attnbench.backends.triton_kernels", "attnbench.backends.triton_paged")
+triton_kernels, _paged = import_interpreted("attnbench.kernels.paged.kernels", "attnbench.backends.triton")
 TritonBackend, triton_mode = _paged.TritonBackend, _paged.triton_mode
 
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
@@ -132,41 +132,12 @@ def test_small_row_blocks(name, reqs, page, layout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,reqs,page,layout", CASES[:5], ids=[c[0] for c in CASES[:5]])
-def test_fused_merge(name, reqs, page, layout):
-    check(reqs, page=page, layout=layout, splits=3, block_n=16, fused_merge=True)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,reqs,page,layout", [CASES[0], CASES[4], CASES[6]], ids=["decode", "tree70", "mixed"])
-def test_kv_major_half_partials(name, reqs, page, layout):
-    """The 1-D grid with the KV head fastest, and split partials kept in float16."""
-    _, plan = check(reqs, page=page, layout=layout, splits=3, block_n=16, dtype="float16", kv_major=True,
-                    half_partials=True)
-    assert plan.po.dtype == torch.float16
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("page", [16, 3])
 def test_wide_unmasked_tiles(page):
     """block_nf: the unmasked loop steps 32 keys, the masked one 16; splits start on 32."""
     reqs = [Request("decode", 1, 150), tree(from_choices(CHOICES), 70), Request("prefill", 20, 50)]
     _, plan = check(reqs, page=page, block_n=16, block_nf=32, dtype="float16", splits=2)
     assert plan.cfg.block_nf == 32 and (plan.units[:, 4] % 32 == 0).all()
-
-
-@pytest.mark.slow
-def test_fused_merge_counters_reset():
-    """The fused merge's arrival counters return to 0, so a second run (a graph replay) is right."""
-    need_interpreter()
-    reqs = (Request("decode", 1, 70), tree(from_choices(CHOICES), 30))
-    batch = materialize(BatchSpec(reqs, 4, 2, 32, dtype="float32", page_size=16), 1)
-    be = TritonBackend(splits=3, block_n=16, fused_merge=True)
-    plan = be.plan(batch)
-    first = be.run(plan).clone()
-    assert int(plan.sem.abs().sum()) == 0
-    plan.out.fill_(float("nan"))
-    assert torch.equal(be.run(plan), first)
 
 
 @pytest.mark.slow
@@ -227,7 +198,7 @@ GPU_SCRIPT = textwrap.dedent(
     from attnbench.workload.batch import BatchSpec, Request, materialize
     from attnbench.workload.reference import compare, reference_attention
     from attnbench.workload.trees import from_choices, full, random_tree
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     t40 = tuple(full({"depth": 3, "branching": 3}))
     t70 = tuple(random_tree({"nodes": 70, "max_depth": 8, "max_children": 4, "seed": 1}))
     cases = [
@@ -264,7 +235,7 @@ def test_gpu_bf16():
 
 def test_programs_per_sm():
     """Shared memory and registers decide how many programs share an SM (H100/H200)."""
-    from attnbench.backends import triton_plan as tp
+    from attnbench.kernels.shared import plan as tp
 
     assert tp.ctas_per_sm(tp.Config(64, 16, 64, 4, 3), 128) == 2  # 112 KB of smem, 255 registers
     assert tp.ctas_per_sm(tp.Config(64, 16, 32, 4, 3, 32, 168), 128) == 3  # 64 KB, 168 registers
@@ -277,7 +248,7 @@ def test_split_counts_latency_model():
     trees), never for short trees or a causal prefill; decode keeps its 2-wave chunks."""
     import math
 
-    from attnbench.backends import triton_plan as tp
+    from attnbench.kernels.shared import plan as tp
 
     cfg = tp.Config(64, 16, 64, 4, 3)
     tree = lambda ctx: tp.split_counts([math.ceil((ctx + 40) / 64)] * 24, [160] * 24, cfg, 128, 132, 8)

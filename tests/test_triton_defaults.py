@@ -4,36 +4,34 @@ float64 reference on random batches (decodes, trees, prefills, chunked prefills,
 shuffled pages of 1-256 slots, float16/float32, FP8 e4m3/e5m2 caches with per-tensor and
 per-head scales):
 
-- prefill batches without trees or variants run the prefill kernel with "lean,fold,heavy,gluon" (gluon:
-  on a Hopper GPU, the batches triton_prefill_gluon.wanted takes run the Gluon kernel; elsewhere it is
-  inert, so here, on the CPU, these batches run the prefill kernel with the other three);
-  decode-only batches, trees and variants keep the one-launch kernel;
-- FP8 decode configs (row blocks <= 32 rows) read V as int16 words (``v_words``); the tree
+- prefill batches without trees or variants take the prefill route (on a Hopper GPU the gluon-prefill
+  route where it takes the batch; here, on the CPU, the Triton prefill kernel); decode-only batches,
+  trees and variants keep the paged route;
+- FP8 decode configs (row blocks <= 32 rows) read V as int16 words (``V_WORDS``); the tree
   config does not;
 - decode splits count bytes in flight: an FP8 cache gets twice the 16-bit programs target,
   16-bit and wider caches split exactly as before;
 - MLA decodes and trees of more than 64 heads run 128-row units with two value programs
   (waves 1 on decodes, 2 with a tree); 16-head and prefill batches keep round 1's config.
 
-``triton-r3`` (scripts/dev/triton_variants.py) keeps the old defaults reachable; the GPU test at
-the end runs the same defaults compiled. Behaviour only, never timings.
+``route=paged`` keeps the one-launch kernel reachable; the GPU test at the end runs the same defaults
+compiled. Behaviour only, never timings.
 """
 from __future__ import annotations
 
 import os
 import random
-import runpy
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from attnbench.backends import triton_plan as tp
+from attnbench.kernels.paged.launch import v_words
+from attnbench.kernels.shared import plan as tp
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import chain, from_choices, random_tree
@@ -42,26 +40,15 @@ from .interpreted import import_interpreted
 from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, tree
 
 ROOT = Path(__file__).resolve().parent.parent
-_pk, _mk = import_interpreted("attnbench.backends.triton_prefill_kernels", "attnbench.backends.triton_mla_kernels")
-from attnbench.backends import triton_mla, triton_prefill  # noqa: E402
+_pk, _mk = import_interpreted("attnbench.kernels.prefill.kernels", "attnbench.kernels.mla.kernels")
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 
-VARIANTS = {c.name: c for c in runpy.run_path(str(ROOT / "scripts/dev/triton_variants.py"))["VARIANTS"]}
 FP8_TOL = 3e-3
-CVT_MAXNREG = sys.modules[TritonBackend.__module__].CVT_MAXNREG
 
 
 @pytest.fixture(autouse=True)
 def _interpret(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-@pytest.fixture
-def prefill_calls(monkeypatch):
-    """The options of every launch that went through the prefill kernel."""
-    seen = []
-    real = triton_prefill.run
-    monkeypatch.setattr(triton_prefill, "run", lambda p, opts: seen.append(opts) or real(p, opts))
-    return seen
 
 
 def run(be, batch):
@@ -71,18 +58,6 @@ def run(be, batch):
     plan.out.fill_(float("nan"))
     out = be.run(plan)
     return compare(out, reference_attention(batch)[0])[0], plan
-
-
-def test_the_defaults_and_the_old_ones_by_name():
-    be = TritonBackend()
-    assert be.prefill == {"lean", "fold", "heavy", "gluon"} and be.v_words is None and be.mla_wide and be.config == {}
-    assert be.tree == "gluon" and VARIANTS["triton-tr-r0"]().tree == ""
-    r3 = VARIANTS["triton-r3"]()
-    assert r3.prefill is None and r3.v_words is False and not r3.mla_wide and r3.config == {"fp8_split": 1}
-    assert r3.tree == ""
-    assert VARIANTS["triton-nopf"]().prefill is None and VARIANTS["triton-f8-nvw"]().v_words is False
-    assert [VARIANTS[f"triton-f8s-{x}"]().config["fp8_split"] for x in ("x05", "x15", "x2")] == [1, 3, 4]
-    assert TritonBackend(prefill="").prefill == frozenset()  # the control: the prefill kernel, no option
 
 
 def _decodes(kv_dtype, ctx=(4100, 4100), d=128, dtype="float16"):
@@ -99,7 +74,7 @@ def _nsplit(be, batch):
 def test_split_rule_gives_fp8_twice_the_programs_and_keeps_bf16():
     """The same batch (2 decodes of 4k on the CPU's 4 SMs): the 16-bit cache's 4 splits per row
     block are the old rule's (WAVES x SMs programs), the FP8 cache's 8 (2x the programs, as 2x
-    fewer bytes per key); ``fp8_split=1`` (triton-r3, triton-f8s-x05) gives FP8 the 16-bit plan."""
+    fewer bytes per key); ``fp8_split=1`` (choose_config's argument) gives FP8 the 16-bit plan."""
     half, fp8 = _decodes(None), _decodes("fp8_e4m3")
     n16, cfg16 = _nsplit(TritonBackend(), half)
     n8, cfg8 = _nsplit(TritonBackend(), fp8)
@@ -107,9 +82,10 @@ def test_split_rule_gives_fp8_twice_the_programs_and_keeps_bf16():
     tiles = np.full(2, -(-4101 // 64))
     old = -(-tiles // max(tp.MIN_CHUNK_TILES, -(-int(tiles.sum()) // (tp.WAVES * tp.CPU_SMS))))  # the rule before
     assert set(n16) == set(old) == {4} and set(n8) == {8}
-    assert set(_nsplit(VARIANTS["triton-r3"](), fp8)[0]) == set(_nsplit(VARIANTS["triton-f8s-x05"](), fp8)[0]) == {4}
-    assert set(_nsplit(VARIANTS["triton-f8s-x2"](), fp8)[0]) == {13}  # chunks of 5 of the 65 tiles
-    assert set(_nsplit(VARIANTS["triton-r3"](), half)[0]) == {4}  # bf16/fp16: the same plan either way
+    for fp8_split, want in ((1, 4), (4, 13)):  # 4: chunks of 5 of the 65 tiles
+        cfg = tp.choose_config(fp8, fp8_split=fp8_split)
+        assert set(tp.build_units(fp8, cfg, tp.CPU_SMS)[0][:, tp.COL["nsplit"]].numpy()) == {want}
+    assert tp.choose_config(half, fp8_split=1) == cfg16  # bf16/fp16: the same plan either way
     # the same rule through the reference construction (build_units) and the fast path (triton_step)
     for batch, cfg, n in ((half, cfg16, n16), (fp8, cfg8, n8)):
         units, _, smax, _ = tp.build_units(batch, cfg, tp.CPU_SMS)
@@ -159,9 +135,9 @@ CASES = [(seed, kind, kv) for seed, (kind, kv) in enumerate(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed,kind,kv_dtype", CASES)
-def test_defaults_on_random_batches(seed, kind, kv_dtype, prefill_calls):
+def test_defaults_on_random_batches(seed, kind, kv_dtype):
     """Random decodes / prefills / trees / mixes at odd lengths, pages 1-256 shuffled, through
-    ``TritonBackend()``; which kernel ran and with which options follows the batch."""
+    ``TritonBackend()``; which route ran follows the batch."""
     rng = random.Random(seed)
     reqs = _random_requests(rng, kind)
     hkv = rng.choice([1, 2])
@@ -173,42 +149,20 @@ def test_defaults_on_random_batches(seed, kind, kv_dtype, prefill_calls):
     rel, plan = run(be, materialize(spec, seed))
     assert rel < (FP8_TOL if kv_dtype else TOL[dtype]), f"{kind} {kv_dtype} {dtype} page {page}: rel err {rel}"
     prefill = any(r.kind == "prefill" for r in reqs) and not plan.has_tree and not kv_dtype
-    assert prefill_calls == ([{"lean", "fold", "heavy", "gluon"}] if prefill else [])
-    assert be._v_words(plan.cfg) == (plan.cfg.block_m <= 32)
-
-
-def test_v_words_cvt_takes_float16_dots_on_compiled_builds_only():
-    """``v_words="cvt"`` and the default: the kernel's V_WORDS is 2 (one cvt.rn.f16x2 a word) on a compiled build
-    with float16 dots, 1 (the shifts) under the interpreter, which runs no PTX, with ``fp8_f16`` off or with
-    ``v_words=True``, and 0 without an FP8 cache or a decode config; other values are refused, naming the
-    choices. The cvt words launch with a 128-register cap unless the config names one."""
-    reqs = (Request("decode", 1, 1000), Request("decode", 1, 5))
-    fp8 = materialize(BatchSpec(reqs, 4, 2, 32, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3"), 1)
-    be = TritonBackend(v_words="cvt")
-    cfg = be.plan(fp8).cfg
-    assert be._v_words_flag(cfg, fp8, True, False) == 2 and be._v_words_flag(cfg, fp8, True, True) == 1
-    assert TritonBackend(v_words="cvt", fp8_f16=False)._v_words_flag(cfg, fp8, True, False) == 1
-    assert TritonBackend()._v_words_flag(cfg, fp8, True, False) == 2 and be._v_words_flag(cfg, fp8, False, False) == 0
-    assert TritonBackend(v_words=True)._v_words_flag(cfg, fp8, True, False) == 1
-    assert TritonBackend(v_words=False)._v_words_flag(cfg, fp8, True, False) == 0
-    # the cvt words launch at CVT_MAXNREG registers unless the config names a cap (0: none)
-    assert TritonBackend._maxnreg(cfg, 2) == CVT_MAXNREG and TritonBackend._maxnreg(cfg, 1) == 0
-    assert TritonBackend(maxnreg=0).plan(fp8).cfg.maxnreg == 0 and TritonBackend._maxnreg(replace(cfg, maxnreg=0), 2) == 0
-    assert TritonBackend._maxnreg(replace(cfg, maxnreg=96), 2) == 96
-    with pytest.raises(ValueError, match="v_words 'words': None, True, False or 'cvt'"):
-        TritonBackend(v_words="words")
+    assert plan.route.name == ("prefill" if prefill else "paged")
+    assert bool(v_words(plan.cfg, plan.batch, bool(kv_dtype), True)) == (bool(kv_dtype) and plan.cfg.block_m <= 32)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_v_words_cvt_falls_back_to_the_shifts_in_the_interpreter_and_matches(kv_dtype):
-    """On the CPU (the interpreter) ``v_words="cvt"`` runs the shift-split words and matches the reference at odd
-    lengths on shuffled pages (the PTX path itself runs in test_gpu_triton_defaults)."""
+    """On the CPU (the interpreter) the decode config's words are split by shifts and match the reference at odd
+    lengths on shuffled pages (the cvt path itself runs in test_gpu_triton_defaults)."""
     need_interpreter()
     reqs = (Request("decode", 1, 1000), Request("decode", 1, 333), Request("decode", 1, 5))
     spec = BatchSpec(reqs, 4, 2, 32, dtype="float16", page_size=16, layout="shuffled", kv_dtype=kv_dtype,
                      kv_scale="per-head")
-    rel, plan = run(TritonBackend(v_words="cvt"), materialize(spec, 7))
+    rel, plan = run(TritonBackend(), materialize(spec, 7))
     assert rel < FP8_TOL and plan.cfg.block_m <= 32
 
 
@@ -224,34 +178,31 @@ def test_fp8_decodes_take_v_words_and_more_splits(kv_dtype, kv_scale, page):
     be = TritonBackend()
     rel, plan = run(be, materialize(spec, page))
     assert rel < FP8_TOL, f"{kv_dtype} page {page}: rel err {rel}"
-    assert plan.cfg.block_m <= 32 and be._v_words(plan.cfg) and plan.num_merge > 0
+    assert plan.cfg.block_m <= 32 and v_words(plan.cfg, plan.batch, True, True) and plan.num_merge > 0
     half = materialize(BatchSpec(reqs, 4, 2, 32, dtype="float16", page_size=page, layout="shuffled"), page)
     assert plan.units.shape[0] > TritonBackend().plan(half).units.shape[0]
     t = (tree(from_choices(CHOICES), 50),)  # G 8 x 5 nodes: 40 rows, a 64-row block
     tree_spec = BatchSpec(t, 16, 2, 32, dtype="float16", page_size=page, kv_dtype=kv_dtype, kv_scale=kv_scale)
     rel, plan = run(be, materialize(tree_spec, 1))
-    assert rel < FP8_TOL and plan.cfg.block_m > 32 and not be._v_words(plan.cfg)
+    assert rel < FP8_TOL and plan.cfg.block_m > 32 and not v_words(plan.cfg, plan.batch, True, True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [16, 256])
-def test_prefills_run_the_prefill_kernel_and_r3_does_not(page, prefill_calls):
-    """A fresh and a chunked prefill (odd lengths) and a decode beside them: the default runs
-    the prefill kernel with lean,fold,heavy,gluon (on the CPU: the prefill kernel); triton-r3 (and triton-nopf) the one-launch kernel;
-    a decode-only batch never goes to the prefill kernel."""
+def test_prefills_take_the_prefill_route_and_route_paged_does_not(page):
+    """A fresh and a chunked prefill (odd lengths) and a decode beside them: auto runs the prefill route (on the
+    CPU: the Triton prefill kernel), route=paged the one-launch kernel; a decode-only batch never takes the
+    prefill route."""
     need_interpreter()
     reqs = (Request("prefill", 45, 0), Request("prefill", 19, 37), Request("decode", 1, 70))
     batch = materialize(BatchSpec(reqs, 8, 2, 32, dtype="float16", page_size=page, layout="shuffled"), page)
-    for be, want in ((TritonBackend(), [{"lean", "fold", "heavy", "gluon"}]), (VARIANTS["triton-r3"](), []),
-                     (VARIANTS["triton-nopf"](), [])):
-        prefill_calls.clear()
-        rel, _ = run(be, batch)
-        assert rel < TOL["float16"] and prefill_calls == want, (be.name, rel, prefill_calls)
-    prefill_calls.clear()
+    for be, want in ((TritonBackend(), "prefill"), (TritonBackend(route="paged"), "paged")):
+        rel, plan = run(be, batch)
+        assert rel < TOL["float16"] and plan.route.name == want, (want, rel)
     decodes = materialize(BatchSpec((Request("decode", 1, 70), Request("decode", 1, 3)), 8, 2, 32,
                                     dtype="float16", page_size=page), 1)
-    rel, _ = run(TritonBackend(), decodes)
-    assert rel < TOL["float16"] and prefill_calls == []
+    rel, plan = run(TritonBackend(), decodes)
+    assert rel < TOL["float16"] and plan.route.name == "paged"
 
 
 def _mla(hq, reqs, seed=0):
@@ -270,13 +221,11 @@ MLA_TREE = tuple(from_choices([[0], [1], [0, 0], [0, 1]]))
 ], ids=["decodes", "trees"])
 def test_mla_over_64_heads_takes_128_row_units(reqs, waves):
     """128 heads (one token fills a 128-row unit): decodes with waves 1, a batch with trees
-    with waves 2, two value programs, right at odd lengths; triton-r3 keeps round 1's units."""
+    with waves 2, two value programs, right at odd lengths."""
     be = TritonBackend()
     rel, plan = run(be, _mla(128, reqs, waves))
     assert rel < TOL["float16"], f"rel err {rel}"
     assert (plan.cfg.block_m, plan.cfg.value_chunks, plan.cfg.tail_stages, plan.cfg.waves) == (128, 2, 1, waves)
-    rel, plan = run(VARIANTS["triton-r3"](), _mla(128, reqs, waves))
-    assert rel < TOL["float16"] and (plan.cfg.block_m, plan.cfg.value_chunks, plan.cfg.waves) == (64, 1, 0)
 
 
 def test_mla_rule_leaves_16_heads_and_prefills():
@@ -295,12 +244,9 @@ GPU_SCRIPT = textwrap.dedent(
     from attnbench.workload.batch import BatchSpec, Request, materialize
     from attnbench.workload.reference import compare, reference_attention
     from attnbench.workload.trees import chain, full
-    from attnbench.backends import triton_mla, triton_prefill
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
+    from attnbench.kernels.paged.launch import v_words
     t40 = tuple(full({"depth": 3, "branching": 3}))
-    ran = []
-    real = triton_prefill.run
-    triton_prefill.run = lambda p, o: ran.append(o) or real(p, o)
     worst = {}
     def check(name, spec, tol, **kw):
         b = materialize(spec, 1, "cuda")
@@ -316,44 +262,31 @@ GPU_SCRIPT = textwrap.dedent(
             reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 9000, 17, 3000))
             be, plan = check("fp8 decode", BatchSpec(reqs, 32, 8, 128, "bfloat16", page, kv_dtype=kv,
                                                      kv_scale=scale, window=win), 3e-2)
-            assert plan.cfg.block_m <= 32 and be._v_words(plan.cfg) and plan.cfg.wave_scale == 1.9
+            assert plan.cfg.block_m <= 32 and v_words(plan.cfg, plan.batch, True, False) and plan.cfg.wave_scale == 1.9
         reqs = tuple(Request("tree", len(t40), c, t40) for c in (1000, 4000)) + (Request("decode", 1, 5000),)
         be, plan = check("fp8 tree", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv, kv_scale=tree_scale),
                          3e-2)
-        assert not be._v_words(plan.cfg)
-        for d, page, cap in ((128, 16, 0), (64, 1, 96), (256, 256, None)):  # the cvt words: uncapped, 96, default
+        assert not v_words(plan.cfg, plan.batch, True, False)
+        for d, page in ((128, 16), (64, 1), (256, 256)):  # the cvt words on the paged route
             reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
             be, plan = check("fp8 decode cvt", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv,
-                                                         kv_scale="per-head"), 3e-2, decode="",
-                             **({} if cap is None else {"maxnreg": cap}))
-            assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 2
-        be, plan = check("fp8 decode shifts", BatchSpec(reqs, 32, 8, 128, "float16", 16, kv_dtype=kv), 3e-2,
-                         v_words=True, decode="")
-        for d, page, win, cap in ((128, 16, None, None), (64, 1, 700, 96), (96, 256, None, 0)):  # K's words too
-            reqs = tuple(Request("decode", 1, c) for c in (2047, 4100, 17))
-            check("fp8 decode k words", BatchSpec(reqs, 32, 8, d, "bfloat16", page, kv_dtype=kv, kv_scale="per-head",
-                                                  window=win), 3e-2, k_words=True, decode="",
-                  **({} if cap is None else {"maxnreg": cap}))
-        reqs = tuple(Request("tree", len(t40), c, t40) for c in (1000, 333)) + (Request("decode", 1, 5000),)
-        check("fp8 tree k words", BatchSpec(reqs, 32, 8, 128, "bfloat16", 16, kv_dtype=kv), 3e-2, tree="",
-              v_words="cvt", k_words=True)  # the one-launch kernel's tree config (wgmma) with both words
-        assert be._v_words_flag(plan.cfg, plan.batch, True, False) == 1
+                                                         kv_scale="per-head"), 3e-2, route="paged")
+            assert v_words(plan.cfg, plan.batch, True, False) == 2
     for d in (64, 96, 256):
         check("fp8 head dims", BatchSpec((Request("decode", 1, 3333), Request("decode", 1, 70)), 16, 4, d,
                                          "float16", 16, kv_dtype="fp8_e4m3", kv_scale="per-head"), 3e-2)
     for page in (1, 16, 256):
         for ctx in (0, 3000):
-            ran.clear()
             reqs = (Request("prefill", 1024, ctx), Request("prefill", 333, ctx + 17), Request("decode", 1, 500))
-            check("prefill", BatchSpec(reqs, 32, 8, 128, "bfloat16", page), 1e-2)
-            assert ran == [{"lean", "fold", "heavy", "gluon"}], ran
+            be, plan = check("prefill", BatchSpec(reqs, 32, 8, 128, "bfloat16", page), 1e-2)
+            assert plan.route.name == "prefill", plan.mode  # (a decode beside: auto leaves gluon-prefill)
     for hq in (128, 16):
         for reqs in ([Request("decode", 1, c) for c in (16384, 5000, 77)],
                      [Request("tree", 3, c, tuple(chain(2))) for c in (16384, 3000)] + [Request("tree", len(t40), 2000, t40)]):
             be, plan = check(f"mla {hq}", BatchSpec(tuple(reqs), hq, 1, 576, "bfloat16", 64, attention="mla",
                                                    kv_lora_rank=512, rope_dim=64), 1.5e-2)
             decodes = all(r.kind == "decode" for r in reqs)  # the Gluon MLA kernel's (thirteenth session)
-            assert plan.gluon == decodes and (plan.cfg.block_m == 128) == (hq == 128 and not decodes), plan.cfg
+            assert (plan.route.name == "gluon-mla") == decodes and (plan.cfg.block_m == 128) == (hq == 128 and not decodes), plan.cfg
     print("WORST", worst)
     """
 )
@@ -363,10 +296,10 @@ GPU_SCRIPT = textwrap.dedent(
 def test_gpu_triton_defaults():
     """The defaults compiled on a GPU (~24 kernels to compile): FP8 decodes (v_words, the FP8
     split rule; e4m3/e5m2, per-tensor/per-head scales, pages 1/16/256, a window, head dims
-    64/96/256; the cvt words at 96, 128 and uncapped registers, the shift-split words, K's words too), FP8 trees, the
+    64/96/256; the cvt words on the paged route), FP8 trees, the
     prefill kernel on 4 x 1k-like prefills at pages 1/16/256 with and without context, MLA
     decodes (the Gluon MLA kernel) and trees at 128 heads (128-row units) and 16 (unchanged). The FP8 decodes' word
-    paths run on the shipped kernel (``decode=""``); the default's (the Gluon decode kernel where it takes the batch:
+    paths run on the paged route (``route="paged"``); auto's (the Gluon decode kernel where it takes the batch:
     tests/test_gluon_decode_gpu.py) runs the first ones."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

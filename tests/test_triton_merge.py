@@ -1,12 +1,12 @@
-"""The triton backend's split merge (attnbench/backends/triton_merge.py) under the CPU interpreter: a block
+"""The triton backend's split merge (attnbench/kernels/merge.py) under the CPU interpreter: a block
 of query heads a program, its last block partly past the heads (12 heads in blocks of 8, 6 in blocks of 4),
 a padded head dim (96 in 128 lanes), 2-5 splits; every output row against the reference."""
 from __future__ import annotations
 
 import pytest
 
-from attnbench.backends import triton_launch
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.shared import launch as triton_launch
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.reference import compare, reference_attention
 

@@ -10,11 +10,11 @@ import torch
 
 from .interpreted import import_interpreted
 
-_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+_kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 
-from attnbench.backends import triton_mla  # noqa: E402
-from attnbench.backends import triton_mla_gluon as mg  # noqa: E402
-from attnbench.backends import triton_plan as tp  # noqa: E402
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
+from attnbench.kernels.mla import gluon as mg  # noqa: E402
+from attnbench.kernels.shared import plan as tp  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain  # noqa: E402
@@ -37,43 +37,51 @@ def on_hopper(monkeypatch):
     monkeypatch.setattr(mg, "hopper", lambda device: True)
 
 
-def test_wanted_takes_16_bit_decodes_of_deepseeks_latent_row_alone(on_hopper):
+def _first(reasons: list[str]) -> str:
+    return reasons[0] if reasons else ""
+
+
+def test_reasons_take_16_bit_decodes_and_mtp_chains_of_deepseeks_latent_row(on_hopper):
+    """On Hopper: 16-bit decodes and MTP chains of kv_lora_rank 512 / rope_dim 64, at any head count, pages of 8,
+    16, 32 keys or a multiple of 64; each thing it does not take is a reason in words."""
     for hq in (128, 16, 1, 96):
-        assert mg.unwanted(mla(DECODES, hq)) == "", hq
-    for page in (64, 128, 256, 8, 16, 32):
-        assert mg.wanted(mla(DECODES, page=page)), page
-    assert mg.wanted(mla(DECODES, dtype="float16"))
-    for page in (1, 4, 48, 96):
-        assert mg.unwanted(mla(DECODES, page=page)).startswith(f"page {page}"), page
-    assert mg.unwanted(mla(DECODES, dtype="float32")).startswith("not a 16-bit q")
-    assert mg.unwanted(mla(DECODES, kv_dtype="fp8_e4m3")).startswith("not a 16-bit q")
-    assert mg.unwanted(mla(DECODES, rank=256)) == "kv_lora_rank 256, rope_dim 64 (it takes 512 and 64)"
-    assert mg.unwanted(mla(DECODES, rope=32)).startswith("kv_lora_rank 512, rope_dim 32")
-    mtp = DECODES + (Request("tree", 3, 100, tuple(chain(2))),)
-    assert all(mg.unwanted(mla(mtp, hq)) == "" for hq in (128, 64, 16, 96))  # MTP chains
-    assert mg.unwanted(mla((Request("tree", 1, 100, (-1,)),))) == ""  # a one-node tree: a decode
-    why = "not a batch of decodes and MTP chains"
-    assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, (-1, 0, 0)),))).startswith(why)  # a branching tree
-    assert mg.unwanted(mla(DECODES + (Request("tree", 3, 100, tuple(chain(2)), tree_dynamic=True),))).startswith(why)
-    assert mg.unwanted(mla(DECODES + (Request("prefill", 5, 9),))).startswith(why)
+        assert mg.reasons(mla(DECODES, hq)) == [], hq
+    for page in (8, 16, 32, 64, 128):
+        assert mg.reasons(mla(DECODES, page=page)) == [], page
+    assert mg.reasons(mla(DECODES, dtype="float16")) == []
+    for page in (4, 48):
+        assert f"(page {page})" in _first(mg.reasons(mla(DECODES, page=page))), page
+    assert "16-bit q" in _first(mg.reasons(mla(DECODES, dtype="float32")))
+    assert "16-bit q" in _first(mg.reasons(mla(DECODES, kv_dtype="fp8_e4m3")))
+    assert "(kv_lora_rank 256, rope_dim 64)" in _first(mg.reasons(mla(DECODES, rank=256)))
+    assert "(kv_lora_rank 512, rope_dim 32)" in _first(mg.reasons(mla(DECODES, rope=32)))
+    mtp = (Request("tree", 3, 100, tuple(chain(2))), Request("decode", 1, 5), Request("tree", 2, 0, tuple(chain(1))))
+    assert all(mg.reasons(mla(mtp, hq)) == [] for hq in (128, 64, 16, 96))  # MTP chains
+    assert mg.reasons(mla((Request("tree", 1, 100, (-1,)),))) == []  # a one-node tree: a decode
+    why = "the Gluon MLA kernel takes decodes and MTP chains"
+    assert _first(mg.reasons(mla(DECODES + (Request("tree", 3, 100, (-1, 0, 0)),)))).startswith(why)  # branching
+    assert _first(mg.reasons(mla(DECODES + (Request("tree", 3, 100, tuple(chain(2)), tree_dynamic=True),)))) \
+        .startswith(why)
+    assert _first(mg.reasons(mla(DECODES + (Request("prefill", 5, 9),)))).startswith(why)
 
 
-def test_off_hopper_the_option_changes_nothing():
-    """Off Hopper (the CPU here) the plan is the shipped one and the row's mode says nothing more."""
+def test_off_hopper_auto_runs_the_triton_mla_route():
+    """Off Hopper (the CPU here) auto plans and runs the Triton MLA kernel; route=gluon-mla refuses the batch."""
     b = mla(DECODES)
-    assert mg.unwanted(b) == "not a Hopper GPU"
-    shipped, gluon = TritonBackend().plan(b), TritonBackend(mla_gluon=True).plan(b)
-    assert shipped.cfg == gluon.cfg and shipped.mode == gluon.mode and not gluon.gluon
-    assert "Hopper" in mg.fit(gluon)
+    assert mg.reasons(b) == ["the Gluon MLA kernel needs a Hopper GPU (sm_90)"]
+    p = TritonBackend().plan(b)
+    assert p.route.name == "mla" and p.mode.endswith("; mla (Triton MLA kernel)") and p.cfg.block_m == 128
+    assert TritonBackend(route="gluon-mla").unsupported(b)[-1] == \
+        "route gluon-mla: the Gluon MLA kernel needs a Hopper GPU (sm_90)"
 
 
-def test_the_option_is_on_by_default_and_false_keeps_the_triton_kernel(on_hopper):
-    """On Hopper the default plans decodes for the Gluon kernel (thirteenth session: faster at 128 and 16 heads);
-    ``mla_gluon=False`` keeps the Triton MLA kernel's wide config, and its row says nothing of Gluon's."""
+def test_auto_takes_the_route_and_route_mla_keeps_the_triton_kernel(on_hopper):
+    """On Hopper auto plans decodes for the Gluon kernel (thirteenth session: faster at 128 and 16 heads);
+    ``route=mla`` keeps the Triton MLA kernel's wide config, and its row names that kernel."""
     p = TritonBackend().plan(mla(DECODES))
     assert p.cfg.block_m == 64 and p.cfg.value_chunks == 1
-    off = TritonBackend(mla_gluon=False).plan(mla(DECODES))
-    assert not off.gluon and off.cfg.block_m == 128 and "Gluon" not in off.mode and "gluon" not in off.mode
+    off = TritonBackend(route="mla").plan(mla(DECODES))
+    assert off.route.name == "mla" and off.cfg.block_m == 128 and "gluon" not in off.mode
 
 
 @pytest.mark.parametrize("hq,units_per_request", [(128, 2), (16, 1)])
@@ -82,31 +90,27 @@ def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per
     132 SMs (8 x 16k at 128 heads: 8 splits, 128 programs), 16-bit partials, one value program a unit."""
     monkeypatch.setattr(tp, "num_sms", lambda device: 132)
     b = mla(tuple(Request("decode", 1, 16384) for _ in range(8)), hq)
-    p = TritonBackend(mla_gluon=True).plan(b)
-    assert p.gluon and mg.RAN in p.mode, p.mode
+    p = TritonBackend().plan(b)
+    assert p.route.name == "gluon-mla" and p.mode.endswith("gluon-mla (Gluon MLA kernel)"), p.mode
     assert (p.cfg.block_m, p.cfg.block_n, p.cfg.value_chunks, p.cfg.waves) == (64, 64, 1, 1)
     units = p.units.cpu().numpy()
     assert len(units) <= 132 and len({(u[0], u[1]) for u in units}) == 8 * units_per_request
     assert (units[:, 3] % 64 == 0).all() and (units[:, 2] == min(hq, 64)).all()
     assert p.num_merge and p.po.dtype == torch.bfloat16
     monkeypatch.setattr(mg, "HALF_PARTIALS", False)
-    assert TritonBackend(mla_gluon=True).plan(b).po.dtype == torch.float32
+    assert TritonBackend().plan(b).po.dtype == torch.float32
 
 
-def test_refused_batches_say_why_on_hopper(on_hopper):
-    """A batch the option does not take keeps the backend's own MLA config, and the row says why."""
-    be = TritonBackend(mla_gluon=True)
+def test_refused_batches_run_the_triton_mla_route_and_a_forced_route_skips_them(on_hopper):
+    """A batch the route does not take keeps the Triton MLA route's own config; forced, it is skipped with the
+    route's reasons; tile options are refused by the route (it sets them)."""
     branching = mla((Request("tree", 3, 100, (-1, 0, 0)),) * 2)
-    p = be.plan(branching)
-    assert not p.gluon and p.cfg == TritonBackend(mla_gluon=False).plan(branching).cfg
-    assert "Triton MLA kernel, not Gluon's MLA kernel: not a batch of decodes and MTP chains" in p.mode, p.mode
-    assert be.plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).gluon
-    assert "page 16" not in be.plan(mla(DECODES, page=16)).mode
-    assert "page 48" in be.plan(mla(DECODES, page=48)).mode
-    assert "kv_lora_rank 256" in be.plan(mla(DECODES, rank=256)).mode
-    b = mla(DECODES, 16)
-    set_by_caller = triton_mla.plan(b, 4, True, gluon=True, block_m=16)  # the caller's config wins
-    assert set_by_caller.cfg.block_m == 16 and "64-row units" in set_by_caller.mode
+    p = TritonBackend().plan(branching)
+    assert p.route.name == "mla" and p.cfg == TritonBackend(route="mla").plan(branching).cfg
+    assert "takes decodes and MTP chains" in TritonBackend(route="gluon-mla").unsupported(branching)[-1]
+    assert TritonBackend().plan(mla((Request("tree", 3, 100, tuple(chain(2))),), 16)).route.name == "gluon-mla"
+    assert TritonBackend().plan(mla(DECODES, page=48)).route.name == "mla"
+    assert "sets block_m itself" in TritonBackend(route="gluon-mla", block_m=16).unsupported(mla(DECODES, 16))[-1]
 
 
 def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hopper):
@@ -117,35 +121,24 @@ def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hop
     b = mla((Request("decode", 1, 300), Request("decode", 1, 0), Request("decode", 1, 129)), 16, dtype="float16",
             page=16, seed=3)
     for splits in (None, 3):
-        p = TritonBackend(mla_gluon=True, splits=splits).plan(b)
-        assert p.gluon and p.cfg.block_m == 64
-        p.gluon = False  # the CPU: the Triton MLA kernel
+        p = TritonBackend(splits=splits).plan(b)
+        assert p.route.name == "gluon-mla" and p.cfg.block_m == 64
         p.out.fill_(float("nan"))
-        out = triton_mla.run(p)
+        out = triton_mla.launch(p)  # the CPU: the Triton MLA kernel over the same units
         assert not torch.isnan(out).any()
         assert compare(out, reference_attention(b)[0])[0] < 3e-3
         assert (p.num_merge > 0) == (splits == 3)
 
 
-def test_the_round_script_parses_and_names_existing_variants():
-    """scripts/gpu/gpu_gluon_mla_round.sh (one device call: the GPU tests and the timing rows) is valid bash and
-    its default variants exist in scripts/dev/triton_variants.py (the -f32 one too)."""
-    from .scripts import round_script_variants
-
-    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_mla_round.sh")
-    assert rc == 0 and "triton-mla-gluon" in default
-    assert set(default) <= names and "triton-mla-gluon-f32" in names, set(default) - names
-
-
 @pytest.mark.parametrize("hq,page", [(128, 64), (16, 16)])
 def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, monkeypatch, hq, page):
-    """``triton_mla_gluon.run`` with the kernel replaced by a recorder (no GPU here): one program a unit, every
+    """``mla.gluon.launch`` with the kernel replaced by a recorder (no GPU here): one program a unit, every
     argument of ``mla_gluon_kernel`` bound by position or name, q's and the cache's rows as [rows, 576] with
     boxes of the nope and rope columns ([64, 512] / [64, 64] for q, [min(page, 64), ...] for the cache)."""
     pytest.importorskip("triton.experimental.gluon")
     import inspect
 
-    from attnbench.backends import gluon_mla_kernels as gk
+    from attnbench.kernels.mla import gluon_kernels as gk
 
     names = gk.mla_gluon_kernel.arg_names
     seen = {}
@@ -160,9 +153,9 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
 
     monkeypatch.setattr(gk, "mla_gluon_kernel", Recorder())
     b = mla(DECODES, hq, page=page)
-    p = TritonBackend(mla_gluon=True, splits=2).plan(b)
-    assert p.gluon and p.num_merge
-    mg.run(p)
+    p = TritonBackend(splits=2).plan(b)
+    assert p.route.name == "gluon-mla" and p.num_merge
+    mg.launch(p)
     assert set(names) - {"EARLY_PV"} <= set(seen) and seen["grid"] == (p.units.shape[0],)
     box = min(page, 64)
     rows = {"q_desc": (len(DECODES) * hq, [64, 512]), "qr_desc": (len(DECODES) * hq, [64, 64]),
@@ -185,16 +178,15 @@ def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopp
     reqs = (Request("tree", 3, 100, tuple(chain(2))), Request("decode", 1, 70), Request("tree", 2, 33, tuple(chain(1))))
     b = mla(reqs, 128, dtype="float16", page=16, seed=5)
     p = TritonBackend().plan(b)
-    assert p.gluon and p.cfg.block_m == 64
+    assert p.route.name == "gluon-mla" and p.cfg.block_m == 64
     units = p.units.cpu().numpy()
     unsplit = units[units[:, 5] < 0]
     assert (units[:, 7] == 0).all()
     assert unsplit[:, 4].tolist() == [101, 101, 102, 102, 103, 103, 71, 71, 34, 34, 35, 35]
     for splits in (None, 2):
         p = TritonBackend(splits=splits).plan(b)
-        p.gluon = False  # the CPU: the Triton MLA kernel
         p.out.fill_(float("nan"))
-        out = triton_mla.run(p)
+        out = triton_mla.launch(p)  # the CPU: the Triton MLA kernel over the same units
         assert not torch.isnan(out).any()
         assert compare(out, reference_attention(b)[0])[0] < 3e-3
 
@@ -208,12 +200,11 @@ def test_mtp_chains_at_16_heads_share_units_and_match_the_reference(on_hopper):
     reqs = (Request("tree", 5, 90, tuple(chain(4))), Request("decode", 1, 7), Request("tree", 3, 64, tuple(chain(2))))
     b = mla(reqs, 16, dtype="float16", page=8, seed=6)
     p = TritonBackend().plan(b)
-    assert p.gluon and (p.units.cpu().numpy()[:, 7] == 0).all()
+    assert p.route.name == "gluon-mla" and (p.units.cpu().numpy()[:, 7] == 0).all()
     assert p.units.cpu().numpy()[:, 4].tolist() == [94, 95, 8, 67]  # rows 0-63 / 64-79 of the 5-token chain, ...
     for splits in (None, 3):
         p = TritonBackend(splits=splits).plan(b)
-        p.gluon = False
         p.out.fill_(float("nan"))
-        out = triton_mla.run(p)
+        out = triton_mla.launch(p)
         assert not torch.isnan(out).any()
         assert compare(out, reference_attention(b)[0])[0] < 3e-3

@@ -1,7 +1,7 @@
-"""The MLA variants of the triton backend (issue 33's MLA round 1, docs/triton_notes.md) against
-the float64 reference under Triton's interpreter: every ``triton-mla-*`` variant of
-scripts/dev/triton_variants.py (two programs a unit each with half the value dims, 128-row
-units, an unpipelined masked tail, splits sized in waves, 16-bit partials) on 16 and 128 heads
+"""The mla route's plans (issue 33's MLA round 1, docs/triton_notes.md) against the float64 reference under
+Triton's interpreter: the backend's tile and split options, and the plan's own config (two programs a unit each
+with half the value dims, 128-row units, an unpipelined masked tail, splits sized in waves, 16-bit partials) on
+16 and 128 heads
 with decodes of odd lengths, an MTP chain, a tree and a chunked prefill, pages 1, 16 and 64 of
 a shuffled cache, split and unsplit. Since issue 33's defaults round the shipped backend takes m128 + value halves for
 more than 64 heads (triton_mla.default_config; tests/test_triton_defaults.py).
@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from .interpreted import import_interpreted
-from .scripts import load_script
 
-_kernels, _paged = import_interpreted("attnbench.backends.triton_mla_kernels", "attnbench.backends.triton_paged")
+_kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 
-from attnbench.backends import triton_mla  # noqa: E402
+from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices  # noqa: E402
@@ -36,12 +35,7 @@ REQS = (
 )
 
 
-def _variants() -> dict:
-    mod = load_script("scripts/dev/triton_variants.py", "triton_variants_h33m")
-    return {cls.name: cls for cls in mod.MLA_VARIANTS}
-
-
-VARIANTS = _variants()
+M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)  # 128-row units, value halves, an unpipelined tail
 
 
 @pytest.fixture(autouse=True)
@@ -61,26 +55,25 @@ def check(plan_fn, batch):
     plan = plan_fn(batch)
     assert isinstance(plan, triton_mla.MlaPlan)
     plan.out.fill_(float("nan"))
-    out = triton_mla.run(plan)
+    out = triton_mla.launch(plan)
     rel, _ = compare(out, reference_attention(batch)[0])
     assert rel < TOL[batch.spec.dtype], f"rel err {rel}"
     return plan
 
 
-def test_every_mla_variant_is_listed():
-    assert len(VARIANTS) >= 6 and all(n.startswith("triton-mla-") for n in VARIANTS)
-
-
 @pytest.mark.parametrize("hq", [16, 128])
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_variant_matches_reference(name, hq):
-    page = (1, 16, 64)[(sorted(VARIANTS).index(name) + hq) % 3]
-    be = VARIANTS[name]()
-    plan = check(be.plan, mla_batch(hq, page, seed=page))
-    assert plan.cfg.block_m <= (128 if "m128" in name else 64)
+@pytest.mark.parametrize("options", [{}, dict(splits=3), dict(block_m=16, block_n=32), dict(num_stages=3, splits=2),
+                                     dict(block_m=32, num_warps=8)])
+def test_the_mla_routes_options_match_the_reference(options, hq):
+    """route=mla with the backend's tile and split options (the Triton MLA kernel's config overrides), 16 and 128
+    heads, pages 1, 16 and 64 of a shuffled cache."""
+    for page in (1, 16, 64):
+        batch = mla_batch(hq, page, seed=page, reqs=SHORT if hq == 128 else REQS)
+        be = _paged.TritonBackend(route="mla", **options)
+        plan = check(be.plan, batch)
+        assert plan.route.name == "mla" and plan.cfg.block_m == options.get("block_m", plan.cfg.block_m)
 
 
-M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
 SHORT = (REQS[0], REQS[3])  # 128 heads: a decode and an MTP chain (the merge runs a program a row)
 
 

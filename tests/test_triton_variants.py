@@ -163,11 +163,6 @@ def test_sink_counted_once_across_splits():
     assert torch.allclose(outs[0], outs[1], atol=1e-5) and torch.allclose(outs[0], outs[2], atol=1e-5)
 
 
-@pytest.mark.slow
-def test_fused_merge_with_sinks_and_window():
-    run_variant("all", fused_merge=True, splits=3, block_n=16)
-
-
 def test_capabilities_declared():
     """Every variant is declared, so no variant batch is skipped for the triton backend."""
     cls = TritonBackend

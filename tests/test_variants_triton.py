@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     sys.path.insert(0, %r)
     from tests.test_variants import FEATURES, MIXED, batch_for
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     from attnbench.workload.reference import compare, reference_attention
     out = {}
     causal = [r for r in MIXED if r.causal]

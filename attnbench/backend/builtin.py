@@ -26,7 +26,7 @@ BUILTIN_INFO: dict[str, BuiltinInfo] = {
     "reference": BuiltinInfo("attnbench.backends.reference:ReferenceBackend"),
     "sdpa": BuiltinInfo("attnbench.backends.sdpa:SdpaBackend"),
     "flex": BuiltinInfo("attnbench.backends.flex:FlexBackend"),
-    "triton": BuiltinInfo("attnbench.backends.triton_paged:TritonBackend", "triton", "pip install attnbench[triton]",
+    "triton": BuiltinInfo("attnbench.backends.triton:TritonBackend", "triton", "pip install attnbench[triton]",
                           cpu_env="TRITON_INTERPRET", distribution="triton"),
     "flash-attn": BuiltinInfo(
         "attnbench.backends.flash_attn:FlashAttnBackend", "flash_attn",

@@ -12,21 +12,12 @@ them in one go, and tree masks come from the parent arrays (``batch.trees``):
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
 from attnbench.workload.batch import Batch
+from attnbench.workload.tokens import token_ids, topology_masks  # noqa: F401  (the backends' metadata)
 from attnbench.workload.trees import ancestor_masks
-
-
-def token_ids(batch: Batch, reqs: np.ndarray) -> np.ndarray:
-    """Packed query-token ids of the requests ``reqs`` (in that order), int64."""
-    h = batch.host
-    sizes = h.query_lens[reqs]
-    first = np.cumsum(sizes) - sizes  # where each request's tokens start in the output
-    return np.repeat(h.query_start_loc[reqs] - first, sizes) + np.arange(int(sizes.sum()))
 
 
 def cu_seqlens(lengths: np.ndarray, device) -> torch.Tensor:
@@ -44,16 +35,6 @@ def tree_masks(batch: Batch) -> torch.Tensor:
     if t.dynamic:
         return ancestor_masks(t.parents, t.max_depth)
     return topology_masks(t.topologies, t.tmax, str(batch.device))[t.topology_id_t]
-
-
-@functools.lru_cache(maxsize=64)
-def topology_masks(topologies: tuple, tmax: int, device: str) -> torch.Tensor:
-    """``[K, Tmax, Tmax]`` bool: the ancestor masks of ``K`` static topologies, padded to
-    ``tmax``. Built once per (topologies, size, device): an engine derives these at start-up."""
-    parents = torch.full((len(topologies), max(tmax, 1)), -1, dtype=torch.long)
-    for k, p in enumerate(topologies):  # once per topology, never per step
-        parents[k, : len(p)] = torch.tensor(p)
-    return ancestor_masks(parents).to(device)
 
 
 def padded_tree_masks(batch: Batch, rows: int, cols: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""compile_sm90_prefill.py for the Gluon prefill kernel (attnbench/backends/gluon_prefill_kernels.py,
+"""compile_sm90_prefill.py for the Gluon prefill kernel (attnbench/kernels/prefill/gluon_kernels.py,
 the prefill path's ``gluon`` option): compile it for sm_90 without a GPU and print registers,
 spills, shared memory, the partitions' warps and the TMA / mbarrier / wgmma counts, e.g.
 

@@ -1,4 +1,4 @@
-"""compile_sm90_gluon.py for the Gluon decode kernel (attnbench/backends/gluon_decode_kernels.py, the decode path's
+"""compile_sm90_gluon.py for the Gluon decode kernel (attnbench/kernels/decode/gluon_kernels.py, the decode path's
 ``gluon`` option): compile it for sm_90 without a GPU and print registers, spills, shared memory, the TMA / mbarrier
 counts and each loop's instructions, e.g.
 

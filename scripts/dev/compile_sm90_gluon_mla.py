@@ -1,4 +1,4 @@
-"""compile_sm90_gluon.py for the Gluon MLA kernel (attnbench/backends/gluon_mla_kernels.py, the MLA path's
+"""compile_sm90_gluon.py for the Gluon MLA kernel (attnbench/kernels/mla/gluon_kernels.py, the MLA path's
 ``gluon`` option): compile it for sm_90 without a GPU and print registers, spills, shared memory, warps and
 the TMA / mbarrier / wgmma counts, e.g.
 

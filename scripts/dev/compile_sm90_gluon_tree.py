@@ -1,4 +1,4 @@
-"""compile_sm90_gluon.py for the Gluon tree kernel (attnbench/backends/gluon_tree_kernels.py, the tree
+"""compile_sm90_gluon.py for the Gluon tree kernel (attnbench/kernels/tree/gluon_kernels.py, the tree
 path's ``gluon`` option): compile it for sm_90 without a GPU and print registers, spills, shared memory,
 warps and the TMA / mbarrier / wgmma counts, e.g.
 

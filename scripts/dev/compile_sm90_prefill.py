@@ -1,4 +1,4 @@
-"""compile_sm90.py for the prefill kernel (attnbench/backends/triton_prefill_kernels.py): compile it
+"""compile_sm90.py for the prefill kernel (attnbench/kernels/prefill/kernels.py): compile it
 for sm_90 on a machine without a GPU and print registers, spills, shared memory, and the SASS
 length and opcode mix of each loop (the unmasked key loop first), e.g.
 

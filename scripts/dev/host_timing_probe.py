@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from triton_plan_time import light_batch  # noqa: E402
 
-from attnbench.backends.triton_paged import TritonBackend  # noqa: E402
+from attnbench.backends.triton import TritonBackend  # noqa: E402
 from attnbench.execute.host_samples import ROUND_WARMUP_MS, HostSampler  # noqa: E402
 from attnbench.measure.timing import time_host  # noqa: E402
 from attnbench.workload.scenario import load  # noqa: E402

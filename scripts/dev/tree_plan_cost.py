@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 import timeit
 
-from attnbench.backends import triton_tree_gluon as tg
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.tree import gluon as tg
+from attnbench.backends.triton import TritonBackend
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 
@@ -33,7 +33,7 @@ def main() -> None:
         tg.hopper = lambda device, hop=hop: hop
         for tree in ("", "gluon"):
             print(f"{label:<18} tree={tree!r:<8} {min(per_plan(TritonBackend(tree=tree)) for _ in range(3)):6.1f} us a plan")
-    p = TritonBackend(tree="gluon").plan(BATCH)
+    p = TritonBackend().plan(BATCH)
     print(f"fit {min(timeit.repeat(lambda: tg.fit(p), number=2000, repeat=3)) / 2000 * 1e6:.1f} us")
 
 

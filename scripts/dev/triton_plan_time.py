@@ -43,8 +43,8 @@ from unittest import mock
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbench.backends import triton_plan as tp
-from attnbench.backends.triton_paged import TritonBackend
+from attnbench.kernels.shared import plan as tp
+from attnbench.backends.triton import TritonBackend
 from attnbench.measure.timing import time_host
 from attnbench.workload import batch as wb
 from attnbench.workload.mla import default_scale, is_mla

@@ -44,8 +44,8 @@ def jit() -> None:
 
 def sweep() -> None:
     """Triton MLA configs on the decode targets and an EAGLE tree, timed by attnbench's timer."""
-    from attnbench.backends import triton_mla
-    from attnbench.backends.triton_plan import num_sms
+    from attnbench.kernels.mla import plan as triton_mla
+    from attnbench.kernels.shared.plan import num_sms
     from attnbench.measure.ceilings import ceilings_for
     from attnbench.measure.metrics import work_of
     from attnbench.measure.stats import Summary

@@ -52,7 +52,7 @@ def job(args):
     dtype, feature, page, d = args
     import torch
 
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.backends.triton import TritonBackend
     from attnbench.workload.batch import BatchSpec, materialize
     from attnbench.workload.reference import compare, default_tolerance, reference_attention
 

@@ -53,8 +53,8 @@ def check(spec, seed: int, device: str = "cuda") -> tuple[bool, str]:
     """(right and on the Gluon kernel where it should be, the line to print)."""
     import torch
 
-    from attnbench.backends import triton_mla_gluon as mg
-    from attnbench.backends.triton_paged import TritonBackend
+    from attnbench.kernels.mla import gluon as mg
+    from attnbench.backends.triton import TritonBackend
     from attnbench.workload.batch import materialize
     from attnbench.workload.reference import compare, default_tolerance, reference_attention
 

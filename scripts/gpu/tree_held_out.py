@@ -52,14 +52,14 @@ def _taken(files: list[Path], route, pick) -> list[Path]:
 
 def eligible(files: list[Path]) -> list[Path]:
     """The scenarios whose every case the Gluon tree option's plan takes (``unwanted`` == '')."""
-    from attnbench.backends import triton_tree_gluon
+    from attnbench.kernels.tree import gluon as triton_tree_gluon
 
     return _taken(files, triton_tree_gluon, all)
 
 
 def with_mla_gluon(files: list[Path]) -> list[Path]:
     """The scenarios with a case the Gluon MLA kernel takes (16-bit MLA decodes, thirteenth session)."""
-    from attnbench.backends import triton_mla_gluon
+    from attnbench.kernels.mla import gluon as triton_mla_gluon
 
     return _taken(files, triton_mla_gluon, any)
 
@@ -67,7 +67,7 @@ def with_mla_gluon(files: list[Path]) -> list[Path]:
 def with_decode_gluon(files: list[Path]) -> list[Path]:
     """The scenarios with a case the Gluon decode kernel takes (FP8 decodes alone, sixteenth session: with windows,
     sinks and soft-capping)."""
-    from attnbench.backends import triton_decode_gluon
+    from attnbench.kernels.decode import gluon as triton_decode_gluon
 
     return _taken(files, triton_decode_gluon, any)
 

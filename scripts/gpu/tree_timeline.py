@@ -30,9 +30,9 @@ import sys
 
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
-from attnbench.backends.triton_plan import COL
+from attnbench.kernels.tree import gluon as tree
+from attnbench.backends.triton import TritonBackend
+from attnbench.kernels.shared.plan import COL
 from attnbench.workload import trees
 from attnbench.workload.batch import BatchSpec, Request, materialize
 from attnbench.workload.units import parse_int
@@ -49,7 +49,7 @@ def batch_of(context: int, page: int, fp8: bool, device: str = "cuda"):
 
 def _slots() -> int:
     """gluon_clocks.SLOTS (imported here: the Gluon module needs a triton with Gluon, this script's CPU test not)."""
-    from attnbench.backends import gluon_clocks
+    from attnbench.kernels.tree import clocks as gluon_clocks
 
     return gluon_clocks.SLOTS
 

@@ -1,0 +1,1 @@
+"""What the routes share: the plan tables, the variants' inputs, launch arguments, Gluon host checks, device helpers."""

@@ -1,0 +1,97 @@
+"""The triton backend's route table and options (kernels/routes.py, backends/triton.py): the options are
+declared and part of the row identity, a forced route that cannot take a batch gives skipped rows naming it and
+its reasons, auto selects per batch once in ``plan`` and ``run`` launches what the plan holds."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.backend.registry import UnknownBackend, canonical_spec, make_backend
+from attnbench.backends.triton import TritonBackend
+from attnbench.cli.app import app
+from attnbench.kernels import routes
+from attnbench.workload.batch import BatchSpec, Request, materialize
+
+from .test_triton_backend import need_interpreter
+
+
+def _batch(*reqs, **kw):
+    return materialize(BatchSpec(tuple(reqs), 4, 2, 32, dtype="float16", page_size=16, **kw), 1)
+
+
+def test_every_route_is_an_option_value_and_the_options_are_declared():
+    assert routes.NAMES == ("auto",) + tuple(r.name for r in routes.ROUTES)
+    assert len(set(routes.NAMES)) == len(routes.NAMES)
+    opts = TritonBackend.options
+    assert opts["route"].choices == routes.NAMES and opts["route"].default == "auto"
+    assert set(opts) == {"route"} | set(routes.Options.TUNING)
+    assert make_backend("triton:route=paged,splits=2").settings() == routes.Options("paged", splits=2)
+
+
+def test_the_options_are_part_of_the_row_identity():
+    """``triton`` and ``triton:route=...`` are different backends in compare, baseline and check; defaults are
+    left out of the identity; an unknown route names the choices."""
+    assert canonical_spec("triton") == canonical_spec("triton:route=auto,splits=0") == "triton"
+    assert canonical_spec("triton:route=gluon-tree") == "triton:route=gluon-tree"
+    assert canonical_spec("triton:splits=3,route=paged") == "triton:route=paged,splits=3"
+    with pytest.raises(UnknownBackend, match="gluon-tree"):
+        canonical_spec("triton:route=tree")
+
+
+def test_a_run_lists_the_shipped_and_a_forced_route_side_by_side():
+    r = CliRunner().invoke(app, ["run", "tree-verify-llama3-8b", "-b", "triton", "-b", "triton:route=gluon-tree",
+                                 "--list"])
+    assert r.exit_code == 0, r.output
+    assert "triton triton:route=gluon-tree" in r.output
+
+
+def test_auto_selects_per_batch_and_the_plan_holds_the_route():
+    need_interpreter()
+    be = TritonBackend()
+    decode, prefill = _batch(Request("decode", 1, 40)), _batch(Request("prefill", 20, 5))
+    assert be.plan(decode).route is routes.BY_NAME["paged"]
+    p = be.plan(prefill)
+    assert p.route is routes.BY_NAME["prefill"] and p.mode.endswith("prefill (Triton prefill kernel)")
+    assert TritonBackend(route="paged").plan(prefill).route is routes.BY_NAME["paged"]
+
+
+def test_run_launches_the_planned_route_and_nothing_else(monkeypatch):
+    """``run`` reads no option and selects nothing: it launches the route the plan holds."""
+    need_interpreter()
+    be = TritonBackend()
+    p = be.plan(_batch(Request("decode", 1, 40)))
+    seen = []
+    p.route = dataclasses.replace(p.route, launch=lambda plan: seen.append(plan) or plan.out)
+    assert be.run(p) is p.out and seen == [p]
+
+
+def test_a_forced_route_that_cannot_take_a_batch_is_skipped_with_its_reasons(tmp_path, monkeypatch):
+    """Rows of a forced route the batch does not suit are skipped, the reason naming the route and why; the
+    shipped backend's rows of the same cases run."""
+    need_interpreter()
+    import pandas as pd
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["run", "quickstart", "--device", "cpu", "-b", "triton", "-b", "triton:route=prefill",
+                                 "--out", str(out), "-q", "--warmup-ms", "0", "--measure-ms", "1"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out / "results.csv", keep_default_na=False)
+    forced = df[df.backend == "triton:route=prefill"]
+    assert len(forced) and set(forced.status) == {"skipped"}
+    assert all("route prefill: the Triton prefill kernel takes no tree" in why for why in forced.reason)
+    assert set(df[df.backend == "triton"].status) == {"ok"}
+
+
+def test_a_forced_route_whose_plan_does_not_fit_raises_and_auto_falls_back(monkeypatch):
+    need_interpreter()
+    gluon = routes.BY_NAME["gluon-tree"]
+    misfit = dataclasses.replace(gluon, fit=lambda p: "tiles")
+    p = TritonBackend(route="paged").plan(_batch(Request("tree", 3, 9, (-1, 0, 0))))
+    with pytest.raises(routes.RouteError, match="route gluon-tree: tiles"):
+        routes.settle(misfit, p, routes.Options("gluon-tree"))
+    assert routes.settle(misfit, p, routes.Options()) == (routes.BY_NAME["paged"], "tiles")
+    assert routes.mode(routes.BY_NAME["paged"], misfit, "tiles") == \
+        "paged (Triton paged kernel), not gluon-tree: tiles"

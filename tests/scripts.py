@@ -19,16 +19,3 @@ def load_script(rel: str, name: str | None = None, register: bool = False) -> Mo
     spec.loader.exec_module(mod)
     return mod
 
-
-def round_script_variants(rel: str) -> tuple[int, list[str], set[str]]:
-    """A device round script's checks: (``bash -n``'s exit code, its default VARIANTS, the variant names of
-    scripts/dev/triton_variants.py)."""
-    import re
-    import subprocess
-
-    script = ROOT / rel
-    rc = subprocess.run(["bash", "-n", str(script)]).returncode
-    default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', script.read_text()).group(1).split()
-    names = {cls.name for cls in load_script("scripts/dev/triton_variants.py", "triton_variants_" + Path(rel).stem)
-             .VARIANTS}
-    return rc, default, names

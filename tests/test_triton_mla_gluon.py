@@ -127,16 +127,6 @@ def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hop
         assert (p.num_merge > 0) == (splits == 3)
 
 
-def test_the_round_script_parses_and_names_existing_variants():
-    """scripts/gpu/gpu_gluon_mla_round.sh (one device call: the GPU tests and the timing rows) is valid bash and
-    its default variants exist in scripts/dev/triton_variants.py (the -f32 one too)."""
-    from .scripts import round_script_variants
-
-    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_mla_round.sh")
-    assert rc == 0 and "triton-mla-gluon" in default
-    assert set(default) <= names and "triton-mla-gluon-f32" in names, set(default) - names
-
-
 @pytest.mark.parametrize("hq,page", [(128, 64), (16, 16)])
 def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, monkeypatch, hq, page):
     """``triton_mla_gluon.run`` with the kernel replaced by a recorder (no GPU here): one program a unit, every

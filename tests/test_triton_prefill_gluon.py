@@ -127,13 +127,3 @@ def test_the_default_plan_shapes_its_units_for_the_gluon_kernel_where_wanted(mon
     assert "block_q" not in gluon.fit(p)  # (the CPU's reason: no Hopper)
     assert TritonBackend(block_m=64).plan(b).cfg.block_m == 64
     assert compare(TritonBackend().run(p), reference_attention(b)[0])[0] < 1e-4
-
-
-def test_the_gluon_round_script_parses_and_names_existing_variants():
-    """scripts/gpu/gpu_gluon_round.sh (one device call: the GPU tests and the timing rows) is valid bash
-    and its default variants exist in scripts/dev/triton_variants.py."""
-    from .scripts import round_script_variants
-
-    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_round.sh")
-    assert rc == 0
-    assert default and set(default) <= names, set(default) - names

@@ -97,16 +97,6 @@ def test_the_option_is_checked():
         TritonBackend(tree="gl")
 
 
-def test_the_tree_round_script_parses_and_names_existing_variants():
-    """scripts/gpu/gpu_gluon_tree_round.sh (one device call: the GPU tests and the timing rows) is valid bash
-    and its default variants exist in scripts/dev/triton_variants.py."""
-    from .scripts import round_script_variants
-
-    rc, default, names = round_script_variants("scripts/gpu/gpu_gluon_tree_round.sh")
-    assert rc == 0
-    assert default and set(default) <= names, set(default) - names
-
-
 def test_the_option_keeps_its_split_partials_16_bit(monkeypatch):
     """Where the plan is shaped for the Gluon tree kernel its split partials are in the batch's 16-bit dtype
     (HALF_PARTIALS: the merge launch 3.3 us instead of 9.5 on an H200); float32 elsewhere, and everywhere

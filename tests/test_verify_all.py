@@ -42,6 +42,12 @@ def test_route_specs_cover_every_route_option():
     assert {f"flashinfer:route={r}" for r in ROUTES if r != "auto"} <= set(fi)
     assert gpulib.route_specs("flex") == ["flex", "flex:mask=dense"]
     assert gpulib.route_specs("sdpa") == ["sdpa"]
+    # triton: one spec per route it declares (each forced route runs, or skips with its reasons)
+    from attnbench.backend import get_backend_class
+
+    opt = get_backend_class("triton").options.get("route")
+    routes = {f"triton:route={r}" for r in (opt.choices if opt else ()) if r != opt.declared_default()}
+    assert gpulib.route_specs("triton")[0] == "triton" and set(gpulib.route_specs("triton")[1:]) == routes
 
 
 @pytest.mark.slow

@@ -90,3 +90,10 @@ def test_bench_refuses_a_scenario_that_is_not_shipped(tmp_path):
 @pytest.mark.parametrize("script", sorted(p.name for p in GPU.glob("*.sh")))
 def test_front_door_shell_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(GPU / script)]).returncode == 0
+
+
+def test_the_scenarios_lane_takes_every_gpu_scenario_and_leaves_the_cpu_ones(tmp_path):
+    v = load_script("scripts/gpu/validate.py", "validate_under_test_shipped", register=True)
+    names = {p.rsplit("/", 1)[1] for p in v.shipped(v.parse(["--work", str(tmp_path)]))}
+    assert "cpu-sweep.yaml" not in names  # device: cpu
+    assert {"tree-verify-llama3-8b.yaml", "tree-shapes.yaml", "triton-mla-16k.yaml"} <= names

@@ -48,6 +48,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))  # gpulib (scripts/gpu is no package), imported where used
 LANE_NAMES = ("tests", "scenarios", "draws", "timer")
 DEFAULT_LANES = "tests scenarios draws"
 END_MARGIN_S = 20  # the summary and the tarball are written in the last seconds
@@ -230,7 +231,8 @@ def shipped(a) -> list[str]:
         return [str(ROOT / p) for p in DRY_SCENARIOS]
     import gpulib
 
-    return [str(p) for p in gpulib.shipped_scenarios() + sorted((HERE / "scenarios").glob("*.yaml"))]
+    paths = gpulib.shipped_scenarios() + sorted((HERE / "scenarios").glob("*.yaml"))
+    return [str(p) for p in paths if not gpulib.pinned_to_cpu(p)]  # the CPU scenarios are not the GPU's
 
 
 def run_draws(lane: Lane, a, end: float, say) -> None:
@@ -338,7 +340,6 @@ def main(argv=None) -> int:
     say = Say(t0, a.out / "validate.log")
     end = t0 + a.budget_s - END_MARGIN_S
     say(f"lanes: {', '.join(l.title for l in lanes)}; budget {a.budget_s:.0f} s; work in {a.work}")
-    sys.path.insert(0, str(HERE))
     threads = [threading.Thread(target=run_lane, args=(lane, a, end, say), daemon=True) for lane in lanes]
     for t in threads:
         t.start()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -175,7 +176,9 @@ def run_tests(lane: Lane, a, end: float, say) -> None:
         warm.terminate()
         warm.wait()
     lane.summary = gpulib.junit_summary(xml) if xml.is_file() else ["no junit xml: pytest did not reach its summary"]
-    lane.rc = 1 if rc == 1 else 3 if cut or rc not in (0, 5) else 0
+    counts = re.search(r"failure (\d+), error (\d+)", lane.summary[0])
+    failed = rc == 1 or (not cut and rc not in (0, 5)) or bool(counts and (int(counts[1]) or int(counts[2])))
+    lane.rc = 1 if failed else 3 if cut else 0  # 5: no test selected (an -k that matches none)
     if cut:
         lane.summary.insert(0, "cut at the budget: the tests still running are counted unfinished")
 

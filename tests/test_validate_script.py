@@ -34,14 +34,14 @@ def test_validate_dry_run_runs_every_lane_and_leaves_three_files(tmp_path):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     assert {p.name for p in out.iterdir()} == {"validate.log", "summary.md", "details.tgz"}
     summary = (out / "summary.md").read_text()
-    assert "## 0-tests (harness): ok" in summary and "skipped 4x: needs CUDA" in summary, summary
-    assert "## 1-scenarios (sdpa): ok" in summary and "## 2-draws (sdpa): ok" in summary, summary
+    assert "## tests-harness (harness): ok" in summary and "skipped 4x: needs CUDA" in summary, summary
+    assert "## scenarios-sdpa (sdpa): ok" in summary and "## draws-sdpa (sdpa): ok" in summary, summary
     assert "saved outputs rechecked by check_saved.py: 4 ok, 0 off" in summary, summary
     with tarfile.open(out / "details.tgz") as tar:
         names = tar.getnames()
-    assert "details/0-tests/pytest_gpu.xml" in names
-    assert "details/1-scenarios/verify_table.md" in names and "details/2-draws/verify_table.md" in names
-    assert any(n.startswith("details/2-draws/scenarios/random-1-") for n in names)
+    assert "details/tests-harness/pytest_gpu.xml" in names
+    assert "details/scenarios-sdpa/verify_table.md" in names and "details/draws-sdpa/verify_table.md" in names
+    assert any(n.startswith("details/draws-sdpa/scenarios/random-1-") for n in names)
     assert not any(n.endswith(".pt") for n in names)
 
 
@@ -63,8 +63,11 @@ def test_lanes_spread_over_the_gpus_and_read_a_lanes_file(tmp_path):
     assert [(l.name, l.arg, l.gpu) for l in lanes] == [
         ("tests", "not flashinfer", "0"), ("tests", "flashinfer", "1"), ("scenarios", "flashinfer", "0"),
         ("draws", "", "1")]
-    assert [l.folder.name for l in lanes] == ["0-tests", "1-tests", "2-scenarios", "3-draws"]
+    assert [l.folder.name for l in lanes] == ["tests-not_flashinfer", "tests-flashinfer", "scenarios-flashinfer",
+                                              "draws"]
     assert [l.gpu for l in v.make_lanes(v.parse(["--work", str(tmp_path)]), gpus=0)] == ["", "", ""]
+    twice = v.make_lanes(v.parse(["--lanes", "draws draws", "--work", str(tmp_path)]), gpus=1)
+    assert [l.folder.name for l in twice] == ["draws", "draws+"]  # each lane its own folder
 
 
 def test_bench_dry_run_leaves_the_runs_and_the_plan_table(tmp_path):
@@ -97,3 +100,18 @@ def test_the_scenarios_lane_takes_every_gpu_scenario_and_leaves_the_cpu_ones(tmp
     names = {p.rsplit("/", 1)[1] for p in v.shipped(v.parse(["--work", str(tmp_path)]))}
     assert "cpu-sweep.yaml" not in names  # device: cpu
     assert {"tree-verify-llama3-8b.yaml", "tree-shapes.yaml", "triton-mla-16k.yaml"} <= names
+
+
+@pytest.mark.slow
+def test_resume_finds_a_lane_by_its_name_in_another_lane_list(tmp_path):
+    """--resume on the same machine finishes what an earlier call left, whatever the lanes' order: the
+    scenarios lane's finished jobs are kept, not run again."""
+    base = ["bash", str(GPU / "validate.sh"), "--dry-run", "--work", str(tmp_path / "work"), "--budget-s", "600"]
+    first = subprocess.run(base + ["--out", str(tmp_path / "o1"), "--lanes", "scenarios=sdpa"],
+                           capture_output=True, text=True, env=_env(), timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    again = subprocess.run(base + ["--out", str(tmp_path / "o2"), "--lanes", "tests=harness scenarios=sdpa", "--resume",
+                                   "--test-workers", "1"], capture_output=True, text=True, env=_env(), timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    table = (tmp_path / "work" / "scenarios-sdpa" / "verify_table.md").read_text()
+    assert table.count("finished in an earlier call") == 2, table  # quickstart and mla-tiny

@@ -68,7 +68,7 @@ class Lane:
 
     @property
     def title(self) -> str:
-        return f"{self.index}-{self.name}" + (f" ({self.arg})" if self.arg else "")
+        return self.folder.name + (f" ({self.arg})" if self.arg else "")
 
 
 class Say:
@@ -101,13 +101,18 @@ def _bad(msg: str) -> int:
 
 
 def make_lanes(a, gpus: int) -> list[Lane]:
-    lanes = []
+    lanes, taken = [], set()
     for i, text in enumerate(lane_texts(a)):
         name, _, arg = text.partition("=")
         if name not in LANE_NAMES:
             raise SystemExit(_bad(f"lane '{text}': no such lane; the lanes are {', '.join(LANE_NAMES)} "
                                   "(NAME or NAME=ARG)"))
-        lane = Lane(name, arg, i, a.work / f"{i}-{name}")
+        # the folder is named by the lane, not its place, so that --resume finds it in any lane list
+        folder = name + ("-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", arg).strip("_")[:40] if arg else "")
+        while folder in taken:
+            folder += "+"
+        taken.add(folder)
+        lane = Lane(name, arg, i, a.work / folder)
         lane.gpu = str(i % gpus) if gpus else ""
         lanes.append(lane)
     return lanes

@@ -43,7 +43,7 @@ def mixed_requests():
 
 
 def pytest_collection_modifyitems(config, items):
-    """``ATTNBENCH_FLASHINFER_LAST=1`` (scripts/gpu/gpu_tests.sh): FlashInfer's tests after the
+    """``ATTNBENCH_FLASHINFER_LAST=1`` (the tests lane of scripts/gpu/validate.py): FlashInfer's tests after the
     others (a stable sort, the same order in every xdist worker), while its JIT warm-up builds
     their kernels in the background."""
     if os.environ.get("ATTNBENCH_FLASHINFER_LAST") == "1":

@@ -1,6 +1,6 @@
 """GPU checks of FlashInfer's ALiBi as issue 32 wired it (``pos_encoding_mode="ALIBI"`` on the
 routes decode, decode-tc and fa2; attnbench/backends/flashinfer_alibi.py says why exactly
-those, and why not pod). Run on the GPU machine: ``bash scripts/gpu/gpu_tests.sh -k flashinfer_alibi_gpu``.
+those, and why not pod). Run on the GPU machine: ``bash scripts/gpu/validate.sh --lanes tests=flashinfer_alibi_gpu``.
 
 - Each case goes through the backend as a run uses it (its reasons must be empty, then plan, run)
   and is compared with the float64 reference on random inputs. 24 query heads over 8 KV heads:

@@ -1,7 +1,8 @@
 """FlashInfer's route choice and skip reasons (attnbench/backends/flashinfer_routes.py), on the
 CPU with the library absent: which route ``auto`` takes per batch and GPU generation, which
 batches each named route cannot express (a skipped row naming the route), and the custom mask
-with the window folded in. The kernels themselves run in scripts/gpu/gpu_library_routes.py."""
+with the window folded in. The kernels themselves run in
+the GPU tests (tests/test_flashinfer_wiring_gpu.py) and scripts/gpu/validate.sh."""
 import pytest
 import torch
 

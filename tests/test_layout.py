@@ -157,11 +157,10 @@ def test_module_and_function_sizes(mod):
 SCRIPT_FOLDERS = {
     "gpu": "runs on the GPU machine: setup, validation, benchmarks, their checks",
     "report": "turns run folders into docs and summaries (reads them through attnbench.store)",
-    "dev": "developer tools: startup and sweep overhead, plan split, offline compiles, backend variants",
+    "dev": "developer tools: the triton plan's timing table, the synthetic serving trace",
     "ci": "the CI gate",
 }
-# kept at its old place: every device command sources it (it sources scripts/gpu/device_setup.sh)
-SCRIPT_SHIMS = {"scripts/device_setup.sh"}
+SCRIPT_SHIMS: set = set()  # scripts kept outside a purpose folder (none)
 RUN_FILES = ("rows.jsonl", "results.csv", "manifest.json")
 
 

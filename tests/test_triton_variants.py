@@ -5,7 +5,7 @@ windows, sinks, soft-cap, ALiBi, bidirectional prefill, the HND cache order and 
 sizes 1 and 16, shuffled layouts, forced KV splits (the sink counted once across the merge)
 and small row blocks. float32/float16 only (bfloat16 ``tl.dot`` is wrong in the interpreter);
 FP8 caches need a 16-bit model dtype, so those run in float16. The GPU run is
-scripts/gpu/gpu_triton_variants.sh.
+scripts/gpu/validate.sh (the GPU test suite and the shipped scenarios, scripts/gpu/scenarios/ among them).
 """
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_cpu_in_fresh_process():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["triton-fp8-decode", "triton-window-decode", "triton-fp8-trees"])
 def test_gpu_target_scenarios_run_on_the_cpu(name, tmp_path):
-    """scripts/gpu/gpu_triton_variants.sh's scenarios, end to end through `attnbench run` with the
+    """scripts/gpu/scenarios/'s triton scenarios, end to end through `attnbench run` with the
     triton backend at tiny shapes (float16: FP8 caches and the interpreter both need it)."""
     need_interpreter()
     from pathlib import Path

@@ -2,7 +2,7 @@
 all together, against the float64 reference on CUDA, at the head dims the shipped scenarios
 use; a backend that has not turned a feature on must give reasons (a skipped row naming the
 library's limitation), never a wrong answer. Run on the GPU machine:
-``pytest -m gpu tests/test_variants_gpu.py -rs`` (or all of ``-m gpu``: scripts/gpu/gpu_tests.sh).
+``pytest -m gpu tests/test_variants_gpu.py -rs`` (or all of ``-m gpu``: the tests lane of scripts/gpu/validate.sh).
 
 Each library is tested on the batch it can read, so that its kernels run rather than skip:
 - flash-attn 2 reads pages of a multiple of 256 tokens only (``flash_api.cpp``: "Paged KV cache

@@ -1,8 +1,9 @@
 """The GPU verification scripts, exercised on the CPU (issue 32): scripts/gpu/gpulib.py (route
 specs, the batch shrinking of the FlashInfer warm-up, the status table), flashinfer_warmup.py's
 worker protocol and budget, verify_all.py end to end (a wrong backend, a slow one cut by the
-budget and finished by --resume, check_saved.py on what was saved), the two bash wrappers in
-their DRY_RUN mode, and the --save-tensors writes a row without an output no longer makes."""
+budget and finished by --resume, check_saved.py on what was saved, --pick), and the
+--save-tensors writes a row without an output no longer makes. The front door that runs them,
+scripts/gpu/validate.sh: tests/test_validate_script.py."""
 import json
 import re
 import os
@@ -42,6 +43,12 @@ def test_route_specs_cover_every_route_option():
     assert gpulib.route_specs("flex") == ["flex", "flex:mask=dense", "flex:kernel=flash"]
     assert gpulib.route_specs("flash-attn4") == ["flash-attn4", "flash-attn4:trees=split"]
     assert gpulib.route_specs("sdpa") == ["sdpa"]
+    # triton: one spec per route it declares (each forced route runs, or skips with its reasons)
+    from attnbench.backend import get_backend_class
+
+    opt = get_backend_class("triton").options.get("route")
+    routes = {f"triton:route={r}" for r in (opt.choices if opt else ()) if r != opt.declared_default()}
+    assert gpulib.route_specs("triton")[0] == "triton" and set(gpulib.route_specs("triton")[1:]) == routes
 
 
 @pytest.mark.slow
@@ -184,87 +191,20 @@ def test_verify_all_names_a_scenario_that_is_not_there_without_a_traceback(tmp_p
     assert "Traceback" not in res.stdout + res.stderr
 
 
-@pytest.mark.slow
-def test_verify_all_sh_dry_run(tmp_path):
-    env = _env(DRY_RUN="1", OUT=str(tmp_path / "out"), VERIFY_WORK=str(tmp_path / "work"), WORKERS="2",
-               VERIFY_ARGS="--specs sdpa,flex:mask=dense --save-root " + str(tmp_path / "t"))
-    res = subprocess.run(["bash", str(GPU / "verify_all.sh")], capture_output=True, text=True, env=env, timeout=900)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
-    got = {p.name for p in (tmp_path / "out").iterdir()}
-    assert got == {"verify_table.md", "verify_rows.csv", "verify.log", "verify_runs.tgz"}
-    table = (tmp_path / "out" / "verify_table.md").read_text()
-    assert "| flex:mask=dense | mla-tiny | 2 | 2 | 0 | 0 | 0 | 2 ok |" in table, table
-    assert "| sdpa | quickstart | 2 | 2 | 0 | 0 | 0 | 2 ok |" in table, table
-
-
-def test_verify_all_sh_pick_runs_only_the_cases_it_matches(tmp_path):
-    """PICK (attnbench run -k) finishes a cut job on a fresh machine: only the matched cases run,
+def test_verify_all_pick_runs_only_the_cases_it_matches(tmp_path):
+    """--pick (attnbench run -k) finishes a cut job on a fresh machine: only the matched cases run,
     and the table counts those (1 of 1, not 1 of 2 as a cut job would read)."""
-    env = _env(DRY_RUN="1", OUT=str(tmp_path / "out"), VERIFY_WORK=str(tmp_path / "work"), WORKERS="2",
-               PICK="page_size=16", VERIFY_ARGS="--specs sdpa --save-root " + str(tmp_path / "t"))
-    res = subprocess.run(["bash", str(GPU / "verify_all.sh")], capture_output=True, text=True, env=env, timeout=900)
+    res = subprocess.run([sys.executable, str(GPU / "verify_all.py"), "--out", str(tmp_path / "out"), "--work",
+                          str(tmp_path / "work"), "--device", "cpu", "--workers", "2", "--pick", "page_size=16",
+                          "--specs", "sdpa", "--save-root", str(tmp_path / "t"), "--scenarios",
+                          str(ROOT / "attnbench/scenarios/quickstart.yaml"), str(ROOT / "attnbench/scenarios/mla-tiny.yaml")],
+                         capture_output=True, text=True, env=_env(), timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     table = (tmp_path / "out" / "verify_table.md").read_text()
     assert "| sdpa | quickstart | 1 | 1 | 0 | 0 | 0 | 1 ok |" in table, table
     assert "| sdpa | mla-tiny | 1 | 1 | 0 | 0 | 0 | 1 ok |" in table, table
     rows = (tmp_path / "out" / "verify_rows.csv").read_text()
     assert "page_size=64" not in rows and "page_size=1," not in rows, rows
-
-
-@pytest.mark.slow
-def test_gpu_tests_sh_dry_run(tmp_path):
-    env = _env(DRY_RUN="1", OUT=str(tmp_path))
-    res = subprocess.run(["bash", str(GPU / "gpu_tests.sh"), "-k", "harness"], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert res.returncode in (0, 5), res.stdout[-3000:] + res.stderr[-3000:]
-    skips = (tmp_path / "skips.txt").read_text()
-    assert skips.startswith("pytest -m gpu: passed 0, failure 0, error 0, skipped 4"), skips
-    assert "skipped 4x: needs CUDA" in skips  # test_gpu_harness.py
-
-
-def test_multi_gpu_sh_runs_one_job_per_gpu_across_calls(tmp_path):
-    """start: job i gets GPU i, its own OUT and VERIFY_WORK, in a process session of its own (it
-    outlives the call); wait: every job's state and log tail, one tarball per job in the call's
-    OUT, a snapshot while a job still runs, and once all are done the FlashInfer modules they
-    built (fijit-N.tar); a jobs line past the GPUs is refused."""
-    jobs = tmp_path / "jobs"
-    jobs.write_text("# comment\n\necho gpu=$CUDA_VISIBLE_DEVICES out=$OUT > $OUT/said.txt\n"
-                    "sleep 8; echo slow-done; exit 3\necho never\n")
-    mg = tmp_path / "mg"
-    fi_jit = tmp_path / "cached_ops" / "pod_mod"  # a FlashInfer module the jobs "built"
-    fi_jit.mkdir(parents=True)
-    (fi_jit / "pod_mod.so").write_bytes(b"\x7fELF" + bytes(64))
-    env = _env(DRY_RUN="1", MG_GPUS="2", MG_DIR=str(mg), FI_JIT_DIR=str(fi_jit.parent))
-    sh = str(GPU / "multi_gpu.sh")
-    res = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "more jobs than the 2 GPUs here: 'echo never' not started" in res.stdout
-    out1 = tmp_path / "out1"
-    out1.mkdir()
-    res = subprocess.run(["bash", sh, "wait", "1"], capture_output=True, text=True, env=dict(env, OUT=str(out1)),
-                         timeout=60)
-    assert "== GPU 1: running" in res.stdout and "jobs still running" in res.stdout, res.stdout
-    assert res.returncode == 0, res.stdout + res.stderr  # a state, not a failure
-    assert sorted(p.name for p in out1.iterdir()) == ["g0.tgz", "g1.tgz"]
-    out1b = tmp_path / "out1b"  # a session's last call: the modules built so far, jobs still running
-    out1b.mkdir()
-    res = subprocess.run(["bash", sh, "wait", "1"], capture_output=True, text=True, timeout=60,
-                         env=dict(env, OUT=str(out1b), FI_CACHE_ANYWAY="1"))
-    assert res.returncode == 0 and "jobs still running" in res.stdout, res.stdout + res.stderr
-    assert any(p.name.startswith("fijit-") for p in out1b.iterdir()), sorted(out1b.iterdir())
-    out2 = tmp_path / "out2"
-    out2.mkdir()
-    res = subprocess.run(["bash", sh, "wait", "60"], capture_output=True, text=True, env=dict(env, OUT=str(out2)),
-                         timeout=90)
-    assert "== GPU 0: done, rc=0" in res.stdout and "== GPU 1: done, rc=3" in res.stdout, res.stdout
-    assert "slow-done" in res.stdout and "every job done" in res.stdout
-    # every job done: the modules they built come back for the next session's .fijit/
-    names = sorted(p.name for p in out2.iterdir())
-    assert names[1:] == ["g0.tgz", "g1.tgz"] and re.fullmatch(r"fijit-\d{12}-0\.tar", names[0]), names
-    assert f"FlashInfer modules for .fijit/: {names[0]}" in res.stdout
-    assert (mg / "g0" / "said.txt").read_text().strip() == f"gpu=0 out={mg / 'g0'}"
-    again = subprocess.run(["bash", sh, "start", str(jobs)], capture_output=True, text=True, env=env, timeout=60)
-    assert again.returncode == 2 and "already started" in again.stdout
 
 
 def test_save_tensors_skip_rewrites_for_rows_without_output(tmp_path, monkeypatch):
@@ -334,7 +274,7 @@ def test_junit_summary_names_a_module_skipped_whole(tmp_path):
 
 
 def test_junit_summary_counts_tests_cut_mid_run_as_unfinished(tmp_path):
-    """gpu_tests.sh cuts pytest at its budget; xdist then writes a nameless <testcase/> for each
+    """validate.py's tests lane cuts pytest at its budget; xdist then writes a nameless <testcase/> for each
     test a worker was running (seen on an H200, 2026-11-27): those did not pass."""
     xml = tmp_path / "j.xml"
     xml.write_text('<testsuites><testsuite><testcase classname="tests.t" name="test_a" time="1"/>'
@@ -344,37 +284,8 @@ def test_junit_summary_counts_tests_cut_mid_run_as_unfinished(tmp_path):
                       "unfinished 2 (the run was cut while they ran)")
 
 
-def test_jobs_files_name_scripts_scenarios_and_variants_that_exist():
-    """A jobs file is one device call's plan (scripts/gpu/multi_gpu.sh): a typo in it costs a
-    session's device time, so every script, scenario and triton variant it names must exist."""
-    import re
-
-    root = GPU.parent.parent
-    from attnbench.backend.registry import resolve_spec
-
-    def known(spec: str) -> bool:  # a backend spec (variants of the triton backend are its options now)
-        try:
-            resolve_spec(spec)
-        except Exception:
-            return False
-        return True
-
-    for jobs in sorted((GPU / "jobs").glob("*.jobs")):
-        for line in jobs.read_text().splitlines():
-            if not line.strip() or line.startswith("#"):
-                continue
-            for path in re.findall(r"(?:scripts|attnbench/scenarios)/[\w/.-]+\.(?:sh|py|yaml)", line):
-                assert (root / path).is_file(), f"{jobs.name}: {path} does not exist"
-            for spec in re.findall(r'"([\w/.-]+):((?:[\w-]+,?)+)"', line):
-                scen, backends = spec
-                y = scen if scen.endswith(".yaml") else f"attnbench/scenarios/{scen}.yaml"
-                assert (root / y).is_file(), f"{jobs.name}: scenario {scen}"
-                for b in backends.split(","):
-                    assert known(b), f"{jobs.name}: {b}"
-
-
 def test_warmup_pick_keeps_only_the_picked_rows():
-    """--pick (verify_all.sh's PICK, passed on to the warm-up) builds only the modules of the rows
+    """--pick (verify_all.py's, passed on to the warm-up) builds only the modules of the rows
     the job will run: a job that finishes cut rows on a fresh machine does not compile every case."""
     sys.path.insert(0, str(GPU))
     import flashinfer_warmup

@@ -22,7 +22,7 @@ Routes (FlashInfer 0.5.3 and 0.7.2.post1, which take the same arguments here; ``
 - ``auto``: shared prefix pages -> the cascade (option ``cascade``); decode-only -> ``xqa``
   with sinks (the decode wrapper has none), else ``decode-tc``; a batch that needs a custom
   mask -> ``fa2``; prefills mixed with decodes -> ``persistent`` where it can (measured on an
-  H100 with scripts/gpu/gpu_library_routes.py: 172 us against fa2's 291 and fa3's 365 on 2 chunked
+  H100 with the GPU script gpu_library_routes.py (since removed): 172 us against fa2's 291 and fa3's 365 on 2 chunked
   prefills of 512 + 16 decodes @4k; not with an FP8 cache, which persistent runs but was not
   timed against fa2); otherwise ``fa3`` on Hopper (FlashInfer's own "auto"
   choice there: 107 us against persistent's 152 on 4x1k) unless the cache is FP8 (fa3 wants FP8
@@ -224,7 +224,7 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
         out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant (AttentionSink, jit/attention/variants.py) "
                    "has no soft-cap (no logits transform)")
     if route in ("fa2", "fa3") and f.sinks and f.needs_mask:
-        # seen on an H100 (scripts/gpu/gpu_library_routes.py, gpt-oss tree 8x40 @4k, W128 + sinks):
+        # seen on an H100 (gpu_library_routes.py, since removed; gpt-oss tree 8x40 @4k, W128 + sinks):
         # the sink wrapper with a custom mask returned rel. err 0.99 and raised nothing
         out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant ignores a custom mask (trees, mixed causal: "
                    "AttentionSink's LogitsMask in jit/attention/variants.py applies only the window): "

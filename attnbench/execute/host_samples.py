@@ -2,8 +2,8 @@
 0: ``first`` takes every call), or with ``SPREAD_ROUNDS`` spread over the row's timing rounds.
 
 On the GPU host the CPU's speed moves over milliseconds: a row's ~20 plan calls timed in one 2-4 ms window
-read up to ~2x the plan table's median (docs/triton_notes.md, "Issue 33: the twelfth session", calls 3-7;
-``scripts/dev/host_timing_probe.py``). Spread, half of a row's calls are timed when it is planned (``first``,
+read up to ~2x the plan table's median (docs/kernels.md, "The plan";
+the probe ``host_timing_probe.py``, since removed). Spread, half of a row's calls are timed when it is planned (``first``,
 after the warm-up: a first estimate, and all that a row ending before its rounds gets), the other half a
 few after each round's kernel timing (``round``), spread evenly over the rounds; the row's plan_ms is the
 median of all of them (``HostTimes.timed``, after every round). On that host the spread read higher and no

@@ -20,7 +20,7 @@ query lengths or trees differ from every earlier step's pays; "-" for a tree wit
 ``serving us``: the same plan on steps whose contexts grow by one token per request each call
 (a decode or verify loop: the query side as it was, every key length new, so the split
 pattern changes when an engine's would); the other columns replay one batch, whose key side
-the plan rebuilds every step all the same (docs/triton_notes.md, plan round 3).
+the plan rebuilds every step all the same (docs/kernels.md, "The plan").
 ``--primitives`` (on a GPU): the host time of the torch calls a plan makes (allocations, the
 copy, views, a synchronize), each alone, before the table.
 At the end, per scenario: the median and the max over its cases of the per-case medians;

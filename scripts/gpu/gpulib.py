@@ -1,4 +1,4 @@
-"""What the GPU scripts share (scripts/gpu/verify_all.py, flashinfer_warmup.py, gpu_validate.sh's
+"""What the GPU scripts share (scripts/gpu/verify_all.py, flashinfer_warmup.py, validate.py's
 summary): the shipped scenarios, the backend specs of every route option, batch specs as JSON,
 the shrinking of a batch for a JIT warm-up, and the status table of run folders.
 
@@ -18,7 +18,8 @@ SCENARIO_DIRS = (ROOT / "attnbench" / "scenarios", ROOT / "attnbench" / "scenari
 #: options of a backend that pick the kernel family ("route"): each value is a row of its own
 #: in the verification (attnbench backends --probe lists every option; the others are build or
 #: mode flags set from the environment: flash-attn's hdim128_only, xformers' triton_only)
-ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask", "kernel"), "flash-attn4": ("trees",)}
+ROUTE_OPTIONS = {"flashinfer": ("route", "cascade"), "flex": ("mask", "kernel"), "flash-attn4": ("trees",),
+                 "triton": ("route",)}
 
 
 def shipped_scenarios() -> list[Path]:
@@ -42,6 +43,8 @@ def route_specs(name: str) -> list[str]:
     cls = get_backend_class(name)
     specs = [canonical_spec(name)]
     for key in ROUTE_OPTIONS.get(name, ()):
+        if key not in cls.options:  # a backend that does not declare this option (yet)
+            continue
         opt = cls.options[key]
         default = opt.declared_default()
         values = opt.choices if opt.choices else (("on", "off") if opt.type is bool else ())
@@ -209,7 +212,7 @@ def env_flag(name: str) -> bool:
 
 def junit_summary(path: Path) -> list[str]:
     """A pytest junit xml as lines: the counts, every failure's test, and every skip reason with
-    how many tests it skipped (the GPU suite's note: scripts/gpu/gpu_tests.sh)."""
+    how many tests it skipped (the tests lane of scripts/gpu/validate.py)."""
     import xml.etree.ElementTree as ET
 
     counts, skips, failed = collections.Counter(), collections.Counter(), []

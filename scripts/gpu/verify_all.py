@@ -1,11 +1,11 @@
 """Every shipped scenario through every installed backend and every route option, with
 --save-tensors, each saved output rechecked by scripts/gpu/check_saved.py; one table of
-statuses per backend (route) and scenario. scripts/gpu/verify_all.sh sets up the GPU machine and
-runs this; on a CPU it runs as it is (``--device cpu``, tests/test_verify_all.py).
+statuses per backend (route) and scenario. The scenarios and draws lanes of scripts/gpu/validate.sh
+run this; on a CPU it runs as it is (``--device cpu``, tests/test_verify_all.py).
 
 Work: one ``attnbench run`` per scenario and lane (main: reference, sdpa, triton, flash-attn,
 xformers | flex: its routes | flashinfer: its routes), a pool of ``--workers`` processes sharing the GPU
-(statuses are the point here, not times: docs/benchmarks.md comes from scripts/gpu/gpu_bench.sh),
+(statuses are the point here, not times: docs/benchmarks.md comes from scripts/gpu/bench.sh),
 the longest jobs first. FlashInfer's JIT modules are built once by
 scripts/gpu/flashinfer_warmup.py, in the background while the other lanes run; FlashInfer's jobs
 come last. After each job: check_saved.py on its saved tensors (then deleted).
@@ -326,7 +326,7 @@ def table(st: State, left_s: list[str], left_b: list[str], header: dict) -> tupl
     cut = [j for j in st.jobs if j.status in ("cut", "not run")]
     broken = [j for j in st.jobs if j.status == "failed"]
     xf = any("triton-only" in str(r.id.mode) for r in rows) or any("triton_only=on" in r.id.backend for r in rows)
-    out = ["# attnbench GPU verification (scripts/gpu/verify_all.sh)", ""]
+    out = ["# attnbench GPU verification (scripts/gpu/verify_all.py)", ""]
     out += [f"- {k}: {v}" for k, v in header.items()]
     if xf:
         out.append("- xformers ran in **Triton-only mode** (`xformers:triton_only=on`, ATTNBENCH_XFORMERS_TRITON_ONLY=1): its "
@@ -338,7 +338,7 @@ def table(st: State, left_s: list[str], left_b: list[str], header: dict) -> tupl
     out += ["Failed rows (error / mismatch):", ""] + ([f"- {x}" for x in failed] or ["- none"]) + [""]
     out += ["Saved outputs off (check_saved.py):", ""]
     out += [f"- {s['scenario']} | {s['case_id']} | {s['backend']}: rel err {s['rel']} [{s['variants']}]" for s in off] or ["- none"]
-    out += ["", "Jobs cut or not run (run again with RESUME=1 on the same machine to finish them):", ""]
+    out += ["", "Jobs cut or not run (run again with --resume on the same machine to finish them):", ""]
     out += [f"- {j.key}: {j.note if j.status == 'cut' else 'not run (out of time)'}" for j in cut] or ["- none"]
     out += ["", "Jobs that did not run (attnbench failed to start or crashed):", ""]
     out += [f"- {j.key}: {j.note}" for j in broken] or ["- none"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import textwrap
 from pathlib import Path
 
 from attnbench.analyze.plots import plot_run
@@ -67,6 +69,7 @@ def main() -> int:
         *(f"- {n}" for n in args.note),
         "",
     ]
+    lines = [w for line in lines for w in _wrap_bullet(line)]
     args.plots.mkdir(parents=True, exist_ok=True)
     for scen, rows in by_scenario.items():
         order = {c: i for i, c in enumerate(dict.fromkeys(r.id.case_id for r in rows))}
@@ -98,6 +101,17 @@ def main() -> int:
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+def _wrap_bullet(line: str, width: int = 100) -> list[str]:
+    """A "- ..." prose line wrapped at ``width`` (docs/ wraps prose); left whole where a wrapped line
+    would start with markdown syntax (a "-", "*", "+", "#", ">", "|" or "1." would begin a new block)."""
+    if not line.startswith("- ") or len(line) <= width:
+        return [line]
+    out = textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    if any(re.match(r"\s*([-*+#>|]|\d+[.)])(\s|$)", w) for w in out[1:]):
+        return [line]
+    return out
 
 
 if __name__ == "__main__":

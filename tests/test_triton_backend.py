@@ -3,7 +3,7 @@
 CPU: the kernels run under Triton's interpreter. ``triton.jit`` reads TRITON_INTERPRET when
 the kernel module is imported, so this module imports it with the variable set, restores the
 environment, and sets the variable again (monkeypatch) only while its own tests run.
-float32 and float16 only: bfloat16 ``tl.dot`` is wrong in the interpreter (docs/triton_notes.md (git history)).
+float32 and float16 only: bfloat16 ``tl.dot`` is wrong in the interpreter (the kernel notes in git history (triton_notes.md)).
 GPU (``-m gpu``): compiled kernels, bfloat16 included, in a subprocess without the interpreter.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The triton backend's defaults after issue 33's defaults round (docs/triton_notes.md (git history)), on the
+"""The triton backend's defaults after issue 33's defaults round (the kernel notes in git history (triton_notes.md)), on the
 CPU under Triton's interpreter: what ``TritonBackend()`` now does by default, against the
 float64 reference on random batches (decodes, trees, prefills, chunked prefills, odd lengths,
 shuffled pages of 1-256 slots, float16/float32, FP8 e4m3/e5m2 caches with per-tensor and

@@ -1,4 +1,4 @@
-"""FP8 caches through the paged route (issue 33's FP8 rounds 1 and 2, docs/triton_notes.md (git history)) against the float64
+"""FP8 caches through the paged route (issue 33's FP8 rounds 1 and 2, the kernel notes in git history (triton_notes.md)) against the float64
 reference under Triton's interpreter: e4m3 and e5m2, per-tensor and per-head scales, decodes, a tree and a chunked
 prefill, pages 1 and 16, with and without a sliding window, the backend's tile and split options; the decode
 config's V words (``V_WORDS``: cvt words on compiled builds, shift words in the interpreter) at head dims 64 and 96

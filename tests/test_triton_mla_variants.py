@@ -1,4 +1,4 @@
-"""The mla route's plans (issue 33's MLA round 1, docs/triton_notes.md (git history)) against the float64 reference under
+"""The mla route's plans (issue 33's MLA round 1, the kernel notes in git history (triton_notes.md)) against the float64 reference under
 Triton's interpreter: the backend's tile and split options, and the plan's own config (two programs a unit each
 with half the value dims, 128-row units, an unpipelined masked tail, splits sized in waves, 16-bit partials) on
 16 and 128 heads

@@ -1,4 +1,4 @@
-"""The prefill route (issue 33's prefill round, docs/triton_notes.md (git history): kernels/prefill/kernels.py's kernel with
+"""The prefill route (issue 33's prefill round, the kernel notes in git history (triton_notes.md): kernels/prefill/kernels.py's kernel with
 loop-invariant in-tile offsets, the folded score scale and the heavy-first program order) against the float64
 reference under Triton's interpreter, with the backend's tile and split options: causal prefills with and without a
 context (odd lengths), a decode beside them, pages 16 and 256 (and 3, where the lean offsets do not apply),

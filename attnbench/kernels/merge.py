@@ -6,7 +6,7 @@ paged/kernels.py (issue 33, FP8 round 2) to keep that module under the 400-line 
 One head a program made 10240 programs of 256 elements for 8 x 40-node trees with 32 heads; a block of
 heads a program (``BLOCK_H``, shared/launch.merge_heads) makes one wave of them, but the launch took the
 same 9.5-11 us (H200, ``--profile``): its cost there was reading float32 partials, 3.3 us in 16 bits
-(docs/triton_notes.md (git history), "tree round 1").
+(the kernel notes in git history (triton_notes.md), "tree round 1").
 """
 from __future__ import annotations
 

@@ -83,7 +83,9 @@ def shrink(spec, max_pages: int = 2, max_query: int = 24, max_alike: int = 4):
         seen[key] += 1
         if seen[key] <= max_alike:
             kept.append(r)
-    cut = [(r, min(r.context, cap), r.query if (r.tree_parents is not None or r.query == 1) else min(r.query, max_query))
+    # a request with more queries than keys (context < 0: docs/semantics.md) keeps its lengths
+    cut = [(r, r.context, r.query) if r.context < 0 else
+           (r, min(r.context, cap), r.query if (r.tree_parents is not None or r.query == 1) else min(r.query, max_query))
            for r in kept]
     group: dict = {}
     for r, ctx, _ in cut:

@@ -1,4 +1,4 @@
-"""A paged decode kernel written in Gluon for Hopper (issue 33, decode round 1; docs/triton_notes.md (git history)): the
+"""A paged decode kernel written in Gluon for Hopper (issue 33, decode round 1; the kernel notes in git history (triton_notes.md)): the
 ``decode="gluon"`` option of the triton backend (decode/gluon.py says which batches take it).
 
 The shipped Triton kernel reads FP8 decodes at 73% of their byte floor at pages of 16 keys and 80% at 64 or more
@@ -26,7 +26,7 @@ programs an SM, as the shipped kernel's is):
 - a split unit writes its partial output and natural-log LSE for merge.py's kernel (shared/gluon_epilogue.store).
 
 A loader warp issuing the boxes (``gl.warp_specialize``) ran 1.2-1.45x this kernel's time (sixteenth session,
-docs/triton_notes.md (git history)) and was removed.
+the kernel notes in git history (triton_notes.md)) and was removed.
 """
 from __future__ import annotations
 

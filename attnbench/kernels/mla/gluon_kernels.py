@@ -1,4 +1,4 @@
-"""A warp-specialized MLA decode kernel written in Gluon for Hopper (issue 33, MLA round 2; docs/triton_notes.md (git history),
+"""A warp-specialized MLA decode kernel written in Gluon for Hopper (issue 33, MLA round 2; the kernel notes in git history (triton_notes.md),
 "the thirteenth session"): the ``gluon`` option of the triton backend's MLA path (mla/gluon.py says which
 batches take it; on by default since the thirteenth session).
 

@@ -19,7 +19,7 @@ Variants, each a constexpr flag (off: the plain kernel, unchanged): ``FP8`` K/V 
 dtype after the load, the program's K scale folded into ``qk_scale`` and its V scale into the
 output (options: ``FP8_F16`` both dots in float16, set by the host for FP8 caches with 16-bit
 queries; ``V_WORDS`` (decode configs) V read as int16 words of two FP8 dims and P.V as two half-width dots
-joined back, 2: each word converted by one cvt.rn.f16x2, shared/fp8_words.py; docs/triton_notes.md (git history), issue 33's
+joined back, 2: each word converted by one cvt.rn.f16x2, shared/fp8_words.py; the kernel notes in git history (triton_notes.md), issue 33's
 FP8 rounds); ``SINK``: split 0
 starts from the sink (m = sink, l = 1, no value), so output, LSE and the split merge count it
 once; ``SOFTCAP``/``ALIBI`` on the scores; ``WINDOW``: a masked lead-in over the tiles below

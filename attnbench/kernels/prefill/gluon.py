@@ -1,5 +1,5 @@
 """The ``gluon-prefill`` route: gluon_kernels.py's hand-specialized Hopper kernel over batches of prefills
-(issue 33's prefill round 3, the default since round 8; docs/triton_notes.md (git history), "Prefill rounds").
+(issue 33's prefill round 3, the default since round 8; the kernel notes in git history (triton_notes.md), "Prefill rounds").
 
 It takes (``reasons``) a Hopper GPU (sm_90: warpgroup MMAs and TMA), 16-bit q and cache of one dtype, a head dim of
 64 or 128, pages of a multiple of 64 keys, causal prefills without a tree or an attention variant, and caches whose
@@ -24,7 +24,7 @@ MIN_QUERY = 64  # auto takes the route only when every request brings this many 
 
 @dataclass(frozen=True)
 class Tuning:
-    """The kernel's build choices (H200, docs/triton_notes.md (git history), prefill rounds 3-9)."""
+    """The kernel's build choices (H200, the kernel notes in git history (triton_notes.md), prefill rounds 3-9)."""
 
     compute_regs: int = 200  # the compute warpgroups' registers (setmaxnreg): 200 ran 2-4% faster than 232
     stages: int = 2  # K/V slots in shared memory (128-key tiles: 2 x 64 KB beside Q's 32 KB)
@@ -79,7 +79,7 @@ def declines(batch) -> list[str]:
     """Why ``auto`` leaves a batch the route can take to the Triton prefill kernel. A decode or a short chunk
     beside prefills fills a 64-row partition per query head with a few rows, where the Triton kernels fold a KV
     head's G query heads into their rows: gpu/ragged-prefill at page 256 (four decodes, chunks of 8 and 17 tokens)
-    ran 127.6 us through this kernel against 82.9 (H200, docs/triton_notes.md (git history), "Prefill rounds 8 and 9")."""
+    ran 127.6 us through this kernel against 82.9 (H200, the kernel notes in git history (triton_notes.md), "Prefill rounds 8 and 9")."""
     lens = batch.host.query_lens
     shortest = int(lens.min()) if len(lens) else 0
     if shortest < MIN_QUERY:

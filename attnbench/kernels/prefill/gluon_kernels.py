@@ -1,5 +1,5 @@
 """A warp-specialized prefill kernel written in Gluon for Hopper (issue 33, prefill round 3;
-docs/triton_notes.md (git history)): the ``gluon`` option of the triton backend's prefill path (on by default since
+the kernel notes in git history (triton_notes.md)): the ``gluon`` option of the triton backend's prefill path (on by default since
 round 8, for the batches prefill/gluon.wanted takes on a Hopper GPU).
 
 Round 2 asked triton 3.6's automatic pass to specialize the prefill loop and it crashed (an

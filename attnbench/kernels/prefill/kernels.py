@@ -1,4 +1,4 @@
-"""The prefill kernel of the ``triton`` backend (issue 33, prefill round 1; docs/triton_notes.md (git history)).
+"""The prefill kernel of the ``triton`` backend (issue 33, prefill round 1; the kernel notes in git history (triton_notes.md)).
 
 ``prefill_attention_kernel`` is ``paged/kernels.paged_attention_kernel`` reduced to what a
 causal prefill, chunked prefill or decode batch needs (no tree, no FP8, window, sink,

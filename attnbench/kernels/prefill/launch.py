@@ -1,4 +1,4 @@
-"""The ``prefill`` route: kernels.py's Triton prefill kernel (issue 33's prefill round, docs/triton_notes.md (git history)) over
+"""The ``prefill`` route: kernels.py's Triton prefill kernel (issue 33's prefill round, the kernel notes in git history (triton_notes.md)) over
 batches with a prefill and without trees or attention variants; the plan (units, splits, merge rows) is the paged
 kernel's. Its three build choices are on (each measured 5-14% faster on 4 x 1k prefills, H200): ``LEAN``
 loop-invariant int32 in-tile K/V offsets (where a tile lies inside a page or starts on one), ``FOLD`` the score

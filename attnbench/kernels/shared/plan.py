@@ -27,7 +27,7 @@ A *unit* is one row block and one contiguous range of key tiles (a KV split); th
 ``(units, num_kv_heads)``. Units are ordered request, split, row block, so the row blocks
 that read the same keys run side by side and share them through L2.
 
-Split-KV heuristic (``split_counts``; docs/triton_notes.md (git history), rounds 5-8)
+Split-KV heuristic (``split_counts``; the kernel notes in git history (triton_notes.md), rounds 5-8)
 -----------------------------------------------------------------------
 Row blocks of <= 32 rows (decode-like, memory-bound): enough programs for 2 waves of the
 SMs (4 on the CPU interpreter; FP8 caches twice as many: ``wave_scale``), the key tiles cut
@@ -147,7 +147,7 @@ def choose_config(batch: Batch, block_n: Optional[int] = None, num_warps: Option
             # 64-row blocks (a 40-node tree, G=4) are latency-bound per program: 32-key tiles
             # with at most 168 registers fit 3 programs per SM (64 KB of shared memory each)
             # instead of 2; with the split heuristic's 2 splits, tree40 at 4k, page 16 ran
-            # 105 us instead of 121 on an H100 (docs/triton_notes.md (git history), round 6)
+            # 105 us instead of 121 on an H100 (the kernel notes in git history (triton_notes.md), round 6)
             block_n, maxnreg = 32, 168
     if block_n > 64:
         raise ValueError("block_n must be <= 64: a key tile reads at most two 64-node tree-mask words")
@@ -178,7 +178,7 @@ def wave_scale(batch: Batch, fp8_split: Optional[float] = None) -> float:
     it takes 2/e as many programs for the same bytes in flight, taken 0.95 x: 2^k keys plus the
     decode's own are 2^k/64 + 1 tiles, which the full 2x rounds one split past a wave (8 x 16k: 9
     splits); 0.95 x measured faster at all 5 sizes of issue 33's defaults round (H200, 8 x 16k
-    120.1 -> 93.2 us; docs/triton_notes.md (git history)). 16-bit and wider caches keep 1. ``fp8_split``: FP8's."""
+    120.1 -> 93.2 us; the kernel notes in git history (triton_notes.md)). 16-bit and wider caches keep 1. ``fp8_split``: FP8's."""
     e = batch.k_cache.element_size()
     if e >= 2:
         return 1.0
@@ -281,7 +281,7 @@ def split_counts(tiles, rows, cfg: Config, head_dim: int, sms: int, hkv: int, pe
     waves (times ``cfg.wave_scale``, FP8 caches 2: ``decode_programs``), in chunks of about
     equal tiles, each split at least ``PARTIAL_KEYS_PER_ROW`` keys per row (its float32
     partial rows stay under 1/8 of the K/V bytes it reads, 1/4 for FP8).
-    Larger row blocks (trees, prefill) are latency-bound per program (docs/triton_notes.md (git history),
+    Larger row blocks (trees, prefill) are latency-bound per program (the kernel notes in git history (triton_notes.md),
     rounds 5-6): a program of c key tiles takes ~ c + PROGRAM_TILES (start-up) tile times
     whether or not others share its SM, so the launch takes ~ rounds x (longest program),
     rounds = ceil(all programs' tile times / (slots x longest)), slots = SMs x programs per

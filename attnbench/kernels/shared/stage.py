@@ -81,7 +81,7 @@ class Staging:
     ``non_blocking`` copy; the allocator records the copy's event itself and hands the block out
     again only after that copy has completed, once the plan has dropped it (round 2's ring did
     this with a Python-side event and stream per plan, which cost about what the pinned copy
-    saved: docs/triton_notes.md (git history), plan round 3)."""
+    saved: the kernel notes in git history (triton_notes.md), plan round 3)."""
 
     def __init__(self):
         self.pinned = os.environ.get("ATTNBENCH_TRITON_PINNED_STAGING", "") == "1"

@@ -32,7 +32,7 @@ FP8_SMEM = 196 * 1024  # the compiler adds ~24 KB of scratch (sm_90 builds, trit
 
 @dataclass(frozen=True)
 class Tuning:
-    """The kernel's build choices (each measured on an H200, docs/triton_notes.md (git history))."""
+    """The kernel's build choices (each measured on an H200, the kernel notes in git history (triton_notes.md))."""
 
     compute_regs: int = 160  # the compute warpgroups' registers (setmaxnreg): 152 ran as fast (tree round 1)
     compute_regs_fp8: int = 152  # FP8: the loader's warps keep 56 registers for the widening (32 at 160)

@@ -1,5 +1,5 @@
 """A warp-specialized tree kernel written in Gluon for Hopper (issue 33, tree round 1;
-docs/triton_notes.md (git history)): the ``gluon`` option of the triton backend's tree path
+the kernel notes in git history (triton_notes.md)): the ``gluon`` option of the triton backend's tree path
 (tree/gluon.py says which batches take it).
 
 The prefill kernel's design (prefill/gluon_kernels.py) applied to a speculative-decoding batch,

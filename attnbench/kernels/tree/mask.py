@@ -59,7 +59,7 @@ def keep(bits, cols):
 @gluon.jit
 def allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
     """The same mask worked out element by element ([rows, keys]; the kernel's before the row words, kept as the
-    option ``MASK_WORDS`` False: docs/triton_notes.md (git history), the fourteenth session)."""
+    option ``MASK_WORDS`` False: the kernel notes in git history (triton_notes.md), the fourteenth session)."""
     keys = start + cols
     if is_tree != 0:
         rel = keys - ctx

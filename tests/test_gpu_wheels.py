@@ -69,5 +69,5 @@ def test_layout_then_join_gives_the_same_wheels(tmp_path):
 
 
 def test_the_shell_scripts_parse():
-    for rel in ("scripts/gpu/fetch_wheels.sh", "scripts/gpu/install_wheels.sh", "scripts/gpu/gpu_peers.sh"):
+    for rel in ("scripts/gpu/fetch_wheels.sh", "scripts/gpu/install_wheels.sh", "scripts/gpu/device_setup.sh"):
         assert subprocess.run(["bash", "-n", str(ROOT / rel)]).returncode == 0, rel

@@ -63,6 +63,10 @@ _setup_attnbench() {  # editable, once per machine and checkout (jobs side by si
 _setup_wheels
 _setup_fa2
 _setup_attnbench
+# FlashAttention-4 / FlashInfer 0.7 wheels laid out by scripts/gpu/fetch_wheels.sh, one folder per
+# transfer: each call's folders are gathered until every part is in, then joined and installed
+# (after flash-attn 2's setup: install_wheels.sh links flash_attn/cute into its package)
+source scripts/gpu/install_wheels.sh $(ls -d .gpuwheels/*/ 2>/dev/null)
 export PYTHONUNBUFFERED=1 ATTNBENCH_CACHE_DIR=/tmp/attnbench-cache ATTNBENCH_XFORMERS_TRITON_ONLY=1
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
 if ls .fijit/fijit-*.tar >/dev/null 2>&1 && [ ! -f /tmp/.fijit-restored ]; then

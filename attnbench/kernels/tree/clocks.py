@@ -1,5 +1,5 @@
 """In-kernel timestamps for the Gluon kernels' timelines (issue 33: where a program's time goes between its
-start, its key tiles and its end; their reader, scripts/gpu/tree_timeline.py, is in git history).
+start, its key tiles and its end; their reader, tree_timeline.py, is in git history).
 
 ``stamp(row, slot, ON)`` writes the SM's ``%globaltimer`` (ns, one clock for every SM) at ``row[slot]`` and its
 ``%clock64`` (the SM's cycles) at ``row[SLOTS + slot]``; with ``ON`` false it compiles to nothing, so the

@@ -105,7 +105,7 @@ def fit(p) -> str:
 def launch(p, tuning: Tuning = TUNING, clocks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``tree_gluon_kernel`` over the plan's units x KV heads, then the split merge (shared.launch.merge).
     ``clocks``: a [programs, 4, 2 x clocks.SLOTS] int64 tensor the partitions write their timestamps into
-    (their reader, scripts/gpu/tree_timeline.py, is in git history); None builds the kernel without them."""
+    (their reader, tree_timeline.py, is in git history); None builds the kernel without them."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

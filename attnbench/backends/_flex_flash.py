@@ -65,4 +65,9 @@ def flash_reasons(batch: Any) -> list[str]:
         out.append(f"Flex's FLASH backend: on sm_90 {v} tiles head dims past 128 with 112- or 80-wide key "
                    "tiles (interface.py, _tile_size_fwd_sm90) and its block sparsity needs Flex's 128-wide KV "
                    f"blocks to equal them (block_sparsity.py, normalize_block_sparse_config); got {d}/{dv}")
+    if bool(batch.host.is_tree.any()):
+        out.append(f"Flex's FLASH backend ({v}, torch {torch.__version__.split('+')[0]}) does not compile attnbench's "
+                   "tree mask_mod: its CuTe lowering stores the ancestor table's int64 index into an int32 tensor "
+                   "('Type mismatch, store Int64 (-> Int64) to Tensor with element type Int32', seen on an H200 with "
+                   "torch 2.11); trees run on flex's Triton kernel and on flash-attn4")
     return out

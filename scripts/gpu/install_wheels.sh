@@ -13,7 +13,8 @@
 # `.pth` files, so this puts both $PEER_SITE and $PEER_SITE/nvidia_cutlass_dsl/dsl_packages (what
 # nvidia-cutlass-dsl's .pth adds) first on PYTHONPATH. flash_attn.cute lives in the `flash_attn`
 # namespace: where flash-attn 2 (a regular `flash_attn` package) is importable too, its package
-# would hide flash_attn.cute, so `cute` is linked into flash-attn 2's package folder.
+# would hide flash_attn.cute, so `cute` is linked into flash-attn 2's package folder (its own older
+# `cute` set aside as cute.flash-attn-2).
 # Until all parts are there it says which are missing and installs nothing.
 peer_stash=${PEER_STASH:-/tmp/peer-wheels}
 peer_site=${PEER_SITE:-/tmp/peer-site}
@@ -39,7 +40,11 @@ if [ -f "$peer_site/.installed" ]; then
 import importlib.util as u, os
 s = u.find_spec('flash_attn')
 print(os.path.dirname(s.origin) if s and s.origin and s.origin.endswith('__init__.py') else '')" 2>/dev/null)
-  if [ -n "$_fa2" ] && [ "$_fa2" != "$peer_site/flash_attn" ] && [ ! -e "$_fa2/cute" ]; then
+  if [ -n "$_fa2" ] && [ "$_fa2" != "$peer_site/flash_attn" ] && [ ! -L "$_fa2/cute" ]; then
+    # flash-attn 2.8.3 ships an older flash_attn/cute of its own (for an older CuTe DSL: importing
+    # it with nvidia-cutlass-dsl 4.8.1 fails, "cutlass.cute.core has no attribute ThrMma", seen on
+    # the H200): set it aside so that flash_attn.cute is FlashAttention-4's
+    [ -e "$_fa2/cute" ] && mv "$_fa2/cute" "$_fa2/cute.flash-attn-2"
     ln -s "$peer_site/flash_attn/cute" "$_fa2/cute"
   fi
   unset _fa2

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnbench.analyze.fit import print_words
 from attnbench.analyze.tables import COMPACT_FROM, STATUS_STYLE, batch_lines, has_convert, numbered_notes
 from attnbench.store.columns import COLUMNS, Column, context_of
 from attnbench.store.rows import Row
@@ -130,7 +131,7 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "", compac
     if left_out:
         info.print(f"not shown at {console.width} columns: {', '.join(left_out)} (all in results.csv)",
                    style="dim", highlight=False)
-    for i, n in enumerate(notes, 1):
-        info.print(f"[{i}] {n}", highlight=False, markup=False, soft_wrap=True)
+    for i, n in enumerate(notes, 1):  # wrapped at spaces: a path or a command in a note stays whole
+        print_words(info, f"[{i}] {n}")
     for line in backend_summary(rows):
         info.print(line, highlight=False, markup=False)

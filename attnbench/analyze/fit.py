@@ -23,7 +23,6 @@ from typing import Optional, Sequence, Union
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -142,22 +141,38 @@ def print_words(console: Console, text: str, style: str = "") -> None:
         console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
 
 
+class Blocks:
+    """Rows as blocks, for a console too narrow for their table: each row's names on one line
+    (whole, never cut; a name left blank under the row before it, as a table shows a case once,
+    is that row's), then an indented ``header: value`` line per other column that has a value,
+    wrapped at words."""
+
+    def __init__(self, cols: Sequence[Col], rows: Sequence[Sequence[Cell]], title: str = ""):
+        self.cols, self.rows, self.title = cols, rows, title
+
+    def __rich_console__(self, console: Console, options):
+        width = options.max_width
+        names = [i for i, c in enumerate(self.cols) if c.kind == NAME]
+        last = {i: "" for i in names}
+        if self.title:
+            yield from (Text(ln, style="bold") for ln in word_lines(self.title, width))
+        for r in self.rows:
+            for i in names:
+                last[i] = _text(r[i]).plain or last[i]
+            yield from (Text(ln, style="bold") for ln in word_lines("  ".join(last[i] for i in names if last[i]) or "-",
+                                                                       width))
+            for i, c in enumerate(self.cols):
+                cell = _text(r[i])
+                if i in names or not cell.plain.strip():
+                    continue
+                lines = word_lines(" ".join(c.header.split()) + ": " + cell.plain, width - 4)
+                yield Text("  " + lines[0], style=cell.style)
+                yield from (Text("    " + ln, style=cell.style) for ln in lines[1:])
+
+
 def print_blocks(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Cell]], title: str = "") -> None:
-    """Each row as a block: its names on one line (whole, never cut; a name left blank under
-    the row before it, as a table shows a case once, is that row's), then an indented
-    ``header: value`` line per other column that has a value, wrapped at words."""
-    if title:
-        print_words(console, title, "bold")
-    names = [i for i, c in enumerate(cols) if c.kind == NAME]
-    last = {i: "" for i in names}
-    for r in rows:
-        for i in names:
-            last[i] = _text(r[i]).plain or last[i]
-        print_words(console, "  ".join(last[i] for i in names if last[i]) or "-", "bold")
-        for i, c in enumerate(cols):
-            if i not in names and _text(r[i]).plain.strip():
-                line = Text(" ".join(c.header.split()) + ": ") + _text(r[i])
-                console.print(Padding(line, (0, 0, 0, 2)), highlight=False)
+    """Print ``rows`` as :class:`Blocks`."""
+    console.print(Blocks(cols, rows, title), highlight=False)
 
 
 def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Cell]], title: str = "",

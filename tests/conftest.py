@@ -61,6 +61,12 @@ def pytest_report_header(config):
     return [f"test order: shuffled, seed {seed} (ATTNBENCH_TEST_ORDER={seed} repeats it)"] if seed is not None else []
 
 
+def pytest_terminal_summary(terminalreporter):
+    seed = _order_seed()  # in the summary too: -q prints no header
+    if seed is not None:
+        terminalreporter.write_line(f"test order: shuffled, seed {seed} (ATTNBENCH_TEST_ORDER={seed} repeats it)")
+
+
 def shuffled(items: list, seed: int) -> list:
     """The test files in a random order, and each file's tests in a random order (as
     pytest-randomly does: a file's module-scoped fixtures are still made once)."""

@@ -370,9 +370,9 @@ def test_eta_weighs_cases_by_their_estimated_cost(monkeypatch):
 def test_scenarios_say_which_are_cpu_sized_and_about_how_long():
     r = cli.invoke(app, ["scenarios"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    size = dict(re.findall(r"^│ ([\w/-]+)\s*│ (CPU|GPU) ", r.stdout, re.M))
+    size = dict(re.findall(r"^([\w/-]+)\s+(CPU|GPU) ", r.stdout, re.M))
     assert size["quickstart"] == "CPU" and size["variants-cpu"] == "CPU" and size["decode-llama3-8b"] == "GPU"
-    assert re.search(r"quickstart\s*│ CPU\s*│ ~\d+ s", r.stdout), r.stdout
+    assert re.search(r"quickstart\s+CPU\s+~\d+ s", r.stdout), r.stdout
     r = cli.invoke(app, ["run", "decode-llama3-8b", "--list"])
     assert r.exit_code == 0 and "GPU-sized: ~" in r.stdout and "timed once (n=1)" in r.stdout, r.stdout
     r = cli.invoke(app, ["run", "quickstart", "--list"])
@@ -472,7 +472,7 @@ def test_the_readmes_first_steps_go_from_a_baseline_to_a_failing_check_a_report_
     check = seen["check"].stdout
     # the slowed plugin regresses; sdpa's verdict is left alone: on a loaded 2-core machine an
     # unchanged backend can read regressed too (docs/ci.md: calibrate measures how often)
-    assert re.search(r"my-decode\s*│\s*regressed", check), check
+    assert re.search(r"my-decode\s+regressed", check), check
     assert re.search(r"my-decode(.|\n)*regressed", seen["history2"].stdout), seen["history2"].stdout  # history show
     page = (tmp_path / "report.html").read_text()
     assert "regressed" in page and 'data-chart="trend"' in page

@@ -38,8 +38,8 @@ def show_cmd(
     title = run_title(m.scenario or "?", (m.environment or {}).get("device", "?"), rows)
     info = console if fmt == "table" else err
     render_run(rows, fmt, console, info, title=title, compact=compact)
-    if load_note(m):
-        print_words(info, load_note(m))
+    if load_note(m):  # on stderr, as the other notes: stdout stays what `run` printed
+        print_words(err, load_note(m))
     if run.is_dir() and not m.complete:
         info.print(escape(f"note: {run} is incomplete ({len(loaded.rows)} row(s) so far); finish it with "
                           f"`attnbench run --resume {run}`"), highlight=False, soft_wrap=True)

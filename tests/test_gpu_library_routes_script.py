@@ -40,6 +40,7 @@ def test_a_group_runs_to_rows_on_the_cpu():
     assert {r["status"] for r in late} == {"not run"}
 
 
+@pytest.mark.slow
 def test_flex_plan_table_on_the_cpu(monkeypatch):
     monkeypatch.setattr(g, "NOT_GPU", {f.stem for f in g.SCENARIOS.glob("*.yaml")} - {"variants-cpu"})
     monkeypatch.setattr(g, "SCENARIOS", g.SCENARIOS)

@@ -18,6 +18,7 @@ def draw(tmp_path, seed, profile):
     return sorted(tmp_path.glob("*.yaml"))
 
 
+@pytest.mark.slow
 def test_the_fp8_route_keeps_fp8_caches_without_mla(tmp_path):
     files = draw(tmp_path, 930, "all")
     keep = held.with_fp8(files)
@@ -29,6 +30,7 @@ def test_the_fp8_route_keeps_fp8_caches_without_mla(tmp_path):
         assert (f in keep) == (fp8 and not mla), (f.name, fp8, mla)
 
 
+@pytest.mark.slow
 def test_the_tree_route_keeps_16_bit_trees(tmp_path):
     files = draw(tmp_path, 918, "flashinfer")
     from attnbench.backends import triton_tree_gluon
@@ -76,6 +78,7 @@ def test_the_mla_check_runs_the_default_backend_against_the_reference_on_the_cpu
     assert "gluon" not in line.lower()
 
 
+@pytest.mark.slow
 def test_the_mla_route_keeps_scenarios_with_a_case_the_gluon_mla_kernel_takes(tmp_path):
     files = draw(tmp_path, 941, "all")
     from attnbench.backends import triton_mla_gluon
@@ -87,6 +90,7 @@ def test_the_mla_route_keeps_scenarios_with_a_case_the_gluon_mla_kernel_takes(tm
     assert len(keep) < len(files)
 
 
+@pytest.mark.slow
 def test_the_decode_route_keeps_fp8_decode_draws_the_gluon_decode_kernel_takes(tmp_path):
     """``--profile decode`` draws decodes alone over FP8 caches with the attention variants; the decode route keeps
     the scenarios with a case the Gluon decode option takes (windows, sinks and soft-capping among them) and leaves

@@ -27,6 +27,7 @@ def _default_cases() -> list[list[str]]:
     return [line.split("|", 4) for line in re.findall(r'^\s+"([^"]+)"', body, re.M)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _default_cases(), ids=lambda c: c[0])
 def test_each_default_case_is_one_row_of_a_shipped_scenario(case):
     label, scen, rows, backend, regex = case

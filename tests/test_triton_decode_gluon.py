@@ -18,6 +18,7 @@ def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtyp
     return materialize(BatchSpec(reqs, hq, hkv, d, dtype=dtype, page_size=page_size, **fp8, **kw), 1)
 
 
+@pytest.mark.slow
 def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch):
     """On a Hopper GPU (patched in): decodes alone over an FP8 cache (either format, scales per tensor or per head),
     16-bit q, head dim 64/128, G <= 16, pages of 16 or 32 keys or a multiple of 64, windows, sinks and
@@ -48,6 +49,7 @@ def test_unwanted_takes_fp8_decodes_alone_and_says_why_not_otherwise(monkeypatch
     assert dec.unwanted(_decodes(100)) == "not a Hopper GPU"
 
 
+@pytest.mark.slow
 def test_the_option_plans_64_key_tiles_and_falls_back_on_the_cpu(monkeypatch):
     """Where wanted (patched here) the plan's full tiles are 64 keys (its splits start on them), the rest of the
     shipped decode config kept; on the CPU the shipped kernel runs the plan and matches the reference."""
@@ -64,6 +66,7 @@ def test_the_option_plans_64_key_tiles_and_falls_back_on_the_cpu(monkeypatch):
     assert TritonBackend(decode="gluon", block_nf=32).plan(b).cfg.block_nf == 32  # a config the caller sets wins
 
 
+@pytest.mark.slow
 def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_variants(monkeypatch):
     """With a window, sinks and soft-capping (the variants the Gluon decode kernel takes): every unit's keys lie in
     its window's tiles (kv_lo on the 64-key tile holding the unit's ``win_lo``, which is the decode's position minus
@@ -133,6 +136,7 @@ def test_pages_under_copy_below_are_copied_in_16_byte_pieces_of_whole_rows(monke
     assert dec.copy_layout(_decodes(100, d=64, page_size=16)) is None
 
 
+@pytest.mark.slow
 def test_tiles_follow_the_head_dim(monkeypatch):
     """``TILES``: a head dim's own tile size (128 keys for head dim 64 where set) shapes the plan's full tiles and
     its splits; other head dims keep 64-key tiles; the plan run on the CPU matches the reference."""

@@ -59,6 +59,7 @@ def test_the_option_is_off_by_default_and_checked():
         TritonBackend(kv_a="q")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("splits", [None, 3])
 @pytest.mark.parametrize("kv_dtype,kv_scale,page,hq", [
     ("fp8_e4m3", "per-tensor", 16, 8), ("fp8_e4m3", "per-head", 1, 16), ("fp8_e5m2", "per-head", 3, 8),
@@ -72,6 +73,7 @@ def test_kv_a_matches_the_reference(kv_a, kv_dtype, kv_scale, page, hq, splits):
     assert rel < 3e-3, f"kv_a {kv_a} {kv_dtype} {kv_scale} page {page} hq {hq} splits {splits}: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_a", ["k", "kv"])
 @pytest.mark.parametrize("dtype,fp8_f16,tol", [("bfloat16", True, 2e-2), ("float16", False, 3e-3)])
 def test_kv_a_bfloat16_queries_and_q_dtype_dots(kv_a, dtype, fp8_f16, tol):
@@ -82,6 +84,7 @@ def test_kv_a_bfloat16_queries_and_q_dtype_dots(kv_a, dtype, fp8_f16, tol):
     assert rel < tol, f"kv_a {kv_a} {dtype} fp8_f16 {fp8_f16}: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TREE_VARIANTS)
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_tree_variants_match_the_reference(name, kv_dtype):
@@ -89,6 +92,7 @@ def test_tree_variants_match_the_reference(name, kv_dtype):
     assert rel < 3e-3, f"{name} {kv_dtype}: rel err {rel}"
 
 
+@pytest.mark.slow
 def test_the_option_reaches_the_launch():
     """``KV_A`` as launched: both bits for an FP8 tree batch with "kv", 0 by default and for a
     16-bit cache (the option is for FP8 tiles only)."""

@@ -75,6 +75,7 @@ def test_the_fp8_variants_exist_and_the_shipped_defaults():
     assert VARIANTS["triton-f8w"]().v_words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [None, 20])
 @pytest.mark.parametrize("page", [1, 16])
 @pytest.mark.parametrize("kv_scale", ["per-tensor", "per-head"])

@@ -85,6 +85,7 @@ def test_fp8_variant_matches_the_reference(name, kv_scale, page, window):
     assert rel < 3e-3, f"{name} {kv_scale} page {page} window {window}: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["triton-f8h", "triton-f8hv"])
 def test_fp8_variant_e5m2_split(name):
     """e5m2 (another conversion), every row block cut into 3 splits (partials and the merge)."""
@@ -99,6 +100,7 @@ def test_float16_dots_take_bfloat16_queries():
     assert rel < 2e-2, f"bf16 queries with float16 dots: rel err {rel}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16)])
 @pytest.mark.parametrize("page", [1, 16])
 def test_fp8_options_with_every_feature(page, config):
@@ -111,6 +113,7 @@ def test_fp8_options_with_every_feature(page, config):
     run_variant("all", page=page, seed=page + 2, v_words=True, k_words=True, **config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 96])
 @pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8_e4m3", "per-head"), ("fp8_e5m2", "per-tensor")])
 @pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16), dict(block_m=16, block_n=16, block_nf=32),
@@ -139,6 +142,7 @@ def _long_decodes(kv_dtype, d=128, ctx=(2100, 2051)):
     return materialize(spec, 11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", [None, "fp8_e4m3"])
 def test_long_decodes_step_64_key_tiles(kv_dtype):
     """Round 2's default: decode-sized row blocks with >= LONG_KEYS keys (d 128, 16-bit queries)

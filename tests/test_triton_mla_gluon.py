@@ -37,6 +37,7 @@ def on_hopper(monkeypatch):
     monkeypatch.setattr(mg, "hopper", lambda device: True)
 
 
+@pytest.mark.slow
 def test_wanted_takes_16_bit_decodes_of_deepseeks_latent_row_alone(on_hopper):
     for hq in (128, 16, 1, 96):
         assert mg.unwanted(mla(DECODES, hq)) == "", hq
@@ -76,6 +77,7 @@ def test_the_option_is_on_by_default_and_false_keeps_the_triton_kernel(on_hopper
     assert not off.gluon and off.cfg.block_m == 128 and "Gluon" not in off.mode and "gluon" not in off.mode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,units_per_request", [(128, 2), (16, 1)])
 def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per_request):
     """64-row units (two a 128-head decode, one a 16-head one), 64-key tiles, splits for one program an SM on
@@ -109,6 +111,7 @@ def test_refused_batches_say_why_on_hopper(on_hopper):
     assert set_by_caller.cfg.block_m == 16 and "64-row units" in set_by_caller.mode
 
 
+@pytest.mark.slow
 def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hopper):
     """The option's units and merge rows (forced splits too), run by the Triton MLA kernel under the
     interpreter (the Gluon kernel reads the same units), give the reference's output."""
@@ -175,6 +178,7 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
     assert seen["stride_o"] == 512 and seen["stride_por"] == 512 and seen["stride_pls"] == p.pl.stride(0)
 
 
+@pytest.mark.slow
 def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopper):
     """MTP chains (and a decode beside them) at 128 heads: each 64-row unit is one token's heads, planned causal
     (column 7 = 0) with its key end at its own token (context + its index + 1), so the Gluon kernel masks
@@ -199,6 +203,7 @@ def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopp
         assert compare(out, reference_attention(b)[0])[0] < 3e-3
 
 
+@pytest.mark.slow
 def test_mtp_chains_at_16_heads_share_units_and_match_the_reference(on_hopper):
     """At 16 heads a 64-row unit holds several tokens of a chain (the kernel then masks each row at its own
     token's end: ROW_LIMITS); the unit's key end is its last token's. Run by the Triton MLA kernel under the

@@ -71,6 +71,7 @@ def test_every_mla_variant_is_listed():
     assert len(VARIANTS) >= 6 and all(n.startswith("triton-mla-") for n in VARIANTS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq", [16, 128])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_matches_reference(name, hq):
@@ -84,6 +85,7 @@ M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)
 SHORT = (REQS[0], REQS[3])  # 128 heads: a decode and an MTP chain (the merge runs a program a row)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg, hq, page", [
     (dict(value_chunks=2), 16, 16),
     (M128, 16, 64),
@@ -100,6 +102,7 @@ def test_split_keys_merge_both_value_halves(cfg, hq, page):
     assert plan.po.dtype == (batch.dtype if cfg.get("half_partials") else plan.pl.dtype)
 
 
+@pytest.mark.slow
 def test_float32_takes_both_halves_exactly():
     batch = mla_batch(128, 16, dtype="float32", seed=5, reqs=SHORT)
     check(lambda b: triton_mla.plan(b, 4, True, 2, **M128), batch)

@@ -110,6 +110,7 @@ def test_on_hopper_a_mixed_batchs_row_says_why_not_gluons(monkeypatch):
     assert gluon.unwanted(_prefills(64, 300)) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv,block_q", [(8, 2, 128), (32, 8, 128), (16, 2, 64), (4, 4, 128)])
 def test_the_default_plan_shapes_its_units_for_the_gluon_kernel_where_wanted(monkeypatch, hq, hkv, block_q):
     """Where ``wanted`` (patched here), the default plan's units are 128 (G <= 4) or 64 tokens of one

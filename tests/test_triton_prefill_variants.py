@@ -87,6 +87,7 @@ def test_prefill_options_are_checked():
     assert not triton_prefill.lean_fits(3, 64) and not triton_prefill.lean_fits(48, 64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [16, 256])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_prefill_variant_matches_the_reference(name, page, calls):
@@ -95,6 +96,7 @@ def test_prefill_variant_matches_the_reference(name, page, calls):
     assert len(calls) == 1 and plan.num_merge == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["triton-pf", "triton-pf-lfh-nf128"])
 def test_prefill_variant_split(name, calls):
     """3 forced splits (partial outputs and the merge kernel; contexts of several 128-key tiles)."""
@@ -104,6 +106,7 @@ def test_prefill_variant_split(name, calls):
     assert plan.num_merge > 0 and len(calls) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [3, 1])
 def test_lean_falls_back_where_pages_do_not_tile(page, calls):
     """Page 3 (neither divides a 32-key tile: the shipped addressing) and page 1 (a page a row),
@@ -122,6 +125,7 @@ def test_hnd_cache_order(calls):
     assert compare(out, reference_attention(batch)[0])[0] < TOL["float16"] and len(calls) == 1
 
 
+@pytest.mark.slow
 def test_a_tree_beside_a_prefill_runs_the_shipped_kernel(calls):
     reqs = PREFILLS[:2] + (tree(from_choices(CHOICES), 20),)
     rel, plan = run(VARIANTS["triton-pf-lfh"](), reqs, page=16, seed=9)
@@ -138,6 +142,7 @@ def test_a_variant_batch_runs_the_shipped_kernel(calls):
     assert compare(out, reference_attention(batch)[0])[0] < TOL["float16"] and not calls
 
 
+@pytest.mark.slow
 def test_the_issue_shape_plans_no_split():
     """The 4 x 1k prefill over 3k (issue 33) on 132 SMs: every variant's config keeps one split
     per row block (the round times the kernels, not the split heuristic); BLOCK_M 64 keeps

@@ -51,6 +51,7 @@ def test_wanted_takes_tree_batches_up_to_three_warpgroups_and_nothing_else(monke
     assert tree.unwanted(_trees(100)) == "not a Hopper GPU"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv,nodes,block_m,warpgroups", [(8, 2, 13, 64, 1), (8, 2, 40, 256, 3),
                                                              (16, 2, 24, 256, 3), (4, 4, 33, 64, 1)])
 def test_the_option_plans_one_unit_a_request_and_split_and_matches_the_reference(monkeypatch, hq, hkv, nodes,
@@ -107,6 +108,7 @@ def test_the_tree_round_script_parses_and_names_existing_variants():
     assert default and set(default) <= names, set(default) - names
 
 
+@pytest.mark.slow
 def test_the_option_keeps_its_split_partials_16_bit(monkeypatch):
     """Where the plan is shaped for the Gluon tree kernel its split partials are in the batch's 16-bit dtype
     (HALF_PARTIALS: the merge launch 3.3 us instead of 9.5 on an H200); float32 elsewhere, and everywhere
@@ -191,6 +193,7 @@ def test_the_route_is_worked_out_once_per_step_shape_and_cache_layout(monkeypatc
     assert len(seen) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv", ["fp8_e4m3", "fp8_e5m2"])
 def test_fit_takes_an_fp8_plan_and_refuses_its_variants(monkeypatch, kv):
     """FP8 caches (tree round 2): fit passes an FP8 plan of a tree batch (the FP8 flag is no variant) and still
@@ -217,6 +220,7 @@ def test_fits_cache_check_agrees_with_the_launchs_view(order):
     assert tree.kv_ok(b.k_cache)
 
 
+@pytest.mark.slow
 def test_decodes_alone_are_taken_only_as_the_decodes_setting_says(monkeypatch):
     """DECODES (variants triton-dec-f8 / triton-dec-gl, tree round 2): batches of decodes alone stay with the
     one-launch kernel by default ("no tree"); "fp8" takes them on FP8 caches, "all" on any; a batch with a

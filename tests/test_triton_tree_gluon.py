@@ -9,13 +9,26 @@ import dataclasses
 import pytest
 import torch
 
-from attnbench.backends import triton_tree_gluon as tree
-from attnbench.backends.triton_paged import TritonBackend
-from attnbench.workload import trees
-from attnbench.workload.batch import BatchSpec, Request, materialize
-from attnbench.workload.reference import compare, reference_attention
+from .interpreted import import_interpreted
+
+# the shipped kernels interpreted on a CPU machine, before anything imports them compiled
+import_interpreted("attnbench.backends.triton_kernels", "attnbench.backends.triton_paged")
+
+from attnbench.backends import triton_tree_gluon as tree  # noqa: E402
+from attnbench.backends.triton_paged import TritonBackend  # noqa: E402
+from attnbench.workload import trees  # noqa: E402
+from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
+from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 
 FULL13 = tuple(trees.full({"depth": 2, "branching": 3}))
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch):
+    """The CPU runs the shipped kernels under Triton's interpreter (tests/interpreted.py): alone,
+    this file imported them compiled and failed on triton's "0 active drivers"."""
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def _trees(*ctxs, hq=8, hkv=2, d=128, dtype="float16", page_size=16, nodes=13, **kw):

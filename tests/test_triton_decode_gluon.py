@@ -19,11 +19,14 @@ from attnbench.workload.reference import compare, reference_attention  # noqa: E
 
 
 @pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
+def _interpret():
     """The CPU runs the shipped kernels under Triton's interpreter (tests/interpreted.py): alone,
-    this file imported them compiled and failed on triton's "0 active drivers"."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    this file imported them compiled and failed on triton's "0 active drivers". A patch of its
+    own: a test's monkeypatch.undo() leaves it set."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not torch.cuda.is_available():
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield
 
 
 def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3", **kw):

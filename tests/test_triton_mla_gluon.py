@@ -24,11 +24,14 @@ INTERPRETED = _kernels.INTERPRETED and _paged.triton_mode() == "interpreted"
 
 
 @pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
+def _interpret():
     """The CPU runs the shipped kernels under Triton's interpreter (tests/interpreted.py): alone,
-    this file imported them compiled and failed on triton's "0 active drivers"."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    this file imported them compiled and failed on triton's "0 active drivers". A patch of its
+    own: a test's monkeypatch.undo() leaves it set."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not torch.cuda.is_available():
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield
 
 
 def mla(reqs, hq=128, *, dtype="bfloat16", page=64, rank=512, rope=64, kv_dtype=None, seed=0):

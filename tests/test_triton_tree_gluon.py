@@ -24,11 +24,14 @@ FULL13 = tuple(trees.full({"depth": 2, "branching": 3}))
 
 
 @pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
+def _interpret():
     """The CPU runs the shipped kernels under Triton's interpreter (tests/interpreted.py): alone,
-    this file imported them compiled and failed on triton's "0 active drivers"."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    this file imported them compiled and failed on triton's "0 active drivers". A patch of its
+    own: a test's monkeypatch.undo() leaves it set."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not torch.cuda.is_available():
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield
 
 
 def _trees(*ctxs, hq=8, hkv=2, d=128, dtype="float16", page_size=16, nodes=13, **kw):

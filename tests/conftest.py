@@ -1,4 +1,5 @@
 import os
+import random
 
 import pytest
 import torch
@@ -42,10 +43,52 @@ def mixed_requests():
     ]
 
 
+def _order_seed() -> int | None:
+    """``ATTNBENCH_TEST_ORDER``: ``random`` (a fresh seed) or a seed (to repeat an order); unset:
+    the files' own order."""
+    value = os.environ.get("ATTNBENCH_TEST_ORDER", "")
+    if value == "random":
+        value = os.environ["ATTNBENCH_TEST_ORDER"] = str(random.SystemRandom().randrange(10**6))  # xdist workers agree
+    return int(value) if value.isdigit() else None
+
+
+def pytest_configure(config):
+    _order_seed()  # a "random" seed is drawn once, here, before pytest-xdist starts its workers
+
+
+def pytest_report_header(config):
+    seed = _order_seed()
+    return [f"test order: shuffled, seed {seed} (ATTNBENCH_TEST_ORDER={seed} repeats it)"] if seed is not None else []
+
+
+def pytest_terminal_summary(terminalreporter):
+    seed = _order_seed()  # in the summary too: -q prints no header
+    if seed is not None:
+        terminalreporter.write_line(f"test order: shuffled, seed {seed} (ATTNBENCH_TEST_ORDER={seed} repeats it)")
+
+
+def shuffled(items: list, seed: int) -> list:
+    """The test files in a random order, and each file's tests in a random order (as
+    pytest-randomly does: a file's module-scoped fixtures are still made once)."""
+    rng = random.Random(seed)
+    by_file: dict = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    files = list(by_file.values())
+    rng.shuffle(files)
+    for tests in files:
+        rng.shuffle(tests)
+    return [item for tests in files for item in tests]
+
+
 def pytest_collection_modifyitems(config, items):
-    """``ATTNBENCH_FLASHINFER_LAST=1`` (the tests lane of scripts/gpu/validate.py): FlashInfer's tests after the
+    """``ATTNBENCH_TEST_ORDER`` (CI sets ``random``): every test must pass in any order.
+    ``ATTNBENCH_FLASHINFER_LAST=1`` (the tests lane of scripts/gpu/validate.py): FlashInfer's tests after the
     others (a stable sort, the same order in every xdist worker), while its JIT warm-up builds
     their kernels in the background."""
+    seed = _order_seed()
+    if seed is not None:
+        items[:] = shuffled(items, seed)
     if os.environ.get("ATTNBENCH_FLASHINFER_LAST") == "1":
         items.sort(key=lambda item: "flashinfer" in item.nodeid.lower())
 

@@ -88,6 +88,7 @@ def test_split_requests_groups_and_flags():
     assert take(runs.q, g[0]).data_ptr() == runs.q[7].data_ptr()  # a view, no gather
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [True, False], ids=["interleaved", "in-order"])
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("name", ["reference", "sdpa"])
@@ -235,6 +236,7 @@ def fake_xformers(monkeypatch, calls):
 PAGE = 64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [True, False], ids=["interleaved", "in-order"])
 def test_xformers_two_paged_calls_with_an_emulated_library(shuffle, monkeypatch):
     calls = []

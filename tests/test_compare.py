@@ -539,7 +539,8 @@ def test_a_narrow_console_drops_columns_before_names_fold():
     render(backend_records(comps), backend_columns(0.95), "table", Console(file=narrow, width=80), "t")
     assert "rounds" in wide.getvalue() and "not shown" not in wide.getvalue()
     text = narrow.getvalue()
-    assert "│ reference │" in text and "not shown at 80 columns: p, rounds" in text, text
+    assert any("reference" in ln.split() for ln in text.splitlines()), text
+    assert "not shown at 80 columns: p, rounds" in text, text
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
@@ -552,12 +553,13 @@ def test_a_table_of_thousands_of_rows_is_laid_out_without_rich(monkeypatch):
     from rich.console import Console
 
     from attnbench.analyze import compare_tables as ct
+    from attnbench.analyze import fit
 
     class NoTable:
         def __init__(self, *a, **k):
             raise AssertionError("a rich Table was built for thousands of rows")
 
-    monkeypatch.setattr(ct, "Table", NoTable)
+    monkeypatch.setattr(fit, "Table", NoTable)
     cols = ct.backend_columns(0.95)
     records = [{"case": f"context={i // 2}", "backend": ("sdpa", "flex")[i % 2], "median_ms": 0.01 * (i + 1),
                 "vs": "sdpa", "ratio": 1.0 + i % 3, "lo": 0.9, "hi": 1.1 + i % 3, "p": 0.5, "rounds": "5 paired",

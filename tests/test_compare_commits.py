@@ -88,6 +88,7 @@ def test_checkout_errors_name_the_repository_and_the_fix(tmp_path):
         export(ROOT, "no-such-rev", tmp_path / "x", "base")
 
 
+@pytest.mark.slow
 def test_a_shallow_clone_is_named_with_the_fix(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "attnbench", src / "attnbench", ignore=shutil.ignore_patterns("__pycache__"))
@@ -108,6 +109,7 @@ def test_a_shallow_clone_is_named_with_the_fix(tmp_path):
     assert working_tree(src).dirty and "uncommitted" in working_tree(src).label
 
 
+@pytest.mark.slow
 def test_too_few_rounds_and_a_used_out_folder_are_usage_errors(tmp_path):
     r = cli.invoke(app, ["compare", "commits", "ci-gate", "--repo", str(ROOT), "--base", "HEAD", "--rounds", "3"])
     assert r.exit_code == 2 and "at least 8 rounds" in r.output and "--rounds 20" in r.output

@@ -31,6 +31,7 @@ ONE_ROUND = textwrap.dedent("""
 cli = CliRunner()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_every_shipped_scenario_gets_enough_rounds(path):
     for need in (rounds_needed(REPORT_CONFIDENCE, paired=True), rounds_needed(GATE_CONFIDENCE)):

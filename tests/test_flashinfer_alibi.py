@@ -67,6 +67,7 @@ def flashinfer_formula(batch) -> torch.Tensor:
         ref_mod.query_positions, ref_mod.key_positions = saved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_fa2_takes_alibi_exactly_where_flashinfers_formula_is_attnbenchs(seed):
     """On random batches: no ALiBi reason on fa2 (the route that takes every kind) <=> no branching
@@ -210,6 +211,7 @@ def test_mla_refuses_alibi():
     assert any("no ALiBi (mla.py" in r for r in mla_reasons(materialize(spec, 0, "cpu"), "auto"))
 
 
+@pytest.mark.slow
 def test_every_gpu_case_is_one_its_route_accepts_and_the_refused_one_is_refused():
     """tests/test_flashinfer_alibi_gpu.py's batches: each route takes its case (a GPU failure there
     is FlashInfer's output), the refused tree is refused and FlashInfer's formula is off there by

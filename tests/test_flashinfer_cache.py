@@ -2,6 +2,7 @@
 where FlashInfer loads them without a build on the next (its AOT folder), on fake folders here."""
 from __future__ import annotations
 
+import pytest
 import io
 import os
 import tarfile
@@ -75,6 +76,7 @@ def test_without_flashinfer_or_a_cache_nothing_happens(tmp_path, capsys):
     assert "no built module" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_compression_stops_at_the_carry_budget_preferred_first(tmp_path):
     fc = _mod()
     mib = fc.MIB
@@ -86,6 +88,7 @@ def test_compression_stops_at_the_carry_budget_preferred_first(tmp_path):
     assert fc.compress(fc.built(jit), [], total=10 * mib, max_s=-1) == {}  # no time: nothing compressed
 
 
+@pytest.mark.slow
 def test_save_lists_what_it_left_out_compressed_or_not(tmp_path, capsys):
     """On the GPU machine save stopped at the byte budget, then failed listing a module it had not
     compressed (its compressed size unknown); the parts it wrote are kept and every leftover listed."""

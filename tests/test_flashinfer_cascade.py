@@ -66,6 +66,7 @@ def emulate(batch, layout):
     return merge_attention_states(o1, s1.float(), o0, s0.float())[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reqs", [DECODES, TREES], ids=["decode+chunked", "trees+decodes"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("page", [1, 4, 8])  # every group shares at least one whole page

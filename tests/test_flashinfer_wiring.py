@@ -81,6 +81,7 @@ def test_the_order_of_prefills_and_decodes(reqs, order):
         assert "two tensors (q_p, q_d; pod.py)" in refused[0] and "interleave" in refused[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reqs", [PREFILLS + DECODES, DECODES + PREFILLS])
 @pytest.mark.parametrize("kw", [{}, {"window": 6}, {"kv_dtype": "fp8_e4m3"}, {"kv_dtype": "fp8_e4m3", "window": 3}])
 def test_pod_gets_the_groups_the_window_and_the_fp8_scales(fake_flashinfer, reqs, kw):
@@ -106,6 +107,7 @@ def test_pod_gets_the_groups_the_window_and_the_fp8_scales(fake_flashinfer, reqs
     assert ("v_scale on the output" in step.detail) == ("kv_dtype" in kw)
 
 
+@pytest.mark.slow
 def test_pod_takes_non_causal_prefills_as_one_group(fake_flashinfer):
     reqs = [Request("prefill", 7, 6, causal=False), Request("prefill", 4, 0, causal=False)] + DECODES
     b = _batch(reqs)
@@ -123,6 +125,7 @@ def test_pod_soft_cap_names_the_library():
     assert len(why) == 1 and "pod.py plan fixes logits_soft_cap = 0.0" in why[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reqs", [PREFILLS + DECODES, PREFILLS, DECODES])
 def test_persistent_passes_the_fp8_scales_to_run(fake_flashinfer, reqs):
     b = _batch(reqs, kv_dtype="fp8_e4m3")
@@ -141,6 +144,7 @@ def test_auto_keeps_fa2_for_fp8_mixed_batches():
     assert auto_route(facts_of(_batch(PREFILLS + DECODES)), 9) == "persistent"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reqs", [DECODES, PREFILLS + DECODES])
 def test_the_sink_wrapper_gets_k_scale_in_its_sm_scale(fake_flashinfer, reqs):
     b = _batch(reqs, kv_dtype="fp8_e4m3", sinks=True, window=5)
@@ -156,6 +160,7 @@ def test_the_sink_wrapper_gets_k_scale_in_its_sm_scale(fake_flashinfer, reqs):
     assert make_backend("flashinfer").unsupported(b) == []  # auto: fa2 with the sink wrapper
 
 
+@pytest.mark.slow
 def test_sink_wrapper_without_fp8_is_unchanged(fake_flashinfer):
     b = _batch(DECODES, sinks=True)
     step = step_for("fa2", b, facts_of(b), {})
@@ -189,6 +194,7 @@ def test_e5m2_is_refused_on_the_routes_that_share_the_fa2_masking(route, monkeyp
     assert not route_reasons(route, facts_of(_batch(PREFILLS + DECODES, kv_dtype="fp8_e4m3")), 9)
 
 
+@pytest.mark.slow
 def test_every_gpu_case_is_one_its_route_accepts():
     """tests/test_flashinfer_wiring_gpu.py's batches, materialized here: each route takes its case
     (so a GPU failure there is FlashInfer's output, not a refusal), and the warm-up builds them."""
@@ -204,6 +210,7 @@ def test_every_gpu_case_is_one_its_route_accepts():
         assert route_reasons(auto_route(f, 9) if route == "auto" else route, f, 9) == [], label
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["persistent", "pod"])
 def test_the_gpu_e5m2_case_is_refused_and_its_in_range_copy_is_not(route):
     from attnbench.workload.batch import materialize

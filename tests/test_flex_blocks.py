@@ -75,6 +75,7 @@ def test_flex_all_features_in_other_layouts(layout, page_size, monkeypatch):
     assert compare(be.run(be.prepare(b)), ref)[0] < default_tolerance(b.dtype)
 
 
+@pytest.mark.slow
 def test_flex_mode_names_the_mask_build():
     b = batch_for("plain", seed=1)
     assert make_backend("flex").prepare(b).mode.startswith("blocks block mask")

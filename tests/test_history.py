@@ -61,6 +61,7 @@ def test_add_then_show_judges_each_point_against_the_one_before(runs, tmp_path):
     assert later.exit_code == 0 and "no stored point matches" in later.output
 
 
+@pytest.mark.slow
 def test_report_draws_the_history(runs, tmp_path):
     db = tmp_path / "h.sqlite"
     assert cli.invoke(app, ["history", "add", *map(str, runs), "--db", str(db)]).exit_code == 0

@@ -129,6 +129,7 @@ def test_a_folder_name_cannot_plant_keys_in_the_scenario(tmp_path):
     assert r.exit_code == 2 and "model.dtype" in r.output, r.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["yes", "123", "2026-01-01", "null", "on", "1e3", "~", "[a]", "#x", "a: b"])
 def test_names_yaml_would_read_as_other_types_stay_names(tmp_path, name):
     """Issue 37 item 21: `import -o yes.yaml` made a scenario named True (or failed); 123 and

@@ -46,6 +46,7 @@ def _registered():
         registry._EXTRA.pop(name, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rounds", [1, 2])
 @pytest.mark.parametrize("culprit", sorted(CULPRITS))
 def test_culprit_is_an_error_and_the_others_are_unaffected(culprit, rounds):

@@ -75,6 +75,7 @@ def _imports(mod: str) -> list[tuple[str, list[str], int]]:
     return out
 
 
+@pytest.mark.slow
 def test_no_upward_or_sideways_import():
     bad = []
     for mod in MODULES:
@@ -90,6 +91,7 @@ def test_no_upward_or_sideways_import():
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_private_name_imported_across_modules():
     bad = [
         f"{mod}:{line} imports {n} from {target}"
@@ -101,6 +103,7 @@ def test_no_private_name_imported_across_modules():
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_import_cycle():
     graph = {m: {t for t, _, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
     state: dict[str, int] = {}
@@ -138,6 +141,7 @@ def test_kernels_sit_below_the_backends():
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mod", sorted(MODULES))
 def test_module_and_function_sizes(mod):
     path = MODULES[mod]
@@ -190,6 +194,7 @@ def test_every_script_lives_in_the_folder_of_its_purpose():
     assert not loose, f"scripts outside a purpose folder: {', '.join(loose)}; move each into one ({folders})"
 
 
+@pytest.mark.slow
 def test_the_package_never_imports_a_script():
     bad = [f"{mod}:{line} imports {target}" for mod, f in MODULES.items() for target, _, line in _top_imports(f)
            if target.split(".")[0] == "scripts"]

@@ -198,6 +198,7 @@ TREES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("gqa", [(4, 2), (4, 4), (6, 1)])
 def test_tree_split_matches_reference(dtype, gqa):

@@ -244,6 +244,7 @@ def test_check_saved_follows_the_semantics_alone(tmp_path):
     assert mod.main([str(tmp_path)]) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_latent_cache(kv_dtype, tmp_path):
     """One quantized latent cache: the values are its view, with the same scale; sdpa reads it

@@ -104,6 +104,7 @@ def test_unit_table_covers_every_row_and_key_once():
     assert not seen and smax <= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("splits", [None, 3])
 def test_noncausal_prefills_run(dtype, splits):

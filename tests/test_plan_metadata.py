@@ -65,6 +65,7 @@ def random_batch(seed: int, dynamic: bool = False, trees_only: bool = False):
 SEEDS = range(12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_ancestor_masks_equal_the_per_tree_loop(seed):
     rng = random.Random(seed)
@@ -84,6 +85,7 @@ def test_ancestor_masks_equal_the_per_tree_loop(seed):
         assert torch.equal(got[b], want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_masks_and_layouts_equal_the_per_request_construction(seed, dynamic):

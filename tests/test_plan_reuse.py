@@ -72,6 +72,7 @@ def steps(b, seed):
         yield with_requests(b, rs, seed + k + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [False, True])
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("seed", range(10))
@@ -256,6 +257,7 @@ def test_the_mla_default_config_is_taken_per_shape(monkeypatch):
         assert p.num_merge == len(merge) and p.po.shape[0] == s
 
 
+@pytest.mark.slow
 def test_every_shipped_case_plans_the_reference_splits_on_4_and_132_sms(monkeypatch):
     """Every shipped MHA case (batches without cache data, as triton_plan_time.py times them): the
     plan's units and merge rows are build_units' at 4 and at 132 SMs. Larger row blocks (trees of

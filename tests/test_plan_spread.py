@@ -132,6 +132,7 @@ def test_plan_samples_are_taken_in_every_round_and_plan_ms_is_their_median(monke
     assert steps[-2]["calls"] == steps[-1]["calls"] == 0  # finish and the input check plan nothing
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("spread")
 @pytest.mark.parametrize("ms", [0.1, 3.0, 8.0, 40.0])
 def test_the_plan_timing_stays_within_one_windows_budget(monkeypatch, ms):

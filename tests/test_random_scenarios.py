@@ -108,6 +108,7 @@ def test_tree_draws_cover_every_spelling():
     assert spellings == {"chain", "full", "random", "choices", "branching", "preset"}
 
 
+@pytest.mark.slow
 def test_max_nodes_draws_trees_past_one_ancestor_word(tmp_path):
     """--max-nodes 192: random trees of up to 192 nodes (two and three 64-bit ancestor words), every draw a
     scenario the loader takes with its big tree in the batch; the default (64) draws no more than 64."""

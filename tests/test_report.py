@@ -143,6 +143,7 @@ def sorted_dom(exe: str, report: Path, fragment: str) -> Page:
     return p
 
 
+@pytest.mark.slow
 def test_report_in_chromium_sorts_filters_and_draws(report, tmp_path):
     exe = browser()
     static = [float(r["median_ms"][1]["data-v"]) for r in run_table(parse(report.read_text()))[1]]

@@ -18,6 +18,7 @@ def test_merge_heads_keeps_a_programs_tile_within_its_budget():
     assert triton_launch.merge_heads(32, 64, 128) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv,d,splits", [(12, 4, 96, 2), (12, 2, 32, 3), (6, 3, 128, 5), (8, 8, 64, 4)])
 def test_split_rows_merge_to_the_reference(monkeypatch, hq, hkv, d, splits):
     monkeypatch.setattr(triton_launch, "MERGE_ELEMENTS", 4 * 128 * 4)  # blocks of heads that do not divide hq

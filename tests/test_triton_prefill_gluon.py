@@ -7,11 +7,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.backends.triton import TritonBackend
-from attnbench.kernels import routes
-from attnbench.kernels.prefill import gluon
-from attnbench.kernels.shared.gluon import kv_view
-from attnbench.workload.batch import BatchSpec, Request, materialize
+from .interpreted import import_interpreted
+
+# the shipped kernels interpreted on a CPU machine, before anything imports them compiled (alone,
+# this file imported them compiled and failed on triton's "0 active drivers")
+import_interpreted("attnbench.kernels.paged.kernels", "attnbench.backends.triton")
+
+from attnbench.backends.triton import TritonBackend  # noqa: E402
+from attnbench.kernels import routes  # noqa: E402
+from attnbench.kernels.prefill import gluon  # noqa: E402
+from attnbench.kernels.shared.gluon import kv_view  # noqa: E402
+from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _interpret():
+    """The CPU runs the kernels under Triton's interpreter (tests/interpreted.py); a patch of its
+    own, so that a test's monkeypatch.undo() leaves it set."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not torch.cuda.is_available():
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield
 
 
 @pytest.mark.parametrize("order", ["NHD", "HND"])

@@ -119,6 +119,8 @@ def test_null_is_a_value_of_its_own(tmp_path):
     ("kv_dtype=float16", ["window=64,dtype=float16", "window=1k,dtype=float16"]),  # the table's name
     ("kv_cache.dtype=float16 and window=1024", ["window=1k,dtype=float16"]),  # 1024 is 1k
     ("window=1K,dtype=FP8_E4M3", ["window=1k,dtype=fp8-e4m3"]),
+    ("fp8_e4m3", ["window=64,dtype=fp8-e4m3", "window=1k,dtype=fp8-e4m3"]),  # a bare word, as the YAML spells it
+    ("fp8-e4m3", ["window=64,dtype=fp8-e4m3", "window=1k,dtype=fp8-e4m3"]),
 ])
 def test_k_compares_with_the_typed_values(expr, picked):
     sf = load("variants-cpu")
@@ -131,6 +133,16 @@ def test_k_with_the_yaml_spelling_on_the_command_line():
                          "--format", "json"])
     assert r.exit_code == 0, r.output
     assert [x["case_id"] for x in json.loads(r.stdout)] == ["window=1k,dtype=fp8-e4m3"]
+
+
+def test_k_without_values_takes_the_yaml_spelling_too():
+    """Where only the ids are known (``show -k``, ``compare runs -k``), ``_`` in a word also
+    finds the id's ``-``."""
+    sf = load("variants-cpu")
+    for expr in ("dtype=fp8_e4m3", "fp8_e4m3 and window=1k"):
+        sel = parse_selector(expr)
+        assert [c.case_id for c in sf.cases if sel(c.case_id, "sdpa")] == (
+            ["window=64,dtype=fp8-e4m3", "window=1k,dtype=fp8-e4m3"] if "and" not in expr else ["window=1k,dtype=fp8-e4m3"])
 
 
 def test_k_null_and_text_only_selectors():

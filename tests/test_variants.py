@@ -56,6 +56,7 @@ def test_reference_matches_the_independent_oracle(feature):
     assert torch.isfinite(lse).all()
 
 
+@pytest.mark.slow
 def test_each_feature_changes_the_result():
     """No feature is a no-op on these batches (a backend ignoring one would be caught)."""
     plain, _ = reference_attention(batch_for("plain", dtype="float16"))
@@ -163,6 +164,7 @@ def test_cpu_backends_match_the_reference_or_skip(name, feature, page_size):
     assert compare(out, ref)[0] < default_tolerance(b.dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["contiguous", "shuffled", "reversed", "interleaved"])
 @pytest.mark.parametrize("page_size", [1, 5])
 def test_sdpa_all_features_in_every_layout(layout, page_size):
@@ -233,6 +235,7 @@ def test_the_worked_window_example_of_the_semantics_page():
     assert not m[:, :6].any() and m[:, 6:].int().tolist() == rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"sinks": True}, {"sinks": True, "softcap": 20.0, "window": 300}])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", ["sdpa", "flex"])

@@ -112,6 +112,7 @@ def test_warmup_worker_protocol_and_budget(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_warmup_of_the_tests_batches_reads_every_spec_they_name(tmp_path):
     """--tests brings specs of the tests' own (flashinfer:route=auto) beside --specs' routes: each
     is asked whether it can run (on the GPU machine the lookup failed with a KeyError and nothing
@@ -179,6 +180,7 @@ def test_verify_all_cuts_a_slow_job_and_resume_finishes_it(tmp_path):
     assert len(rows) == 1 + 6
 
 
+@pytest.mark.slow
 def test_verify_all_names_a_scenario_that_is_not_there_without_a_traceback(tmp_path):
     """A --scenarios path that does not exist (an unexpanded glob, say) ends the run with exit 2 and the
     loader's message naming the path, not a traceback."""
@@ -191,6 +193,7 @@ def test_verify_all_names_a_scenario_that_is_not_there_without_a_traceback(tmp_p
     assert "Traceback" not in res.stdout + res.stderr
 
 
+@pytest.mark.slow
 def test_verify_all_pick_runs_only_the_cases_it_matches(tmp_path):
     """--pick (attnbench run -k) finishes a cut job on a fresh machine: only the matched cases run,
     and the table counts those (1 of 1, not 1 of 2 as a cut job would read)."""

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from attnbench.analyze.compare import BackendComparison, CaseResult, CheckResult
+from attnbench.analyze.fit import NAME, PROSE as PROSE_KIND, VALUE, Col as FitCol, print_fitted
 from attnbench.analyze.significance import Ratio
 from attnbench.analyze.tables import FORMATS, fmt_time  # noqa: F401  (FORMATS re-exported)
 from attnbench.store.rows import Status
@@ -213,37 +213,26 @@ def render(records: list[dict], columns: list[Column], fmt: str, console: Consol
     if len(records) > RICH_TABLE_ROWS:
         console.out(plain_table(records, columns, title), highlight=False)
         return
-    t, dropped = _table(records, columns, title), []
-    for key in NARROW_DROPS:  # too narrow for the names and numbers at their width: drop what says least
-        if console.measure(t, options=console.options.update_width(10_000)).minimum <= console.width:
-            break
-        if any(c.key == key for c in columns):
-            dropped += [c.header for c in columns if c.key == key]
-            columns = [c for c in columns if c.key != key]
-            t = _table(records, columns, title)
-    console.print(t)
-    if dropped:
-        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} (--format csv or json has them)",
-                      style="dim", highlight=False)
+    rows, sections = _cells(records, columns)
+    print_fitted(console, [FitCol(c.header, NAME if c.key in NAMES else PROSE_KIND if c.key in PROSE else VALUE, c.justify,
+                                  NARROW_DROPS.index(c.key) if c.key in NARROW_DROPS else None) for c in columns],
+                 rows, title, sections, where="--format csv or json")
 
 
-PROSE = ("note", "verdict")  # columns of words: they wrap; the others keep their width or are left out
+NAMES = ("case", "backend", "point")  # what a user types next (-k, -b): never cut, never left out
+PROSE = ("note",)  # columns of words: they wrap at words; the others keep their width or are left out
 
 #: columns a table too wide for its console leaves out, in this order (results.csv/JSON keep them)
-NARROW_DROPS = ("p", "rounds", "vs", "raw_ratio", "delta_ms", "normalized_by", "_interval")
+NARROW_DROPS = ("p", "rounds", "vs", "raw_ratio", "delta_ms", "normalized_by", "_interval", "baseline_ms",
+                "current_ms")
 
 
-def _table(records: list[dict], columns: list[Column], title: str) -> Table:
-    t = Table(title=Text(title) if title else None, header_style="bold", pad_edge=False)  # text, not markup
-    for c in columns:  # names and numbers keep their width (min_width); prose wraps at its words
-        longest = max((len(w) for r in records for w in _cell(r, c).split()), default=0)
-        cell = max((len(_cell(r, c)) for r in records), default=0)
-        t.add_column(c.header, justify=c.justify, overflow="fold",
-                     min_width=max(longest, max(map(len, c.header.split() or [""]))) if c.key in PROSE else cell)
-    last_case = None
-    for r in records:
+def _cells(records: list[dict], columns: list[Column]) -> tuple[list[list[Text]], list[int]]:
+    """(the cells of each record, a case's name once; the indexes where a new case starts)."""
+    rows, sections, last_case = [], [], None
+    for i, r in enumerate(records):
         if last_case is not None and r.get("case") != last_case:
-            t.add_section()
+            sections.append(i)
         cells = []
         for c in columns:
             text = _cell(r, c)
@@ -253,9 +242,9 @@ def _table(records: list[dict], columns: list[Column], title: str) -> Table:
             if c.key == "verdict" and text in ("≈ same", "unclear"):
                 style = VERDICT_STYLE["same" if text == "≈ same" else "unclear"]
             cells.append(Text(text, style=style))
-        t.add_row(*cells)
+        rows.append(cells)
         last_case = r.get("case")
-    return t
+    return rows, sections
 
 
 def check_summary(res: CheckResult) -> str:

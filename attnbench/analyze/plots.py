@@ -218,11 +218,14 @@ def ceilings_of(rows: list[Row]) -> tuple[Optional[float], Optional[float], str]
     mem = [f.bytes / (f.floor_ms / 1e3) for f in roofs if f.bound == "memory" and f.floor_ms > 0]
     cmp_ = [f.flops / (f.floor_ms / 1e3) for f in roofs if f.bound == "compute" and f.floor_ms > 0]
     bw = statistics.median(mem) if mem else None
-    if cmp_:
-        return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)"
-    # no row reached the compute ceiling: the cached matmul rate, if it agrees with the rows
-    # (a memory-bound row says the rate was at least its FLOPs over its floor time)
+    # the cached matmul rate (and a note per damaged entry, whichever ceiling the rows reached:
+    # the report said so only when no row was compute-bound, which varied with the machine's load)
     peak, notes = _cached_matmul(rows[0].id.device, rows[0].workload.dtype)
+    if cmp_:
+        return bw, statistics.median(cmp_), "measured on this device (memory stream; dense matmul)" + \
+            "".join(f"; {n}" for n in notes)
+    # no row reached the compute ceiling: the cached rate, if it agrees with the rows
+    # (a memory-bound row says the rate was at least its FLOPs over its floor time)
     least = max((f.flops / (f.floor_ms / 1e3) for f in roofs if f.bound == "memory" and f.floor_ms > 0), default=0.0)
     if peak is not None and peak < least * 0.999:
         peak = None

@@ -21,7 +21,7 @@ from attnbench.analyze.report_page import page
 from attnbench.analyze.coverage import scenario_change
 from attnbench.analyze.significance import REPORT_CONFIDENCE, rounds_needed
 from attnbench.analyze.svg_charts import case_bars, color, roofline
-from attnbench.store.manifest import Manifest
+from attnbench.store.manifest import Manifest, load_note
 from attnbench.store.options import options_to_json
 from attnbench.store.columns import COLUMNS as REGISTRY, context_of
 from attnbench.store.rows import Row, Status
@@ -89,6 +89,9 @@ def _env_rows(m: Manifest) -> list[tuple[str, str]]:
         out += [(f"option {k}", str(v)) for k, v in options_to_json(m.options).items()
                 if v not in (None, False, {}, [])]
     out += [("overrides", " ".join(m.overrides))] if m.overrides else []
+    load = m.load or {}
+    out += [(f"load average at {w}", " ".join(map(str, load[w])) + f" (1, 5, 15 min; {load.get('cores')} cores)")
+            for w in ("start", "end") if isinstance(load.get(w), list)]
     out += [("command", m.command or "")]
     return out
 
@@ -97,7 +100,9 @@ def environment_section(runs: Sequence[RunData]) -> str:
     parts = ["<h2>Environment</h2>"]
     for run in runs:
         cells = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in _env_rows(run.manifest))
-        parts.append(f'<h3>{escape(run.label)}</h3><table class="env" data-run="{escape(run.label)}">{cells}</table>')
+        busy = load_note(run.manifest)
+        parts.append(f'<h3>{escape(run.label)}</h3>' + (f'<p class="note">{escape(busy)}</p>' if busy else "")
+                     + f'<table class="env" data-run="{escape(run.label)}">{cells}</table>')
     return "\n".join(parts)
 
 

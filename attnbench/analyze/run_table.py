@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnbench.analyze.fit import NAME, Blocks, Col, print_words
 from attnbench.analyze.tables import COMPACT_FROM, STATUS_STYLE, batch_lines, has_convert, numbered_notes
 from attnbench.store.columns import COLUMNS, Column, context_of
 from attnbench.store.rows import Row
@@ -72,7 +73,7 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
     cols = table_columns(rows, compact)  # kernel (importance 0) first
     texts = {c.name: [c.text(r, ctx) for r in rows] for c in cols}
     widths = {c.name: max(_width(texts[c.name]), cell_len(c.header)) for c in cols}
-    ref_texts = [",".join(f"[{x}]" for x in refs) for refs in refs_of]
+    ref_texts = [f"[{','.join(refs)}]" if refs else "" for refs in refs_of]
     must = [max(_width(c[i] for c in case_cells), cell_len(h)) for i, h in enumerate(case_heads)]
     must += [max(_width(r.id.backend for r in rows), 7), max(_width(r.status.value for r in rows), 6),
              widths[cols[0].name]]
@@ -82,6 +83,13 @@ def results_table(rows: Iterable[Row], title: str = "", compact: bool = False,
     wanted = [c.name for c in cols[1:]]
     shown = wanted if width is None else fit_columns(widths, fixed_width, width, wanted)
     left_out = [c.header for c in cols[1:] if c.name not in shown]
+    if width is not None and fixed_width > width:  # not even the fixed columns fit: a block per row
+        order = [c for c in COLUMNS if c is cols[0]]
+        fcols = [Col("case", NAME), Col("backend", NAME), Col("status"), Col(cols[0].header),
+                 *([Col("notes")] if notes else [])]
+        cells = [[r.id.case_id, r.id.backend, Text(r.status.value, style=STATUS_STYLE.get(r.status, "")),
+                  texts[cols[0].name][i], *([ref_texts[i]] if notes else [])] for i, r in enumerate(rows)]
+        return Blocks(fcols, cells, title), notes, [c.legend for c in order], left_out
     order = [c for c in COLUMNS if c is cols[0] or c.name in shown]  # left to right as the registry lists them
 
     t = Table(title=Text(title) if title else None, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -130,7 +138,7 @@ def print_results(rows: Iterable[Row], console: Console, title: str = "", compac
     if left_out:
         info.print(f"not shown at {console.width} columns: {', '.join(left_out)} (all in results.csv)",
                    style="dim", highlight=False)
-    for i, n in enumerate(notes, 1):
-        info.print(f"[{i}] {n}", highlight=False, markup=False, soft_wrap=True)
+    for i, n in enumerate(notes, 1):  # wrapped at spaces: a path or a command in a note stays whole
+        print_words(info, f"[{i}] {n}")
     for line in backend_summary(rows):
         info.print(line, highlight=False, markup=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from attnbench.analyze.tables import weak_timing
+from attnbench.analyze.tables import fmt_time, weak_timing
 from attnbench.store.rows import Row, Status, is_interpreted, is_oracle
 
 
@@ -64,6 +64,9 @@ def weak_lines(rows: list[Row]) -> list[str]:
     weak = [r for r in ok if weak_timing(r)]
     if not weak:
         return []
+    slowest = max(r.timing.median_ms for r in weak)
+    budget = float(f"{3 * slowest:.2g}")  # ~2.5 calls' time buys the 5-call floor (measure.timing._counts)
     return [f"  warning: {len(weak)} of {len(ok)} ok rows were timed once (n=1: a call took longer than the "
-            "measurement budget), so their medians and ranks (marked ?) rest on one sample; give a longer "
-            "--measure-ms, or run a scenario sized for this device (`attnbench scenarios` says which)"]
+            "measurement budget), so their medians and ranks (marked ?) rest on one sample. Their calls took up "
+            f"to {fmt_time(slowest)} here: --measure-ms {budget:g} would time each about 5 times (the run takes "
+            "longer: pick fewer cases with -k to keep it short); a busy machine makes calls slower"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable
 
 from rich.console import Console
@@ -44,21 +45,46 @@ def has_convert(rows: list[Row]) -> bool:
     return any(math.isfinite(r.timing.convert_ms) and r.timing.convert_ms > 0 for r in rows)
 
 
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?")
+
+
+def alike_key(note: str) -> str:
+    """Notes that differ only in their numbers (a timing note's milliseconds) share this key;
+    a re-run line is its own (each is a command to copy)."""
+    return note if note.startswith("re-run ") else _NUMBER.sub("#", note)
+
+
 def numbered_notes(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """The distinct notes of the rows, and each row's note numbers."""
+    """The distinct notes of the rows, and each row's note numbers. Notes alike but for their
+    numbers are one note with a count (cpu-sweep on a busy machine printed 26 near-identical
+    "other threads ... worked" notes, 222 characters each): its first row's text, then how many
+    rows share it."""
     methods_by_case: dict[str, dict[str, list[str]]] = {}  # a case that mixes methods gets one note
     for r in rows:
         if r.timing.timing_method:
             methods_by_case.setdefault(r.id.case_id, {}).setdefault(r.timing.timing_method, []).append(r.id.backend)
     notes: list[str] = []
+    index: dict[str, int] = {}
+    texts: list[set] = []  # the distinct texts behind each note
+    rows_of: list[int] = []
     refs_of = []
     for r in rows:
         refs = []
         for text in row_notes(r, methods_by_case.get(r.id.case_id, {})):
-            if text not in notes:
+            key = alike_key(text)
+            if key not in index:
+                index[key] = len(notes)
                 notes.append(text)
-            refs.append(str(notes.index(text) + 1))
+                texts.append(set())
+                rows_of.append(0)
+            i = index[key]
+            texts[i].add(text)
+            if str(i + 1) not in refs:
+                rows_of[i] += 1
+                refs.append(str(i + 1))
         refs_of.append(refs)
+    notes = [n if len(t) == 1 else f"{n} ({k} rows alike; the numbers are the first one's, each row's are in "
+             "results.csv)" for n, t, k in zip(notes, texts, rows_of)]
     return notes, refs_of
 
 
@@ -89,9 +115,12 @@ def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
     import json
     from pathlib import Path
 
-    t = Table(title="profile (one torch.profiler pass per row, after timing)", header_style="bold")
-    for col in ("case", "backend", "kernels/call", "kernel sum", "timed median", "top kernels (share)", "trace"):
-        t.add_column(col, overflow="fold")
+    from attnbench.analyze.fit import NAME, PROSE, Col, print_fitted
+
+    cols = [Col("case", NAME), Col("backend", NAME), Col("kernels/call", justify="right", drop=2),
+            Col("kernel sum", justify="right"), Col("timed median", justify="right", drop=1),
+            Col("top kernels (share)", PROSE, drop=3), Col("trace", drop=0)]
+    cells = []
     for r in rows:
         if not r.profile.trace:
             continue
@@ -101,8 +130,8 @@ def print_profiles(rows: Iterable[Row], console: Console, top: int = 3) -> None:
             ks = json.loads(kfile.read_text())["run_kernels"][:top]
             tops = "; ".join(f"{k['name'][:48]} ({k['share']:.0%})" for k in ks)
         p = r.profile
-        t.add_row(Text(r.id.case_id), Text(r.id.backend), str(p.kernels_per_call), fmt_time(p.kernel_sum_ms),
-                  fmt_time(r.timing.median_ms), tops, Path(p.trace).name)
-    console.print(t)
+        cells.append([r.id.case_id, r.id.backend, str(p.kernels_per_call), fmt_time(p.kernel_sum_ms),
+                      fmt_time(r.timing.median_ms), tops, Path(p.trace).name])
+    print_fitted(console, cols, cells, "profile (one torch.profiler pass per row, after timing)", where="the run folder")
     if any(r.profile.trace and r.timing.timing_method.startswith("cpu") for r in rows):
         console.print(CPU_PROFILE_NOTE, style="dim", highlight=False)

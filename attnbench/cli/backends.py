@@ -101,16 +101,12 @@ def list_backends(
     ),
 ):
     """List the backends, whether each can run here, and which ones a run takes by default."""
-    from rich.markup import escape
-    from rich.table import Table
+    from attnbench.analyze.fit import NAME, PROSE, Col, print_fitted
 
     load_backend_files(backend_file)
     device_type, device_line = _device(probe)
-    t = Table("backend", "installed", "default", "version / reason")
-    for n in registry.all_names():
-        installed, default, text = _status(n, device_type, probe)
-        t.add_row(n, installed, default, escape(text))
-    console.print(t)
+    cols = [Col("backend", NAME), Col("installed"), Col("default"), Col("version / reason", PROSE)]
+    print_fitted(console, cols, [[n, *_status(n, device_type, probe)] for n in registry.all_names()])
     console.print(
         f"{device_line}. default: what `attnbench run` takes without -b or a scenario's `backends:`; "
         "a backend named with -b always runs (or gives skipped rows saying why)",

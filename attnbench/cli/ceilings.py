@@ -25,8 +25,7 @@ def ceilings_cmd(
 ):
     """Show the kept ceilings (memory bandwidth in TB/s, matmul TFLOP/s per dtype), each
     measured once per device and dtype when a run first needed it; --measure re-measures."""
-    from rich.table import Table
-
+    from attnbench.analyze.fit import PROSE, Col, print_fitted
     from attnbench.cli.numbers import check_numbers
     from attnbench.measure import ceilings as cl
 
@@ -52,9 +51,12 @@ def ceilings_cmd(
             console.print(f"before: copy {before.copy_tbps:.3g} TB/s, read {before.read_tbps:.3g} TB/s, matmul "
                           + ", ".join(f"{d} {v:.3g}" for d, v in sorted(before.matmul_tflops.items())), highlight=False)
     kept = cl.kept_ceilings()
-    t = Table("device | torch | method", "copy TB/s", "read TB/s", "matmul TFLOP/s", "measured (UTC)",
-              title=f"ceilings kept in {cl.cache_path()}")
-    for key, c in kept.items():
-        t.add_row(*_show(key, c))
-    console.print(t if kept else f"no ceilings kept yet in {cl.cache_path()}: a run measures them when it needs them")
+    cols = [Col("device | torch | method", PROSE), Col("copy TB/s", justify="right"),
+            Col("read TB/s", justify="right"), Col("matmul TFLOP/s", PROSE), Col("measured (UTC)", PROSE, drop=0)]
+    if kept:
+        print_fitted(console, cols, [_show(key, c) for key, c in kept.items()], f"ceilings kept in {cl.cache_path()}",
+                     where=str(cl.cache_path()))
+    else:
+        console.print(f"no ceilings kept yet in {cl.cache_path()}: a run measures them when it needs them",
+                      highlight=False, markup=False, soft_wrap=True)
     console.print(f"how: {cl.METHOD_TEXT}", style="dim", highlight=False)

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from attnbench.analyze.fit import NAME, PROSE, VALUE
 from attnbench.cli.app import UsageError, app, console, handle_errors
 from attnbench.cli.safety import stops_on_sigterm
 from attnbench.store.safe_text import term_text
@@ -35,24 +36,26 @@ def decision_of(run: Path, include_convert: bool):
 
 
 def _print_table(d, title: str) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     from attnbench.analyze.decide_render import BACKEND_HEAD, CASE_HEAD, headline, kernel_line, legend, tables
+    from attnbench.analyze.fit import Col, print_fitted, print_words
 
     brows, crows = tables(d)
     for head, rows, name in ((BACKEND_HEAD, brows, "per backend"), (CASE_HEAD, crows, "dispatch table")):
-        t = Table(title=Text(f"{title}: {name}"), header_style="bold", pad_edge=False)
-        for h in head:
-            t.add_column(h, overflow="fold")
-        for i, r in enumerate(rows):
-            t.add_row(*(Text(x) for x in r), style="bold" if name == "per backend" and i == len(rows) - 1 else "")
-        console.print(t)
-    console.print(headline(d), style="bold", highlight=False, markup=False, soft_wrap=True)
-    console.print(kernel_line(d), highlight=False, markup=False, soft_wrap=True)
-    console.print(legend(d), style="dim", highlight=False, markup=False, soft_wrap=True)
+        cols = [Col(h, COL_KINDS.get(h, VALUE), "left" if h in COL_KINDS else "right", COL_DROPS[name].get(h))
+                for h in head]
+        styles = ["bold" if name == "per backend" and i == len(rows) - 1 else "" for i in range(len(rows))]
+        print_fitted(console, cols, rows, f"{title}: {name}", row_styles=styles)
+    print_words(console, headline(d), "bold")
+    print_words(console, kernel_line(d))
+    print_words(console, legend(d), "dim")
     for n in d.notes:
-        console.print("note: " + n, highlight=False, markup=False, soft_wrap=True)
+        print_words(console, "note: " + n)
+
+
+#: how decide's tables show their columns at a narrow width (analyze/fit.py)
+COL_KINDS = {"backend": NAME, "pick": NAME, "runner-up": NAME, "shape": PROSE}
+COL_DROPS = {"per backend": {"plan+convert share": 0, "plan": 1, "convert": 2, "kernel": 3, "covers": 4},
+             "dispatch table": {"plan": 0, "convert": 1, "kernel": 2, "weight": 3}}
 
 
 @app.command("decide")

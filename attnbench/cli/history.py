@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.table import Table
-from rich.text import Text
-
+from attnbench.analyze.fit import PROSE, VALUE, Col, print_fitted
 from attnbench.analyze.history_trends import STEP_HEADS, history_html, step_cells, step_record, trends
 from attnbench.cli.app import SELECT_HELP, UsageError, app, check_format, console, handle_errors, selector
 from attnbench.store.history import HistoryError, add_run, default_db, points
@@ -95,13 +93,16 @@ def show_cmd(
     if not found:
         console.print(f"{db}: no stored point matches", highlight=False, markup=False)
         return
+    cols = [Col(h, HEAD_KINDS.get(h, VALUE), "right" if h in ("median ms", "p") else "left", HEAD_DROPS.get(h))
+            for h in STEP_HEADS]
     for (scen, case, backend), steps in found.items():
-        t = Table(title=f"{scen} · {case} · {backend}", title_justify="left")
-        for h in STEP_HEADS:
-            t.add_column(h, justify="right" if h in ("median ms", "p") else "left")
-        for s in steps:
-            t.add_row(*map(Text, step_cells(s)))
-        console.print(t, markup=False, highlight=False)
+        print_fitted(console, cols, [step_cells(s) for s in steps], f"{scen} · {case} · {backend}")
+
+
+#: how history's table shows its columns at a narrow width (analyze/fit.py): words that wrap,
+#: and what is left out first
+HEAD_KINDS = {"device": PROSE, "note": PROSE}
+HEAD_DROPS = {"device": 0, "p": 1, "started": 2, "commit": 3}
 
 
 def history_section(db: Path, select: Optional[str], since: Optional[str] = None) -> str:

@@ -21,8 +21,7 @@ def list_scenarios(
     'size' says whether a scenario is sized for a CPU (calls of a few milliseconds there, rows
     timed many times) or for a GPU (on a CPU its slow rows are timed once, n=1); 'on a CPU' is a
     rough estimate of a run with the default CPU backends (reference, sdpa, flex)."""
-    from rich.markup import escape
-    from rich.table import Table
+    from attnbench.analyze.fit import NAME, PROSE, Col, print_fitted
 
     from attnbench.workload.builtin import builtin_names, builtin_path, describe
     from attnbench.workload.cost import rough_duration, scenario_estimate
@@ -34,11 +33,12 @@ def list_scenarios(
             raise UsageError(f"--show {show}: no built-in scenario of that name; choose one of {', '.join(builtin_names())}")
         console.out(path.read_text(), end="", highlight=False)
         return
-    t = Table("name", "size", "on a CPU", "description", title="built-in scenarios (attnbench run NAME)")
+    cols = [Col("name", NAME), Col("size"), Col("on a CPU", drop=0), Col("description", PROSE, drop=1)]
+    rows = []
     for name in builtin_names():
         small, secs = scenario_estimate(load(builtin_path(name), []).cases, backends=3)
-        t.add_row(escape(name), "CPU" if small else "GPU", rough_duration(secs), escape(describe(name)))
-    console.print(t)
+        rows.append([name, "CPU" if small else "GPU", rough_duration(secs), describe(name)])
+    print_fitted(console, cols, rows, "built-in scenarios (attnbench run NAME)", where="--show NAME")
     console.print("size CPU: calls of a few milliseconds on a CPU; GPU: on a CPU its slow rows are timed once "
                   "(n=1). 'on a CPU': a rough estimate for 3 backends on one core (a busy machine takes longer). "
                   "Copy one to edit: attnbench scenarios --show NAME > my.yaml", style="dim", highlight=False)

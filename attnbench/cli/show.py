@@ -23,7 +23,9 @@ def show_cmd(
     select: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=SELECT_HELP),
 ):
     """Print a run's results table again (the table, legend, notes and summary `run` printed)."""
+    from attnbench.analyze.fit import print_words
     from attnbench.analyze.run_formats import render_run
+    from attnbench.store.manifest import load_note
     from attnbench.cli.run import run_title
     from attnbench.store.baselines import load_rows
 
@@ -36,6 +38,8 @@ def show_cmd(
     title = run_title(m.scenario or "?", (m.environment or {}).get("device", "?"), rows)
     info = console if fmt == "table" else err
     render_run(rows, fmt, console, info, title=title, compact=compact)
+    if load_note(m):  # on stderr, as the other notes: stdout stays what `run` printed
+        print_words(err, load_note(m))
     if run.is_dir() and not m.complete:
         info.print(escape(f"note: {run} is incomplete ({len(loaded.rows)} row(s) so far); finish it with "
                           f"`attnbench run --resume {run}`"), highlight=False, soft_wrap=True)

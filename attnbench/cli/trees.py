@@ -15,21 +15,21 @@ from attnbench.cli.numbers import check_numbers
 @app.command("trees")
 def list_trees():
     """List the tree presets: node count (root included), depth, widest fan-out, source."""
-    from rich.markup import escape
-    from rich.table import Table
-
+    from attnbench.analyze.fit import NAME, PROSE, Col, print_fitted
     from attnbench.workload.tree_presets import PRESETS
     from attnbench.workload.trees import depths, parse_tree
 
-    t = Table("preset", "nodes", "depth", "max children", "kind", "source")
+    cols = [Col("preset", NAME), Col("nodes", justify="right"), Col("depth", justify="right"),
+            Col("max children", justify="right", drop=1), Col("kind", PROSE), Col("source", PROSE, drop=0)]
+    rows = []
     for p in PRESETS.values():
         parents = parse_tree({"preset": p.name})
         kids = [0] * len(parents)
         for q in parents[1:]:
             kids[q] += 1
         kind = "dynamic (seed 0; tree: {preset: {name, seed}})" if p.dynamic else "static"
-        t.add_row(p.name, str(len(parents)), str(max(depths(parents))), str(max(kids)), escape(kind), escape(p.source))
-    console.print(t)
+        rows.append([p.name, str(len(parents)), str(max(depths(parents))), str(max(kids)), kind, p.source])
+    print_fitted(console, cols, rows, where="attnbench/workload/tree_presets.py")
 
 
 @app.command("tree-costs")

@@ -11,6 +11,7 @@ written back as they were.
 from __future__ import annotations
 
 import dataclasses
+import os
 import hashlib
 import json
 import math
@@ -56,6 +57,7 @@ _ACCEPTS = {
     "settings_sha256": _STR,
     "executor": (lambda v: isinstance(v, dict), "an object"),
     "resumed": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects"),
+    "load": (lambda v: isinstance(v, dict), "an object"),
 }
 
 
@@ -87,6 +89,9 @@ class Manifest:
     timeout: Optional[float] = None  # with isolate: seconds a backend may run
     executor: dict = field(default_factory=dict)  # ExecutorSpec.to_json()
     resumed: list[dict] = field(default_factory=list)  # one entry per --resume
+    # the machine's load average (os.getloadavg: 1, 5, 15 minutes) when the run started and when it
+    # ended, and its cores: {"cores": 2, "start": [6.1, 4.0, 2.2], "end": [...]} (load_note reads it)
+    load: dict = field(default_factory=dict)
     # covers what --resume takes from the manifest (scenario text, overrides, options, isolate,
     # timeout): a hand edit of any of them is refused, not half applied
     settings_sha256: Optional[str] = None
@@ -152,3 +157,32 @@ class Manifest:
                 setattr(self, k, v)
             else:
                 self.extra[k] = v
+
+
+def load_now() -> Optional[list[float]]:
+    """The load average (1, 5 and 15 minutes), None where the OS has none (Windows)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def record_load(manifest: Manifest, when: str) -> None:
+    """Keep the load average ``when`` ("start" or "end") in ``manifest.load``, with the cores."""
+    now = load_now()
+    if now is not None:
+        manifest.load = {**manifest.load, "cores": os.cpu_count() or 1, when: now}
+
+
+def load_note(manifest: Manifest) -> str:
+    """A line when the machine was busier than its cores at the start or the end of the run
+    (1-minute load average above the core count): its times ran slower and scatter more; ""
+    otherwise or when the run kept no load."""
+    load, cores = manifest.load or {}, (manifest.load or {}).get("cores")
+    seen = {w: load[w][0] for w in ("start", "end") if isinstance(load.get(w), list) and load[w]
+            and isinstance(load[w][0], (int, float))}
+    if not isinstance(cores, int) or not seen or max(seen.values()) <= cores:
+        return ""
+    at = " and ".join(f"{v:g} at its {w}" for w, v in seen.items())
+    return (f"note: the machine was busy during this run: load average {at} (1 minute) on {cores} cores; "
+            "its times are slower and scatter more than on an idle machine")

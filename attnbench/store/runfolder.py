@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from attnbench.store.code_identity import code_diff_sha256
-from attnbench.store.manifest import Manifest
+from attnbench.store.manifest import Manifest, record_load
 from attnbench.store.rows import Row, rows_csv, typed_row
 from attnbench.store.writer import FolderBusy, leave_if_copy, lock_file, release
 from attnbench.workload.units import safe_name
@@ -232,6 +232,7 @@ class RunFolder:
         """Write the manifest of a new run (marked incomplete, with its start time)."""
         self.manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_json(manifest)
         self.manifest.update(status="incomplete", start_time=utc_now())
+        record_load(self.manifest, "start")
         self.manifest.settings_sha256 = self.manifest.settings_hash()
         self.write_manifest()
 
@@ -276,6 +277,7 @@ class RunFolder:
         with contextlib.suppress(OSError):  # a full disk: the manifest below says what matters
             self.write_csv()
         self.manifest.update(status="complete" if complete else "incomplete", end_time=utc_now(), **extra)
+        record_load(self.manifest, "end")
         try:
             self.write_manifest()
         finally:

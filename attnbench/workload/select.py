@@ -18,7 +18,8 @@ whose count is 1, never 16; ``page_size=16,context=4k`` needs both. The key is t
 null. Without the swept values (a caller that has only ids), the word matches whole
 ``key=value`` items of the case id. A word holding ``:`` is a backend spec, resolved as ``-b``
 resolves it and compared by value (``flex:mask=blocks`` picks the rows of ``flex``, whose
-default that is). Other words match as substrings.
+default that is). Other words match as substrings, in the YAML's spelling or the case id's
+(a case id writes a value's ``_`` as ``-``: ``-k fp8_e4m3`` finds ``kv_dtype=fp8-e4m3``).
 """
 from __future__ import annotations
 
@@ -129,9 +130,10 @@ class _Parser:
         word = tok.lower()
         if "=" in word:
             parts = [p for p in word.split(",") if p]
-            return lambda s, v, b: all(_has_item(s, p) if v is None or _NUMBERED.match(p) else _has_value(v, p)
+            return lambda s, v, b: all(_has_id_item(s, p) if v is None or _NUMBERED.match(p) else _has_value(v, p)
                                        for p in parts)
-        return lambda s, v, b: word in s
+        spellings = {word, word.replace("_", "-")}  # ``fp8_e4m3`` (the YAML's) finds ``fp8-e4m3`` (the id's)
+        return lambda s, v, b: any(w in s for w in spellings)
 
 
 _ITEM_SPLIT = re.compile(r"[,\s]+")
@@ -148,6 +150,12 @@ def _has_item(text: str, part: str) -> bool:
         if item == part or (item.endswith(part) and item[len(item) - len(part) - 1] == "." and "=" not in item[:-len(part)]):
             return True
     return False
+
+
+def _has_id_item(text: str, part: str) -> bool:
+    """``part`` is an item of the ids ``text`` in its spelling or the id's (``_`` of a value as ``-``)."""
+    key, _, value = part.partition("=")
+    return _has_item(text, part) or _has_item(text, f"{key}={value.replace('_', '-')}")
 
 
 def _has_value(params: dict, part: str) -> bool:

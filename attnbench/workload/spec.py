@@ -266,7 +266,7 @@ class BatchSpec:
 
 
 def describe(spec: BatchSpec) -> str:
-    """``32 decode@4.5k sharing 4k + 2 prefill 512 + 8 tree(5)@2k``: runs of requests that read
+    """``32 decode@4.5k sharing 4k + 2 prefill 512 + 8 tree(5)@2k + 1 chain3@2k``: runs of requests that read
     the same (``sharing N``: their first N context tokens are a shared prefix). Requests are
     counted by what the text shows: 16 dynamic trees of 60 nodes with different shapes are
     ``16 dynamic tree(60)@4k``, not the same words 16 times."""
@@ -284,13 +284,22 @@ def _request_text(r: Request) -> str:
     if r.kind == "decode":
         s = f"decode@{format_int(r.context)}"
     elif r.kind == "tree":
-        s = f"{'dynamic ' if r.tree_dynamic else ''}tree({r.query})@{format_int(r.context)}"
+        s = f"{'dynamic ' if r.tree_dynamic else ''}{tree_word(None if r.tree_dynamic else r.tree_parents, r.query)}@{format_int(r.context)}"
     elif r.context < 0:
         s = f"non-causal prefill {format_int(r.query)} over {format_int(r.kv_len)} keys"
     else:
         s = f"{'' if r.causal else 'non-causal '}prefill {format_int(r.query)}"
         s += f"@{format_int(r.context)}" if r.context else ""
     return s + (f" sharing {format_int(r.shared_prefix)}" if r.prefix_group is not None else "")
+
+
+def tree_word(parents, nodes: int) -> str:
+    """A verified tree in words, one spelling everywhere (tables, batch lines, imported
+    scenarios' comments): a chain of k drafts (``tree: {chain: k}``, k + 1 nodes) is ``chaink``,
+    as its case id spells it (``1chain3-at192``); any other tree ``tree(N)``, N nodes with the root."""
+    if parents is not None and nodes > 1 and all(p == i - 1 for i, p in enumerate(parents)):
+        return f"chain{nodes - 1}"
+    return f"tree({nodes})"
 
 
 def variant_words(spec: BatchSpec) -> list[str]:

@@ -35,6 +35,8 @@ from typing import Optional
 
 import yaml
 
+from attnbench.workload.units import format_int
+
 Group = tuple[str, int, int, str]  # kind, query, context, the tree's YAML ("" unless a tree)
 Shape = tuple[tuple[Group, int], ...]  # (group, count), sorted
 
@@ -169,11 +171,24 @@ def group_fields(g: Group, count: int) -> dict:
     return {"kind": "tree", "count": count, "context": ctx, "tree": yaml.safe_load(tree)}
 
 
+def _tree_word(tree: str, q: int) -> str:
+    """The verified tree as the run's tables spell it (``chain3``, ``tree(26)``)."""
+    from attnbench.workload.spec import tree_word
+    from attnbench.workload.trees import TreeError, parse_tree
+
+    try:
+        parents = parse_tree(yaml.safe_load(tree), "tree")
+    except (TreeError, yaml.YAMLError):
+        parents = None
+    return tree_word(parents, q)
+
+
 def describe(shape: Shape) -> str:
     parts = []
-    for (kind, q, ctx, _), n in shape:
-        parts.append(f"{n} decode@{ctx}" if kind == "decode" else f"{n} prefill {q}@{ctx}" if kind == "prefill"
-                     else f"{n} verify {q - 1}@{ctx}")
+    for (kind, q, ctx, tree), n in shape:
+        at = f"@{format_int(ctx)}"  # as the run's batch text (spec.describe) writes it
+        parts.append(f"{n} decode{at}" if kind == "decode" else f"{n} prefill {q}" + (at if ctx else "")
+                     if kind == "prefill" else f"{n} {_tree_word(tree, q)}{at}")
     return " + ".join(parts)
 
 

@@ -83,6 +83,7 @@ def test_the_route_plans_64_key_tiles_and_matches_the_reference(monkeypatch):
     assert TritonBackend(block_nf=32).plan(b).cfg.block_nf == 32  # auto: the paged route takes the option
 
 
+@pytest.mark.slow
 def test_a_windowed_plan_starts_on_the_tile_holding_the_window_and_keeps_its_variants(monkeypatch):
     """With a window, sinks and soft-capping (the variants the Gluon decode kernel takes): every unit's keys lie in
     its window's tiles (kv_lo on the 64-key tile holding the unit's ``win_lo``, which is the decode's position minus
@@ -141,6 +142,7 @@ def test_copy_layout_covers_whole_key_rows_in_16_byte_pieces():
     assert dec.copy_layout(_decodes(100, d=64, page_size=16), dec.Tuning(copy_below=0)) is None
 
 
+@pytest.mark.slow
 def test_tiles_follow_the_head_dim(monkeypatch):
     """``TILES``: head dim 64 takes 128-key tiles, which shape the plan's full tiles and its splits; other head dims
     keep 64-key tiles; the plan run through the paged launch on the CPU matches the reference."""

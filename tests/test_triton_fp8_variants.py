@@ -82,6 +82,7 @@ def test_fp8_beside_every_other_variant(page, options):
     run_variant("all", page=page, seed=page, **OPTIONS[options])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 96])
 @pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8_e4m3", "per-head"), ("fp8_e5m2", "per-tensor")])
 @pytest.mark.parametrize("config", [{}, dict(splits=3, block_n=16), dict(block_m=16, block_n=16, block_nf=32),
@@ -110,6 +111,7 @@ def _long_decodes(kv_dtype, d=128, ctx=(2100, 2051)):
     return materialize(spec, 11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", [None, "fp8_e4m3"])
 def test_long_decodes_step_64_key_tiles(kv_dtype):
     """Round 2's default: decode-sized row blocks with >= LONG_KEYS keys (d 128, 16-bit queries)

@@ -84,6 +84,7 @@ def test_auto_takes_the_route_and_route_mla_keeps_the_triton_kernel(on_hopper):
     assert off.route.name == "mla" and off.cfg.block_m == 128 and "gluon" not in off.mode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,units_per_request", [(128, 2), (16, 1)])
 def test_the_plan_is_shaped_for_the_kernel(on_hopper, monkeypatch, hq, units_per_request):
     """64-row units (two a 128-head decode, one a 16-head one), 64-key tiles, splits for one program an SM on
@@ -113,6 +114,7 @@ def test_refused_batches_run_the_triton_mla_route_and_a_forced_route_skips_them(
     assert "sets block_m itself" in TritonBackend(route="gluon-mla", block_m=16).unsupported(mla(DECODES, 16))[-1]
 
 
+@pytest.mark.slow
 def test_the_kernels_plan_through_the_triton_kernel_matches_the_reference(on_hopper):
     """The option's units and merge rows (forced splits too), run by the Triton MLA kernel under the
     interpreter (the Gluon kernel reads the same units), give the reference's output."""
@@ -168,6 +170,7 @@ def test_the_launch_binds_every_kernel_argument_and_its_descriptors(on_hopper, m
     assert seen["stride_o"] == 512 and seen["stride_por"] == 512 and seen["stride_pls"] == p.pl.stride(0)
 
 
+@pytest.mark.slow
 def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopper):
     """MTP chains (and a decode beside them) at 128 heads: each 64-row unit is one token's heads, planned causal
     (column 7 = 0) with its key end at its own token (context + its index + 1), so the Gluon kernel masks
@@ -191,6 +194,7 @@ def test_mtp_chains_are_planned_as_causal_chunks_and_match_the_reference(on_hopp
         assert compare(out, reference_attention(b)[0])[0] < 3e-3
 
 
+@pytest.mark.slow
 def test_mtp_chains_at_16_heads_share_units_and_match_the_reference(on_hopper):
     """At 16 heads a 64-row unit holds several tokens of a chain (the kernel then masks each row at its own
     token's end: ROW_LIMITS); the unit's key end is its last token's. Run by the Triton MLA kernel under the

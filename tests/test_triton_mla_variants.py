@@ -77,6 +77,7 @@ def test_the_mla_routes_options_match_the_reference(options, hq):
 SHORT = (REQS[0], REQS[3])  # 128 heads: a decode and an MTP chain (the merge runs a program a row)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg, hq, page", [
     (dict(value_chunks=2), 16, 16),
     (M128, 16, 64),
@@ -93,6 +94,7 @@ def test_split_keys_merge_both_value_halves(cfg, hq, page):
     assert plan.po.dtype == (batch.dtype if cfg.get("half_partials") else plan.pl.dtype)
 
 
+@pytest.mark.slow
 def test_float32_takes_both_halves_exactly():
     batch = mla_batch(128, 16, dtype="float32", seed=5, reqs=SHORT)
     check(lambda b: triton_mla.plan(b, 4, True, 2, **M128), batch)

@@ -89,6 +89,7 @@ def test_prefill_route_split(name, calls):
     assert plan.num_merge > 0 and len(calls) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [3, 1])
 def test_lean_falls_back_where_pages_do_not_tile(page, calls):
     """Page 3 (neither divides a 32-key tile: the shipped addressing) and page 1 (a page a row),
@@ -126,6 +127,7 @@ def test_a_variant_batch_runs_the_paged_route(calls):
     assert "(a sliding window)" in TritonBackend(route="prefill").unsupported(batch)[0]
 
 
+@pytest.mark.slow
 def test_the_issue_shape_plans_no_split():
     """The 4 x 1k prefill over 3k (issue 33) on 132 SMs: every option set's config keeps one split
     per row block (the round times the kernels, not the split heuristic); BLOCK_M 64 keeps

@@ -18,7 +18,8 @@
 #   --budget-s S       seconds for everything, setup included (570): a scenario still running at
 #                      the end is interrupted and keeps its finished rows (its folder incomplete)
 #   --scenarios "A B"  shipped scenario names (default: the five of docs/benchmarks.md)
-#   --backends "A B"   backend specs (default: sdpa flex triton xformers flash-attn flashinfer)
+#   --backends "A B"   backend specs (default: sdpa flex flex:kernel=flash triton xformers flash-attn
+#                      flash-attn4 flashinfer)
 #   --timing "..."     attnbench run timing flags (default: --warmup-ms 10 --measure-ms 60)
 #   --work DIR         the run folders while they run (/tmp/attnbench-bench)
 #   --no-plan          leave the plan table out
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUTDIR=${OUT:-gpu-bench}; BUDGET_S=570; WORK=/tmp/attnbench-bench; RESUME=0; DRY=0; PLAN=1
 SCEN="decode-llama3-8b tree-verify-llama3-8b tree-random-60-gqa8 mixed-llama3-8b prefill-llama3-8b"
-BACKENDS="sdpa flex triton xformers flash-attn flashinfer"; TIMING="--warmup-ms 10 --measure-ms 60"
+BACKENDS="sdpa flex flex:kernel=flash triton xformers flash-attn flash-attn4 flashinfer"; TIMING="--warmup-ms 10 --measure-ms 60"
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in

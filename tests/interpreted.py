@@ -28,3 +28,13 @@ def import_interpreted(*names: str) -> list:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = saved
+
+
+@pytest.fixture(autouse=True)
+def interpret_on_cpu():
+    """Autouse where a test module imports it: the CPU runs the kernels under Triton's interpreter,
+    set by a patch of its own, so that a test's monkeypatch.undo() leaves TRITON_INTERPRET set."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not torch.cuda.is_available():
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .interpreted import import_interpreted
+from .interpreted import import_interpreted, interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 # the shipped kernels interpreted on a CPU machine, before anything imports them compiled (alone,
 # this file imported them compiled and failed on triton's "0 active drivers")
@@ -18,16 +18,6 @@ from attnbench.kernels.decode import gluon as dec  # noqa: E402
 from attnbench.backends.triton import TritonBackend  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _interpret():
-    """The CPU runs the kernels under Triton's interpreter (tests/interpreted.py); a patch of its
-    own, so that a test's monkeypatch.undo() leaves it set."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not torch.cuda.is_available():
-            mp.setenv("TRITON_INTERPRET", "1")
-        yield
 
 
 def _decodes(*ctxs, hq=32, hkv=8, d=128, dtype="bfloat16", page_size=16, kv_dtype="fp8_e4m3", **kw):

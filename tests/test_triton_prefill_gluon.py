@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .interpreted import import_interpreted
+from .interpreted import import_interpreted, interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 # the shipped kernels interpreted on a CPU machine, before anything imports them compiled (alone,
 # this file imported them compiled and failed on triton's "0 active drivers")
@@ -18,16 +18,6 @@ from attnbench.kernels import routes  # noqa: E402
 from attnbench.kernels.prefill import gluon  # noqa: E402
 from attnbench.kernels.shared.gluon import kv_view  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _interpret():
-    """The CPU runs the kernels under Triton's interpreter (tests/interpreted.py); a patch of its
-    own, so that a test's monkeypatch.undo() leaves it set."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not torch.cuda.is_available():
-            mp.setenv("TRITON_INTERPRET", "1")
-        yield
 
 
 @pytest.mark.parametrize("order", ["NHD", "HND"])
@@ -48,7 +38,6 @@ def test_kv_view_rows_follow_the_kernels_row_formula(order):
 def test_kv_view_refuses_a_strided_cache():
     b = materialize(BatchSpec((Request("prefill", 9, 0),), 4, 2, 64, dtype="float16", page_size=64), 1)
     assert kv_view(b.k_cache[:, :32]) is None
-
 
 
 def _prefills(*lens, **kw):

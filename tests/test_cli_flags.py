@@ -160,11 +160,14 @@ def test_each_row_carries_the_command_that_reruns_it(sweep, tmp_path):
 
 
 INTERRUPTING = '''
+import os, signal
+
 from attnbench.backend import Backend
 
 class Interrupting(Backend):
     name = "interrupting"
-    def plan(self, batch):
+    def plan(self, batch):  # Ctrl-C while it plans: a real SIGINT (a bare KeyboardInterrupt is its error row)
+        os.kill(os.getpid(), signal.SIGINT)
         raise KeyboardInterrupt
     def run(self, plan):
         return None

@@ -72,7 +72,8 @@ def test_calibrate_on_a_cpu_defaults_to_20_percent(tmp_path):
     out = tmp_path / "cal"
     for k in (1, 2):
         rows = [_row(f"ctx={c}", "sdpa", 1.0, seed=10 * k + c, spread=0.005, device="cpu test") for c in (1, 2)]
-        _folder(out / f"run-{k:03d}", rows, sha=sf.sha256, overrides=QUICK[1::2], cases=2, rows_expected=2)
+        _folder(out / f"run-{k:03d}", rows, sha=sf.sha256, overrides=QUICK[1::2], cases=2, rows_expected=2,
+                options={"backends": [], "device": None})  # made as calibrate makes them: no -b, no --device
     args = ["calibrate", str(GATE), "--runs", "2", "--out", str(out), *QUICK, "--slowdown", "1.15", "--format", "json"]
     r = cli.invoke(app, args)
     assert r.exit_code == 0, r.output

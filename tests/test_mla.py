@@ -258,7 +258,8 @@ def test_fp8_latent_cache(kv_dtype, tmp_path):
     run_backend("sdpa", batch)
     assert work_of(spec).bytes < work_of(BatchSpec(tuple(MIXED), 4, 1, 48, "bfloat16", 4, attention="mla",
                                                    kv_lora_rank=32, rope_dim=16)).bytes
-    from attnbench.backends import flashinfer_mla, triton_mla
+    from attnbench.backends import flashinfer_mla
+    from attnbench.kernels.mla import plan as triton_mla
 
     assert any(kv_dtype in w for w in triton_mla.mla_problems(batch))
     assert any(kv_dtype in w for w in flashinfer_mla.mla_reasons(batch, "fa2"))

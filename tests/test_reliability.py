@@ -51,7 +51,7 @@ def test_bad_device_names_are_a_message_and_exit_2(tiny, tmp_path, dev):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("typo, meant", [("spda", "'sdpa'"), ("SDPA", "'sdpa'"), ("flash", "'flash-attn' or 'flashinfer'"),
+@pytest.mark.parametrize("typo, meant", [("spda", "'sdpa'"), ("SDPA", "'sdpa'"), ("flash", "'flash-attn' or 'flash-attn4' or 'flashinfer'"),
                                          ("Reference", "'reference'")])
 def test_unknown_backend_names_say_what_was_meant(tiny, tmp_path, typo, meant):
     r = cli.invoke(app, ["run", str(tiny), "-b", typo, "--out", str(tmp_path / "o"), "-q"])

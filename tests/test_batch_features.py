@@ -37,6 +37,7 @@ def batch_for(feature, dtype="float32", **kw):
     return make_batch(MIXED, dtype=dtype, **{**dict(hq=6, hkv=2, d=16, page_size=3), **kw}, **FEATURES[feature])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_reference_matches_the_independent_oracle(feature):
     b = batch_for(feature, seed=len(feature))
@@ -75,6 +76,7 @@ def test_short_kv_positions_are_bottom_right():
     assert query_positions(r).tolist() == list(range(-4, 3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "flex"])
 @pytest.mark.parametrize("feature", list(FEATURES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -201,6 +203,7 @@ def test_the_input_guard_covers_fp8_queries():
     assert "q_fp8" in modified_inputs(b, used)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["reference", "sdpa", "flex"])
 def test_fp8_output(name):
     """model.out_dtype: the output written as round_e4m3(O / out_scale); read back times the scale it

@@ -83,6 +83,7 @@ def test_a_runs_exit_code_reaches_the_gate(tmp_path):
         w.close()
 
 
+@pytest.mark.slow
 def test_a_worker_that_hangs_while_importing_is_stopped_by_the_timeout(tmp_path):
     """Item 11: the start-up answer was read with no limit: a hang at import hung the gate."""
     w = _worker(tmp_path, {"attnbench/__init__.py": "import time\ntime.sleep(600)\n"})

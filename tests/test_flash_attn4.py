@@ -160,6 +160,7 @@ def test_gpu_against_reference(case, gqa, trees):
 
 
 # -- Flex on its FLASH backend (flex:kernel=flash) ------------------------------------------------
+@pytest.mark.slow
 def test_flex_flash_option_and_reasons():
     be = make_backend("flex:kernel=flash")
     assert be.option("kernel") == "flash" and make_backend("flex").option("kernel") == "triton"

@@ -58,6 +58,7 @@ def test_reasons_take_decodes_alone_and_auto_takes_fp8_ones(monkeypatch):
     assert dec.reasons(_decodes(100)) == ["the Gluon decode kernel needs a Hopper GPU (sm_90)"]
 
 
+@pytest.mark.slow
 def test_the_route_plans_64_key_tiles_and_matches_the_reference(monkeypatch):
     """The route's plan has 64-key full tiles (its splits start on them), the rest of the paged decode config
     kept; run through the paged launch on the CPU it matches the reference; a block_nf option is refused."""

@@ -48,6 +48,7 @@ def _run(batch, route="paged", splits=None):
     return compare(out.float(), reference_attention(batch)[0])[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("splits", [None, 3])
 @pytest.mark.parametrize("kv_dtype,kv_scale,page,hq", [
     ("fp8_e4m3", "per-tensor", 16, 8), ("fp8_e5m2", "per-head", 3, 8), ("fp8_e4m3", "per-head", 1, 16)])

@@ -55,6 +55,7 @@ def test_v_words_take_the_decode_config_and_cvt_words_on_compiled_builds_only():
     assert v_words(decode, b, False, False) == 0 and v_words(tree_cfg, b, True, False) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [None, 20])
 @pytest.mark.parametrize("page", [1, 16])
 @pytest.mark.parametrize("kv_scale", ["per-tensor", "per-head"])

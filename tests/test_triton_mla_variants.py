@@ -61,6 +61,7 @@ def check(plan_fn, batch):
     return plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq", [16, 128])
 @pytest.mark.parametrize("options", [{}, dict(splits=3), dict(block_m=16, block_n=32), dict(num_stages=3, splits=2),
                                      dict(block_m=32, num_warps=8)])

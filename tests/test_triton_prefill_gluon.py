@@ -98,6 +98,7 @@ def test_one_backend_shapes_each_page_size_for_itself(monkeypatch):
     assert be.plan(_prefills(96, 300, page_size=256, sinks=True)).cfg.block_q != 128
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv,block_q", [(8, 2, 128), (32, 8, 128), (16, 2, 64), (4, 4, 128)])
 def test_the_routes_plan_shapes_its_units_for_the_gluon_kernel(monkeypatch, hq, hkv, block_q):
     """The route's units are 128 (G <= 4) or 64 tokens of one KV head's G query heads with 64-key tiles, which

@@ -80,6 +80,7 @@ def test_prefill_route_matches_the_reference(name, page, calls):
     assert len(calls) == 1 and plan.num_merge == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "nf128"])
 def test_prefill_route_split(name, calls):
     """3 forced splits (partial outputs and the merge kernel; contexts of several 128-key tiles)."""

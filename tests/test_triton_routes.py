@@ -67,6 +67,7 @@ def test_run_launches_the_planned_route_and_nothing_else(monkeypatch):
     assert be.run(p) is p.out and seen == [p]
 
 
+@pytest.mark.slow
 def test_a_forced_route_that_cannot_take_a_batch_is_skipped_with_its_reasons(tmp_path, monkeypatch):
     """Rows of a forced route the batch does not suit are skipped, the reason naming the route and why; the
     shipped backend's rows of the same cases run."""

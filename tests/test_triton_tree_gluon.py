@@ -63,6 +63,7 @@ def test_reasons_take_tree_batches_up_to_three_warpgroups_and_nothing_else(monke
     assert tree.reasons(_trees(100)) == ["the Gluon tree kernel needs a Hopper GPU (sm_90)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hq,hkv,nodes,block_m,warpgroups", [(8, 2, 13, 64, 1), (8, 2, 40, 256, 3),
                                                              (16, 2, 24, 256, 3), (4, 4, 33, 64, 1)])
 def test_the_route_plans_one_unit_a_request_and_split_and_matches_the_reference(monkeypatch, hq, hkv, nodes,
@@ -119,6 +120,7 @@ def test_a_plan_the_kernel_fits_is_run_by_it_and_one_it_does_not_falls_back(monk
     assert compare(be.run(p).float(), reference_attention(b)[0])[0] < 1e-2 and len(calls) == 1
 
 
+@pytest.mark.slow
 def test_the_route_keeps_its_split_partials_16_bit(monkeypatch):
     """The route's plan keeps its split partials in the batch's 16-bit dtype (HALF_PARTIALS: the merge launch
     3.3 us instead of 9.5 on an H200); the paged route's are float32; the shaped plan matches the reference."""

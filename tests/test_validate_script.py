@@ -70,6 +70,7 @@ def test_lanes_spread_over_the_gpus_and_read_a_lanes_file(tmp_path):
     assert [l.folder.name for l in twice] == ["draws", "draws+"]  # each lane its own folder
 
 
+@pytest.mark.slow
 def test_bench_dry_run_leaves_the_runs_and_the_plan_table(tmp_path):
     out = tmp_path / "out"
     res = subprocess.run(["bash", str(GPU / "bench.sh"), "--dry-run", "--scenarios", "quickstart", "--backends", "sdpa",

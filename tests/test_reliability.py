@@ -65,6 +65,7 @@ def test_unknown_backend_names_say_what_was_meant(tiny, tmp_path, typo, meant):
 
 
 def test_validate_knows_backend_file_names(tmp_path):
+    registry._EXTRA.clear()  # a backend file another test loaded (its 'nan' among them) is not this test's
     s = tmp_path / "s.yaml"
     s.write_text(TINY.replace("backends: [reference, sdpa]", "backends: [nan, sdpa]"))
     r = cli.invoke(app, ["validate", str(s)])

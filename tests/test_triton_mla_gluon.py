@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .interpreted import import_interpreted
+from .interpreted import import_interpreted, interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 _kernels, _paged = import_interpreted("attnbench.kernels.mla.kernels", "attnbench.backends.triton")
 

@@ -10,7 +10,7 @@ intervals and the block lists are computed by array ops on the host copies of th
 an engine builds its step metadata) and reach the device in a few copies: a first version with
 the same math as ~60 small device ops took 1.2-2.6 ms per plan on an H100.
 
-Row tables (``[B, Qmax]`` int32/int64 on the batch's device; padding rows see key 0 only):
+Row tables (``[B, Qmax]`` int32 on the batch's device; padding rows see key 0 only):
 - ``lo``: the first key slot the row may see (the window's start on positions, else 0);
 - ``hi``: the last key slot it sees outside a tree region (``C + i`` causal, ``C - 1`` for a
   tree node, ``L - 1`` non-causal);
@@ -40,14 +40,14 @@ class RowTables:
     """Device tensors for the mask_mod; ``host``: the same intervals as numpy arrays, from which
     the block lists are classified on the CPU (an engine's host-side metadata step)."""
 
-    lo: torch.Tensor  # [B, Qmax] int64
-    hi: torch.Tensor  # [B, Qmax] int64
-    tree_base: torch.Tensor  # [B, Qmax] int64
+    lo: torch.Tensor  # [B, Qmax] int32
+    hi: torch.Tensor  # [B, Qmax] int32
+    tree_base: torch.Tensor  # [B, Qmax] int32
     tree_anc: torch.Tensor  # [B, Qmax, Tmax] bool
     tmax: int
-    qpos: torch.Tensor  # [B, Qmax] int64
-    kpos: Optional[torch.Tensor]  # [B, Lmax] int64 (only with a window or ALiBi)
-    kv_len: torch.Tensor  # [B] int64
+    qpos: torch.Tensor  # [B, Qmax] int32
+    kpos: Optional[torch.Tensor]  # [B, Lmax] int32 (only with a window or ALiBi)
+    kv_len: torch.Tensor  # [B] int32
     real: torch.Tensor  # [B, Qmax] bool
     host: dict  # "lo", "hi", "tree_base", "kv_len": numpy int64; "real": numpy bool
 
@@ -82,16 +82,19 @@ def row_tables(batch: Batch, qmax: int, lmax: int, need_kpos: Optional[bool] = N
         # the first slot whose position is > p - W: context slots are their positions; for a tree
         # row that bounds the context, and kpos bounds its tree keys in the mask_mod
         lo = np.where(real, np.maximum(qpos - batch.window + 1, 0), 0)
-    rows = torch.from_numpy(np.stack([lo, hi, base, qpos])).to(dev)  # one copy to the device
+    # int32, as the mask_mod's indices are: Flex's FLASH backend lowers the mask_mod to the CuTe
+    # DSL, which refused an int64 table index stored into its int32 index tensor (torch 2.11, H200)
+    rows = torch.from_numpy(np.stack([lo, hi, base, qpos]).astype(np.int32)).to(dev)  # one copy to the device
     kpos = None
     if need_kpos if need_kpos is not None else (batch.window is not None or batch.alibi_slopes is not None):
         j = np.arange(lmax)[None, :]
         rel = j - c
         in_tree = tree & (rel >= 0) & (rel < q)
-        kpos = torch.from_numpy(np.where(in_tree, c + np.take_along_axis(depth, np.clip(rel, 0, qmax - 1), 1), j)).to(dev)
+        kpos = np.where(in_tree, c + np.take_along_axis(depth, np.clip(rel, 0, qmax - 1), 1), j)
+        kpos = torch.from_numpy(kpos.astype(np.int32)).to(dev)
     tmax = max(batch.trees.tmax, 1)
     anc = padded_tree_masks(batch, qmax, tmax)  # [B, Qmax, Tmax]: ancestors incl. self
-    return RowTables(rows[0], rows[1], rows[2], anc, tmax, rows[3], kpos, batch.kv_lens.long(),
+    return RowTables(rows[0], rows[1], rows[2], anc, tmax, rows[3], kpos, batch.kv_lens.int(),
                      torch.from_numpy(real).to(dev), {"lo": lo, "hi": hi, "tree_base": base, "kv_len": h.kv_lens,
                                                       "real": real})
 

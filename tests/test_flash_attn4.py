@@ -172,11 +172,14 @@ def test_flex_flash_option_and_reasons():
     assert any("at least 16" in r for r in rs)
     assert not any("head dims" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))
     assert make_backend("flex").reasons(batch([decode(40)])) == []  # the Triton route is unchanged
-    # trees: refused (the CuTe lowering of the tree mask_mod failed on the H200), not on other batches
+    # trees: taken on the GPU as on flex's Triton kernel (int32 row tables)
     tree_batch = batch([tree(T40, 100), decode(40)], dtype="bfloat16", d=128)
-    assert any("tree mask_mod" in r for r in be.reasons(tree_batch))
-    assert not any("tree mask_mod" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))
-    assert not any("tree mask_mod" in r for r in make_backend("flex").reasons(tree_batch))
+    assert not any("tree" in r for r in be.reasons(tree_batch))
+    # sinks and a lone decode: refused with what the H200 showed, and only there
+    assert any("sinks" in r for r in be.reasons(batch([decode(40), decode(9)], dtype="bfloat16", d=128, sinks=True)))
+    assert any("[1, 1]" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))
+    assert not any("sinks" in r or "[1, 1]" in r for r in be.reasons(batch([decode(40), decode(9)], dtype="bfloat16", d=128)))
+    assert make_backend("flex").reasons(batch([decode(40)], dtype="bfloat16", d=128, sinks=True)) == []
 
 
 @pytest.mark.gpu

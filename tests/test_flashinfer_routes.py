@@ -29,6 +29,7 @@ def facts(reqs, **kw):
     (DECODES, {}, 9, "decode-tc"),
     (DECODES, {"sinks": True}, 9, "xqa"),
     (DECODES, {"sinks": True, "page_size": 5}, 9, "fa2"),  # XQA takes pages 16..128
+    (DECODES, {"sinks": True, "k_scale": 0.37, "v_scale": 2.9}, 9, "fa2"),  # XQA: no K/V scales on a 16-bit cache
     (DECODES, {"sinks": True}, 8, "fa2"),  # XQA needs sm_90
     (TREES, {}, 9, "fa2"),  # a custom mask
     (PREFILLS, {}, 9, "fa3"),  # FlashInfer's own choice on Hopper
@@ -56,6 +57,7 @@ def test_auto_takes_the_engine_route(reqs, kw, sm, route):
     ("xqa", DECODES, {"page_size": 256}, "page sizes 16/32/64/128"),
     ("xqa", DECODES, {"softcap": 30.0}, "soft-cap"),
     ("xqa", DECODES, {"kv_dtype": "fp8_e4m3"}, "unspecified launch failure"),
+    ("xqa", DECODES, {"k_scale": 0.37, "v_scale": 2.9}, "bmm1_scale/bmm2_scale over a 16-bit cache"),
     ("persistent", TREES, {}, "no custom mask"),
     ("persistent", MIXED, {"window": 4}, "takes no window_left"),
     ("pod", PREFILLS, {}, "needs both"),

@@ -17,6 +17,11 @@ torch 2.13 and flash-attn-4 4.0.0b36, is each a skipped row here:
   (``interface.py``, ``_tile_size_fwd_sm90``);
 - a block mask without full-block lists ("Flash attention with block mask but without full
   blocks is not supported yet"): both of Flex's mask builds here give them.
+
+Measured on an H200 (FlashAttention-4 4.0.0b36, torch 2.11): trees run (the row tables are int32,
+as the CuTe lowering wants its indices; with int64 tables the tree mask_mod failed to compile);
+batches with sinks gave outputs off the reference and are refused; a batch of one decode is
+refused (its [1, 1] tables have no layout the lowering takes).
 """
 from __future__ import annotations
 
@@ -65,9 +70,13 @@ def flash_reasons(batch: Any) -> list[str]:
         out.append(f"Flex's FLASH backend: on sm_90 {v} tiles head dims past 128 with 112- or 80-wide key "
                    "tiles (interface.py, _tile_size_fwd_sm90) and its block sparsity needs Flex's 128-wide KV "
                    f"blocks to equal them (block_sparsity.py, normalize_block_sparse_config); got {d}/{dv}")
-    if bool(batch.host.is_tree.any()):
-        out.append(f"Flex's FLASH backend ({v}, torch {torch.__version__.split('+')[0]}) does not compile attnbench's "
-                   "tree mask_mod: its CuTe lowering stores the ancestor table's int64 index into an int32 tensor "
-                   "('Type mismatch, store Int64 (-> Int64) to Tensor with element type Int32', seen on an H200 with "
-                   "torch 2.11); trees run on flex's Triton kernel and on flash-attn4")
+    if batch.sinks is not None:
+        out.append(f"Flex's FLASH backend ({v}, torch {torch.__version__.split('+')[0]}): attnbench weighs the "
+                   "sinks against the LSE Flex returns, and on its FLASH backend that gave outputs off the reference "
+                   "(rel. err 0.22-0.37 on gpt-oss decodes, an H200): sinks run on flex's Triton kernel and on "
+                   "flash-attn4 (learnable_sink)")
+    if batch.num_requests == 1 and int(batch.host.query_lens.max()) == 1:
+        out.append(f"Flex's FLASH backend ({v}): a batch of one request with one query token makes [1, 1] row "
+                   "tables, which its CuTe lowering refuses ('Aux tensor layout has no unique stride-1 leading "
+                   "dimension', an H200)")
     return out

@@ -110,6 +110,7 @@ class Facts:
     q_dtype: Optional[str] = None  # FP8 attention (model.q_dtype): fa3 only
     rope: bool = False  # fused RoPE (flashinfer_rope.py)
     short_kv: bool = False  # a non-causal request with more queries than keys
+    scales16: bool = False  # K/V scales on a 16-bit cache (kv_cache.k_scale/v_scale)
 
     @property
     def mask_bits(self) -> float:
@@ -154,6 +155,7 @@ def facts_of(batch) -> Facts:
         q_dtype=spec.q_dtype,
         rope=spec.rope,
         short_kv=spec.short_kv,
+        scales16=spec.k_scale is not None and spec.kv_dtype is None,
         mask_fill=fa2_mask_fill(),
     )
 
@@ -271,6 +273,10 @@ def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]
             out.append(f"{name}: XQA has no logit soft-cap")
         if f.kv_dtype is not None:
             out.append(f"{name}: XQA on an FP8 cache ended in 'unspecified launch failure' on an H100 (lost CUDA context); not run")
+        if f.scales16:
+            out.append(f"{name}: XQA's bmm1_scale/bmm2_scale over a 16-bit cache gave outputs off the reference "
+                       "(rel. err 0.69, FlashInfer 0.7.2.post1 on an H200): K/V scales on a 16-bit cache run on "
+                       "routes decode, decode-tc, fa2, fa3 and pod")
         if f.head_dim % 16 or f.head_dim > 256:
             out.append(f"{name}: XQA needs head_dim a multiple of 16 up to 256, got {f.head_dim}")
         if sm_major is not None and sm_major < 9:

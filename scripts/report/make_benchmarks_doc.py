@@ -56,9 +56,9 @@ def main() -> int:
         f"- device: **{env.get('device')}**; torch {env.get('torch')}, CUDA {env.get('cuda')}, triton {env.get('triton')}, python {env.get('python')}",
         "- backends: " + ", ".join(f"{k} ({v})" for k, v in sorted(versions.items())),
         f"- attnbench commit: {args.commit or env.get('git_commit') or 'n/a'}",
-        "- `sdpa` and `flex` cannot read a paged cache: their convert step gathers K/V into a dense layout, so"
-        " their kernel time reads contiguous memory and the gather shows in their convert time; `triton`,"
-        " `flash-attn`, `xformers` and `flashinfer` read the pages in place.",
+        "- `sdpa` and `flex` (either kernel) cannot read a paged cache: their convert step gathers K/V into a"
+        " dense layout, so their kernel time reads contiguous memory and the gather shows in their convert"
+        " time; `triton`, `flash-attn`, `flash-attn4`, `xformers` and `flashinfer` read the pages in place.",
         "- kernel = median of CUDA-graph replays (events where a backend cannot be captured: the row says),"
         " cold L2 (flushed before every call); plan = host time of the engine's per-step metadata work"
         " (the library's plan call included); convert = host time of what attnbench adds because the"

@@ -126,3 +126,27 @@ def test_max_nodes_draws_trees_past_one_ancestor_word(tmp_path):
     assert max(sizes) > 64
     with pytest.raises(SystemExit):
         rs.main(["--n", "1", "--max-nodes", "1", "--out", str(tmp_path / "x")])
+
+
+def test_routes_profile_reaches_the_narrow_triton_routes(monkeypatch):
+    """The ``all`` draws of the GPU sweep never reached the Gluon tree kernel or either MLA route (seed
+    5727 on an H200: 0 of 16 draws each): ``--profile routes`` draws, in turn, batches each of them takes.
+    Checked with the routes' own refusals, Hopper assumed (the one reason a CPU adds)."""
+    from attnbench.kernels import routes
+    from attnbench.kernels.mla import gluon as mla_gluon
+    from attnbench.kernels.tree import gluon as tree_gluon
+    from attnbench.workload.batch import materialize
+    from attnbench.workload.scenario import load_text
+
+    monkeypatch.setattr(tree_gluon, "hopper", lambda device: True)
+    monkeypatch.setattr(mla_gluon, "hopper", lambda device: True)
+    opts = routes.Options()
+    docs = rs.generate(9, seed=11, profile="routes")
+    assert docs == rs.generate(9, seed=11, profile="routes")
+    taken = {name: 0 for name in rs.ROUTE_TARGETS}
+    for d in docs:
+        sf = load_text(yaml.safe_dump(d, sort_keys=False), f"{d['name']}.yaml")
+        batch = materialize(sf.cases[0].scenario.batch_spec(), 0)
+        for name in taken:
+            taken[name] += not routes.BY_NAME[name].refusals(batch, opts)
+    assert all(n >= 2 for n in taken.values()), taken

@@ -14,6 +14,10 @@ third of the ``all`` draws (every ``--profile plain`` draw) keep to what every l
 head dim 128, NHD pages of 64/256/512, no variant), so that flash-attn and xformers run them too.
 ``--profile decode``: decodes alone over an FP8 cache, 16-bit q, the ``all`` head dims and variants (the triton
 backend's Gluon decode kernel's batches, and the shipped kernel's where it refuses one).
+``--profile routes``: in turn, batches the triton backend's narrow routes take, which the ``all`` draws
+seldom reach: trees for the Gluon tree kernel (16-bit q, head dim 64/128, pages it reads as TMA boxes,
+no variant, at most 192 rows a request), MLA decodes and MTP chains for the Gluon MLA kernel, and MLA
+trees and prefills (route ``mla``).
 Each file says its seed and index at the top; the same seed always gives the same files.
 """
 from __future__ import annotations
@@ -123,10 +127,41 @@ def draw_decodes(r: random.Random) -> tuple[dict[str, Any], dict[str, Any], list
     return draw_model(r, "decode"), kv, batch
 
 
+ROUTE_TARGETS = ("gluon-tree", "gluon-mla", "mla")
+
+
+def draw_routes(r: random.Random, index: int) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """``--profile routes``: (model, cache, batch) for route ``ROUTE_TARGETS[index % 3]``."""
+    target = ROUTE_TARGETS[index % len(ROUTE_TARGETS)]
+    dtype = r.choice(["bfloat16", "float16"])
+    kv: dict[str, Any] = {"page_size": r.choice([8, 16, 32, 64, 128, 256]), "layout": r.choice(LAYOUTS)}
+    max_ctx = r.choice([300, 2000, 6000])
+    ctx = lambda: r.choice([0, r.randint(1, 64), r.randint(1, max_ctx)])  # noqa: E731
+    decodes = [{"kind": "decode", "count": r.choice([1, 2, 3]), "context": max(ctx(), 1)}] if r.random() < 0.6 else []
+    if target == "gluon-tree":  # three query heads a KV head at most: a 64-node tree is 192 rows
+        kvh, group = r.choice([1, 2, 4, 8]), r.choice([1, 2, 3])
+        model = {"num_q_heads": kvh * group, "num_kv_heads": kvh, "head_dim": r.choice([64, 128]), "dtype": dtype}
+        if r.random() < 0.3:
+            kv["dtype"] = r.choice(["fp8_e4m3", "fp8_e5m2"])
+        trees = [{"kind": "tree", "count": r.choice([1, 2, 3, 5]), "context": ctx(), "tree": draw_tree(r)}
+                 for _ in range(r.randint(1, 3))]
+        return model, kv, trees + decodes
+    model = {"attention": "mla", "num_q_heads": r.choice([16, 32, 64, 128]), "kv_lora_rank": 512, "rope_dim": 64,
+             "dtype": dtype}
+    if target == "gluon-mla":
+        chains = [{"kind": "tree", "count": r.choice([1, 2, 4]), "context": max(ctx(), 1), "tree": {"chain": r.randint(1, 4)}}
+                  for _ in range(r.randint(0, 2))]
+        return model, kv, (chains + decodes) or [{"kind": "decode", "count": 2, "context": max(ctx(), 1)}]
+    groups = [draw_group(r, max_ctx, 40) for _ in range(r.randint(1, 3))]
+    return model, kv, groups + decodes
+
+
 def draw_scenario(seed: int, index: int, profile: str = "all", max_nodes: int = 64) -> dict[str, Any]:
     r = random.Random(seed * 100_003 + index)
     if profile == "decode":
         model, kv, batch = draw_decodes(r)
+    elif profile == "routes":
+        model, kv, batch = draw_routes(r, index)
     elif profile == "plain" or (profile == "all" and r.random() < 0.35):
         model, kv = draw_plain(r)
     else:
@@ -138,7 +173,7 @@ def draw_scenario(seed: int, index: int, profile: str = "all", max_nodes: int = 
             kv["scale"] = r.choice(["per-tensor", "per-head"])
         if not mla and r.random() < 0.2:
             kv["order"] = "HND"
-    if profile != "decode":
+    if profile not in ("decode", "routes"):
         max_ctx = r.choice([300, 2000, 6000])
         batch = [draw_group(r, max_ctx, max_nodes) for _ in range(r.randint(1, 5))]
     return {
@@ -180,7 +215,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", choices=("all", "flashinfer", "plain", "decode"), default="all")
+    ap.add_argument("--profile", choices=("all", "flashinfer", "plain", "decode", "routes"), default="all")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--max-nodes", type=int, default=64,
                     help="random trees of up to this many nodes (default 64: one ancestor word, the seeds' old draws)")

@@ -11,8 +11,9 @@ Lanes (``--lanes "tests scenarios draws"``, the default; ``NAME=ARG`` gives a la
   (attnbench/scenarios/, attnbench/scenarios/gpu/, scripts/gpu/scenarios/) through every installed
   backend and every route option (``SPECS``: backend specs, comma-separated), with
   ``--save-tensors``, each saved output recomputed by check_saved.py (verify_all.py does this).
-- ``draws[=SPECS]``: ``--draws`` seeded random scenarios (random_scenarios.py ``--seed``, and a
-  third as many FP8 decode draws at seed + 100000) through the same check: batches nobody wrote.
+- ``draws[=SPECS]``: ``--draws`` seeded random scenarios (random_scenarios.py ``--seed``, a third as
+  many FP8 decode draws at seed + 100000, and as many for the narrow triton routes, ``--profile
+  routes``, at seed + 200000) through the same check: batches nobody wrote.
 - ``timer``: the timer's own checks (gpu_checks.py); run it on a GPU of its own, it times.
 
 A multi-GPU machine runs lane i on GPU i modulo the GPUs; more lanes than GPUs share them
@@ -245,7 +246,8 @@ def shipped(a) -> list[str]:
 
 def run_draws(lane: Lane, a, end: float, say) -> None:
     folder = lane.folder / "scenarios"
-    sets = [(a.seed, "all", a.draws), (a.seed + 100000, "decode", max(1, a.draws // 3))]
+    sets = [(a.seed, "all", a.draws), (a.seed + 100000, "decode", max(1, a.draws // 3)),
+            (a.seed + 200000, "routes", max(3, a.draws // 3))]
     if not a.resume or not folder.is_dir():
         for seed, profile, n in sets:
             rc, _ = bounded([sys.executable, str(HERE / "random_scenarios.py"), "--n", str(n), "--seed", str(seed),
@@ -256,7 +258,7 @@ def run_draws(lane: Lane, a, end: float, say) -> None:
                 return
     files = sorted(str(p) for p in folder.glob("*.yaml"))
     say(f"{lane.title}: {len(files)} draws (seed {a.seed}: {a.draws}; seed {a.seed + 100000}, FP8 decodes: "
-        f"{max(1, a.draws // 3)})")
+        f"{max(1, a.draws // 3)}; seed {a.seed + 200000}, the narrow triton routes: {max(3, a.draws // 3)})")
     run_verify(lane, a, end, files)
 
 

@@ -332,3 +332,28 @@ def test_installed_but_not_importable_is_unavailable():
 
     why = Broken.unavailable()
     assert why.startswith("json does not import: ModuleNotFoundError")
+
+
+def test_a_dotted_library_whose_parent_is_missing_or_fails_is_a_reason(tmp_path, monkeypatch):
+    """``flash_attn.cute`` is found by importing ``flash_attn``: a missing parent is 'not installed', a
+    parent whose ``__init__`` raises (flash-attn 2 built for another torch) is 'does not import'."""
+    import sys
+
+    from attnbench.backend import Backend
+
+    pkg = tmp_path / "attnbench_broken_parent_xyz"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('undefined symbol: _ZN3c10')\n")
+    (pkg / "cute.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "attnbench_broken_parent_xyz", raising=False)
+
+    def backend(lib):
+        return type("Dotted", (Backend,), {"name": "dotted", "library": lib, "install_hint": "pip install x",
+                                           "plan": lambda self, b: b, "run": lambda self, p: p.q})
+
+    assert backend("attnbench_no_such_parent_xyz.cute").unavailable() == \
+        "attnbench_no_such_parent_xyz.cute not installed; install with: pip install x"
+    why = backend("attnbench_broken_parent_xyz.cute").unavailable()
+    assert why == "attnbench_broken_parent_xyz does not import: ImportError: undefined symbol: _ZN3c10", why
+    assert backend("json.decoder").unavailable() is None

@@ -110,10 +110,20 @@ class Backend(ABC):
 
     @classmethod
     def unavailable(cls) -> Optional[str]:
-        """Why this backend cannot run on this machine at all, or None."""
-        if cls.library and importlib.util.find_spec(cls.library) is None:
-            hint = f"; install with: {cls.install_hint}" if cls.install_hint else ""
-            return f"{cls.library} not installed{hint}"
+        """Why this backend cannot run on this machine at all, or None. A dotted ``library``
+        (``flash_attn.cute``) is looked up by importing its parents, which may be missing or fail
+        (flash-attn 2's ``flash_attn/__init__`` loading its extension): each is a reason."""
+        if cls.library:
+            try:
+                found = importlib.util.find_spec(cls.library) is not None
+            except ModuleNotFoundError:  # a parent package is missing
+                found = False
+            except Exception as e:  # a parent package's __init__ failed
+                parent = cls.library.rsplit(".", 1)[0]
+                return f"{parent} does not import: {type(e).__name__}: {e}"
+            if not found:
+                hint = f"; install with: {cls.install_hint}" if cls.install_hint else ""
+                return f"{cls.library} not installed{hint}"
         for module in cls.import_modules:
             try:
                 importlib.import_module(module)

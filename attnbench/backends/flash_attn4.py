@@ -158,25 +158,6 @@ class FlashAttn4Backend(Backend):
                  "route), other requests one paged call per causality"),
     }
 
-    @classmethod
-    def unavailable(cls) -> Optional[str]:
-        """``flash_attn.cute`` lives in the ``flash_attn`` namespace: finding it imports
-        ``flash_attn`` (flash-attn 2's package when both are installed), which may fail."""
-        try:
-            found = importlib.util.find_spec(cls.library or "flash_attn.cute") is not None
-        except ModuleNotFoundError:  # no flash_attn at all
-            found = False
-        except Exception as e:  # flash-attn 2's __init__ failing to load its extension
-            return f"flash_attn does not import: {type(e).__name__}: {e}"
-        if not found:
-            return f"flash_attn.cute not installed; install with: {cls.install_hint}"
-        for module in cls.import_modules:
-            try:
-                importlib.import_module(module)
-            except Exception as e:
-                return f"flash_attn.cute does not import: {type(e).__name__}: {e}"
-        return None
-
     def unsupported(self, batch: Batch) -> list[str]:
         v, out = fa4_version(), []
         if batch.spec.kv_dtype is not None:

@@ -26,6 +26,7 @@ from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices
 
 from .test_triton_backend import CHOICES, TritonBackend, need_interpreter, tree
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 # the combination: FP8 e4m3 KV, window 48, head dim 64, 8 q / 2 kv heads, decodes, trees
 # and a chunked prefill (float16 queries: the interpreter's bfloat16 tl.dot is wrong)
@@ -41,11 +42,6 @@ REQUESTS = (
 def _batch(page: int, scale: str, kv_dtype: str = "fp8_e4m3"):
     spec = BatchSpec(REQUESTS, 8, 2, 64, "float16", page, "shuffled", window=48, kv_dtype=kv_dtype, kv_scale=scale)
     return materialize(spec, seed=page)
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)

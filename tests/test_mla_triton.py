@@ -21,6 +21,7 @@ from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices, random_tree  # noqa: E402
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 INTERPRETED = triton_mla_kernels.INTERPRETED and triton_mode() == "interpreted"
 TOL = {"float32": 1e-4, "float16": 3e-3}
@@ -33,11 +34,6 @@ MIXED = [
     Request("decode", 1, 3),
     Request("tree", 4, 0, tuple(chain(3))),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def check(reqs, *, hq=4, rank=64, rope=16, dtype="float32", page=4, layout="shuffled", seed=0, splits=None):

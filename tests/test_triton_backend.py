@@ -25,17 +25,13 @@ TritonBackend, triton_mode = _paged.TritonBackend, _paged.triton_mode
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices, random_tree  # noqa: E402
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 # True when this process imported triton before this module (compiled mode): the CPU tests
 # then run in a fresh subprocess (test_cpu_in_fresh_process) instead of here.
 INTERPRETED = triton_kernels.INTERPRETED and triton_mode() == "interpreted"
 TOL = {"float32": 1e-4, "float16": 3e-3}
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0]]
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def tree(parents, context):

@@ -42,13 +42,9 @@ from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, 
 ROOT = Path(__file__).resolve().parent.parent
 _pk, _mk = import_interpreted("attnbench.kernels.prefill.kernels", "attnbench.kernels.mla.kernels")
 from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 FP8_TOL = 3e-3
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def run(be, batch):

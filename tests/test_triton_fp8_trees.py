@@ -19,11 +19,7 @@ from attnbench.kernels import routes
 from attnbench.kernels.tree import gluon as tree_route
 
 from .test_triton_backend import TritonBackend, need_interpreter, tree
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 
 def _batch(seed, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, hq=8, hkv=2, dtype="float16", d=32):

@@ -17,6 +17,7 @@ from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices
 
 from .test_triton_backend import CHOICES, TritonBackend, need_interpreter, tree
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 REQS = (
     Request("decode", 1, 150),  # several key tiles: the unmasked loop runs
@@ -25,11 +26,6 @@ REQS = (
     Request("decode", 1, 3),
 )
 OPTIONS = {"default": {}, "split": dict(splits=3, block_n=16), "rows16": dict(block_m=16, block_n=16, block_nf=32)}
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def run_fp8(backend, *, kv_dtype="fp8_e4m3", kv_scale="per-tensor", page=16, window=None, dtype="float16", seed=0):

@@ -20,6 +20,7 @@ from attnbench.kernels.mla import plan as triton_mla  # noqa: E402
 from attnbench.workload.batch import BatchSpec, Request, materialize  # noqa: E402
 from attnbench.workload.reference import compare, reference_attention  # noqa: E402
 from attnbench.workload.trees import chain, from_choices  # noqa: E402
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = _kernels.INTERPRETED and _paged.triton_mode() == "interpreted"
@@ -36,11 +37,6 @@ REQS = (
 
 
 M128 = dict(max_block_m=128, value_chunks=2, tail_stages=1)  # 128-row units, value halves, an unpipelined tail
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def mla_batch(hq, page, *, dtype="float16", reqs=REQS, seed=0):

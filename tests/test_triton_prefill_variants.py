@@ -20,6 +20,7 @@ from .test_triton_backend import CHOICES, TOL, TritonBackend, need_interpreter, 
 
 (_pk,) = import_interpreted("attnbench.kernels.prefill.kernels")
 from attnbench.kernels.prefill import launch as triton_prefill  # noqa: E402
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 
 # the backend's tile options beside the route (the prefill round's configs: 2 programs an SM, one warpgroup each,
@@ -32,11 +33,6 @@ PREFILLS = (
     Request("prefill", 1, 0),
     Request("decode", 1, 100),  # a decode row beside them
 )
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

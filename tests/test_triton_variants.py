@@ -18,6 +18,7 @@ from attnbench.workload.reference import compare, reference_attention
 from attnbench.workload.trees import from_choices, random_tree
 
 from .test_triton_backend import CHOICES, INTERPRETED, TritonBackend, need_interpreter, tree
+from .interpreted import interpret_on_cpu  # noqa: F401 (an autouse fixture)
 
 TOL = {"float32": 1e-4, "float16": 3e-3}
 T70 = tuple(random_tree({"nodes": 70, "max_depth": 6, "max_children": 4, "seed": 3}))
@@ -45,11 +46,6 @@ FEATURES = {
 # plan settings: the default heuristic; forced splits with 16-key tiles (the split merge);
 # 16-row blocks (several row blocks per request)
 CONFIGS = {"default": {}, "split": dict(splits=3, block_n=16), "rows16": dict(block_m=16, block_n=16)}
-
-
-@pytest.fixture(autouse=True)
-def _interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def requests_for(feature, reqs=MIXED):

@@ -42,9 +42,7 @@ skips the kernel. Where it was validated: docs/backends.md.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
-import importlib.util
 import time
 import warnings
 from dataclasses import dataclass, field

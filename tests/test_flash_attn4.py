@@ -175,11 +175,53 @@ def test_flex_flash_option_and_reasons():
     # trees: taken on the GPU as on flex's Triton kernel (int32 row tables)
     tree_batch = batch([tree(T40, 100), decode(40)], dtype="bfloat16", d=128)
     assert not any("tree" in r for r in be.reasons(tree_batch))
-    # sinks and a lone decode: refused with what the H200 showed, and only there
-    assert any("sinks" in r for r in be.reasons(batch([decode(40), decode(9)], dtype="bfloat16", d=128, sinks=True)))
+    # a lone decode: refused with what the H200 showed, and only there (sinks run: the LSE test below)
     assert any("[1, 1]" in r for r in be.reasons(batch([decode(40)], dtype="bfloat16", d=128)))
-    assert not any("sinks" in r or "[1, 1]" in r for r in be.reasons(batch([decode(40), decode(9)], dtype="bfloat16", d=128)))
-    assert make_backend("flex").reasons(batch([decode(40)], dtype="bfloat16", d=128, sinks=True)) == []
+    two = batch([decode(40), decode(9)], dtype="bfloat16", d=128, sinks=True)
+    assert not any("[1, 1]" in r or "sink" in r for r in be.reasons(two))
+    assert make_backend("flex").reasons(batch([decode(40)], dtype="bfloat16", d=128)) == []
+
+
+def test_flex_flash_lse_base_is_read_from_torch(monkeypatch, request):
+    """torch before pytorch#181824 multiplies the FLASH backend's natural-log LSE by ln 2: lse_scale
+    undoes it there and is 1 where flex_attention reads the FLASH statistics as natural-log."""
+    import inspect
+    import math
+
+    from attnbench.backends import _flex_flash
+
+    _flex_flash.lse_scale.cache_clear()
+    request.addfinalizer(_flex_flash.lse_scale.cache_clear)  # the next reader sees this torch again
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "def flex_attention(...):\n    stats_are_log2=...\n")
+    assert _flex_flash.lse_scale() == 1.0
+    _flex_flash.lse_scale.cache_clear()
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "def flex_attention(...):\n    lse = lse * ln2\n")
+    assert _flex_flash.lse_scale() == pytest.approx(1 / math.log(2))
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_sinks_weigh_the_lse_in_its_true_base(window):
+    """The sink correction of flex's run, fed the LSE as torch 2.11's FLASH backend returned it (times
+    ln 2): the plan's lse_scale gives the reference back; without it the rows are off (rel. err
+    0.22-0.37 on the H200's gpt-oss decodes, the same error as here)."""
+    import math
+
+    from attnbench.workload.reference import compare, reference_attention
+
+    b = batch([decode(40), tree(T40, 21), decode(7)], sinks=True, window=window)
+    be = make_backend("flex")
+    p = be.prepare(b)
+    ref, _ = reference_attention(b)
+    real = p.fn
+
+    def as_torch_2_11(*a, **kw):
+        o, aux = real(*a, **kw)
+        return o, getattr(aux, "lse", aux) * math.log(2)
+
+    p.fn = as_torch_2_11
+    assert compare(be.run(p), ref)[0] > 0.05  # the bug, seen
+    p.lse_scale = 1 / math.log(2)
+    assert compare(be.run(p), ref)[0] < 1e-5  # undone: float32 on the CPU
 
 
 @pytest.mark.gpu

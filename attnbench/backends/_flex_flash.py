@@ -19,13 +19,16 @@ torch 2.13 and flash-attn-4 4.0.0b36, is each a skipped row here:
   blocks is not supported yet"): both of Flex's mask builds here give them.
 
 Measured on an H200 (FlashAttention-4 4.0.0b36, torch 2.11): trees run (the row tables are int32,
-as the CuTe lowering wants its indices; with int64 tables the tree mask_mod failed to compile);
-batches with sinks gave outputs off the reference and are refused; a batch of one decode is
-refused (its [1, 1] tables have no layout the lowering takes).
+as the CuTe lowering wants its indices; with int64 tables the tree mask_mod failed to compile); a
+batch of one decode is refused (its [1, 1] tables have no layout the lowering takes); batches with
+sinks were off the reference until the LSE was read in its true base (``lse_scale``).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
+import math
 from typing import Any, Optional
 
 import torch
@@ -70,13 +73,26 @@ def flash_reasons(batch: Any) -> list[str]:
         out.append(f"Flex's FLASH backend: on sm_90 {v} tiles head dims past 128 with 112- or 80-wide key "
                    "tiles (interface.py, _tile_size_fwd_sm90) and its block sparsity needs Flex's 128-wide KV "
                    f"blocks to equal them (block_sparsity.py, normalize_block_sparse_config); got {d}/{dv}")
-    if batch.sinks is not None:
-        out.append(f"Flex's FLASH backend ({v}, torch {torch.__version__.split('+')[0]}): attnbench weighs the "
-                   "sinks against the LSE Flex returns, and on its FLASH backend that gave outputs off the reference "
-                   "(rel. err 0.22-0.37 on gpt-oss decodes, an H200): sinks run on flex's Triton kernel and on "
-                   "flash-attn4 (learnable_sink)")
     if batch.num_requests == 1 and int(batch.host.query_lens.max()) == 1:
         out.append(f"Flex's FLASH backend ({v}): a batch of one request with one query token makes [1, 1] row "
                    "tables, which its CuTe lowering refuses ('Aux tensor layout has no unique stride-1 leading "
                    "dimension', an H200)")
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def lse_scale() -> float:
+    """What the LSE Flex returns on its FLASH backend is multiplied by to be natural-log, as the sinks
+    need it (``flex.run``): 1 / ln 2 on a torch whose ``flex_attention`` converts every backend's
+    statistics from log2, FlashAttention-4's natural-log LSE included (pytorch/pytorch#181645, fixed
+    by #181824, after which ``flex_attention`` passes ``stats_are_log2`` as False for FLASH); 1 on a
+    torch with the fix. On an H200 with torch 2.11 the sink rows were off by rel. err 0.347 / 0.358 /
+    0.266 (gpt-oss full and sliding layers at 4k, full at 16k); multiplying Flex's LSE by ln 2 on the
+    CPU gives 0.343 / 0.357 / 0.264 on the same cases."""
+    from torch.nn.attention import flex_attention as fa
+
+    try:
+        fixed = "stats_are_log2" in inspect.getsource(fa.flex_attention)
+    except (OSError, TypeError):  # no source to read: trust the torch (every row is checked anyway)
+        fixed = True
+    return 1.0 if fixed else 1.0 / math.log(2.0)

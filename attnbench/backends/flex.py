@@ -51,7 +51,7 @@ from attnbench.workload.batch import Batch
 
 from ._dense import Dense, dense_working_set, gather_padded_kv, padded_queries, rope_dense, unpad_output
 from ._flex_blocks import block_mask_from_kv_blocks, make_mask_mod, row_tables
-from ._flex_flash import flash_reasons, flash_unavailable, flash_version
+from ._flex_flash import flash_reasons, flash_unavailable, flash_version, lse_scale
 
 BLOCK = 128  # Flex's default block size (query and key), as create_block_mask uses
 SMEM_LIMIT = 232448  # bytes of shared memory one program may use on an H100/H200 (227 KB)
@@ -100,6 +100,7 @@ class FlexPlan:
     index: torch.Tensor  # real tokens in [B * Qmax], packed order
     sinks: Optional[torch.Tensor]  # [1, Hq, 1] float32 sink logits, or None
     finish: Any = None  # Batch.finish_output: the output in the model dtype or in FP8 (model.out_dtype)
+    lse_scale: float = 1.0  # what the returned LSE is multiplied by to be natural-log (_flex_flash.lse_scale)
 
 
 # On the CPU the unfused path is what runs (and is fine); its warning only adds noise.
@@ -207,8 +208,12 @@ class FlexBackend(Backend):
         kernel_options = {"FORCE_USE_FLEX_ATTENTION": True} if on_gpu and qmax > 1 else {}
         how = "torch.compile(dynamic=False)" if on_gpu else "eager"
         kernel = "flex kernel forced" if kernel_options else "default kernel"
+        scale_lse = 1.0
         if self.option("kernel") == "flash":  # Flex's FLASH backend: FlashAttention-4's kernel, its own tiles
             kernel_options, kernel = {"BACKEND": "FLASH"}, f"BACKEND=FLASH ({flash_version()})"
+            if batch.sinks is not None and lse_scale() != 1.0:
+                scale_lse = lse_scale()
+                kernel += ", its LSE divided by ln 2 (torch#181645)"
         elif on_gpu:  # head dims past 256: tiles that fit in shared memory (the decoding kernel's
             # rows are the G query heads of a KV head: no taller tile than they fill, and its
             # BLOCK_M must be a multiple of G (tl.device_assert(BLOCK_M % G == 0): 128 MLA heads
@@ -238,6 +243,7 @@ class FlexBackend(Backend):
             index=d.index,
             sinks=sinks,
             finish=batch.finish_output,
+            lse_scale=scale_lse,
         )
 
     def run(self, p: FlexPlan) -> torch.Tensor:
@@ -248,8 +254,8 @@ class FlexBackend(Backend):
             o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
             return p.finish(unpad_output(o, p.index))
         o, aux = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **_lse_kwargs(), **kw)
-        lse = getattr(aux, "lse", aux)  # [B, Hq, Qmax], natural log
-        o = (o.float() * torch.sigmoid(lse.float() - p.sinks)[..., None]).to(o.dtype)
+        lse = getattr(aux, "lse", aux).float() * p.lse_scale  # [B, Hq, Qmax], natural log
+        o = (o.float() * torch.sigmoid(lse - p.sinks)[..., None]).to(o.dtype)
         return p.finish(unpad_output(o, p.index))
 
 

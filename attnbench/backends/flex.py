@@ -254,7 +254,9 @@ class FlexBackend(Backend):
             o = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **kw)
             return p.finish(unpad_output(o, p.index))
         o, aux = p.fn(p.q, p.k, p.v, block_mask=p.block_mask, scale=p.scale, enable_gqa=True, **_lse_kwargs(), **kw)
-        lse = getattr(aux, "lse", aux).float() * p.lse_scale  # [B, Hq, Qmax], natural log
+        lse = getattr(aux, "lse", aux).float()  # [B, Hq, Qmax], natural log (once scaled, below)
+        if p.lse_scale != 1.0:  # torch#181645 on the FLASH backend; no extra launch elsewhere
+            lse = lse * p.lse_scale
         o = (o.float() * torch.sigmoid(lse - p.sinks)[..., None]).to(o.dtype)
         return p.finish(unpad_output(o, p.index))
 

@@ -54,6 +54,8 @@ sys.path.insert(0, str(HERE))  # gpulib (scripts/gpu is no package), imported wh
 LANE_NAMES = ("tests", "scenarios", "draws", "timer")
 DEFAULT_LANES = "tests scenarios draws"
 END_MARGIN_S = 20  # the summary and the tarball are written in the last seconds
+GRACE_S = 20  # what an interrupted command gets to write what it finished, before it is killed
+SAVE_FLASHINFER_S = 60  # --save-flashinfer's packing, after the lanes (flashinfer_cache.py --max-s)
 DRY_SCENARIOS = ("attnbench/scenarios/quickstart.yaml", "attnbench/scenarios/mla-tiny.yaml")
 
 
@@ -150,10 +152,14 @@ def bounded(cmd: list[str], log: Path, env: dict, seconds: float) -> tuple[int, 
         except subprocess.TimeoutExpired:
             os.kill(p.pid, signal.SIGINT)  # attnbench and pytest keep what they finished
             try:
-                return p.wait(timeout=20), True
+                rc = p.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
+                rc = None
+            try:  # and whatever it left behind (a JIT build's ninja and nvcc) goes with it
                 os.killpg(p.pid, signal.SIGKILL)
-                return p.wait(), True
+            except ProcessLookupError:
+                pass
+            return (p.wait() if rc is None else rc), True
 
 
 def run_tests(lane: Lane, a, end: float, say) -> None:
@@ -348,7 +354,8 @@ def main(argv=None) -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
     say = Say(t0, a.out / "validate.log")
-    end = t0 + a.budget_s - END_MARGIN_S
+    # the lanes end early enough for an interrupted command's grace, the summary and the packing
+    end = t0 + a.budget_s - END_MARGIN_S - GRACE_S - (SAVE_FLASHINFER_S if a.save_flashinfer else 0)
     say(f"lanes: {', '.join(l.title for l in lanes)}; budget {a.budget_s:.0f} s; work in {a.work}")
     threads = [threading.Thread(target=run_lane, args=(lane, a, end, say), daemon=True) for lane in lanes]
     for t in threads:
@@ -360,7 +367,7 @@ def main(argv=None) -> int:
     pack(a.work, a.out)
     if a.save_flashinfer:
         res = subprocess.run([sys.executable, str(HERE / "flashinfer_cache.py"), "save", str(a.out), "--prefer", "pod",
-                              "--max-s", "60"], capture_output=True, text=True, cwd=ROOT)
+                              "--max-s", str(SAVE_FLASHINFER_S)], capture_output=True, text=True, cwd=ROOT)
         say("FlashInfer modules: " + (res.stdout.strip().splitlines() or [f"none (exit {res.returncode})"])[-1])
     print(text, flush=True)
     say(f"done; in {a.out}: validate.log, summary.md, details.tgz")

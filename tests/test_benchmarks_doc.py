@@ -18,10 +18,19 @@ def test_the_page_wraps_its_notes_and_keeps_each_one_list_item(tmp_path):
                    capture_output=True)
     note = "these runs shared the host with " + "another job - " * 12 + "and the plan column reads high"
     out = tmp_path / "benchmarks.md"
-    subprocess.run([sys.executable, "scripts/report/make_benchmarks_doc.py", str(run), "--command", "bash x.sh",
-                    "--note", note, "--out", str(out), "--plots", str(tmp_path / "img")], cwd=ROOT, check=True,
-                   capture_output=True)
-    lines = out.read_text().splitlines()
+    kept = tmp_path / "kept.md"
+    kept.write_text("## Earlier session: kept\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    subprocess.run([sys.executable, "scripts/report/make_benchmarks_doc.py", f"{run}=abc1234", "--command", "bash x.sh",
+                    "--command", "bash y.sh", "--note", note, "--out", str(out), "--plots", str(tmp_path / "img"),
+                    "--append", str(kept)], cwd=ROOT, check=True, capture_output=True)
+    text = out.read_text()
+    lines = text.splitlines()
+    # provenance: both calls' commands, and the scenario's own run with the commit given after its folder
+    assert "bash x.sh\nbash y.sh\n" in text and "from 2 GPU calls" in text
+    item = " ".join(x.strip() for x in text.split("\n- run ", 1)[1].split("\n\n", 1)[0].splitlines())
+    assert item.startswith("20") and "at attnbench abc1234:" in item, item
+    assert "`attnbench run quickstart -b sdpa --device cpu" in item and "host load average at its start" in item
+    assert text.endswith(kept.read_text())
     prose = [line for line in lines if not line.startswith("|")]
     assert all(len(line) <= 100 for line in prose), [line for line in prose if len(line) > 100]
     start = next(i for i, line in enumerate(lines) if line.startswith("- these runs shared"))

@@ -1,7 +1,6 @@
-"""The triton backend's split merge (a second launch after ``paged_attention_kernel`` when a
-row block was split and the merge is not fused): one program per (split row, block of ``BLOCK_H``
-query heads), out = sum_s w_s o_s / sum_s w_s with w_s = exp(lse_s - max). Moved out of
-paged/kernels.py (issue 33, FP8 round 2) to keep that module under the 400-line rule; imported there.
+"""The triton backend's split merge (a second launch after the attention kernel when a row block was
+split): one program per (split row, block of ``BLOCK_H`` query heads), out = sum_s w_s o_s / sum_s w_s with
+w_s = exp(lse_s - max).
 
 One head a program made 10240 programs of 256 elements for 8 x 40-node trees with 32 heads; a block of
 heads a program (``BLOCK_H``, shared/launch.merge_heads) makes one wave of them, but the launch took the
@@ -13,11 +12,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-try:
-    from triton.language.extra.cuda import gdc_wait
-except ImportError:  # triton before grid dependency control: PDL never asked for (tree/gluon.PDL_MERGE)
-    gdc_wait = None
-
 
 @triton.jit
 def merge_kernel(
@@ -26,12 +20,9 @@ def merge_kernel(
     stride_pos, stride_por, stride_poh,
     stride_pls, stride_plr, num_heads,
     HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
-    BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_H: tl.constexpr,
 ):
-    """One program per (split row, BLOCK_H query heads): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max).
-    PDL: launched as a programmatic dependent (triton_launch.merge): wait for the launch before it first."""
-    if PDL:
-        gdc_wait()
+    """One program per (split row, BLOCK_H query heads): out = sum_s w_s o_s / sum_s w_s, w_s = exp(lse_s - max)."""
     r = tl.program_id(0)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     tok = tl.load(MERGE + 2 * r).to(tl.int64)

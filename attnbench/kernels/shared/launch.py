@@ -37,7 +37,7 @@ def merge(p) -> torch.Tensor:
             out, po, pl, p.merge,
             out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
             b.num_q_heads,
-            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh, PDL=False,
+            HEAD_DIM=b.head_dim, SPLITS=p.splits_p2, BLOCK_D=d_pad, PAD_D=d_pad != b.head_dim, BLOCK_H=bh,
             num_warps=4,
         )
     return p.out

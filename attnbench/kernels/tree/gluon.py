@@ -13,7 +13,6 @@ split partials in 16 bits (``HALF_PARTIALS``) and count their splits in waves of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -42,11 +41,10 @@ class Tuning:
     # output); the staging slots take what FP8_SMEM leaves beside Q and the ring (their number changed nothing
     # measured: 3, 5 or 7)
     stages_fp8: int = 3
-    # the next tile's S = Q K^T issued early, one wait for it and this tile's P V (a partition holds two ring
-    # slots): 0 off; 1 right behind this tile's P V; 2 before this tile's softmax (FA3's overlap; 256 spill bytes).
-    # 8 x 40-node trees, page 16 / 256 (H200, eleventh session): 16k 188.0 / 186.2 us with 1 against 201.4 / 198.8
-    # off and 201.3 / 197.2 with 2; 4k alike. FP8 caches run it off (1 and 2 were slower there: 72.9 / 136.1 us
-    # against 70.0 at 4k)
+    # the next tile's S = Q K^T issued right behind this tile's P V, one wait for both (a partition holds two ring
+    # slots): 1 on, 0 off. 8 x 40-node trees, page 16 / 256 (H200): 16k 188.0 / 186.2 us on against 201.4 / 198.8
+    # off; 4k alike (issuing it before the softmax instead, FA3's overlap, ran no faster: 201.3 / 197.2, and
+    # spilled). FP8 caches run it off (72.9 us on against 70.0 off at 4k)
     pipe_s: int = 1
 
 
@@ -102,10 +100,8 @@ def fit(p) -> str:
     return ""
 
 
-def launch(p, tuning: Tuning = TUNING, clocks: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``tree_gluon_kernel`` over the plan's units x KV heads, then the split merge (shared.launch.merge).
-    ``clocks``: a [programs, 4, 2 x clocks.SLOTS] int64 tensor the partitions write their timestamps into
-    (their reader, tree_timeline.py, is in git history); None builds the kernel without them."""
+def launch(p, tuning: Tuning = TUNING) -> torch.Tensor:
+    """``tree_gluon_kernel`` over the plan's units x KV heads, then the split merge (shared.launch.merge)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -125,16 +121,14 @@ def launch(p, tuning: Tuning = TUNING, clocks: Optional[torch.Tensor] = None) ->
     ksc, vsc = (f.k_scale, f.v_scale) if fp8 else (p.units, p.units)  # (not read without FP8)
     wgs = warpgroups(p)
     gk.tree_gluon_kernel[(p.units.shape[0] * b.num_kv_heads,)](
-        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, p.sem, ksc, vsc, p.units if clocks is None else clocks,
+        kd, vd, b.q, out, po, pl, b.block_table, p.units, p.anc, ksc, vsc,
         b.q.stride(0), b.q.stride(1), out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2),
-        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0), p.sem.stride(0),
+        pl.stride(0), pl.stride(1), b.block_table.stride(0), p.anc.stride(0),
         1 if fp8 and f.k_scale.numel() > 1 else 0, p.qk_scale, row_head, col_head, b.num_kv_heads,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=BLOCK_N,
         STAGES=tuning.stages_fp8 if fp8 else tuning.stages, UNIT_COLS=tp.UNIT_COLS, WGS=wgs,
-        COMPUTE_REGS=tuning.compute_regs_fp8 if fp8 else tuning.compute_regs, FUSED_MERGE=False, SLOT_TY=ty,
+        COMPUTE_REGS=tuning.compute_regs_fp8 if fp8 else tuning.compute_regs, SLOT_TY=ty,
         SLOT_LAYOUT=gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], ty), FP8=fp8,
-        STAGES8=staging_slots(wgs, d, tuning) if fp8 else 1, PIPE_S=0 if fp8 else tuning.pipe_s, CLOCKS=clocks is not None,
-        PDL=False, MASK_WORDS=True, MASK_AHEAD=False,
-        EARLY_META=True, num_warps=4,
+        STAGES8=staging_slots(wgs, d, tuning) if fp8 else 1, PIPE_S=0 if fp8 else tuning.pipe_s, num_warps=4,
     )
     return kl.merge(p)

@@ -22,17 +22,16 @@ where a request brings a few dozen query tokens (a draft tree) over a long conte
   3 partitions) load their rows of Q themselves (gathered over tokens and heads, then stored to
   shared memory for the MMA), wait on a slot's ``ready`` barrier, run S = Q K^T and O += P V as
   warpgroup MMAs with the online softmax, and hand the slot back (one arrival each) so they
-  run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (1 on 16-bit
-  caches since tree round 3, 0 on FP8 ones: tree/gluon.py): the next tile's S issued behind this tile's
-  P V (1) or before its softmax (2), one wait for both (``_tile_piped``).
+  run apart. A partition without rows (a decode's unit) only hands the slots back. ``PIPE_S`` (on for
+  16-bit caches, off for FP8 ones: tree/gluon.py): the next tile's S issued right behind this tile's P V,
+  one wait for both (``_tile_piped``).
 
 Tiles ending past ``full_end`` (a tree's own nodes, a chunk's causal diagonal) take the mask:
 a tree row sees the context and the nodes of its ancestor bitmask (``ANC``: bit k of word w for
 node 64 w + k), any other row the keys up to its own position; every row only keys below the
-unit's ``kv_hi`` (tree/mask.py: one 64-bit word a row and tile, ``MASK_WORDS``). Keys read past ``kv_hi``
-must hold finite values (attnbench's caches do). ``CLOCKS``: the partitions' timestamps (tree/clocks.py).
-Split units write partial outputs (the plan's dtype) and natural-log LSEs for merge.py's kernel, or, with
-``FUSED_MERGE``, the last split of each (row block, KV head) merges them in the same launch (shared/gluon_epilogue.py).
+unit's ``kv_hi`` (tree/mask.py: one 64-bit word a row and tile). Keys read past ``kv_hi`` must hold finite
+values (attnbench's caches do). Split units write partial outputs (the plan's dtype) and natural-log LSEs for
+merge.py's kernel (shared/gluon_epilogue.py).
 """
 from __future__ import annotations
 
@@ -41,11 +40,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from attnbench.kernels.tree.clocks import stamp
 from attnbench.kernels.shared.gluon_pages import issue_tile, tile_pages
 from attnbench.kernels.shared.gluon_steps import softmax_p, softmax_pv
-from attnbench.kernels.tree.mask import allowed, keep, row_bits
-from attnbench.kernels.shared.gluon_epilogue import merge_rows, store
+from attnbench.kernels.tree.mask import keep, row_bits
+from attnbench.kernels.shared.gluon_epilogue import store
 from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 (U_REQ, U_QSTART, U_QCOUNT, U_CTX, U_KVLO, U_KVHI, U_FULL, U_SPLIT, U_PROW, U_TREE, U_Q0) = (
@@ -65,13 +63,12 @@ def _widen(src, dst, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
 
 @gluon.jit
 def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, row_head,
-            col_head, CLK, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            UNIT_COLS: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr, CLOCKS: gl.constexpr):
+            col_head, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            UNIT_COLS: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr):
     """The item's key tiles into ring slot j % STAGES. FP8: TMA into staging slot j % STAGES8 (``landed``),
     then this partition's 128 threads widen it into the ring slot (float16) and arrive on ``ready``."""
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     w = gl.program_id(0)
-    stamp(CLK + (w * 4 + 3) * 16, 0, CLOCKS)  # (rows: gluon_clocks; 3 is the loader's)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
     kv_lo = gl.load(meta + U_KVLO)
@@ -107,7 +104,6 @@ def _loader(k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS,
         else:
             issue_tile(k_desc, v_desc, k_smem.index(s), v_smem.index(s), ready.index(s), kv_lo + j * BLOCK_N, pages,
                    kvh, row_head, col_head, PAGE, ROW_PAGE, BLOCK_N)
-    stamp(CLK + (w * 4 + 3) * 16, 1, CLOCKS)
 
 
 @gluon.jit
@@ -127,26 +123,17 @@ def _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_la
 
 @gluon.jit
 def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr,
-                o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                EARLY: gl.constexpr, ok):
+                o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, ok):
     """``PIPE_S``: ring tile j, its S (``qk``) issued by the tile before: the mask and softmax, O += P V, and
-    S of tile j + 1 issued behind the P V (the two MMAs back to back) or, EARLY (PIPE_S 2), before the softmax
-    (the MMA under it; the last tile's S again, discarded), one wait for both before slot j is handed back (a
-    partition holds two slots at once: STAGES >= 2); returns (O, m, l, the next S)."""
+    S of tile j + 1 issued behind the P V (the two MMAs back to back), one wait for both before slot j is handed
+    back (a partition holds two slots at once: STAGES >= 2); returns (O, m, l, the next S)."""
     s = j % STAGES
     nxt = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
-    if EARLY:
-        jn = gl.minimum(j + 1, n_tiles - 1)
-        if j + 1 < n_tiles:
-            mbarrier.wait(ready.index(jn % STAGES), (jn // STAGES) & 1)
-        qk1 = warpgroup_mma(q_smem, k_smem.index(jn % STAGES).permute((1, 0)), nxt, use_acc=False, is_async=True)
     if MASKED:
         qk = gl.where(ok, qk, float("-inf"))
     pa, acc, m_i, l_i = softmax_p(qk, m_i, l_i, acc, qk_scale, v_smem.dtype, o_layout)
     pv = warpgroup_mma(pa, v_smem.index(s), acc, is_async=True)
-    if EARLY:
-        acc, nxt = warpgroup_mma_wait(num_outstanding=0, deps=(pv, qk1))
-    elif j + 1 < n_tiles:
+    if j + 1 < n_tiles:
         s1 = (j + 1) % STAGES
         mbarrier.wait(ready.index(s1), ((j + 1) // STAGES) & 1)
         qk1 = warpgroup_mma(q_smem, k_smem.index(s1).permute((1, 0)), nxt, use_acc=False, is_async=True)
@@ -159,69 +146,44 @@ def _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, 
 
 
 @gluon.jit
-def _mask(j, n_full, first, kv_lo, BLOCK_N: gl.constexpr, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-          stride_anc, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
-    """Masked tile j's [rows, keys] mask: from its rows' words (gluon_tree_mask; ``first``: tile n_full's, worked out
-    ahead with MASK_AHEAD), or element by element (MASK_WORDS False)."""
-    start = kv_lo + j * BLOCK_N
-    if MASK_WORDS:
-        if MASK_AHEAD:
-            bits = first
-            if j > n_full:
-                bits = row_bits(start, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
-        else:
-            bits = row_bits(start, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
-        ok = keep(bits, cols)
-    else:
-        ok = allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
-    return ok
+def _mask(j, kv_lo, BLOCK_N: gl.constexpr, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
+    """Masked tile j's [rows, keys] mask, from its rows' 64-bit words (tree/mask.py)."""
+    return keep(row_bits(kv_lo + j * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc), cols)
 
 
 @gluon.jit
 def _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE_S: gl.constexpr, full_end, kv_lo, n_tiles, cols, t,
-               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc, clk, CLOCKS: gl.constexpr,
-               MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr):
+               tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
     """The partition's key tiles: those every row sees in full (the context), then the masked ones (the tree's
-    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S 1 / 2: ``_tile_piped``. MASK_AHEAD: the first
-    masked tile's row words (gluon_tree_mask.row_bits: the ancestor words' loads) are worked out before the full
-    tiles, so their latency is not on its path."""
+    nodes, the split's end); returns (O unnormalized, m, l). PIPE_S: ``_tile_piped``."""
     ROWS: gl.constexpr = 64
     HEAD_DIM: gl.constexpr = v_smem.shape[2]
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     n_full = gl.minimum(gl.maximum(full_end - kv_lo, 0) // BLOCK_N, n_tiles)
-    first = t.to(gl.int64)  # (not read without MASK_AHEAD)
-    if MASK_WORDS and MASK_AHEAD:
-        first = row_bits(kv_lo + n_full * BLOCK_N, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
     if PIPE_S:
         qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
         if n_tiles > 0:
             mbarrier.wait(ready.index(0), 0)
             qk = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), qk, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
-        stamp(clk, 2, CLOCKS)
         for j in range(n_full):
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, PIPE_S == 2, 0)
-        stamp(clk, 3, CLOCKS)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, False, 0)
         for j in range(n_full, n_tiles):
-            ok = _mask(j, n_full, first, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc,
-                       MASK_WORDS, MASK_AHEAD)
+            ok = _mask(j, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
             acc, m_i, l_i, qk = _tile_piped(j, n_tiles, qk, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i,
-                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, PIPE_S == 2, ok)
+                                            qk_scale, s_layout, o_layout, BLOCK_N, STAGES, True, ok)
     else:
         for j in range(n_full):
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
                                   BLOCK_N, STAGES, False, 0)
-        stamp(clk, 3, CLOCKS)
         for j in range(n_full, n_tiles):
-            ok = _mask(j, n_full, first, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc,
-                       MASK_WORDS, MASK_AHEAD)
+            ok = _mask(j, kv_lo, BLOCK_N, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc)
             acc, m_i, l_i = _tile(j, q_smem, k_smem, v_smem, ready, empty, acc, m_i, l_i, qk_scale, s_layout, o_layout,
                                   BLOCK_N, STAGES, True, ok)
-    stamp(clk, 4, CLOCKS)
     return acc, m_i, l_i
 
 
@@ -247,33 +209,26 @@ def _columns(meta):
 
 
 @gluon.jit
-def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv, qk_scale,
+def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, KSC, VSC, n_kv, qk_scale,
              stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-             stride_anc, stride_sem, stride_sc, CLK, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FUSED_MERGE: gl.constexpr, FP8: gl.constexpr,
-             PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, MASK_WORDS: gl.constexpr, MASK_AHEAD: gl.constexpr,
-             EARLY_META: gl.constexpr):
+             stride_anc, stride_sc, G: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, FP8: gl.constexpr, PIPE_S: gl.constexpr):
     """Compute partition ``part`` (one warpgroup): rows part x 64 .. of the item. FP8: the KV head's K scale
     folded into ``qk_scale``, its V scale into the output (the slots hold the FP8 values widened)."""
     ROWS: gl.constexpr = 64
     w = gl.program_id(0)
-    clk = CLK + (w * 4 + part) * 16  # (gluon_clocks: a row a partition)
-    stamp(clk, 0, CLOCKS)
     meta = UNITS + (w // n_kv) * UNIT_COLS
     kvh = w % n_kv
     q_start = gl.load(meta + U_QSTART)
     q_count = gl.load(meta + U_QCOUNT)
     kv_lo = gl.load(meta + U_KVLO)
     kv_hi = gl.load(meta + U_KVHI)
-    if EARLY_META:  # the unit's other columns in the same round trip (the epilogue's too)
-        ctx, full_end, q0, is_tree = _columns(meta)
-        prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
+    # the unit's other columns in the same round trip (the epilogue's too)
+    ctx, full_end, q0, is_tree = _columns(meta)
+    prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
     n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
     if part * ROWS < q_count * G:
-        if not EARLY_META:
-            ctx, full_end, q0, is_tree = _columns(meta)
         _load_q(q_smem, Q, q_start, q_count, kvh, part, stride_qt, stride_qh, G, ROWS, HEAD_DIM)
-        stamp(clk, 1, CLOCKS)
         if FP8:
             qk_scale = qk_scale * gl.load(KSC + kvh * stride_sc)
 
@@ -288,18 +243,11 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         acc, m_i, l_i = _key_tiles(q_smem, k_smem, v_smem, ready, empty, qk_scale, s_layout, o_layout, BLOCK_N, STAGES,
                                    PIPE_S, full_end, kv_lo, n_tiles, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC,
-                                   stride_anc, clk, CLOCKS, MASK_WORDS, MASK_AHEAD)
+                                   stride_anc)
         if FP8:
             acc = acc * gl.load(VSC + kvh * stride_sc)
-        if not EARLY_META:  # (the epilogue's columns loaded on its way)
-            prow, split = gl.load(meta + U_PROW), gl.load(meta + U_SPLIT)
         store(acc, m_i, l_i, Out, PO, PL, prow, split, q_start, part, q_count, kvh, stride_ot, stride_oh, stride_pos,
               stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
-        stamp(clk, 5, CLOCKS)
-        if FUSED_MERGE:
-            if prow >= 0:
-                merge_rows(meta, part, q_count, kvh, Out, PO, PL, SEM, stride_sem, stride_ot, stride_oh, stride_pos,
-                            stride_por, stride_poh, stride_pls, stride_plr, G, ROWS, HEAD_DIM)
     else:  # no rows here (a decode's unit): the slots handed back as they come
         for j in range(n_tiles):
             s = j % STAGES
@@ -308,30 +256,17 @@ def _compute(part, q_smem, k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, 
 
 
 @gluon.jit
-def _launch_dependents():
-    """Let the next launch (the split merge, a programmatic dependent: triton_launch.merge) start its programs;
-    they wait for this launch's end before reading (griddepcontrol, sm_90)."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                              pack=1)
-
-
-@gluon.jit
 def tree_gluon_kernel(
-    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, SEM, KSC, VSC, CLK,
+    k_desc, v_desc, Q, Out, PO, PL, BT, UNITS, ANC, KSC, VSC,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
-    stride_bt, stride_anc, stride_sem, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
+    stride_bt, stride_anc, stride_sc, qk_scale, ROW_HEAD, COL_HEAD, n_kv,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, WGS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
-    FUSED_MERGE: gl.constexpr, SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-    STAGES8: gl.constexpr, PIPE_S: gl.constexpr, CLOCKS: gl.constexpr, PDL: gl.constexpr, MASK_WORDS: gl.constexpr,
-    MASK_AHEAD: gl.constexpr, EARLY_META: gl.constexpr,
+    SLOT_TY: gl.constexpr, SLOT_LAYOUT: gl.constexpr, FP8: gl.constexpr, STAGES8: gl.constexpr, PIPE_S: gl.constexpr,
 ):
     """Grid: (units x KV heads,), unit-major. WGS compute partitions of 64 rows (1-3). The slots (and Q's
     tiles) hold SLOT_TY in SLOT_LAYOUT: the cache's 16-bit dtype, or float16 for FP8 caches, whose tiles
     the TMA writes into STAGES8 staging slots of their own (the loader widens them)."""
-    stamp(CLK + (gl.program_id(0) * 4 + 3) * 16, 2, CLOCKS)  # the program's start (gluon_clocks)
-    if PDL:
-        _launch_dependents()
     q_smem = gl.allocate_shared_memory(SLOT_TY, [WGS, 64, HEAD_DIM], SLOT_LAYOUT)
     k_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)
     v_smem = gl.allocate_shared_memory(SLOT_TY, [STAGES, BLOCK_N, HEAD_DIM], SLOT_LAYOUT)
@@ -352,17 +287,17 @@ def tree_gluon_kernel(
         landed = ready
     gl.warp_specialize([
         (_loader, (k_desc, v_desc, k_smem, v_smem, ready, empty, k8, v8, landed, UNITS, BT, stride_bt, n_kv, ROW_HEAD,
-                   COL_HEAD, CLK, PAGE, ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS, FP8, STAGES8, CLOCKS)),
-        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC, n_kv,
+                   COL_HEAD, PAGE, ROW_PAGE, BLOCK_N, STAGES, UNIT_COLS, FP8, STAGES8)),
+        (_compute, (0, q_smem.index(0), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, KSC, VSC, n_kv,
                     qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
-        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
-                    n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
-        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, SEM, KSC, VSC,
-                    n_kv, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, stride_anc, stride_sem, stride_sc, CLK, G, BLOCK_N, HEAD_DIM, STAGES,
-                    UNIT_COLS, FUSED_MERGE, FP8, PIPE_S, CLOCKS, MASK_WORDS, MASK_AHEAD, EARLY_META)),
+                    stride_pls, stride_plr, stride_anc, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS, FP8,
+                    PIPE_S)),
+        (_compute, (1, q_smem.index(1 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, KSC, VSC, n_kv,
+                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS, FP8,
+                    PIPE_S)),
+        (_compute, (2, q_smem.index(2 % WGS), k_smem, v_smem, ready, empty, Q, Out, PO, PL, UNITS, ANC, KSC, VSC, n_kv,
+                    qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
+                    stride_pls, stride_plr, stride_anc, stride_sc, G, BLOCK_N, HEAD_DIM, STAGES, UNIT_COLS, FP8,
+                    PIPE_S)),
     ][:WGS + 1], [4] * WGS, [COMPUTE_REGS] * WGS)

@@ -1,10 +1,9 @@
 """The Gluon tree kernel's mask of a key tile (tree/gluon_kernels.py), worked out as one 64-bit word a row.
 
-A tile's mask used to be worked out element by element (each of a partition's 64 x 64 scores took its
-ancestor word, a 64-bit shift and four compares: ~900 instructions a thread a masked tile, sm_90). A key
-tile is 64 keys, so a row's mask of it fits one 64-bit word: ``row_bits`` works that word out once a row
-(bit c: key ``start + c`` allowed), and ``keep`` reads each score's bit from the word's 32-bit half its
-column lies in. The keys a row sees (the reference's): a tree row the context and the nodes of its ancestor
+A key tile is 64 keys, so a row's mask of it fits one 64-bit word: ``row_bits`` works that word out once a
+row (bit c: key ``start + c`` allowed), and ``keep`` reads each score's bit from the word's 32-bit half its
+column lies in (element by element, each of a partition's 64 x 64 scores would take its ancestor word, a
+64-bit shift and four compares: ~900 instructions a thread a masked tile on sm_90). The keys a row sees (the reference's): a tree row the context and the nodes of its ancestor
 bitmask (``ANC``: bit k of word w for node 64 w + k, the node itself included), any other row the keys up
 to its own position, a padding row every key; every row only the keys below the unit's ``kv_hi``.
 """
@@ -54,23 +53,3 @@ def keep(bits, cols):
     hi = gl.expand_dims((bits >> 32).to(gl.int32), 1)
     word = gl.where(gl.expand_dims(cols < 32, 0), lo, hi)
     return ((word >> gl.expand_dims(cols % 32, 0)) & 1) != 0
-
-
-@gluon.jit
-def allowed(start, cols, t, tok, ctx, q0, kv_hi, row_ok, is_tree, ANC, stride_anc):
-    """The same mask worked out element by element ([rows, keys]; the kernel's before the row words, kept as the
-    option ``MASK_WORDS`` False: the kernel notes in git history (triton_notes.md), the fourteenth session)."""
-    keys = start + cols
-    if is_tree != 0:
-        rel = keys - ctx
-        w0 = gl.maximum(start - ctx, 0) // 64  # a 64-key tile spans at most two 64-node words
-        wa = gl.load(ANC + tok * stride_anc + w0, mask=row_ok & (w0 < stride_anc), other=0)
-        wb = gl.load(ANC + tok * stride_anc + w0 + 1, mask=row_ok & (w0 + 1 < stride_anc), other=0)
-        relc = gl.maximum(rel, 0)
-        word = gl.where(gl.expand_dims(relc // 64 == w0, 0), gl.expand_dims(wa, 1), gl.expand_dims(wb, 1))
-        bit = ((word >> gl.expand_dims((relc % 64).to(gl.int64), 0)) & 1) != 0
-        ok = gl.expand_dims(rel < 0, 0) | bit
-    else:
-        ok = gl.expand_dims(keys, 0) <= gl.expand_dims(ctx + q0 + t, 1)
-    ok = ok | gl.expand_dims(~row_ok, 1)
-    return ok & gl.expand_dims(keys < kv_hi, 0)

@@ -13,6 +13,7 @@ from attnbench.backends.triton import TritonBackend
 from attnbench.cli.app import app
 from attnbench.kernels import routes
 from attnbench.workload.batch import BatchSpec, Request, materialize
+from attnbench.workload.trees import parse_tree
 
 from .test_triton_backend import need_interpreter
 
@@ -96,3 +97,65 @@ def test_a_forced_route_whose_plan_does_not_fit_raises_and_auto_falls_back(monke
     assert routes.settle(misfit, p, routes.Options()) == (routes.BY_NAME["paged"], "tiles")
     assert routes.mode(routes.BY_NAME["paged"], misfit, "tiles") == \
         "paged (Triton paged kernel), not gluon-tree: tiles"
+
+
+def _pretend_hopper(monkeypatch, problem: str):
+    """The Gluon routes' reasons as on a Hopper GPU (``hopper`` true, TMA views found on these CPU tensors),
+    with ``problem`` as the installed triton's Gluon API check."""
+    from attnbench.kernels.decode import gluon as dg
+    from attnbench.kernels.tree import gluon as tg
+
+    for m in (dg, tg):
+        monkeypatch.setattr(m, "hopper", lambda device: True)
+    monkeypatch.setattr(routes, "api_problem", lambda: problem)
+
+
+@pytest.mark.parametrize("problem", ["", "triton 9.9 removed gl.thread_barrier"])
+def test_a_triton_without_the_gluon_api_sends_auto_to_the_triton_routes(monkeypatch, problem):
+    """On a Hopper GPU, a tree batch the Gluon tree kernel takes goes to it; where the installed triton lacks the
+    Gluon API the kernels are written in, every Gluon route refuses it with that reason and auto takes the
+    Triton route instead (a compile error would have made it an error row)."""
+    _pretend_hopper(monkeypatch, problem)
+    shape = tuple(parse_tree({"choices": [[0], [1], [0, 0], [0, 1]]}))
+    tree = materialize(BatchSpec((Request("tree", 5, 100, shape),), 8, 2, 64, dtype="float16", page_size=16), 2)
+    opts = routes.Options()
+    gluon = routes.BY_NAME["gluon-tree"]
+    if problem:
+        assert gluon.refusals(tree, opts) == [f"route gluon-tree: {problem}"]
+        assert routes.select(tree, opts).name == "paged"
+    else:
+        assert gluon.refusals(tree, opts) == []
+        assert routes.select(tree, opts).name == "gluon-tree"
+    # a batch the route cannot take anyway keeps its own reasons first (the API check is only for batches it takes)
+    decode = _batch(Request("decode", 1, 40))
+    assert all("removed" not in w for w in gluon.refusals(decode, opts))
+
+
+def test_the_gluon_api_check_reads_the_installed_triton(monkeypatch):
+    """``api_problem`` names each missing or removed name (a stub that raises 'has been removed' counts as
+    removed) and says nothing on a triton with them all."""
+    import types
+
+    from attnbench.kernels.shared import gluon as sg
+
+    present = types.SimpleNamespace(thread_barrier=lambda: None, async_copy_global_to_shared=lambda: None)
+
+    def removed(*a, **k):
+        raise RuntimeError("async_copy_global_to_shared has been removed; call async_load instead")
+
+    gl_mod = pytest.importorskip("triton.experimental.gluon.language")
+    tma_mod = pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper").tma
+    for gl_ok, tma_fn, want in ((True, present.async_copy_global_to_shared, ""),
+                                (False, present.async_copy_global_to_shared, "removed gl.thread_barrier ("),
+                                (True, removed, "removed tma.async_copy_global_to_shared ("),
+                                (False, removed, "gl.thread_barrier and tma.async_copy_global_to_shared")):
+        sg.api_problem.cache_clear()
+        if gl_ok:
+            monkeypatch.setattr(gl_mod, "thread_barrier", present.thread_barrier, raising=False)
+        else:
+            monkeypatch.delattr(gl_mod, "thread_barrier", raising=False)
+        monkeypatch.setattr(tma_mod, "async_copy_global_to_shared", tma_fn, raising=False)
+        got = sg.api_problem()
+        assert (want in got) if want else got == "", (gl_ok, got)
+    monkeypatch.undo()
+    sg.api_problem.cache_clear()

@@ -22,6 +22,7 @@ from attnbench.kernels.mla import plan as mla
 from attnbench.kernels.paged import launch as paged
 from attnbench.kernels.prefill import gluon as prefill_gluon
 from attnbench.kernels.prefill import launch as prefill
+from attnbench.kernels.shared.gluon import api_problem
 from attnbench.kernels.tree import gluon as tree
 
 TILES = ("block_m", "block_n", "block_nf", "num_warps", "num_stages")
@@ -76,6 +77,7 @@ class Route:
     fallback: str = ""  # the route auto runs a plan on that does not fit
     fixed_tiles: tuple = ()  # tile options it sets itself (a user's value: a reason)
     plan_kw: dict = field(default_factory=dict)  # how its plan differs (paged/plan.py, mla/plan.py's arguments)
+    gluon: bool = False  # a Gluon kernel: it also needs the installed triton's Gluon API (shared/gluon.api_problem)
 
     def refusals(self, batch, opts: Options) -> list[str]:
         """Every reason it cannot take ``batch`` with ``opts``, in the words a skipped row gives (each naming the
@@ -84,7 +86,12 @@ class Route:
             if self.mla != _is_mla(batch) else []
         out += [f"route {self.name} sets {k} itself (option {k}={getattr(opts, k)})" for k in self.fixed_tiles
                 if getattr(opts, k)]
-        return out or [f"route {self.name}: {why}" for why in self.reasons(batch)]
+        if out:
+            return out
+        why = self.reasons(batch)
+        if not why and self.gluon:  # a batch it would take: the kernel must also compile with this triton
+            why = [w for w in (api_problem(),) if w]
+        return [f"route {self.name}: {w}" for w in why]
 
 
 def _is_mla(batch) -> bool:
@@ -95,16 +102,17 @@ def _is_mla(batch) -> bool:
 
 ROUTES = (
     Route("gluon-prefill", "Gluon prefill kernel", False, prefill_gluon.reasons, prefill_gluon.launch,
-          prefill_gluon.declines, prefill_gluon.config_args, prefill_gluon.fit, "prefill", ("block_m", "block_n")),
+          prefill_gluon.declines, prefill_gluon.config_args, prefill_gluon.fit, "prefill", ("block_m", "block_n"),
+          gluon=True),
     Route("gluon-tree", "Gluon tree kernel", False, tree.reasons, tree.launch, config=tree.config_args,
           fit=tree.fit, fallback="paged", fixed_tiles=("block_m", "block_n"),
-          plan_kw=dict(half=tree.HALF_PARTIALS, waves=True)),
+          plan_kw=dict(half=tree.HALF_PARTIALS, waves=True), gluon=True),
     Route("gluon-decode", "Gluon decode kernel", False, decode.reasons, decode.launch, decode.declines,
-          decode.config_args, decode.fit, "paged", ("block_nf",)),
+          decode.config_args, decode.fit, "paged", ("block_nf",), gluon=True),
     Route("prefill", "Triton prefill kernel", False, prefill.reasons, prefill.launch),
     Route("paged", "Triton paged kernel", False, launch=paged.launch),
     Route("gluon-mla", "Gluon MLA kernel", True, mla_gluon.reasons, mla.launch_gluon, fit=mla_gluon.fit,
-          fallback="mla", fixed_tiles=("block_m", "block_n"), plan_kw=dict(gluon=True)),
+          fallback="mla", fixed_tiles=("block_m", "block_n"), plan_kw=dict(gluon=True), gluon=True),
     Route("mla", "Triton MLA kernel", True, mla.mla_problems, mla.launch),
 )
 BY_NAME = {r.name: r for r in ROUTES}

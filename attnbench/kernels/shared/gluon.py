@@ -2,6 +2,9 @@
 their TMA views read, the pages their 64-key tiles take, and the words a route's refusal is given in."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -11,6 +14,39 @@ BLOCK_N = 64  # the Gluon kernels' key tile (the decode kernel takes 128 at head
 def hopper(device) -> bool:
     """A Hopper GPU (sm_90: warpgroup MMAs, TMA, setmaxnreg): every Gluon kernel here is built for it."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+# the Gluon API the kernels are written in (triton 3.6, the version they were measured on); a later triton may
+# remove a name or leave it as a stub that raises when the kernel is compiled (triton 3.9: both below)
+GLUON_API = (("gl", "thread_barrier"), ("tma", "async_copy_global_to_shared"))
+
+
+@functools.lru_cache(maxsize=None)
+def api_problem() -> str:
+    """'' when the installed triton has the Gluon API the kernels use, else why not (in a skipped row's words):
+    then every Gluon route refuses its batches, and ``route=auto`` runs them on the Triton routes."""
+    try:
+        import triton
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import tma
+    except Exception as e:  # no Gluon at all
+        return f"the Gluon kernels need triton's Gluon (triton 3.6 measured): {type(e).__name__}: {e}"
+    mods, gone = {"gl": gl, "tma": tma}, []
+    for mod, name in GLUON_API:
+        fn = getattr(mods[mod], name, None)
+        if fn is None or "has been removed" in _source(fn):
+            gone.append(f"{mod}.{name}")
+    if gone:
+        return (f"the Gluon kernels are written in triton 3.6's Gluon API, and triton {triton.__version__} removed "
+                f"{' and '.join(gone)} (install triton 3.6, or run a Triton route: route=auto takes them)")
+    return ""
+
+
+def _source(fn) -> str:
+    try:
+        return inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return ""
 
 
 def page_ok(page: int, block_n: int = BLOCK_N) -> bool:

@@ -85,7 +85,7 @@ def shape_key(batch, positions: bool, long: bool, window: Optional[int] = None) 
     rule), window, positions, long keys, the query lengths, tree and causal flags, and a static
     tree's topologies (a dynamic tree's parents are not in it: its words are rebuilt every step);
     also the page size and the sink, soft-cap and ALiBi inputs, which decide whether the default
-    plan shapes a prefill's units for the Gluon kernel (prefill/gluon.unwanted)."""
+    plan shapes a prefill's units for the Gluon kernel (prefill/gluon.declines)."""
     h, q = batch.host, batch.q
     variants = (getattr(batch, "softcap", None), getattr(batch, "sinks", None) is not None,
                 getattr(batch, "alibi_slopes", None) is not None)

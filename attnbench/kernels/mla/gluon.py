@@ -18,9 +18,6 @@ from attnbench.kernels.shared.gluon import BLOCK_N, hopper, page_ok
 STAGES = 2  # ring slots of BLOCK_N keys: 2 x 72 KB beside q's 72 KB and P's 8 KB (224.6 KB offline, sm_90)
 COMPUTE_REGS = 232  # the two compute warpgroups' registers (setmaxnreg; the loader's 4 warps keep 40)
 WAVES = 1  # splits for at most this many programs an SM (one fits: 224.6 KB of shared memory)
-# the score warpgroup's P V issued before P's hand-over to the value warpgroup (which then runs beside the MMA)
-# instead of after it: 8 x 16k decodes, H200, 128 heads 83.3 us against 87.3 after it, 16 heads 53.6 against 53.7
-EARLY_PV = True
 HALF_PARTIALS = True  # split partial outputs in the batch's dtype (8 MB instead of 16 at 8 x 16k, 128 heads)
 RANK, ROPE = 512, 64  # the latent row the kernel is built and tested for (DeepSeek-V2/V3/R1, Kimi K2)
 ROWS = 64  # a unit's rows: one warpgroup's MMA rows
@@ -106,7 +103,7 @@ def launch(p) -> None:
         out, po, pl, b.block_table, p.units, p.qstart, p.ctx,
         out.stride(0), po.stride(0), po.stride(1), pl.stride(0), b.block_table.stride(0), p.qk_scale,
         b.num_q_heads, PAGE=b.page_size, BLOCK_N=BLOCK_N, STAGES=STAGES, UNIT_COLS=p.units.shape[1],
-        COMPUTE_REGS=COMPUTE_REGS, EARLY_PV=EARLY_PV, PIPE_S=False,
+        COMPUTE_REGS=COMPUTE_REGS,
         ROW_LIMITS=bool(b.num_q_heads % ROWS and b.host.query_lens.max() > 1),  # units of several tokens
         num_warps=4,
     )

@@ -15,11 +15,12 @@ own token's):
   BLOCK_N / PAGE boxes at pages of fewer keys; the block-table entries an iteration ahead);
 - the output is 64 x 512 float32: 256 registers a thread for one warpgroup, so its columns are split between
   two compute warpgroups of 256 each. The *score* partition (``_scores``) computes S = Q K^T once per tile
-  (576-deep warpgroup MMA), the online softmax (base 2), writes P (16-bit) and the rows' rescale factors to
-  shared memory for the other partition, then O[:, :256] += P V[:, :256] with P from registers; the *value*
-  partition (``_values``) rescales O[:, 256:] and adds P V[:, 256:] from P in shared memory. P's buffer is
-  single: ``p_ready`` / ``p_free`` hand it over and back once a tile, and once more after the last tile with
-  the final row sums. Each compute partition hands a ring slot back with one arrival (``empty``: two).
+  (576-deep warpgroup MMA), the online softmax (base 2), issues O[:, :256] += P V[:, :256] with P from
+  registers and, while that MMA runs, writes P (16-bit) and the rows' rescale factors to shared memory for
+  the other partition; the *value* partition (``_values``) rescales O[:, 256:] and adds P V[:, 256:] from P
+  in shared memory. P's buffer is single: ``p_ready`` / ``p_free`` hand it over and back once a tile, and
+  once more after the last tile with the final row sums. Each compute partition hands a ring slot back with
+  one arrival (``empty``: two).
 
 Keys of a split's last tile past its end (``k1``) are read and masked (their weight is 0; the cache there must
 hold finite values, as attnbench's caches do). Split units write normalized partial outputs and base-2 LSEs
@@ -104,23 +105,16 @@ def _s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout: gl.constexpr
 
 
 @gluon.jit
-def _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready,
-                p_free, acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
-                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, EARLY_PV: gl.constexpr,
-                PIPE_S: gl.constexpr, ROW_LIMITS: gl.constexpr = False):
+def _score_tile(j, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty, p_ready, p_free,
+                acc, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr, DV: gl.constexpr,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, ROW_LIMITS: gl.constexpr = False):
     """Ring tile j in the score partition: S = Q K^T, the online softmax (MASKED: keys from ``lim`` on get weight
-    0: the unit's key end, or with ROW_LIMITS each row's, a [ROWS] vector),
-    P and the rescale factors handed to the value partition, O[:, :DV] += P V[:, :DV], the slot handed back;
-    returns (O, m, l, the next S). EARLY_PV: this partition's P V issued before the hand-over (which then runs
-    beside the MMA). PIPE_S: tile j's S came with the tile before (``qk``); tile j + 1's (the last tile's again,
-    discarded) is issued before this tile's softmax and waited for with its P V (two ring slots held at once)."""
+    0: the unit's key end, or with ROW_LIMITS each row's, a [ROWS] vector), O[:, :DV] += P V[:, :DV] issued,
+    P and the rescale factors handed to the value partition while that MMA runs, the slot handed back;
+    returns (O, m, l)."""
     s = j % STAGES
-    if PIPE_S:
-        nxt = _s_issue(gl.minimum(j + 1, n - 1), q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout, BLOCK_N, STAGES)
-    else:
-        qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready,
-                                                                  s_layout, BLOCK_N, STAGES), ))
-        nxt = qk
+    qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(j, q_smem, qr_smem, kv_smem, kr_smem, ready, s_layout,
+                                                              BLOCK_N, STAGES), ))
     if MASKED:
         if ROW_LIMITS:
             qk = gl.where(gl.expand_dims(k0 + j * BLOCK_N + cols, 0) < gl.expand_dims(lim, 1), qk, float("-inf"))
@@ -131,20 +125,14 @@ def _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_sm
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1)).to(p_smem.dtype)
     alpha = gl.exp2(m_i - m_sub)
     l_i = l_i * alpha + gl.sum(p.to(gl.float32), 1)
-    if not EARLY_PV:
-        _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     pa = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     acc = warpgroup_mma(pa, kv_smem.index(s).slice(0, DV, dim=1), acc, is_async=True)
-    if EARLY_PV:  # P V issued first, P handed over while it runs
-        _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)
-    if PIPE_S:
-        acc, nxt = warpgroup_mma_wait(num_outstanding=0, deps=(acc, nxt))
-    else:
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    _hand_p(p, alpha, p_smem, a_smem, p_ready, p_free, j)  # P V issued first, P handed over while it runs
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     gl.thread_barrier()  # every warp's MMAs on the slot are done before it is handed back
     mbarrier.arrive(empty.index(s), count=1)
-    return acc, m_new, l_i, nxt
+    return acc, m_new, l_i
 
 
 @gluon.jit
@@ -170,8 +158,7 @@ def _store(o, l_i, col0, meta, Out, PO, H, QSTART, stride_o, stride_pos, stride_
 @gluon.jit
 def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO, PL,
             UNITS, QSTART, CTX, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, EARLY_PV: gl.constexpr,
-            PIPE_S: gl.constexpr, ROW_LIMITS: gl.constexpr):
+            STAGES: gl.constexpr, DV: gl.constexpr, UNIT_COLS: gl.constexpr, ROW_LIMITS: gl.constexpr):
     """The score partition (one warpgroup): every tile's S and softmax, O's first DV columns; then the final
     row sums handed over (one more P round), its columns and a split unit's LSEs stored. ROW_LIMITS (a unit of
     several tokens: MTP chains at a head count not a multiple of 64): row m sees the keys below its token's end,
@@ -193,18 +180,14 @@ def _scores(q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, emp
         lim = gl.minimum(ctx + (row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))) // H + 1, k1)
         n_full = gl.maximum(gl.minimum(ctx + row0 // H + 1, k1) - k0, 0) // BLOCK_N
     mbarrier.wait(q_bar, 0)
-    qk = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    if PIPE_S:
-        qk = warpgroup_mma_wait(num_outstanding=0, deps=(_s_issue(0, q_smem, qr_smem, kv_smem, kr_smem, ready,
-                                                                  s_layout, BLOCK_N, STAGES), ))
     for j in range(n_full):
-        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
-                                        ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                        DV, BLOCK_N, STAGES, False, EARLY_PV, PIPE_S, ROW_LIMITS)
+        acc, m_i, l_i = _score_tile(j, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
+                                    p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
+                                    False, ROW_LIMITS)
     for j in range(n_full, n):
-        acc, m_i, l_i, qk = _score_tile(j, n, qk, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem,
-                                        ready, empty, p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout,
-                                        DV, BLOCK_N, STAGES, True, EARLY_PV, PIPE_S, ROW_LIMITS)
+        acc, m_i, l_i = _score_tile(j, k0, lim, cols, q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, ready, empty,
+                                    p_ready, p_free, acc, m_i, l_i, qk_scale, s_layout, o_layout, DV, BLOCK_N, STAGES,
+                                    True, ROW_LIMITS)
     mbarrier.wait(p_free, (n & 1) ^ 1)
     a_smem.store(l_i)  # the final row sums for the value partition's columns
     gl.thread_barrier()
@@ -247,8 +230,7 @@ def mla_gluon_kernel(
     q_desc, qr_desc, kv_desc, kr_desc, Out, PO, PL, BT, UNITS, QSTART, CTX,
     stride_o, stride_pos, stride_por, stride_pls, stride_bt, qk_scale, H,
     PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr, EARLY_PV: gl.constexpr = False, PIPE_S: gl.constexpr = False,
-    ROW_LIMITS: gl.constexpr = False,
+    COMPUTE_REGS: gl.constexpr, ROW_LIMITS: gl.constexpr = False,
 ):
     """Grid: (units,). q's and the latent cache's rows ([N x H, D], [pages x PAGE, D]; D = D_NOPE + rope dims)
     through two descriptors each (TMA blocks are powers of two): the first D_NOPE columns (q_desc: [64, D_NOPE]
@@ -278,7 +260,7 @@ def mla_gluon_kernel(
                    BT, QSTART, stride_bt, H, PAGE, BLOCK_N, STAGES, UNIT_COLS)),
         (_scores, (q_smem, qr_smem, kv_smem, kr_smem, p_smem, a_smem, q_bar, ready, empty, p_ready, p_free, Out, PO,
                    PL, UNITS, QSTART, CTX, H, qk_scale, stride_o, stride_pos, stride_por, stride_pls, BLOCK_N, STAGES,
-                   DV, UNIT_COLS, EARLY_PV, PIPE_S, ROW_LIMITS)),
+                   DV, UNIT_COLS, ROW_LIMITS)),
         (_values, (kv_smem, p_smem, a_smem, ready, empty, p_ready, p_free, Out, PO, UNITS, QSTART, H, stride_o,
                    stride_pos, stride_por, BLOCK_N, STAGES, DV, UNIT_COLS)),
     ], [4, 4], [COMPUTE_REGS, COMPUTE_REGS])

@@ -138,8 +138,7 @@ def launch(p, tuning: Tuning = TUNING) -> torch.Tensor:
         out.stride(0), out.stride(1), po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
         b.block_table.stride(0), p.qk_scale, row_head, col_head, b.num_q_heads, n_units,
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=d, PAGE=b.page_size, ROW_PAGE=row_page, BLOCK_N=bn,
-        STAGES=tuning.stages, UNIT_COLS=tp.UNIT_COLS, HEAVY_FIRST=True, Q_PARTS=parts, COMPUTE_REGS=tuning.compute_regs,
-        EARLY_PAGE=False, DYNAMIC=2,
+        STAGES=tuning.stages, UNIT_COLS=tp.UNIT_COLS, Q_PARTS=parts, COMPUTE_REGS=tuning.compute_regs,
         num_warps=4,
     )
     return kl.merge(p)

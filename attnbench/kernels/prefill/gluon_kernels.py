@@ -17,12 +17,11 @@ partitions and their barriers are written out by hand:
   their rows of the item.
 
 Work items are (unit of the shipped plan: BLOCK_M tokens, query head), the longest causal units
-first (HEAVY_FIRST). A program walks items pid, pid + programs, ... (DYNAMIC 0: one program per item,
-or a static round-robin), or, with a persistent grid, its loader draws them from an atomic counter
-and tells the compute partitions each item's number through a word of global memory (DYNAMIC 1:
-with Q's barrier; 2: with an item barrier of its own, so they read the next item before storing the
-current one). The loader fetches the next item's Q and first tiles while the compute warps finish the
-current one; the ring's slots and phases run on across items.
+first (the plan's units read in reverse). The grid is persistent: a program's loader draws its items
+from an atomic counter and tells the compute partitions each item's number through a word of global
+memory and an item barrier of its own, so they read the next item before storing the current one.
+The loader fetches the next item's Q and first tiles while the compute warps finish the current one;
+the ring's slots and phases run on across items.
 The keys of a tile lie in one page (``PAGE % BLOCK_N == 0``), so a tile is one TMA box of the cache
 viewed as 2-d rows: row = page * ROW_PAGE + kv_head * ROW_HEAD + slot, column kv_head * COL_HEAD
 (NHD: [pages x page, kv heads x d]; HND: [pages x kv heads x page, d]). Keys of the last tile
@@ -46,30 +45,18 @@ from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 
 @gluon.jit
-def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """Work item ``w``: (its unit row's pointer, its query head)."""
+def _item(UNITS, w, n_heads, n_units, UNIT_COLS: gl.constexpr):
+    """Work item ``w``: (its unit row's pointer, its query head). Units are ordered request, split, row
+    block; read in reverse, the longest causal units go first."""
     unit = w // n_heads
-    if HEAVY_FIRST:
-        unit = n_units - 1 - unit
+    unit = n_units - 1 - unit
     return UNITS + unit * UNIT_COLS, w % n_heads
 
 
 @gluon.jit
-def _first_item(SCHED, pid, DYNAMIC: gl.constexpr):
-    """A program's first item: drawn from the launch's counter, or its program id."""
-    if DYNAMIC:
-        return gl.atomic_add(SCHED, 1)
-    else:
-        return pid
-
-
-@gluon.jit
-def _next_item(SCHED, w, nprog, DYNAMIC: gl.constexpr):
-    """The item after ``w``: the next draw, or ``w`` + the grid (a static round-robin)."""
-    if DYNAMIC:
-        return gl.atomic_add(SCHED, 1)
-    else:
-        return w + nprog
+def _draw(SCHED):
+    """The next item of the launch: a draw from its counter."""
+    return gl.atomic_add(SCHED, 1)
 
 
 @gluon.jit
@@ -77,30 +64,28 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, it
             stride_bt,
             n_heads, n_units, row_head, col_head, G: gl.constexpr, HEAD_DIM: gl.constexpr, ROW_PAGE: gl.constexpr,
             PAGE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, UNIT_COLS: gl.constexpr,
-            HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr, EARLY_PAGE: gl.constexpr, SCHED,
-            DYNAMIC: gl.constexpr):
+            Q_PARTS: gl.constexpr, SCHED):
     """The loader partition: per item its Q tile (once the previous item's is consumed), then K and V of
-    each tile into ring slot c % STAGES (c counts tiles across items). DYNAMIC: items are drawn from the
-    counter SCHED[0] and told to the compute partitions through SCHED[1 + pid] (-1: the end), with Q's barrier
-    (1) or, once the previous item's Q is handed back, with the item barrier of its own (2)."""
+    each tile into ring slot c % STAGES (c counts tiles across items). Items are drawn from the counter
+    SCHED[0] and, once the previous item's Q is handed back, told to the compute partitions through
+    SCHED[1 + pid] (-1: the end) and the item barrier."""
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     total = n_heads * n_units
     c = 0
     it = 0
-    w = _first_item(SCHED, pid, DYNAMIC)
+    w = _draw(SCHED)
     while w < total:
-        meta, head = _item(UNITS, w, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        meta, head = _item(UNITS, w, n_heads, n_units, UNIT_COLS)
         kvh = head // G
         kv_lo = gl.load(meta + U_KVLO)
         n_tiles = gl.cdiv(gl.load(meta + U_KVHI) - kv_lo, BLOCK_N)
         bt_row = BT + gl.load(meta + U_REQ).to(gl.int64) * stride_bt
         mbarrier.wait(q_empty, (it & 1) ^ 1)  # mbarriers start with phase 1 complete
-        if DYNAMIC:  # the compute partitions have read the previous item's number (they handed its Q back)
-            gl.store(SCHED + 1 + pid, w)
-            gl.thread_barrier()  # the storing thread's write ordered before the arriving thread's release
-            if DYNAMIC == 2:
-                mbarrier.arrive(item_ready, count=1)
+        # the compute partitions have read the previous item's number (they handed its Q back)
+        gl.store(SCHED + 1 + pid, w)
+        gl.thread_barrier()  # the storing thread's write ordered before the arriving thread's release
+        mbarrier.arrive(item_ready, count=1)
         mbarrier.expect(q_ready, Q_PARTS * q_desc.block_type.nbytes)
         q_start = gl.load(meta + U_QSTART)
         for h in gl.static_range(Q_PARTS):  # one box per compute partition's rows
@@ -109,29 +94,22 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, it
         for j in range(n_tiles):
             s = c % STAGES
             start = kv_lo + j * BLOCK_N
-            if EARLY_PAGE:  # the block-table read before the slot wait: its latency under the wait
-                page = gl.load(bt_row + start // PAGE)
-                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
-            else:
-                mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
-                page = gl.load(bt_row + start // PAGE)
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            page = gl.load(bt_row + start // PAGE)
             row = page * ROW_PAGE + kvh * row_head + start % PAGE
             mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [row, kvh * col_head], ready.index(s), k_smem.index(s))
             tma.async_copy_global_to_shared(v_desc, [row, kvh * col_head], ready.index(s), v_smem.index(s))
             c += 1
         it += 1
-        w = _next_item(SCHED, w, nprog, DYNAMIC)
-    if DYNAMIC:  # the last draw of the launch (every program has drawn its end) sets the counter back to 0
-        if w == total + nprog - 1:
-            gl.atomic_xchg(SCHED, 0)
-        mbarrier.wait(q_empty, (it & 1) ^ 1)
-        gl.store(SCHED + 1 + pid, -1)  # the compute partitions' end
-        gl.thread_barrier()
-        if DYNAMIC == 2:
-            mbarrier.arrive(item_ready, count=1)
-        else:
-            mbarrier.arrive(q_ready, count=1)
+        w = _draw(SCHED)
+    # the last draw of the launch (every program has drawn its end) sets the counter back to 0
+    if w == total + nprog - 1:
+        gl.atomic_xchg(SCHED, 0)
+    mbarrier.wait(q_empty, (it & 1) ^ 1)
+    gl.store(SCHED + 1 + pid, -1)  # the compute partitions' end
+    gl.thread_barrier()
+    mbarrier.arrive(item_ready, count=1)
 
 
 @gluon.jit
@@ -167,10 +145,10 @@ def _key_loop(q_smem, k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, 
 
 
 @gluon.jit
-def _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+def _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS: gl.constexpr):
     """Item w's (query head, this partition's rows, kv_lo, kv_hi, ctx, q0, first token, split, partial row);
     w is clamped into range (past the end: values never used)."""
-    meta, head = _item(UNITS, gl.minimum(gl.maximum(w, 0), total - 1), n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+    meta, head = _item(UNITS, gl.minimum(gl.maximum(w, 0), total - 1), n_heads, n_units, UNIT_COLS)
     prow = gl.load(meta + U_PROW)
     # rows <= 0: none (the tiles still consumed); split rows: this partition's, else the -1 sentinel
     return (head, gl.load(meta + U_QCOUNT) - r0, gl.load(meta + U_KVLO), gl.load(meta + U_KVHI),
@@ -182,51 +160,35 @@ def _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS: gl.constexpr, HEAVY_
 def _compute(part, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL, UNITS, n_heads,
              n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr,
              ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-             WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED, DYNAMIC: gl.constexpr):
+             WARPS: gl.constexpr, UNIT_COLS: gl.constexpr, SCHED):
     """A compute partition (WARPS warps): rows part x ROWS .. of each item: its key loop, its share of the
     Q slot handed back, then its rows' store. Two partitions (Q_PARTS 2) hand each slot back with one
-    arrival each and so run apart: one's softmax beside the other's MMAs. The next item's number and unit
-    row are read before this item's store (their latency under it), except with DYNAMIC 1, where the
-    number comes with Q's barrier."""
+    arrival each and so run apart: one's softmax beside the other's MMAs. The next item's number (the
+    loader's draw, told by the item barrier; -1: the end) and unit row are read before this item's store
+    (their latency under it)."""
     pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
     total = n_heads * n_units
     r0 = part * ROWS
     c = 0
     it = 0
-    if DYNAMIC == 2:  # the loader's draw, told by the item barrier (-1: the end)
-        mbarrier.wait(item_ready, 0)
-        w = gl.load(SCHED + 1 + pid, volatile=True)
-    elif DYNAMIC == 1:  # told once Q's barrier completes
-        mbarrier.wait(q_ready, 0)
-        w = gl.load(SCHED + 1 + pid, volatile=True)
-    else:
-        w = pid
+    mbarrier.wait(item_ready, 0)
+    w = gl.load(SCHED + 1 + pid, volatile=True)
     head, q_count, kv_lo, kv_hi, ctx, q0, q_start, split, prow = _meta(UNITS, w, total, r0, n_heads, n_units,
-                                                                      UNIT_COLS, HEAVY_FIRST)
+                                                                      UNIT_COLS)
     while (w >= 0) & (w < total):
         n_tiles = gl.cdiv(kv_hi - kv_lo, BLOCK_N)
-        if DYNAMIC != 1:
-            mbarrier.wait(q_ready, it & 1)
+        mbarrier.wait(q_ready, it & 1)
         o, m_i, l_i = _key_loop(q_smem.index(part), k_smem, v_smem, ready, empty, c, q_count, ctx, q0, kv_lo, kv_hi,
                                 n_tiles, qk_scale, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS)
         gl.thread_barrier()  # (an item without tiles) every warp is past Q before it is handed back
         mbarrier.arrive(q_empty, count=1)
         c += n_tiles
         it += 1
-        if DYNAMIC == 2:
-            mbarrier.wait(item_ready, it & 1)
-            w = gl.load(SCHED + 1 + pid, volatile=True)
-        elif DYNAMIC == 0:
-            w += nprog
-        if DYNAMIC != 1:
-            nxt = _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
+        mbarrier.wait(item_ready, it & 1)
+        w = gl.load(SCHED + 1 + pid, volatile=True)
+        nxt = _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS)
         _store(o, m_i, l_i, Out, PO, PL, q_start, q_count, head, split, prow, stride_ot, stride_oh, stride_pos,
                stride_por, stride_poh, stride_pls, stride_plr, ROWS, HEAD_DIM, WARPS)
-        if DYNAMIC == 1:
-            mbarrier.wait(q_ready, it & 1)
-            w = gl.load(SCHED + 1 + pid, volatile=True)
-            nxt = _meta(UNITS, w, total, r0, n_heads, n_units, UNIT_COLS, HEAVY_FIRST)
         head, q_count, kv_lo, kv_hi, ctx, q0, q_start, split, prow = nxt
 
 
@@ -262,10 +224,10 @@ def prefill_gluon_kernel(
     stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls, stride_plr, stride_bt,
     qk_scale, ROW_HEAD, COL_HEAD, n_heads, n_units,
     G: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, ROW_PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, HEAVY_FIRST: gl.constexpr, Q_PARTS: gl.constexpr,
-    COMPUTE_REGS: gl.constexpr, EARLY_PAGE: gl.constexpr, DYNAMIC: gl.constexpr,
+    STAGES: gl.constexpr, UNIT_COLS: gl.constexpr, Q_PARTS: gl.constexpr, COMPUTE_REGS: gl.constexpr,
 ):
-    """Grid: (programs,), each walking work items (unit, query head) ``n_heads * n_units`` apart by the grid.
+    """Grid: (programs,), persistent: the loaders draw the ``n_heads * n_units`` work items (unit, query
+    head) from the counter SCHED[0] (left at 0 for the next launch).
     A unit's BLOCK_M rows are Q_PARTS compute partitions of q_desc's rows (a multiple of 64: 16 per warp)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     WARPS: gl.constexpr = ROWS // 16
@@ -288,12 +250,11 @@ def prefill_gluon_kernel(
     gl.warp_specialize([
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, UNITS,
                    BT, stride_bt, n_heads, n_units, ROW_HEAD, COL_HEAD, G, HEAD_DIM, ROW_PAGE, PAGE, BLOCK_N, STAGES,
-                   UNIT_COLS, HEAVY_FIRST, Q_PARTS, EARLY_PAGE, SCHED, DYNAMIC)),
+                   UNIT_COLS, Q_PARTS, SCHED)),
         (_compute, (0, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL, UNITS,
                     n_heads, n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh, stride_pls,
-                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED, DYNAMIC)),
+                    stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, SCHED)),
         (_compute, (Q_PARTS - 1, q_smem, k_smem, v_smem, q_ready, q_empty, item_ready, ready, empty, Out, PO, PL,
                     UNITS, n_heads, n_units, qk_scale, stride_ot, stride_oh, stride_pos, stride_por, stride_poh,
-                    stride_pls, stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, HEAVY_FIRST, SCHED,
-                    DYNAMIC)),
+                    stride_pls, stride_plr, ROWS, BLOCK_N, HEAD_DIM, STAGES, WARPS, UNIT_COLS, SCHED)),
     ][:Q_PARTS + 1], [WARPS] * Q_PARTS, [COMPUTE_REGS] * Q_PARTS)

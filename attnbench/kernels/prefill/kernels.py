@@ -3,18 +3,18 @@
 ``prefill_attention_kernel`` is ``paged/kernels.paged_attention_kernel`` reduced to what a
 causal prefill, chunked prefill or decode batch needs (no tree, no FP8, window, sink,
 soft-cap, ALiBi, bidirectional rows or padded head dim: ``prefill/launch.applies`` sends
-other batches to the shipped kernel), with three options, each a constexpr (all off: the
-shipped kernel's algorithm and code shape, the control of the A/B run):
+other batches to the shipped kernel), and differs from it in:
 
-- ``LEAN``: the unmasked loop's K/V addresses from loop-invariant int32 offsets within a tile
-  (row ``j`` at ``(j % PAGE) * stride + d``) plus one int64 page base per tile (a tile inside
-  one page) or per row (a tile spanning pages), instead of int64 row offsets rebuilt per tile;
-  the next tile's block-table entries still read one iteration ahead. Offline (sm_90,
-  triton 3.6) the shipped loop spends ~1 in 4 of its instructions on address math.
-- ``FOLD``: the row maximum taken on the raw scores and the score scale folded into the
-  exponent's one FMA (``exp2(qk * scale - m)``): no separate multiply per score.
-- ``HEAVY_FIRST``: programs launched in reverse unit order, so each request's longest causal
-  row blocks start first and the shortest ones fill the tail of the launch.
+- ``LEAN`` (a constexpr; off: the shipped kernel's addressing): the unmasked loop's K/V
+  addresses from loop-invariant int32 offsets within a tile (row ``j`` at
+  ``(j % PAGE) * stride + d``) plus one int64 page base per tile (a tile inside one page) or
+  per row (a tile spanning pages), instead of int64 row offsets rebuilt per tile; the next
+  tile's block-table entries still read one iteration ahead. Offline (sm_90, triton 3.6) the
+  shipped loop spends ~1 in 4 of its instructions on address math.
+- the row maximum taken on the raw scores and the score scale folded into the exponent's one
+  FMA (``exp2(qk * scale - m)``): no separate multiply per score.
+- programs run in reverse unit order, so each request's longest causal row blocks start
+  first and the shortest ones fill the tail of the launch.
 
 Units, masks, split partials and the merge are the shipped kernel's (shared/plan.py); the
 unit table's columns are read by the plan's names.
@@ -32,28 +32,21 @@ from attnbench.kernels.shared.plan import UNIT_COLUMNS
 
 
 @triton.jit
-def _step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr, FOLD: tl.constexpr):
-    """One key tile of the online softmax in base 2 (``qk_scale`` = scale log2(e))."""
+def _step(q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, IEEE: tl.constexpr):
+    """One key tile of the online softmax in base 2 (``qk_scale`` = scale log2(e)), the scale folded
+    into the exponent's FMA."""
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    if not FOLD:
-        s = s * qk_scale
     if MASKED:
         s = tl.where(allowed, s, float("-inf"))
-    if FOLD:  # max of the raw scores (the scale is positive), scaled once per row
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # max of the raw scores (the scale is positive), scaled once
     if MASKED:  # a row that has seen no key yet keeps m = -inf: subtract 0 (exp2(-inf) = 0)
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    if FOLD:
-        p = tl.math.exp2(s * qk_scale - m_sub[:, None])
-    else:
-        p = tl.math.exp2(s - m_sub[:, None])
+    p = tl.math.exp2(s * qk_scale - m_sub[:, None])
     alpha = tl.math.exp2(m_i - m_sub)
     l_i = l_i * alpha + tl.sum(p, 1)
     if IEEE:
@@ -85,14 +78,11 @@ def _offsets(bt_row, start, offs, limit, stride_kp, stride_ks, stride_vp, stride
 
 
 @triton.jit
-def _unit(UNITS, UNIT_COLS: tl.constexpr, HEAVY_FIRST: tl.constexpr):
+def _unit(UNITS, UNIT_COLS: tl.constexpr):
     """This program's unit row (grid axis 0): req, q_start, q_count, ctx, kv_lo, kv_hi, full_end,
-    split, prow, q0. ``HEAVY_FIRST``: units are ordered request, split, row block; read reversed,
-    the long rows go first."""
-    if HEAVY_FIRST:
-        unit = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        unit = tl.program_id(0)
+    split, prow, q0. Units are ordered request, split, row block; read reversed, the long rows go
+    first."""
+    unit = tl.num_programs(0) - 1 - tl.program_id(0)
     meta = UNITS + unit * UNIT_COLS
     return (tl.load(meta + P_REQ), tl.load(meta + P_QSTART), tl.load(meta + P_QCOUNT), tl.load(meta + P_CTX),
             tl.load(meta + P_KVLO), tl.load(meta + P_KVHI), tl.load(meta + P_FULL), tl.load(meta + P_SPLIT),
@@ -113,10 +103,10 @@ def prefill_attention_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NF: tl.constexpr,
     UNIT_COLS: tl.constexpr, IEEE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
-    LEAN: tl.constexpr, FOLD: tl.constexpr, HEAVY_FIRST: tl.constexpr,
+    LEAN: tl.constexpr,
 ):
     kvh = tl.program_id(1)
-    req, q_start, q_count, ctx, kv_lo, kv_hi, full_end, split, prow, q0 = _unit(UNITS, UNIT_COLS, HEAVY_FIRST)
+    req, q_start, q_count, ctx, kv_lo, kv_hi, full_end, split, prow, q0 = _unit(UNITS, UNIT_COLS)
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -156,7 +146,7 @@ def prefill_attention_kernel(
             else:
                 k = tl.load(k_base + (page * stride_kp)[:, None] + k_in)
                 v = tl.load(v_base + (page * stride_vp)[:, None] + v_in)
-            m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE, FOLD)
+            m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
     else:  # the shipped kernel's addressing: int64 row offsets, computed a tile ahead
         koff_n, voff_n = _offsets(bt_row, kv_lo, offs_nf, kv_hi, stride_kp, stride_ks, stride_vp, stride_vs,
                                   PAGE, TILE_IN_PAGE)
@@ -167,7 +157,7 @@ def prefill_attention_kernel(
                                       stride_vs, PAGE, TILE_IN_PAGE)
             k = tl.load(k_base + koff[:, None] + offs_d[None, :])
             v = tl.load(v_base + voff[:, None] + offs_d[None, :])
-            m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE, FOLD)
+            m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, None, False, IEEE)
 
     # 2) the causal diagonal and the split's end: masked, BLOCK_N keys each
     for start in range(mid, kv_hi, BLOCK_N):
@@ -182,7 +172,7 @@ def prefill_attention_kernel(
         allowed = slots[None, :] <= (ctx + q0 + qi)[:, None]
         # padding rows see every key in range (finite, never stored)
         allowed = (allowed | (~row_ok)[:, None]) & in_range[None, :]
-        m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, IEEE, FOLD)
+        m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, IEEE)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]

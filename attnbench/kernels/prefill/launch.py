@@ -1,8 +1,8 @@
 """The ``prefill`` route: kernels.py's Triton prefill kernel (issue 33's prefill round, the kernel notes in git history (triton_notes.md)) over
 batches with a prefill and without trees or attention variants; the plan (units, splits, merge rows) is the paged
-kernel's. Its three build choices are on (each measured 5-14% faster on 4 x 1k prefills, H200): ``LEAN``
-loop-invariant int32 in-tile K/V offsets (where a tile lies inside a page or starts on one), ``FOLD`` the score
-scale folded into the exponent's FMA, ``HEAVY_FIRST`` the longest causal row blocks launched first.
+kernel's. The kernel takes loop-invariant int32 in-tile K/V offsets where a tile lies inside a page or starts on
+one (``LEAN``: ``lean_fits``), folds the score scale into the exponent's FMA and runs the longest causal row blocks
+first (each of the three measured 5-14% faster on 4 x 1k prefills, H200).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def launch(p) -> torch.Tensor:
         G=b.num_q_heads // b.num_kv_heads, HEAD_DIM=b.head_dim, PAGE=b.page_size,
         BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n, BLOCK_NF=cfg.block_nf,
         UNIT_COLS=tp.UNIT_COLS, IEEE=b.dtype == torch.float32, TILE_IN_PAGE=b.page_size % cfg.block_nf == 0,
-        LEAN=lean_fits(b.page_size, cfg.block_nf), FOLD=True, HEAVY_FIRST=True,
+        LEAN=lean_fits(b.page_size, cfg.block_nf),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not tk.INTERPRETED else {}),
     )

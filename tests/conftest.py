@@ -97,6 +97,17 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.fixture(autouse=True)
+def _gluon_api_as_on_the_gpu(monkeypatch):
+    """Without a GPU, the tests that pretend a Hopper GPU (the routes' ``hopper`` patched) pretend one with the
+    triton the Gluon kernels are written for: its Gluon API check says nothing. (The check itself, and the routes'
+    refusals when it does say something: tests/test_triton_routes.py. On a GPU the installed triton answers.)"""
+    if not gpu_available():
+        from attnbench.kernels.shared import gluon as gluon_host  # (imports torch only, not triton)
+
+        monkeypatch.setattr(gluon_host, "api_problem", lambda: "")
+
+
 _EXIT = {}
 
 

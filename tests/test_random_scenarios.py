@@ -131,7 +131,8 @@ def test_max_nodes_draws_trees_past_one_ancestor_word(tmp_path):
 def test_routes_profile_reaches_the_narrow_triton_routes(monkeypatch):
     """The ``all`` draws of the GPU sweep never reached the Gluon tree kernel or either MLA route (seed
     5727 on an H200: 0 of 16 draws each): ``--profile routes`` draws, in turn, batches each of them takes.
-    Checked with the routes' own refusals, Hopper assumed (the one reason a CPU adds)."""
+    Checked with the routes' own refusals, Hopper and the Gluon kernels' triton assumed (the reasons a CPU and
+    a newer triton add)."""
     from attnbench.kernels import routes
     from attnbench.kernels.mla import gluon as mla_gluon
     from attnbench.kernels.tree import gluon as tree_gluon

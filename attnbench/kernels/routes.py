@@ -22,7 +22,7 @@ from attnbench.kernels.mla import plan as mla
 from attnbench.kernels.paged import launch as paged
 from attnbench.kernels.prefill import gluon as prefill_gluon
 from attnbench.kernels.prefill import launch as prefill
-from attnbench.kernels.shared.gluon import api_problem
+from attnbench.kernels.shared import gluon as gluon_host
 from attnbench.kernels.tree import gluon as tree
 
 TILES = ("block_m", "block_n", "block_nf", "num_warps", "num_stages")
@@ -77,7 +77,7 @@ class Route:
     fallback: str = ""  # the route auto runs a plan on that does not fit
     fixed_tiles: tuple = ()  # tile options it sets itself (a user's value: a reason)
     plan_kw: dict = field(default_factory=dict)  # how its plan differs (paged/plan.py, mla/plan.py's arguments)
-    gluon: bool = False  # a Gluon kernel: it also needs the installed triton's Gluon API (shared/gluon.api_problem)
+    gluon: bool = False  # a Gluon kernel: it also needs the installed triton's Gluon API (shared/gluon.py)
 
     def refusals(self, batch, opts: Options) -> list[str]:
         """Every reason it cannot take ``batch`` with ``opts``, in the words a skipped row gives (each naming the
@@ -90,7 +90,7 @@ class Route:
             return out
         why = self.reasons(batch)
         if not why and self.gluon:  # a batch it would take: the kernel must also compile with this triton
-            why = [w for w in (api_problem(),) if w]
+            why = [w for w in (gluon_host.api_problem(),) if w]
         return [f"route {self.name}: {w}" for w in why]
 
 

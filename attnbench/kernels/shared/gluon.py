@@ -24,7 +24,13 @@ GLUON_API = (("gl", "thread_barrier"), ("tma", "async_copy_global_to_shared"))
 @functools.lru_cache(maxsize=None)
 def api_problem() -> str:
     """'' when the installed triton has the Gluon API the kernels use, else why not (in a skipped row's words):
-    then every Gluon route refuses its batches, and ``route=auto`` runs them on the Triton routes."""
+    then every Gluon route refuses its batches, and ``route=auto`` runs them on the Triton routes. Asked once a
+    process (``check_api``)."""
+    return check_api()
+
+
+def check_api() -> str:
+    """``api_problem``'s answer, worked out from the installed triton each call."""
     try:
         import triton
         from triton.experimental.gluon import language as gl

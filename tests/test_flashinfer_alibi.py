@@ -86,17 +86,18 @@ def test_fa2_takes_alibi_exactly_where_flashinfers_formula_is_attnbenchs(seed):
 
 @pytest.mark.parametrize("route, reqs, kw, needle", [
     ("fa3", PREFILLS, {}, "hopper/variants.cuh"),
-    ("persistent", PREFILLS + DECODES, {}, "BatchAttention has no ALiBi (attention.py"),
+    ("persistent", PREFILLS + DECODES, {}, "BatchAttention has no ALiBi (0.5.3 attention.py, 0.7.2.post1 attention/_core.py"),
     ("xqa", DECODES, {"page_size": 16}, "XQA decode has no ALiBi"),
     ("fa2", TREES, {}, "C + depth"),
     ("fa2", PREFILLS, {"softcap": 30.0}, "before the soft-cap's tanh"),
     ("decode", DECODES, {"softcap": 30.0}, "before the soft-cap's tanh"),
     ("decode-tc", DECODES, {"softcap": 30.0}, "before the soft-cap's tanh"),
-    ("fa2", DECODES, {"sinks": True}, "AttentionSink, jit/attention/variants.py) has no ALiBi"),
+    ("fa2", DECODES, {"sinks": True}, "AttentionSink in jit/attention/variants.py, which has no logits transform) has no ALiBi"),
 ])
 def test_refusals_name_flashinfer_and_its_file(route, reqs, kw, needle):
     why = route_reasons(route, facts_of(_batch(reqs, **kw)), 9)
-    assert any(needle in r and r.startswith(f"route {route}: FlashInfer 0.5.3") for r in why), why
+    assert any(needle in r and r.startswith(f"route {route}: FlashInfer") and "0.5.3" in r and "0.7.2.post1" in r
+               for r in why), why  # the releases whose source shows the limit
     without = route_reasons(route, facts_of(make_batch(reqs, hq=6, hkv=2, page_size=kw.get("page_size", 4),
                                                        **{k: v for k, v in kw.items() if k != "page_size"})), 9)
     assert not any("ALiBi" in r for r in without)  # the reason is ALiBi's
@@ -208,7 +209,9 @@ def test_mla_refuses_alibi():
 
     spec = BatchSpec(tuple(DECODES), 4, 1, 576, "bfloat16", 16, "shuffled", alibi=True, attention="mla",
                      kv_lora_rank=512, rope_dim=64)
-    assert any("no ALiBi (mla.py" in r for r in mla_reasons(materialize(spec, 0, "cpu"), "auto"))
+    why = mla_reasons(materialize(spec, 0, "cpu"), "auto")
+    assert any("no ALiBi (its plan takes no pos_encoding_mode: 0.5.3 mla.py, 0.7.2.post1 mla/_batch_mla/_wrapper.py)"
+               in r for r in why), why
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ def test_the_order_of_prefills_and_decodes(reqs, order):
     refused = route_reasons("pod", f, 9)
     assert bool(refused) == (order == INTERLEAVED), refused
     if refused:  # POD's API contract, named with its file
-        assert "two tensors (q_p, q_d; pod.py)" in refused[0] and "interleave" in refused[0]
+        assert "two tensors (q_p, q_d; 0.5.3 and 0.7.2.post1: pod.py)" in refused[0] and "interleave" in refused[0]
 
 
 @pytest.mark.slow
@@ -170,16 +170,20 @@ def test_sink_wrapper_without_fp8_is_unchanged(fake_flashinfer):
 
 
 @pytest.mark.parametrize("route, kw, needle", [
-    ("persistent", {"sinks": True}, "BatchAttention takes no sinks (attention.py"),
-    ("pod", {"sinks": True}, "BatchPODWithPagedKVCacheWrapper takes no sinks (pod.py"),
+    ("persistent", {"sinks": True}, "BatchAttention takes no sinks (0.5.3 attention.py, 0.7.2.post1 attention/_core.py"),
+    ("pod", {"sinks": True}, "BatchPODWithPagedKVCacheWrapper takes no sinks (0.5.3 and 0.7.2.post1: pod.py"),
     ("decode", {"sinks": True}, "trtllm-gen backend only"),
-    ("persistent", {"window": 4}, "BatchAttention.plan takes no window_left (attention.py)"),
-    ("fa2", {"sinks": True, "softcap": 3.0}, "AttentionSink, jit/attention/variants.py) has no soft-cap"),
+    ("persistent", {"window": 4}, "BatchAttention.plan takes no window_left (0.5.3 attention.py, 0.7.2.post1 "
+                                  "attention/_core.py)"),
+    ("fa2", {"sinks": True, "softcap": 3.0}, "AttentionSink in jit/attention/variants.py, which has no logits "
+                                              "transform) has no soft-cap"),
 ])
 def test_reasons_name_flashinfer_and_its_file(route, kw, needle):
+    """Each reason names FlashInfer's limit, its file and the releases whose source shows it."""
     reqs = DECODES if route == "decode" else PREFILLS + DECODES
     why = route_reasons(route, facts_of(_batch(reqs, **kw)), 9)
-    assert any(needle in r and r.startswith(f"route {route}: FlashInfer 0.5.3") for r in why), why
+    assert any(needle in r and r.startswith(f"route {route}: FlashInfer's") and "0.5.3" in r and "0.7.2.post1" in r
+               for r in why), why
 
 
 @pytest.mark.parametrize("route", ["persistent", "pod"])

@@ -1,6 +1,8 @@
-"""ALiBi on FlashInfer 0.5.3 (``pos_encoding_mode="ALIBI"``): which routes compute attnbench's
-ALiBi (docs/semantics.md "ALiBi") and why the others cannot. Pure logic over the batch's facts,
-no FlashInfer import, so it is tested on the CPU; docs/backends.md (footnote 21) links each file.
+"""ALiBi on FlashInfer (``pos_encoding_mode="ALIBI"``; read in 0.5.3 and 0.7.2.post1): which routes
+compute attnbench's ALiBi (docs/semantics.md "ALiBi") and why the others cannot. Pure logic over
+the batch's facts, no FlashInfer import, so it is tested on the CPU; docs/backends.md (footnote 21)
+links each file. The files named below are the same in both releases except ``attention.py``
+(0.7.2.post1: ``attention/_core.py``).
 
 What FlashInfer computes (``include/flashinfer/attention/variants.cuh``, ``DefaultAttention``
 with ``use_alibi``): ``logits * sm_scale + slope[qo_head] * (kv_idx - qo_idx)``, where ``kv_idx``
@@ -36,18 +38,18 @@ from __future__ import annotations
 SRC = "https://github.com/flashinfer-ai/flashinfer/blob/v0.5.3/"
 VARIANTS = "include/flashinfer/attention/variants.cuh"
 
-#: the routes whose FlashInfer 0.5.3 entry point has no ALiBi, and where that shows
+#: the routes whose FlashInfer entry point has no ALiBi (0.5.3 and 0.7.2.post1), and where that shows
 NO_ALIBI = {
-    "fa3": "FlashInfer 0.5.3's fa3 kernels have no ALiBi (include/flashinfer/attention/hopper/variants.cuh: "
-           "DefaultAttention takes only a soft-cap flag; utils.py is_fa3_backend_supported refuses any "
-           "pos_encoding_mode but NONE)",
-    "persistent": "FlashInfer 0.5.3's BatchAttention has no ALiBi (attention.py plan takes no pos_encoding_mode "
-                  "and builds its module with PosEncodingMode NONE)",
-    "pod": "FlashInfer 0.5.3's POD kernel has no ALiBi (csrc/batch_pod.cu instantiates both groups' "
+    "fa3": "FlashInfer's fa3 kernels have no ALiBi (0.5.3 and 0.7.2.post1: "
+           "include/flashinfer/attention/hopper/variants.cuh: DefaultAttention takes only a soft-cap flag; "
+           "utils.py is_fa3_backend_supported refuses any pos_encoding_mode but NONE)",
+    "persistent": "FlashInfer's BatchAttention has no ALiBi (0.5.3 attention.py, 0.7.2.post1 attention/_core.py: plan "
+                  "takes no pos_encoding_mode and builds its module with PosEncodingMode NONE)",
+    "pod": "FlashInfer's POD kernel has no ALiBi (0.5.3 and 0.7.2.post1: csrc/batch_pod.cu instantiates both groups' "
            "DefaultAttention with use_alibi_bias=false and batch_pod_customize_config.jinja fixes "
            "POS_ENCODING_MODE to kNone: plan's pos_encoding_mode is dropped, no error)",
-    "xqa": "FlashInfer 0.5.3's XQA decode has no ALiBi (decode.py trtllm_batch_decode_with_kv_cache and xqa.py "
-           "take no slopes or pos_encoding_mode)",
+    "xqa": "FlashInfer's XQA decode has no ALiBi (0.5.3 and 0.7.2.post1: decode.py trtllm_batch_decode_with_kv_cache "
+           "and xqa.py take no slopes or pos_encoding_mode)",
 }
 #: the routes that hand ``pos_encoding_mode="ALIBI"`` to their wrapper's ``plan``
 ALIBI_ROUTES = ("decode", "decode-tc", "fa2")
@@ -60,7 +62,8 @@ def pos_encoding_mode(alibi: bool) -> str:
 
 def alibi_reasons(route: str, f) -> list[str]:
     """Why ``route`` cannot compute the ALiBi of a batch with facts ``f`` ([] = it can, or the
-    batch has no ALiBi). Each reason names FlashInfer 0.5.3's limit and its file."""
+    batch has no ALiBi). Each reason names FlashInfer's limit, the releases whose source shows it
+    (0.5.3 and 0.7.2.post1) and its file."""
     if not f.alibi:
         return []
     name = f"route {route}"
@@ -68,13 +71,15 @@ def alibi_reasons(route: str, f) -> list[str]:
         return [f"{name}: {NO_ALIBI[route]}"]
     out = []
     if f.branching_trees:
-        out.append(f"{name}: FlashInfer 0.5.3's ALiBi adds slope * (kv_idx - qo_idx) on a request's key slot and "
-                   f"query row ({VARIANTS}, DefaultAttention's logits transform); a branching tree node sits at "
-                   "position C + depth, not at its row, so its ALiBi is not slope * (j - p) (chains are)")
+        out.append(f"{name}: FlashInfer's ALiBi adds slope * (kv_idx - qo_idx) on a request's key slot and "
+                   f"query row (0.5.3 and 0.7.2.post1: {VARIANTS}, DefaultAttention's logits transform); "
+                   "a branching tree node sits at position C + depth, not at its row, so its ALiBi is not "
+                   "slope * (j - p) (chains are)")
     if f.softcap is not None:
-        out.append(f"{name}: FlashInfer 0.5.3 adds ALiBi before the soft-cap's tanh and applies sm_scale twice "
-                   f"with both ({VARIANTS}, DefaultAttention's logits transform); attnbench adds it after the cap")
+        out.append(f"{name}: FlashInfer adds ALiBi before the soft-cap's tanh and applies sm_scale twice "
+                   f"with both (0.5.3 and 0.7.2.post1: {VARIANTS}, DefaultAttention's logits transform); "
+                   "attnbench adds it after the cap")
     if f.sinks and route == "fa2":
-        out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant (AttentionSink, jit/attention/variants.py) "
-                   "has no ALiBi (no logits transform)")
+        out.append(f"{name}: FlashInfer's attention-sink variant (0.5.3 and 0.7.2.post1: AttentionSink in "
+                   "jit/attention/variants.py, which has no logits transform) has no ALiBi")
     return out

@@ -1,5 +1,7 @@
-"""FlashInfer's MLA kernels (``flashinfer.mla.BatchMLAPagedAttentionWrapper``, 0.5.3) for the
-``flashinfer`` backend's MLA batches (``attention: mla``).
+"""FlashInfer's MLA kernels (``flashinfer.mla.BatchMLAPagedAttentionWrapper``, 0.5.3; 0.7.2.post1
+keeps the positional ``plan``, deprecated) for the ``flashinfer`` backend's MLA batches
+(``attention: mla``). The limits below are in both releases' sources (0.5.3 ``mla.py``, 0.7.2.post1
+``mla/_batch_mla/_wrapper.py``).
 
 The wrapper reads two paged caches, ``ckv [P, page, 512]`` and ``kpe [P, page, 64]``, and
 queries split as ``q_nope [N, H, 512]`` and ``q_pe [N, H, 64]``, each by its strides (read
@@ -48,20 +50,23 @@ def mla_reasons(batch: Batch, route: str) -> list[str]:
     if dims not in VALIDATED_DIMS:
         out.append(f"FlashInfer MLA: kv_lora_rank/rope_dim {dims[0]}/{dims[1]} not validated (512/64 is)")
     if route not in ("auto", "fa2", "fa3"):
-        out.append(f"route {route}: FlashInfer's MLA wrapper has the routes auto, fa2 and fa3 only")
+        out.append(f"route {route}: FlashInfer's MLA wrapper is run on routes auto, fa2 and fa3 only (its other "
+                   "backends, cutlass in 0.5.3 and 0.7.2.post1, and trtllm-gen, xqa, cute-dsl and cutile in "
+                   "0.7.2.post1, need SM10x-SM12x GPUs)")
     if batch.spec.kv_dtype is not None:
         out.append(f"FlashInfer MLA route: a latent cache in the model dtype only, not {batch.spec.kv_dtype}")
     if batch.spec.k_scale is not None:
         out.append("FlashInfer MLA route: no K/V scales (kv_cache.k_scale/v_scale) on the latent cache")
     if batch.spec.alibi:  # scenarios refuse it for MLA; a BatchSpec built by hand may have it
-        out.append("FlashInfer 0.5.3's BatchMLAPagedAttentionWrapper has no ALiBi (mla.py plan takes no pos_encoding_mode)")
+        out.append("FlashInfer's BatchMLAPagedAttentionWrapper has no ALiBi (its plan takes no pos_encoding_mode: "
+                   "0.5.3 mla.py, 0.7.2.post1 mla/_batch_mla/_wrapper.py)")
     # a one-token prefill sees every key of its request either way: the causal mask is its mask too
     if any(not r.causal and r.query > 1 for r in batch.requests):
         out.append("FlashInfer MLA route: one mask for the batch (causal); a group of several tokens has causal: false")
     trees = [r for r in batch.requests if r.tree_parents is not None and not is_chain(r.tree_parents)]
     if trees:
-        out.append(f"FlashInfer's BatchMLAPagedAttentionWrapper takes no custom mask (causal or none only):"
-                   f" {len(trees)} tree request(s) that are not chains")
+        out.append(f"FlashInfer's BatchMLAPagedAttentionWrapper takes no custom mask (causal or none only; 0.5.3 and "
+                   f"0.7.2.post1): {len(trees)} tree request(s) that are not chains")
     return out
 
 

@@ -53,10 +53,11 @@ ALiBi (``flashinfer_alibi.py``): ``decode``, ``decode-tc`` and ``fa2`` hand Flas
 ``fa3``, ``persistent``, ``pod`` (its kernel drops the mode) and ``xqa`` have none, so ``auto`` takes ``fa2`` for ALiBi batches of
 prefills (``decode-tc`` for decodes); branching trees, soft-cap and sinks are refused with it.
 
-Skip reasons name FlashInfer 0.5.3's own limits with the file that shows them; docs/backends.md
-lists each one (its footnotes) with a link to that source, and whether 0.7.2.post1's sources show
-the same. The fa2 kernel's mask limit follows the installed ``math.cuh`` (``fa2_mask_fill``):
-0.7.2.post1 masks with IEEE -inf, and nothing is refused for it there.
+Skip reasons name FlashInfer's own limits, the releases whose source was read for them ("0.5.3
+and 0.7.2.post1" where both show the limit) and the file that shows it; docs/backends.md lists
+each one (its footnotes) with a link to that source. The fa2 kernel's mask limit follows the
+installed ``math.cuh`` (``fa2_mask_fill``): 0.7.2.post1 masks with IEEE -inf, and nothing is
+refused for it there.
 """
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ FA2_MASK_FILL = 5e4  # FlashInfer 0.5.3's math::inf, the magnitude of its mask l
 MIN_MASK_BITS = 40.0  # a masked key's weight at most 2^-40 of the largest (~1e-12)
 LOG2E = 1.4426950408889634
 XQA_PAGE_SIZES = (16, 32, 64, 128)
+#: where BatchAttention's plan shows its limits, in the releases read
+BATCH_ATTENTION = "0.5.3 attention.py, 0.7.2.post1 attention/_core.py"
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,8 @@ def fa2_mask_fill() -> float:
 
 def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str]:
     """Why ``route`` cannot compute a batch with facts ``f`` ([] = it can). ``sm_major``: the
-    GPU's compute capability major (None: unknown, e.g. on a CPU). Each reason names FlashInfer
-    0.5.3's limit and the file that shows it (docs/backends.md, footnotes)."""
+    GPU's compute capability major (None: unknown, e.g. on a CPU). Each reason names FlashInfer's
+    limit, the releases read for it and the file that shows it (docs/backends.md, footnotes)."""
     out = []
     name = f"route {route}"
     # per-head FP8 scales are declined by the backend's capabilities; ALiBi: flashinfer_alibi.py
@@ -223,26 +226,29 @@ def route_reasons(route: str, f: Facts, sm_major: Optional[int] = 9) -> list[str
                    f"{fill} as in 0.5.3, prefill.cuh; 0.7.2.post1 masks with IEEE -inf); "
                    "not run (route decode scales before masking)")
     if route in ("fa2", "fa3") and f.sinks and f.softcap is not None:
-        out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant (AttentionSink, jit/attention/variants.py) "
-                   "has no soft-cap (no logits transform)")
+        out.append(f"{name}: FlashInfer's attention-sink variant (0.5.3 and 0.7.2.post1: AttentionSink in "
+                   "jit/attention/variants.py, which has no logits transform) has no soft-cap")
     if route in ("fa2", "fa3") and f.sinks and f.needs_mask:
         # seen on an H100 (gpu_library_routes.py, since removed; gpt-oss tree 8x40 @4k, W128 + sinks):
         # the sink wrapper with a custom mask returned rel. err 0.99 and raised nothing
-        out.append(f"{name}: FlashInfer 0.5.3's attention-sink variant ignores a custom mask (trees, mixed causal: "
-                   "AttentionSink's LogitsMask in jit/attention/variants.py applies only the window): "
-                   "wrong outputs on an H100, not run")
+        out.append(f"{name}: FlashInfer's attention-sink variant (0.5.3 and 0.7.2.post1: AttentionSink in "
+                   "jit/attention/variants.py, whose logits mask applies only the window) ignores a custom mask "
+                   "(trees, mixed causal): wrong outputs on an H100 (0.5.3), not run")
     out += _special_reasons(route, f, sm_major)
     return out + alibi_reasons(route, f)
 
 
-#: the routes whose FlashInfer 0.5.3 entry point takes no attention sinks, and where that shows
+#: the routes whose FlashInfer entry point takes no attention sinks (0.5.3 and 0.7.2.post1), and where
 SINKLESS = {
-    "decode": "FlashInfer 0.5.3's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; "
-              "decode.py and prefill.py paged_run), not to the CUDA-core kernel run here",
-    "decode-tc": "FlashInfer 0.5.3's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; "
-                 "decode.py and prefill.py paged_run), not to the fa2 kernel run here",
-    "persistent": "FlashInfer 0.5.3's BatchAttention takes no sinks (attention.py plan/run)",
-    "pod": "FlashInfer 0.5.3's BatchPODWithPagedKVCacheWrapper takes no sinks (pod.py plan/run)",
+    "decode": "FlashInfer's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; 0.7.2.post1 "
+              "also to cuDNN and cute-dsl), never to the CUDA-core kernel run here (0.5.3 and 0.7.2.post1: "
+              "decode.py run, prefill.py paged_run)",
+    "decode-tc": "FlashInfer's decode wrapper hands run(sinks=) to its trtllm-gen backend only (sm_100; 0.7.2.post1 "
+                 "also to cuDNN and cute-dsl), never to the fa2 kernel run here (0.5.3 and 0.7.2.post1: "
+                 "decode.py run, prefill.py paged_run)",
+    "persistent": "FlashInfer's BatchAttention takes no sinks (0.5.3 attention.py, 0.7.2.post1 attention/_core.py: "
+                  "plan/run)",
+    "pod": "FlashInfer's BatchPODWithPagedKVCacheWrapper takes no sinks (0.5.3 and 0.7.2.post1: pod.py plan/run)",
 }
 
 
@@ -272,21 +278,24 @@ def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]
         if f.softcap is not None:
             out.append(f"{name}: XQA has no logit soft-cap")
         if f.kv_dtype is not None:
-            out.append(f"{name}: XQA on an FP8 cache ended in 'unspecified launch failure' on an H100 (lost CUDA context); not run")
+            out.append(f"{name}: XQA on an FP8 cache ended in 'unspecified launch failure' on an H100 (lost CUDA "
+                       "context; FlashInfer 0.5.3, not yet run on 0.7.2.post1); not run")
         if f.scales16:
             out.append(f"{name}: XQA's bmm1_scale/bmm2_scale over a 16-bit cache gave outputs off the reference "
                        "(rel. err 0.69, FlashInfer 0.7.2.post1 on an H200): K/V scales on a 16-bit cache run on "
                        "routes decode, decode-tc, fa2, fa3 and pod")
         if f.head_dim % 16 or f.head_dim > 256:
-            out.append(f"{name}: XQA needs head_dim a multiple of 16 up to 256, got {f.head_dim}")
+            out.append(f"{name}: XQA needs head_dim a multiple of 16 up to 256 (FlashInfer 0.5.3's jit/xqa.py; "
+                       "0.7.2.post1's takes up to 512, refused here until a GPU run checks it), got "
+                       f"{f.head_dim}")
         if sm_major is not None and sm_major < 9:
             out.append(f"{name}: XQA needs sm_90 or newer, this GPU is sm_{sm_major}x")
     if route == "persistent":
         if f.needs_mask:
-            out.append(f"{name}: FlashInfer 0.5.3's BatchAttention.plan takes one causal flag for the whole batch and "
-                       "no custom mask (attention.py): no trees or mixed causal/non-causal requests")
+            out.append(f"{name}: FlashInfer's BatchAttention.plan takes one causal flag for the whole batch and "
+                       f"no custom mask ({BATCH_ATTENTION}): no trees or mixed causal/non-causal requests")
         if f.window is not None:
-            out.append(f"{name}: FlashInfer 0.5.3's BatchAttention.plan takes no window_left (attention.py)")
+            out.append(f"{name}: FlashInfer's BatchAttention.plan takes no window_left ({BATCH_ATTENTION})")
     if route == "pod":
         out += _pod_reasons(name, f)
     return out
@@ -295,26 +304,26 @@ def _special_reasons(route: str, f: Facts, sm_major: Optional[int]) -> list[str]
 def _pod_reasons(name: str, f: Facts) -> list[str]:
     """``BatchPODWithPagedKVCacheWrapper`` (pod.py): one prefill group (queries ``q_p``, one
     ``causal_p``) and one decode group (``q_d``), as two tensors, in one launch."""
-    pod, out = "FlashInfer 0.5.3's BatchPODWithPagedKVCacheWrapper", []
+    pod, src, out = "FlashInfer's BatchPODWithPagedKVCacheWrapper", "0.5.3 and 0.7.2.post1: pod.py", []
     if f.trees:
         out.append(f"{name}: {pod}.run takes its prefill custom mask without a per-request mask_indptr "
-                   "(pod.py passes None): no trees")
+                   f"({src} passes None): no trees")
     elif f.mixed_order is None:
-        out.append(f"{name}: {pod} fuses a prefill group with a decode group (pod.py plan/run take both): "
+        out.append(f"{name}: {pod} fuses a prefill group with a decode group ({src} plan/run take both): "
                    "the batch needs both")
     elif f.mixed_order == INTERLEAVED:
-        out.append(f"{name}: {pod}.run takes the prefill and the decode queries as two tensors (q_p, q_d; pod.py) and "
+        out.append(f"{name}: {pod}.run takes the prefill and the decode queries as two tensors (q_p, q_d; {src}) and "
                    "returns two outputs: each group must be one run of the batch's packed queries, and here prefill "
                    "and decode requests interleave (an engine orders its batch into the two groups; attnbench does "
                    "not time copies it would not make)")
     if len(set(f.prefill_causal)) > 1:
-        out.append(f"{name}: {pod}.run takes one causal_p for all prefill requests (pod.py): no mix of causal and "
+        out.append(f"{name}: {pod}.run takes one causal_p for all prefill requests ({src}): no mix of causal and "
                    "non-causal prefills")
     elif f.window is not None and not all(f.prefill_causal):
         out.append(f"{name}: {pod} applies window_left to causal rows only and takes no per-request custom mask "
-                   "(pod.py): no window on non-causal prefills")
+                   f"({src}): no window on non-causal prefills")
     if f.softcap is not None:
-        out.append(f"{name}: {pod} has no logit soft-cap (pod.py plan fixes logits_soft_cap = 0.0, "
+        out.append(f"{name}: {pod} has no logit soft-cap ({src} plan fixes logits_soft_cap = 0.0, "
                    "'not supported currently')")
     return out
 

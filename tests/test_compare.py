@@ -475,9 +475,16 @@ def test_gate_passes_unchanged_and_catches_2x(gate, tmp_path):
             break
     assert r.exit_code == 0, r.output
 
-    r = check(run("slow", 2), bl)
+    # A 2x slowdown is caught. check refuses (exit 2) to normalize by sdpa when sdpa's own rounds scattered over
+    # twice the rows' (its guard against adding noise): on this loaded machine that can happen to one run, so a
+    # run the guard refused is made again, at most twice; a run the guard let through must fail the gate.
+    for attempt in range(3):
+        slow = f"slow{attempt}"
+        r = check(run(slow, 2), bl)
+        if not (r.exit_code == 2 and "--normalize-by sdpa: its timing rounds scatter" in r.output):
+            break
     assert r.exit_code == 1, r.output
-    res = cmp.check(load_rows(Path(tmp_path / "slow")).rows, load_rows(Path(bl)).rows,
+    res = cmp.check(load_rows(Path(tmp_path / slow)).rows, load_rows(Path(bl)).rows,
                     cmp.Thresholds(0.5, 0.005), normalize_by="sdpa")
     assert {c.backend for c in res.failures} == {"victim"}
 
